@@ -1,0 +1,163 @@
+#pragma once
+/// \file communicator.hpp
+/// Communicator: the one virtual interface of shardtensor. Backends: MpiComm (host, MPI),
+/// SelfComm (one rank, no MPI). Buffers are type-erased (pointer, count, DType); counts and
+/// displacements are in elements.
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/mesh/placement.hpp"
+
+namespace shard {
+
+/// Handle of a non-blocking operation. wait() completes it (and runs any completion step,
+/// such as the division of an avg-allreduce); a default-constructed Request is already complete.
+class Request {
+ public:
+  struct State {
+    virtual ~State() = default;
+    virtual void wait() = 0;
+    virtual bool test() = 0;
+  };
+  Request() = default;
+  explicit Request(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  /// Blocks until the operation completes. Idempotent.
+  void wait() {
+    if (state_) {
+      auto s = std::move(state_);
+      s->wait();
+    }
+  }
+  /// True if complete (completes it if so).
+  bool test() {
+    if (!state_) return true;
+    if (state_->test()) { state_.reset(); return true; }
+    return false;
+  }
+  bool pending() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+/// Waits for every request in `reqs`.
+inline void wait_all(std::span<Request> reqs) {
+  for (auto& r : reqs) r.wait();
+}
+
+/// Abstract communicator over a group of ranks. All collective calls must be made by every
+/// rank of the group in the same order. Buffers live in host memory for MpiComm/SelfComm.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi", "self", ...
+  virtual std::string backend() const = 0;
+
+  /// recv = reduce(send) over all ranks; send == recv means in place.
+  virtual void allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) = 0;
+  virtual void broadcast(void* buf, index_t count, DType dt, int root) = 0;
+  /// recv gets every rank's `count` elements in rank order.
+  virtual void allgather(const void* send, index_t count, void* recv, DType dt) = 0;
+  /// recv gets rank r's counts[r] elements at displs[r].
+  virtual void allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
+                          std::span<const index_t> displs, DType dt) = 0;
+  /// send holds size() consecutive blocks of counts[r] elements; rank r receives reduce(block r).
+  virtual void reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt,
+                               ReduceOp op) = 0;
+  virtual void alltoallv(const void* send, std::span<const index_t> send_counts, std::span<const index_t> send_displs,
+                         void* recv, std::span<const index_t> recv_counts, std::span<const index_t> recv_displs,
+                         DType dt) = 0;
+  /// Sends to `dest` and receives from `source` at once (either may be -1 for none).
+  virtual void sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source,
+                        DType dt, int tag = 0) = 0;
+  virtual void barrier() = 0;
+
+  virtual Request isend(const void* buf, index_t count, DType dt, int dest, int tag = 0) = 0;
+  virtual Request irecv(void* buf, index_t count, DType dt, int source, int tag = 0) = 0;
+  virtual Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) = 0;
+  virtual Request iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
+                              std::span<const index_t> displs, DType dt) = 0;
+  virtual Request ialltoallv(const void* send, std::span<const index_t> send_counts,
+                             std::span<const index_t> send_displs, void* recv, std::span<const index_t> recv_counts,
+                             std::span<const index_t> recv_displs, DType dt) = 0;
+
+  /// New communicator of the ranks with the same `color`, ordered by `key` (collective).
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+
+  // ---- conveniences built on the primitives (non-virtual) ----
+  /// reduce_scatterv with equal counts.
+  void reduce_scatter(const void* send, void* recv, index_t count, DType dt, ReduceOp op);
+  /// alltoallv with equal counts.
+  void alltoall(const void* send, void* recv, index_t count, DType dt);
+
+  /// Typed in-place allreduce.
+  template <class T> void allreduce_inplace(T* buf, index_t count, ReduceOp op) {
+    allreduce(buf, buf, count, dtype_of<T>, op);
+  }
+  /// Every rank's value of `v`, in rank order.
+  template <class T> std::vector<T> allgather_value(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    std::vector<T> out(static_cast<std::size_t>(size()));
+    allgather(&v, static_cast<index_t>(sizeof(T)), out.data(), byte_dtype());
+    return out;
+  }
+  /// Every rank's vector `v` (sizes may differ), in rank order.
+  std::vector<std::vector<index_t>> allgather_vectors(const std::vector<index_t>& v);
+
+  /// Collective precondition check: every rank passes its own `ok`; if any rank's is false,
+  /// every rank throws shard::Error carrying the message of the lowest failing rank. Never hangs.
+  void check_all(bool ok, const char* op, const std::string& message_if_not_ok);
+
+ protected:
+  /// DType used to move raw bytes.
+  static constexpr DType byte_dtype() { return DType::u8; }
+};
+
+/// Shared handle to a communicator.
+using CommPtr = std::shared_ptr<Communicator>;
+
+/// The one-rank communicator: every collective is a local copy. Needs no MPI.
+class SelfComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "self"; }
+  void allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) override;
+  void broadcast(void* buf, index_t count, DType dt, int root) override;
+  void allgather(const void* send, index_t count, void* recv, DType dt) override;
+  void allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
+                  std::span<const index_t> displs, DType dt) override;
+  void reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op) override;
+  void alltoallv(const void* send, std::span<const index_t> send_counts, std::span<const index_t> send_displs,
+                 void* recv, std::span<const index_t> recv_counts, std::span<const index_t> recv_displs,
+                 DType dt) override;
+  void sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source, DType dt,
+                int tag) override;
+  void barrier() override {}
+  Request isend(const void* buf, index_t count, DType dt, int dest, int tag) override;
+  Request irecv(void* buf, index_t count, DType dt, int source, int tag) override;
+  Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) override;
+  Request iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
+                      std::span<const index_t> displs, DType dt) override;
+  Request ialltoallv(const void* send, std::span<const index_t> send_counts, std::span<const index_t> send_displs,
+                     void* recv, std::span<const index_t> recv_counts, std::span<const index_t> recv_displs,
+                     DType dt) override;
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+ private:
+  struct Pending;  // self send/recv matching
+  std::vector<std::pair<int, std::vector<char>>> mailbox_;  // (tag, bytes) sent to self, not yet received
+};
+
+/// Default communicator: a duplicate of MPI_COMM_WORLD when MPI is enabled (initialising MPI if
+/// nobody has), else a SelfComm.
+CommPtr default_comm();
+
+}  // namespace shard

@@ -1,0 +1,90 @@
+#pragma once
+/// \file dtype.hpp
+/// Element types: f32 and f64 for compute, bf16/f16 as storage types.
+#include <cstdint>
+#include <cstring>
+#include <fmt/format.h>
+#include <type_traits>
+
+namespace shard {
+
+/// Element type tag used by the type-erased layers (communication, kernels).
+enum class DType : std::uint8_t { f32, f64, bf16, f16, i32, i64, u8 };
+
+/// Size of one element of `dt` in bytes.
+constexpr std::size_t dtype_size(DType dt) {
+  switch (dt) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+/// Name of a dtype ("f32", ...).
+constexpr const char* dtype_name(DType dt) {
+  switch (dt) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::u8: return "u8";
+  }
+  return "?";
+}
+
+/// bfloat16 storage type (round-to-nearest-even conversion from float).
+struct bf16 {
+  std::uint16_t bits = 0;
+  bf16() = default;
+  explicit bf16(float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { bits = 0x7fc0; return; }  // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    bits = static_cast<std::uint16_t>(u >> 16);
+  }
+  explicit operator float() const {
+    std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+/// IEEE half storage type (conversion handles normals, subnormals, inf and NaN).
+struct f16 {
+  std::uint16_t bits = 0;
+  f16() = default;
+  explicit f16(float f);
+  explicit operator float() const;
+};
+
+template <class T> struct dtype_traits;
+template <> struct dtype_traits<float> { static constexpr DType value = DType::f32; };
+template <> struct dtype_traits<double> { static constexpr DType value = DType::f64; };
+template <> struct dtype_traits<bf16> { static constexpr DType value = DType::bf16; };
+template <> struct dtype_traits<f16> { static constexpr DType value = DType::f16; };
+template <> struct dtype_traits<std::int32_t> { static constexpr DType value = DType::i32; };
+template <> struct dtype_traits<std::int64_t> { static constexpr DType value = DType::i64; };
+template <> struct dtype_traits<std::uint8_t> { static constexpr DType value = DType::u8; };
+
+/// DType of a C++ element type.
+template <class T> inline constexpr DType dtype_of = dtype_traits<std::remove_cv_t<T>>::value;
+
+/// True for the types the compute ops support (f32, f64).
+template <class T> inline constexpr bool is_compute_type = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+}  // namespace shard
+
+template <> struct fmt::formatter<shard::DType> : fmt::formatter<fmt::string_view> {
+  template <class Ctx> auto format(shard::DType d, Ctx& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(shard::dtype_name(d), ctx);
+  }
+};

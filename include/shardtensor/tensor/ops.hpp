@@ -1,0 +1,169 @@
+#pragma once
+/// \file ops.hpp
+/// Local elementwise arithmetic and reductions on Tensor (CPU multithreaded; CUDA via kernels/).
+#include <cmath>
+
+#include "shardtensor/tensor/tensor.hpp"
+
+namespace shard {
+
+namespace detail {
+/// y = alpha * x + beta * y on contiguous device buffers.
+void device_axpby(DType dt, index_t n, double alpha, const void* x, double beta, void* y, Device dev);
+/// out = a * b (elementwise) on contiguous device buffers.
+void device_mul(DType dt, index_t n, const void* a, const void* b, void* out, Device dev);
+/// Sum of a contiguous device buffer, returned in double.
+double device_sum(DType dt, index_t n, const void* x, Device dev);
+}  // namespace detail
+
+/// out[i] = f(a[i]) elementwise on host tensors of one shape (out may alias a).
+template <class T, int R, class F>
+void map_into(const Tensor<T, R>& out, const Tensor<T, R>& a, F&& f) {
+  SHARD_CHECK(out.shape() == a.shape(), "map", "shape {} != {}", a.shape(), out.shape());
+  SHARD_CHECK(out.device().is_cpu() && a.device().is_cpu(), "map", "host tensors required (got {}, {})",
+              out.device(), a.device());
+  const index_t n = out.numel();
+  if (out.is_contiguous() && a.is_contiguous()) {
+    T* o = out.data();
+    const T* x = a.data();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (index_t i = 0; i < n; ++i) o[i] = f(x[i]);
+    return;
+  }
+  const index_t so = R ? out.stride(R - 1) : 1, sa = R ? a.stride(R - 1) : 1;
+  for_each_row(out.shape(), out.strides(), a.strides(), [&](index_t oo, index_t oa, index_t len) {
+    for (index_t i = 0; i < len; ++i) out.data()[oo + i * so] = f(a.data()[oa + i * sa]);
+  });
+}
+
+/// out[i] = f(a[i], b[i]) elementwise on host tensors of one shape (out may alias a or b).
+template <class T, int R, class F>
+void zip_into(const Tensor<T, R>& out, const Tensor<T, R>& a, const Tensor<T, R>& b, F&& f) {
+  SHARD_CHECK(out.shape() == a.shape() && a.shape() == b.shape(), "zip", "shapes {}, {} -> {} differ", a.shape(),
+              b.shape(), out.shape());
+  SHARD_CHECK(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(), "zip", "host tensors required");
+  const index_t n = out.numel();
+  if (out.is_contiguous() && a.is_contiguous() && b.is_contiguous()) {
+    T* o = out.data();
+    const T* x = a.data();
+    const T* y = b.data();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (index_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    return;
+  }
+  auto ac = a.contiguous(), bc = b.contiguous();
+  if (out.is_contiguous()) return zip_into(out, ac, bc, f);
+  auto tmp = Tensor<T, R>::empty(out.shape());
+  zip_into(tmp, ac, bc, f);
+  out.copy_from(tmp);
+}
+
+/// New tensor f(a).
+template <class T, int R, class F>
+Tensor<T, R> map(const Tensor<T, R>& a, F&& f) {
+  auto out = Tensor<T, R>::empty(a.shape(), a.device());
+  map_into(out, a, f);
+  return out;
+}
+
+/// y += alpha * x (in place on y).
+template <class T, int R>
+void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
+  if (y.device().is_cuda() && x.is_contiguous() && y.is_contiguous()) {
+    SHARD_CHECK(x.shape() == y.shape(), "axpy", "shape {} != {}", x.shape(), y.shape());
+    detail::device_axpby(dtype_of<T>, y.numel(), alpha, x.data(), 1.0, y.data(), y.device());
+    return;
+  }
+  zip_into(y, y, x, [alpha](T a, T b) { return a + alpha * b; });
+}
+/// x *= alpha (in place).
+template <class T, int R>
+void scale(const Tensor<T, R>& x, T alpha) {
+  if (x.device().is_cuda() && x.is_contiguous()) {
+    detail::device_axpby(dtype_of<T>, x.numel(), 0.0, x.data(), alpha, x.data(), x.device());
+    return;
+  }
+  map_into(x, x, [alpha](T a) { return a * alpha; });
+}
+/// a + b.
+template <class T, int R>
+Tensor<T, R> add(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  if (a.device().is_cuda()) {
+    auto out = a.clone();
+    axpy(T(1), b.contiguous(), out);
+    return out;
+  }
+  auto out = Tensor<T, R>::empty(a.shape());
+  zip_into(out, a, b, [](T x, T y) { return x + y; });
+  return out;
+}
+/// a - b.
+template <class T, int R>
+Tensor<T, R> sub(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  if (a.device().is_cuda()) {
+    auto out = a.clone();
+    axpy(T(-1), b.contiguous(), out);
+    return out;
+  }
+  auto out = Tensor<T, R>::empty(a.shape());
+  zip_into(out, a, b, [](T x, T y) { return x - y; });
+  return out;
+}
+/// a * b (elementwise).
+template <class T, int R>
+Tensor<T, R> mul(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  auto out = Tensor<T, R>::empty(a.shape(), a.device());
+  if (a.device().is_cuda()) {
+    auto ac = a.contiguous(), bc = b.contiguous();
+    detail::device_mul(dtype_of<T>, a.numel(), ac.data(), bc.data(), out.data(), a.device());
+    return out;
+  }
+  zip_into(out, a, b, [](T x, T y) { return x * y; });
+  return out;
+}
+
+/// Sum of all elements, accumulated in double.
+template <class T, int R>
+double sum(const Tensor<T, R>& a) {
+  if (a.device().is_cuda()) {
+    auto c = a.contiguous();
+    return detail::device_sum(dtype_of<T>, c.numel(), c.data(), c.device());
+  }
+  auto c = a.contiguous();
+  const T* x = c.data();
+  const index_t n = c.numel();
+  double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > (1 << 16))
+  for (index_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
+  return s;
+}
+
+/// Sum of a[i]*b[i], accumulated in double.
+template <class T, int R>
+double dot(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  SHARD_CHECK(a.shape() == b.shape(), "dot", "shape {} != {}", a.shape(), b.shape());
+  auto ac = a.device().is_cpu() ? a.contiguous() : a.to(Device::cpu());
+  auto bc = b.device().is_cpu() ? b.contiguous() : b.to(Device::cpu());
+  const index_t n = ac.numel();
+  double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > (1 << 16))
+  for (index_t i = 0; i < n; ++i) s += static_cast<double>(ac.data()[i]) * static_cast<double>(bc.data()[i]);
+  return s;
+}
+
+/// max_i |a[i] - b[i]| / max(max_i |b[i]|, tiny): the relative error used by the test oracle.
+template <class T, int R>
+double max_rel_diff(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  SHARD_CHECK(a.shape() == b.shape(), "max_rel_diff", "shape {} != {}", a.shape(), b.shape());
+  auto ac = a.to(Device::cpu()), bc = b.to(Device::cpu());
+  double num = 0, den = 0;
+  for (index_t i = 0; i < ac.numel(); ++i) {
+    const double x = static_cast<double>(ac.data()[i]), y = static_cast<double>(bc.data()[i]);
+    if (std::isnan(x) != std::isnan(y)) return INFINITY;
+    num = std::max(num, std::abs(x - y));
+    den = std::max(den, std::abs(y));
+  }
+  return num / std::max(den, 1e-300);
+}
+
+}  // namespace shard

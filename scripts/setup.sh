@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what shardtensor needs from Debian's apt (bookworm + bookworm-backports for Catch2 3).
+# Idempotent: does nothing when everything is already present.
+set -euo pipefail
+
+need=()
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+main_pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libfmt-dev
+           libbenchmark-dev libopenblas-dev gnuplot-nox)
+for p in "${main_pkgs[@]}"; do have "$p" || need+=("$p"); done
+catch_ok=1
+if ! have libcatch2-dev; then catch_ok=0
+elif ! dpkg-query -W -f='${Version}' libcatch2-dev | grep -q '^3'; then catch_ok=0; fi
+
+if [ ${#need[@]} -eq 0 ] && [ $catch_ok -eq 1 ]; then
+  echo "setup: all dependencies present"; exit 0
+fi
+
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+if [ $catch_ok -eq 0 ]; then
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+  if ! grep -rqs "${codename}-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "deb http://deb.debian.org/debian ${codename}-backports main" | \
+      $SUDO tee /etc/apt/sources.list.d/shardtensor-backports.list >/dev/null
+  fi
+fi
+$SUDO apt-get update -qq
+if [ ${#need[@]} -gt 0 ]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+if [ $catch_ok -eq 0 ]; then
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+  $SUDO apt-get install -y -qq --no-install-recommends -t "${codename}-backports" libcatch2-dev
+fi
+echo "setup: done"

@@ -1,0 +1,149 @@
+#include "shardtensor/comm/communicator.hpp"
+
+#include <cstring>
+
+#include "shardtensor/config.hpp"
+#include "shardtensor/core/error.hpp"
+#if SHARDTENSOR_HAS_MPI
+#include "shardtensor/comm/mpi_comm.hpp"
+#endif
+
+namespace shard {
+
+void Communicator::reduce_scatter(const void* send, void* recv, index_t count, DType dt, ReduceOp op) {
+  std::vector<index_t> counts(static_cast<std::size_t>(size()), count);
+  reduce_scatterv(send, recv, counts, dt, op);
+}
+
+void Communicator::alltoall(const void* send, void* recv, index_t count, DType dt) {
+  const auto p = static_cast<std::size_t>(size());
+  std::vector<index_t> counts(p, count), displs(p);
+  for (std::size_t i = 0; i < p; ++i) displs[i] = static_cast<index_t>(i) * count;
+  alltoallv(send, counts, displs, recv, counts, displs, dt);
+}
+
+std::vector<std::vector<index_t>> Communicator::allgather_vectors(const std::vector<index_t>& v) {
+  const auto lens = allgather_value<index_t>(static_cast<index_t>(v.size()));
+  std::vector<index_t> displs(lens.size());
+  index_t tot = 0;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    displs[i] = tot;
+    tot += lens[i];
+  }
+  std::vector<index_t> flat(static_cast<std::size_t>(tot));
+  allgatherv(v.data(), static_cast<index_t>(v.size()), flat.data(), lens, displs, DType::i64);
+  std::vector<std::vector<index_t>> out(lens.size());
+  for (std::size_t i = 0; i < lens.size(); ++i)
+    out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + lens[i]);
+  return out;
+}
+
+void Communicator::check_all(bool ok, const char* op, const std::string& message_if_not_ok) {
+  const auto flags = allgather_value<int>(ok ? 1 : 0);
+  int first_bad = -1;
+  for (std::size_t i = 0; i < flags.size(); ++i)
+    if (!flags[i]) { first_bad = static_cast<int>(i); break; }
+  if (first_bad < 0) return;
+  index_t len = rank() == first_bad ? static_cast<index_t>(message_if_not_ok.size()) : 0;
+  broadcast(&len, 1, DType::i64, first_bad);
+  std::string msg(static_cast<std::size_t>(len), '\0');
+  if (rank() == first_bad) msg = message_if_not_ok;
+  if (len > 0) broadcast(msg.data(), len, DType::u8, first_bad);
+  SHARD_FAIL(op, "{} (detected on rank {} of {})", msg, first_bad, size());
+}
+
+// ------------------------------- SelfComm -------------------------------
+
+namespace {
+void copy_elems(void* dst, const void* src, index_t count, DType dt) {
+  if (dst != src && count > 0) std::memmove(dst, src, static_cast<std::size_t>(count) * dtype_size(dt));
+}
+}  // namespace
+
+void SelfComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp) {
+  copy_elems(recv, send, count, dt);
+}
+void SelfComm::broadcast(void*, index_t, DType, int root) {
+  SHARD_CHECK(root == 0, "SelfComm::broadcast", "root {} out of range for 1 rank", root);
+}
+void SelfComm::allgather(const void* send, index_t count, void* recv, DType dt) { copy_elems(recv, send, count, dt); }
+void SelfComm::allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
+                          std::span<const index_t> displs, DType dt) {
+  SHARD_CHECK(counts.size() == 1 && counts[0] == count, "SelfComm::allgatherv", "counts do not match send count {}",
+              count);
+  copy_elems(static_cast<char*>(recv) + displs[0] * static_cast<index_t>(dtype_size(dt)), send, count, dt);
+}
+void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp) {
+  SHARD_CHECK(counts.size() == 1, "SelfComm::reduce_scatterv", "expected 1 count, got {}", counts.size());
+  copy_elems(recv, send, counts[0], dt);
+}
+void SelfComm::alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
+                         std::span<const index_t> rc, std::span<const index_t> rd, DType dt) {
+  SHARD_CHECK(sc.size() == 1 && rc.size() == 1 && sc[0] == rc[0], "SelfComm::alltoallv", "send/recv counts differ");
+  const auto es = static_cast<index_t>(dtype_size(dt));
+  copy_elems(static_cast<char*>(recv) + rd[0] * es, static_cast<const char*>(send) + sd[0] * es, sc[0], dt);
+}
+void SelfComm::sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source,
+                        DType dt, int) {
+  SHARD_CHECK(dest <= 0 && source <= 0, "SelfComm::sendrecv", "peer out of range (dest {}, source {})", dest, source);
+  if (dest == 0 && source == 0) {
+    SHARD_CHECK(send_count == recv_count, "SelfComm::sendrecv", "count {} != {}", send_count, recv_count);
+    copy_elems(recv, send, send_count, dt);
+  }
+}
+Request SelfComm::isend(const void* buf, index_t count, DType dt, int dest, int tag) {
+  SHARD_CHECK(dest == 0, "SelfComm::isend", "dest {} out of range", dest);
+  const auto* b = static_cast<const char*>(buf);
+  mailbox_.emplace_back(tag, std::vector<char>(b, b + count * static_cast<index_t>(dtype_size(dt))));
+  return {};
+}
+Request SelfComm::irecv(void* buf, index_t count, DType dt, int source, int tag) {
+  SHARD_CHECK(source == 0, "SelfComm::irecv", "source {} out of range", source);
+  struct St : Request::State {
+    SelfComm* c; void* buf; std::size_t bytes; int tag;
+    bool test() override {
+      for (auto it = c->mailbox_.begin(); it != c->mailbox_.end(); ++it) {
+        if (it->first == tag) {
+          SHARD_CHECK(it->second.size() == bytes, "SelfComm::irecv", "message of {} bytes, expected {}",
+                      it->second.size(), bytes);
+          std::memcpy(buf, it->second.data(), bytes);
+          c->mailbox_.erase(it);
+          return true;
+        }
+      }
+      return false;
+    }
+    void wait() override { SHARD_CHECK(test(), "SelfComm::irecv", "no matching send with tag {} (would deadlock)", tag); }
+  };
+  auto s = std::make_shared<St>();
+  s->c = this; s->buf = buf; s->bytes = static_cast<std::size_t>(count) * dtype_size(dt); s->tag = tag;
+  return Request(s);
+}
+Request SelfComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) {
+  allreduce(send, recv, count, dt, op);
+  return {};
+}
+Request SelfComm::iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
+                              std::span<const index_t> displs, DType dt) {
+  allgatherv(send, count, recv, counts, displs, dt);
+  return {};
+}
+Request SelfComm::ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
+                             std::span<const index_t> rc, std::span<const index_t> rd, DType dt) {
+  alltoallv(send, sc, sd, recv, rc, rd, dt);
+  return {};
+}
+std::shared_ptr<Communicator> SelfComm::split(int color, int) {
+  if (color < 0) return nullptr;
+  return std::make_shared<SelfComm>();
+}
+
+CommPtr default_comm() {
+#if SHARDTENSOR_HAS_MPI
+  return MpiComm::world();
+#else
+  return std::make_shared<SelfComm>();
+#endif
+}
+
+}  // namespace shard

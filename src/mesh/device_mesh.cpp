@@ -1,0 +1,91 @@
+#include "shardtensor/mesh/device_mesh.hpp"
+
+#include "shardtensor/core/error.hpp"
+
+namespace shard {
+
+DeviceMesh::DeviceMesh(CommPtr comm, std::vector<int> shape, std::vector<std::string> names)
+    : impl_(std::make_shared<Impl>()) {
+  SHARD_CHECK(comm != nullptr, "DeviceMesh", "null communicator");
+  if (shape.empty()) shape = {comm->size()};
+  long prod = 1;
+  bool positive = true;
+  for (int s : shape) {
+    positive = positive && s >= 1;
+    prod *= s;
+  }
+  // Local checks (identical on every rank when the arguments are) come first...
+  SHARD_CHECK(positive, "DeviceMesh", "mesh shape {} has a non-positive extent", shape);
+  SHARD_CHECK(prod == comm->size(), "DeviceMesh",
+              "mesh shape {} holds {} ranks but the communicator has {} (the mesh must match the communicator)", shape,
+              prod, comm->size());
+  if (names.empty())
+    for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(fmt::format("d{}", i));
+  SHARD_CHECK(names.size() == shape.size(), "DeviceMesh", "{} dim names for a {}-D mesh {}", names.size(),
+              shape.size(), shape);
+  // ...then the cross-rank agreement check, which is collective and never leaves a rank behind.
+  std::vector<index_t> mine(shape.begin(), shape.end());
+  const auto all = comm->allgather_vectors(mine);
+  bool agree = true;
+  for (auto& v : all) agree = agree && v == mine;
+  comm->check_all(agree, "DeviceMesh", fmt::format("mesh shape {} differs from another rank's", shape));
+
+  impl_->comm = std::move(comm);
+  impl_->shape = std::move(shape);
+  impl_->names = std::move(names);
+  impl_->coords = coords_of(impl_->comm->rank());
+  for (int m = 0; m < ndim(); ++m) impl_->dim_comms.push_back(dims_comm({m}));
+}
+
+DeviceMesh DeviceMesh::world(std::vector<int> shape, std::vector<std::string> names) {
+  return DeviceMesh(default_comm(), std::move(shape), std::move(names));
+}
+
+int DeviceMesh::dim_index(const std::string& name) const {
+  for (int m = 0; m < ndim(); ++m)
+    if (impl_->names[static_cast<std::size_t>(m)] == name) return m;
+  SHARD_FAIL("DeviceMesh::dim_index", "no mesh dim named '{}' (dims are {})", name, impl_->names);
+}
+
+std::vector<int> DeviceMesh::coords_of(int r) const {
+  SHARD_CHECK(r >= 0 && r < size(), "DeviceMesh::coords_of", "rank {} out of range for {} ranks", r, size());
+  std::vector<int> c(impl_->shape.size());
+  for (int m = ndim() - 1; m >= 0; --m) {
+    c[static_cast<std::size_t>(m)] = r % size(m);
+    r /= size(m);
+  }
+  return c;
+}
+
+int DeviceMesh::rank_of(const std::vector<int>& c) const {
+  SHARD_CHECK(static_cast<int>(c.size()) == ndim(), "DeviceMesh::rank_of", "{} coords for a {}-D mesh", c.size(),
+              ndim());
+  int r = 0;
+  for (int m = 0; m < ndim(); ++m) {
+    SHARD_CHECK(c[static_cast<std::size_t>(m)] >= 0 && c[static_cast<std::size_t>(m)] < size(m),
+                "DeviceMesh::rank_of", "coords {} outside mesh {}", c, shape());
+    r = r * size(m) + c[static_cast<std::size_t>(m)];
+  }
+  return r;
+}
+
+CommPtr DeviceMesh::dims_comm(std::vector<int> dims) const {
+  unsigned mask = 0;
+  for (int m : dims) {
+    SHARD_CHECK(m >= 0 && m < ndim(), "DeviceMesh::dims_comm", "mesh dim {} out of range for {}-D mesh", m, ndim());
+    mask |= 1u << m;
+  }
+  auto it = impl_->set_comms.find(mask);
+  if (it != impl_->set_comms.end()) return it->second;
+  int color = 0, key = 0;
+  for (int m = 0; m < ndim(); ++m) {
+    const int c = impl_->coords[static_cast<std::size_t>(m)];
+    if (mask & (1u << m)) key = key * size(m) + c;
+    else color = color * size(m) + c;
+  }
+  CommPtr sub = mask == (1u << ndim()) - 1 ? impl_->comm : impl_->comm->split(color, key);
+  impl_->set_comms[mask] = sub;
+  return sub;
+}
+
+}  // namespace shard
