@@ -106,6 +106,16 @@ class Tensor {
     return t;
   }
 
+  /// Tensor over memory kept alive by `storage` (shared ownership; used by the type-erased layers).
+  static Tensor adopt(std::shared_ptr<void> storage, T* ptr, const Shape<Rank>& shape, const Shape<Rank>& strides,
+                      Device dev) {
+    Tensor t = view(ptr, shape, strides, dev);
+    t.storage_ = std::move(storage);
+    return t;
+  }
+  /// The shared owner of this tensor's memory (null for views of user memory).
+  const std::shared_ptr<void>& storage() const { return storage_; }
+
   const Shape<Rank>& shape() const { return shape_; }
   index_t size(int d) const { return shape_[d]; }
   const Shape<Rank>& strides() const { return strides_; }

@@ -1,0 +1,214 @@
+#pragma once
+/// \file dist_tensor.hpp
+/// DistTensor<T, Rank>: a global tensor laid out on a DeviceMesh by one Placement per mesh dim,
+/// holding this rank's local block. The typed front over DistSpec + detail::redistribute.
+#include <optional>
+
+#include "shardtensor/dist/dist_spec.hpp"
+#include "shardtensor/dist/redistribute.hpp"
+#include "shardtensor/tensor/tensor.hpp"
+
+namespace shard {
+
+/// A global Rank-dimensional tensor distributed over a DeviceMesh. Copies are shallow.
+template <class T, int Rank>
+class DistTensor {
+ public:
+  using value_type = T;
+  static constexpr int rank = Rank;
+  using Local = Tensor<T, Rank>;
+
+  DistTensor() = default;
+  /// Wraps an existing local block that matches `spec` on this rank (checked locally; use
+  /// from_local for user data, whose checks are collective).
+  DistTensor(DistSpec spec, Local local) : spec_(std::move(spec)), local_(std::move(local)) {
+    SHARD_CHECK(spec_.ndim() == Rank, "DistTensor", "spec of rank {} for a rank-{} tensor", spec_.ndim(), Rank);
+    SHARD_CHECK(to_vec(local_.shape()) == spec_.local_box().len, "DistTensor",
+                "local shape {} does not match {} which expects {} on this rank", local_.shape(), spec_,
+                spec_.local_box().len);
+  }
+
+  // ------------------------------------------------------------------ construction
+  /// Zero-copy over this rank's local block (user memory is viewed, not copied). Collective:
+  /// per-rank sizes are gathered over the mesh unless `sizes` gives them; the local shapes must
+  /// be consistent with one global shape (checked on every rank, never hangs).
+  static DistTensor from_local(const Local& local, const DeviceMesh& mesh, std::vector<Placement> placements,
+                               const ShardSizes& sizes = {}) {
+    const auto& comm = mesh.comm();
+    // Local validation first, then agreement, both through one collective check.
+    std::string err;
+    if (static_cast<int>(placements.size()) != mesh.ndim())
+      err = fmt::format("{} placements for a {}-D mesh", placements.size(), mesh.ndim());
+    for (auto& p : placements)
+      if (err.empty() && p.is_shard() && (p.dim < 0 || p.dim >= Rank))
+        err = fmt::format("placement {} names a dim outside a rank-{} tensor", p, Rank);
+    comm->check_all(err.empty(), "DistTensor::from_local", err);
+    auto shapes = comm->allgather_vectors(to_vec(local.shape()));
+    std::vector<index_t> global(Rank);
+    ShardSizes s(Rank);
+    for (int d = 0; d < Rank && err.empty(); ++d) {
+      std::vector<int> mdims;
+      for (int m = 0; m < mesh.ndim(); ++m)
+        if (placements[static_cast<std::size_t>(m)].is_shard(d)) mdims.push_back(m);
+      index_t parts = 1;
+      for (int m : mdims) parts *= mesh.size(m);
+      std::vector<index_t> part_size(static_cast<std::size_t>(parts), -1);
+      for (int r = 0; r < mesh.size() && err.empty(); ++r) {
+        const auto c = mesh.coords_of(r);
+        index_t part = 0;
+        for (int m : mdims) part = part * mesh.size(m) + c[static_cast<std::size_t>(m)];
+        const index_t e = shapes[static_cast<std::size_t>(r)][static_cast<std::size_t>(d)];
+        auto& ps = part_size[static_cast<std::size_t>(part)];
+        if (ps >= 0 && ps != e)
+          err = fmt::format("local extents of dim {} disagree between ranks holding the same part ({} vs {} on rank {})",
+                            d, ps, e, r);
+        ps = e;
+      }
+      index_t tot = 0;
+      for (auto v : part_size) tot += v;
+      global[static_cast<std::size_t>(d)] = tot;
+      if (!sizes.empty() && !sizes[static_cast<std::size_t>(d)].empty() && sizes[static_cast<std::size_t>(d)] != part_size)
+        err = fmt::format("given sizes {} for dim {} do not match the local extents {}", sizes[static_cast<std::size_t>(d)],
+                          d, part_size);
+      if (parts > 1) s[static_cast<std::size_t>(d)] = part_size;
+    }
+    comm->check_all(err.empty(), "DistTensor::from_local", err);
+    return DistTensor(DistSpec(mesh, std::move(placements), global, s), local);
+  }
+
+  /// Distributes a full tensor. root < 0: every rank holds the same full tensor (each keeps its
+  /// block, no communication). root >= 0: only `root` holds it (others may pass an empty
+  /// tensor); blocks are scattered from root. Partial placements put the value on coordinate 0.
+  static DistTensor distribute(const Local& full, const DeviceMesh& mesh, std::vector<Placement> placements,
+                               int root = -1, const ShardSizes& sizes = {}) {
+    std::vector<index_t> gshape = to_vec(full.shape());
+    if (root >= 0) {
+      SHARD_CHECK(root < mesh.size(), "DistTensor::distribute", "root {} out of range for {} ranks", root, mesh.size());
+      mesh.comm()->broadcast(gshape.data(), Rank, DType::i64, root);
+    }
+    DistSpec target(mesh, std::move(placements), gshape, sizes);
+    // Start from "replicated on root" (or everywhere) and let redistribute do the rest.
+    std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
+    DistSpec rep_spec(mesh, rep, gshape);
+    if (root < 0) {
+      auto block = detail::redistribute(dtype_of<T>, rep_spec, to_block(full.to(Device::cpu())),
+                                        target.with_placements(target.placements(), target.sizes()));
+      return DistTensor(target, from_block(block, full.device()));
+    }
+    // Scatter from root: root packs every rank's box (Partial dims: the value on coordinate 0).
+    const auto& comm = mesh.comm();
+    const int P = mesh.size();
+    std::vector<index_t> sc(static_cast<std::size_t>(P), 0), sd(static_cast<std::size_t>(P), 0),
+        rc(static_cast<std::size_t>(P), 0), rd(static_cast<std::size_t>(P), 0);
+    std::vector<Placement> nonpartial = target.placements();
+    for (auto& p : nonpartial)
+      if (p.is_partial()) p = Replicate();
+    DistSpec np(mesh, nonpartial, gshape, target.sizes());
+    Local host_full = comm->rank() == root ? full.to(Device::cpu()).contiguous() : Local();
+    detail::LocalBlock sendbuf;
+    if (comm->rank() == root) {
+      index_t tot = 0;
+      for (int r = 0; r < P; ++r) tot += np.box_of(r).numel();
+      sendbuf = detail::LocalBlock::allocate(dtype_of<T>, {tot});
+      index_t off = 0;
+      for (int r = 0; r < P; ++r) {
+        const Box b = np.box_of(r);
+        sd[static_cast<std::size_t>(r)] = off;
+        sc[static_cast<std::size_t>(r)] = b.numel();
+        Local dstv = Local::view(static_cast<T*>(sendbuf.data) + off, from_vec(b.len));
+        dstv.copy_from(host_full.slice(from_vec(b.lo), from_vec(b.len)));
+        off += b.numel();
+      }
+    }
+    const Box mine = np.local_box();
+    rc[static_cast<std::size_t>(root)] = mine.numel();
+    Local out = Local::empty(from_vec(mine.len));
+    comm->alltoallv(sendbuf.data, sc, sd, out.data(), rc, rd, dtype_of<T>);
+    auto block = detail::redistribute(dtype_of<T>, np, to_block(out), target);
+    return DistTensor(target, from_block(block, full.device()));
+  }
+
+  /// All zeros under the given placements (Partial dims hold zeros everywhere).
+  static DistTensor zeros(const Shape<Rank>& global_shape, const DeviceMesh& mesh, std::vector<Placement> placements,
+                          const ShardSizes& sizes = {}, Device dev = Device::cpu()) {
+    DistSpec spec(mesh, std::move(placements), to_vec(global_shape), sizes);
+    return DistTensor(spec, Local::zeros(from_vec(spec.local_box().len), dev));
+  }
+  /// Deterministic random tensor: the same seed gives the same global tensor at any rank count and
+  /// any placements (Partial dims: the value on coordinate 0 for sum, on every rank otherwise).
+  static DistTensor random(const Shape<Rank>& global_shape, const DeviceMesh& mesh, std::vector<Placement> placements,
+                           std::uint64_t seed, RandomInit init = {}, const ShardSizes& sizes = {},
+                           Device dev = Device::cpu()) {
+    DistSpec spec(mesh, std::move(placements), to_vec(global_shape), sizes);
+    const Box b = spec.local_box();
+    Local local = Local::empty(from_vec(b.len), dev);
+    bool zero = false;
+    for (int m = 0; m < mesh.ndim(); ++m)
+      zero = zero || (spec.placement(m).is_partial() && spec.placement(m).op == ReduceOp::sum && mesh.coord(m) != 0);
+    if (zero) local.fill(T(0));
+    else local.fill_random(seed, from_vec(b.lo), global_shape, init);
+    return DistTensor(spec, local);
+  }
+
+  // ------------------------------------------------------------------ accessors
+  const DistSpec& spec() const { return spec_; }
+  const DeviceMesh& mesh() const { return spec_.mesh(); }
+  const std::vector<Placement>& placements() const { return spec_.placements(); }
+  Shape<Rank> global_shape() const { return from_vec(spec_.global_shape()); }
+  /// This rank's block.
+  const Local& local() const { return local_; }
+  /// Global offset of this rank's block.
+  Shape<Rank> local_offset() const { return from_vec(spec_.local_box().lo); }
+  /// Layout of tensor dim d.
+  const ShardLayout& layout(int d) const { return spec_.layout(d); }
+  Device device() const { return local_.device(); }
+  bool defined() const { return spec_.ndim() == Rank && Rank > 0 ? true : local_.data() != nullptr; }
+
+  // ------------------------------------------------------------------ redistribution
+  /// The same global tensor under other placements (and optionally explicit target sizes).
+  /// Collective over the mesh; uses one collective per step (see redistribute.cpp).
+  DistTensor redistribute(std::vector<Placement> placements, const ShardSizes& sizes = {}) const {
+    return redistribute(spec_.with_placements(std::move(placements), sizes));
+  }
+  /// The same global tensor under `target` (same mesh and global shape).
+  DistTensor redistribute(const DistSpec& target) const {
+    const Local host = local_.device().is_cpu() ? local_ : local_.to(Device::cpu());
+    auto block = detail::redistribute(dtype_of<T>, spec_, to_block(host), target);
+    if (block.data == host.data() && block.shape == to_vec(host.shape()) && block.strides == to_vec(host.strides()))
+      return DistTensor(target, local_);
+    return DistTensor(target, from_block(block, local_.device()));
+  }
+  /// The whole global tensor on every rank (collective).
+  Local full_tensor() const {
+    std::vector<Placement> rep(static_cast<std::size_t>(mesh().ndim()), Replicate());
+    auto r = redistribute(rep);
+    return r.local_;
+  }
+
+  // ------------------------------------------------------------------ helpers (public for ops)
+  static std::vector<index_t> to_vec(const Shape<Rank>& s) { return std::vector<index_t>(s.begin(), s.end()); }
+  static Shape<Rank> from_vec(const std::vector<index_t>& v) {
+    Shape<Rank> s{};
+    for (int d = 0; d < Rank; ++d) s[static_cast<std::size_t>(d)] = v[static_cast<std::size_t>(d)];
+    return s;
+  }
+  static detail::LocalBlock to_block(const Local& t) {
+    detail::LocalBlock b;
+    b.storage = t.storage();
+    b.data = t.data();
+    b.shape = to_vec(t.shape());
+    b.strides = to_vec(t.strides());
+    return b;
+  }
+  static Local from_block(const detail::LocalBlock& b, Device dev) {
+    Local host = Local::adopt(b.storage, static_cast<T*>(b.data), from_vec(b.shape), from_vec(b.strides),
+                              Device::cpu());
+    return dev.is_cpu() ? host : host.to(dev);
+  }
+
+ private:
+  DistSpec spec_;
+  Local local_;
+};
+
+}  // namespace shard
