@@ -18,3 +18,4 @@
 #include "shardtensor/mesh/device_mesh.hpp"
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
+#include "shardtensor/autograd/variable.hpp"

@@ -1,0 +1,168 @@
+#pragma once
+/// \file variable.hpp
+/// A tiny reverse-mode tape over DistTensor. Var<T,Rank> is a shared handle to a value, its
+/// gradient and the Node that produced it; nodes hold backward closures; backward() walks the
+/// graph in reverse topological order and frees it.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardtensor/dist/dist_tensor.hpp"
+#include "shardtensor/tensor/ops.hpp"
+
+namespace shard::autograd {
+
+/// A recorded operation: its parents (nodes of inputs that require grad) and its backward step.
+struct Node {
+  std::string name;
+  std::vector<std::shared_ptr<Node>> parents;
+  std::function<void()> backward;  ///< pulls the output's gradient and pushes input gradients
+  bool released = false;           ///< set once backward ran (the closure is freed)
+};
+
+/// True while gradients are being recorded (thread-local; see NoGradGuard).
+bool grad_enabled() noexcept;
+/// Turns recording off for its lifetime (evaluation, optimiser steps, data generation).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+/// Runs the recorded graph below `root` (may be null for a leaf loss) in reverse topological
+/// order, finalises the leaves' gradients, then frees the graph.
+void run_backward(const std::shared_ptr<Node>& root);
+/// Registers a step to run once the current backward pass has finished (leaf finalisation).
+void at_backward_end(std::function<void()> f);
+
+/// A lightweight reference to a Var's place in the graph (used to record an op's inputs).
+struct VarRef {
+  bool requires_grad = false;
+  std::shared_ptr<Node> node;  ///< null for leaves
+};
+
+/// Differentiable handle over a DistTensor. Copies share state.
+template <class T, int Rank>
+class Var {
+ public:
+  using Value = DistTensor<T, Rank>;
+  Var() = default;
+  /// A leaf (a parameter or an input). Leaves that require grad receive .grad() in backward().
+  explicit Var(Value value, bool requires_grad = false) : s_(std::make_shared<State>()) {
+    s_->value = std::move(value);
+    s_->requires_grad = requires_grad;
+  }
+
+  const Value& value() const { return s_->value; }
+  /// The local block of the value (shorthand).
+  const Tensor<T, Rank>& local() const { return s_->value.local(); }
+  bool requires_grad() const { return s_ && s_->requires_grad; }
+  bool is_leaf() const { return !s_->node; }
+  bool has_grad() const { return s_->grad.has_value(); }
+  /// The accumulated gradient (same global shape; sharded placements like the value's).
+  const Value& grad() const {
+    SHARD_CHECK(s_->grad.has_value(), "Var::grad", "no gradient (not reached by backward, or zeroed)");
+    return *s_->grad;
+  }
+  void zero_grad() const { s_->grad.reset(); }
+  /// Replaces the value in place (optimisers; the graph is not affected).
+  void set_value(Value v) const { s_->value = std::move(v); }
+  VarRef ref() const { return {requires_grad(), s_ ? s_->node : nullptr}; }
+  const std::shared_ptr<Node>& node() const { return s_->node; }
+  /// Same value, cut from the graph.
+  Var detach() const { return Var(s_->value, false); }
+
+  /// Adds `g` to the gradient (redistributed to the existing gradient's placements if needed).
+  void accumulate_grad(const Value& g) const {
+    if (!requires_grad()) return;
+    SHARD_CHECK(g.global_shape() == s_->value.global_shape(), "Var::accumulate_grad",
+                "gradient of global shape {} for a value of global shape {}", g.global_shape(),
+                s_->value.global_shape());
+    if (!s_->grad) {
+      s_->grad = g;
+      s_->grad_owned = false;
+      if (is_leaf()) register_leaf_finalize();
+      return;
+    }
+    Value add = g.spec() == s_->grad->spec() ? g : g.redistribute(s_->grad->spec());
+    if (!s_->grad_owned) {
+      s_->grad = Value(s_->grad->spec(), s_->grad->local().clone());
+      s_->grad_owned = true;
+    }
+    axpy(T(1), add.local(), s_->grad->local());
+  }
+
+  /// Reverse-mode sweep from this scalar (global numel 1) with seed gradient 1.
+  void backward() const {
+    SHARD_CHECK(numel(s_->value.global_shape()) == 1, "backward",
+                "backward() needs a scalar loss; got global shape {}", s_->value.global_shape());
+    SHARD_CHECK(requires_grad(), "backward", "the loss does not require grad (no parameter reached it)");
+    SHARD_CHECK(!s_->node || !s_->node->released, "backward",
+                "the graph below this loss was already freed by an earlier backward()");
+    auto placements = s_->value.placements();
+    for (auto& p : placements)
+      if (p.is_partial()) p = Replicate();  // d(sum of partials)/d(partial) = 1 everywhere
+    DistSpec spec = s_->value.spec().with_placements(placements);
+    Value seed(spec, Tensor<T, Rank>::full(DistTensor<T, Rank>::from_vec(spec.local_box().len), T(1),
+                                           s_->value.device()));
+    accumulate_grad(seed);
+    run_backward(s_->node);
+  }
+
+  /// Records the result of an op. `fn(grad_out)` must push gradients into the inputs with
+  /// accumulate_grad. Without grad mode or without an input that requires grad, nothing is recorded.
+  static Var make(Value value, const char* name, std::initializer_list<VarRef> inputs,
+                  std::function<void(const Value&)> fn) {
+    Var out(std::move(value), false);
+    if (!grad_enabled()) return out;
+    bool any = false;
+    for (auto& r : inputs) any = any || r.requires_grad;
+    if (!any) return out;
+    out.s_->requires_grad = true;
+    auto node = std::make_shared<Node>();
+    node->name = name;
+    for (auto& r : inputs)
+      if (r.requires_grad && r.node) node->parents.push_back(r.node);
+    std::weak_ptr<State> w = out.s_;
+    node->backward = [w, f = std::move(fn)]() {
+      auto s = w.lock();
+      if (!s || !s->grad) return;
+      Value g = *s->grad;
+      s->grad.reset();  // intermediate gradients are freed as soon as they are consumed
+      f(g);
+    };
+    out.s_->node = std::move(node);
+    return out;
+  }
+
+ private:
+  struct State {
+    Value value;
+    std::optional<Value> grad;
+    bool grad_owned = false;
+    bool requires_grad = false;
+    std::shared_ptr<Node> node;
+  };
+  void register_leaf_finalize() const {
+    std::weak_ptr<State> w = s_;
+    at_backward_end([w] {
+      auto s = w.lock();
+      if (!s || !s->grad) return;
+      // A replicated parameter's gradient ends reduced and replicated like its value.
+      if (!(s->grad->spec() == s->value.spec())) {
+        s->grad = s->grad->redistribute(s->value.spec());
+        s->grad_owned = true;
+      }
+    });
+  }
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace shard::autograd
