@@ -19,3 +19,6 @@
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
 #include "shardtensor/autograd/variable.hpp"
+#include "shardtensor/nn/module.hpp"
+#include "shardtensor/nn/parameter.hpp"
+#include "shardtensor/optim/optimizer.hpp"

@@ -1,0 +1,126 @@
+#pragma once
+/// \file module.hpp
+/// Module<T>: a tree of named parameters and submodules with deterministic initialisation,
+/// train/eval mode, and save/load of parameters. Concrete modules define their own forward().
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtensor/nn/parameter.hpp"
+
+namespace shard::nn {
+
+/// 64-bit FNV-1a of a string, mixed with a seed: per-parameter seeds from names.
+std::uint64_t seed_for(std::uint64_t seed, const std::string& name) noexcept;
+
+/// Base of all modules.
+template <class T>
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  /// All parameters of this module and its submodules, named "sub.sub.param", in registration order.
+  std::vector<NamedParameter<T>> named_parameters() const {
+    std::vector<NamedParameter<T>> out;
+    collect("", out);
+    return out;
+  }
+  /// All parameters (unnamed).
+  std::vector<std::shared_ptr<ParameterBase<T>>> parameters() const {
+    std::vector<std::shared_ptr<ParameterBase<T>>> out;
+    for (auto& np : named_parameters()) out.push_back(np.param);
+    return out;
+  }
+  /// Total number of scalar parameters.
+  index_t num_parameters() const {
+    index_t n = 0;
+    for (auto& p : parameters()) n += p->numel();
+    return n;
+  }
+  void zero_grad() const {
+    for (auto& p : parameters()) p->zero_grad();
+  }
+  /// Training mode (norms use batch statistics) or evaluation mode.
+  void train(bool on = true) {
+    training_ = on;
+    for (auto& [n, m] : children_) m->train(on);
+  }
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  /// Writes every parameter to `path` (rank 0 of the parameters' mesh writes; collective).
+  void save(const std::string& path) const;
+  /// Reads parameters written by save(); names and shapes must match (collective; rank 0 reads and
+  /// broadcasts; a mismatch throws shard::Error on every rank).
+  void load(const std::string& path) const;
+
+ protected:
+  /// Registers a trainable parameter (a Replicate Var with requires_grad).
+  template <int R>
+  autograd::Var<T, R> register_parameter(const std::string& name, autograd::Var<T, R> v) {
+    params_.push_back({name, std::make_shared<Parameter<T, R>>(v)});
+    return v;
+  }
+  /// A new Replicate parameter with values U(-bound, bound) from (seed, name): identical on every rank
+  /// and at every rank count.
+  template <int R>
+  autograd::Var<T, R> make_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
+                                     std::uint64_t seed, double bound) {
+    std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
+    auto value = DistTensor<T, R>::random(shape, mesh, rep, seed_for(seed, name), RandomInit::uniform(-bound, bound));
+    return register_parameter(name, autograd::Var<T, R>(value, true));
+  }
+  /// A new Replicate parameter filled with `v`.
+  template <int R>
+  autograd::Var<T, R> make_constant_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
+                                              T v) {
+    std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
+    auto value = DistTensor<T, R>::zeros(shape, mesh, rep);
+    value.local().fill(v);
+    return register_parameter(name, autograd::Var<T, R>(value, true));
+  }
+  /// Registers a child module.
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<NamedParameter<T>>& out) const {
+    for (auto& np : params_) out.push_back({prefix + np.name, np.param});
+    for (auto& [n, m] : children_) m->collect(prefix + n + ".", out);
+  }
+  std::vector<NamedParameter<T>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module<T>>>> children_;
+  bool training_ = true;
+};
+
+/// A module mapping Var<T,R> -> Var<T,R> (what Sequential chains).
+template <class T, int R>
+class UnaryModule : public Module<T> {
+ public:
+  virtual autograd::Var<T, R> forward(const autograd::Var<T, R>& x) = 0;
+  autograd::Var<T, R> operator()(const autograd::Var<T, R>& x) { return forward(x); }
+};
+
+/// Writes/reads a list of named parameters (the format behind Module::save/load):
+/// "SHTP" magic, u32 version, u64 count, then per parameter: u32 name length, name, u8 dtype,
+/// u32 rank, i64 extents, raw little-endian data.
+template <class T>
+void save_parameters(const std::vector<NamedParameter<T>>& params, const std::string& path);
+template <class T>
+void load_parameters(const std::vector<NamedParameter<T>>& params, const std::string& path);
+
+template <class T>
+void Module<T>::save(const std::string& path) const {
+  save_parameters(named_parameters(), path);
+}
+template <class T>
+void Module<T>::load(const std::string& path) const {
+  load_parameters(named_parameters(), path);
+}
+
+}  // namespace shard::nn
