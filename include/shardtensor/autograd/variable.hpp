@@ -65,13 +65,13 @@ class Var {
   const Tensor<T, Rank>& local() const { return s_->value.local(); }
   bool requires_grad() const { return s_ && s_->requires_grad; }
   bool is_leaf() const { return !s_->node; }
-  bool has_grad() const { return s_->grad.has_value(); }
+  bool has_grad() const { return s_->gbox->grad.has_value(); }
   /// The accumulated gradient (same global shape; sharded placements like the value's).
   const Value& grad() const {
-    SHARD_CHECK(s_->grad.has_value(), "Var::grad", "no gradient (not reached by backward, or zeroed)");
-    return *s_->grad;
+    SHARD_CHECK(s_->gbox->grad.has_value(), "Var::grad", "no gradient (not reached by backward, or zeroed)");
+    return *s_->gbox->grad;
   }
-  void zero_grad() const { s_->grad.reset(); }
+  void zero_grad() const { s_->gbox->grad.reset(); }
   /// Replaces the value in place (optimisers; the graph is not affected).
   void set_value(Value v) const { s_->value = std::move(v); }
   VarRef ref() const { return {requires_grad(), s_ ? s_->node : nullptr}; }
@@ -85,18 +85,19 @@ class Var {
     SHARD_CHECK(g.global_shape() == s_->value.global_shape(), "Var::accumulate_grad",
                 "gradient of global shape {} for a value of global shape {}", g.global_shape(),
                 s_->value.global_shape());
-    if (!s_->grad) {
-      s_->grad = g;
-      s_->grad_owned = false;
+    auto& box = *s_->gbox;
+    if (!box.grad) {
+      box.grad = g;
+      box.owned = false;  // may alias another tensor: copied before the first in-place add
       if (is_leaf()) register_leaf_finalize();
       return;
     }
-    Value add = g.spec() == s_->grad->spec() ? g : g.redistribute(s_->grad->spec());
-    if (!s_->grad_owned) {
-      s_->grad = Value(s_->grad->spec(), s_->grad->local().clone());
-      s_->grad_owned = true;
+    Value add = g.spec() == box.grad->spec() ? g : g.redistribute(box.grad->spec());
+    if (!box.owned) {
+      box.grad = Value(box.grad->spec(), box.grad->local().clone());
+      box.owned = true;
     }
-    axpy(T(1), add.local(), s_->grad->local());
+    axpy(T(1), add.local(), box.grad->local());
   }
 
   /// Reverse-mode sweep from this scalar (global numel 1) with seed gradient 1.
@@ -130,12 +131,12 @@ class Var {
     node->name = name;
     for (auto& r : inputs)
       if (r.requires_grad && r.node) node->parents.push_back(r.node);
-    std::weak_ptr<State> w = out.s_;
-    node->backward = [w, f = std::move(fn)]() {
-      auto s = w.lock();
-      if (!s || !s->grad) return;
-      Value g = *s->grad;
-      s->grad.reset();  // intermediate gradients are freed as soon as they are consumed
+    // The node shares the output's gradient slot, not the output itself: no reference cycle,
+    // and the node can run after every handle to the output is gone.
+    node->backward = [box = out.s_->gbox, f = std::move(fn)]() {
+      if (!box->grad) return;  // the output did not reach the loss
+      Value g = std::move(*box->grad);
+      box->grad.reset();  // intermediate gradients are freed as soon as they are consumed
       f(g);
     };
     out.s_->node = std::move(node);
@@ -143,10 +144,13 @@ class Var {
   }
 
  private:
+  struct GradBox {
+    std::optional<Value> grad;
+    bool owned = false;
+  };
   struct State {
     Value value;
-    std::optional<Value> grad;
-    bool grad_owned = false;
+    std::shared_ptr<GradBox> gbox = std::make_shared<GradBox>();
     bool requires_grad = false;
     std::shared_ptr<Node> node;
   };
@@ -154,11 +158,12 @@ class Var {
     std::weak_ptr<State> w = s_;
     at_backward_end([w] {
       auto s = w.lock();
-      if (!s || !s->grad) return;
+      if (!s || !s->gbox->grad) return;
       // A replicated parameter's gradient ends reduced and replicated like its value.
-      if (!(s->grad->spec() == s->value.spec())) {
-        s->grad = s->grad->redistribute(s->value.spec());
-        s->grad_owned = true;
+      auto& box = *s->gbox;
+      if (!(box.grad->spec() == s->value.spec())) {
+        box.grad = box.grad->redistribute(s->value.spec());
+        box.owned = true;
       }
     });
   }
