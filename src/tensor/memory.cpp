@@ -3,7 +3,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
 #include <sys/resource.h>
+#include <vector>
 
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
@@ -25,6 +29,82 @@ struct Counter {
 Counter g_counters[2];
 Counter& counter(DeviceKind k) { return g_counters[k == DeviceKind::cpu ? 0 : 1]; }
 
+// Host block cache. A fresh multi-MiB block costs one page fault per 4 KiB page on first touch
+// (measured: ~3x a memcpy of the same bytes), and redistribute and the ops allocate same-sized
+// results step after step. So host blocks of >= 1 MiB are parked here when their last owner drops
+// them and handed out again for a request of the same size (up to 1/8 larger). Bounded by
+// SHARDTENSOR_HOST_CACHE_MB (default 1024; 0 disables); least recently parked blocks go first.
+// Cached bytes are not counted in current_bytes/peak_bytes (they are not in use).
+class HostCache {
+ public:
+  static constexpr std::size_t min_bytes = std::size_t{1} << 20;
+  /// Never destroyed: deleters of tensors that outlive main() may still return blocks.
+  static HostCache& get() {
+    static HostCache* c = new HostCache;
+    return *c;
+  }
+  /// A cached block of at least n bytes (its size in `got`), or null.
+  void* take(std::size_t n, std::size_t& got) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_size_.lower_bound(n);
+    if (it == by_size_.end() || it->first > n + n / 8) return nullptr;
+    got = it->first;
+    void* p = it->second->second;
+    lru_.erase(it->second);
+    by_size_.erase(it);
+    bytes_ -= got;
+    return p;
+  }
+  /// Parks block p of n bytes (evicting older blocks to stay within the limit), or frees it.
+  void give(void* p, std::size_t n) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (n > limit_) {
+      lk.unlock();
+      std::free(p);
+      return;
+    }
+    std::vector<void*> evicted;
+    while (bytes_ + n > limit_) {
+      auto& [sz, q] = lru_.front();
+      auto range = by_size_.equal_range(sz);
+      for (auto it = range.first; it != range.second; ++it)
+        if (it->second == lru_.begin()) { by_size_.erase(it); break; }
+      bytes_ -= sz;
+      evicted.push_back(q);
+      lru_.pop_front();
+    }
+    lru_.emplace_back(n, p);
+    by_size_.emplace(n, std::prev(lru_.end()));
+    bytes_ += n;
+    lk.unlock();
+    for (void* q : evicted) std::free(q);
+  }
+  /// Frees every cached block.
+  void clear() {
+    std::unique_lock<std::mutex> lk(mu_);
+    std::list<std::pair<std::size_t, void*>> all;
+    all.swap(lru_);
+    by_size_.clear();
+    bytes_ = 0;
+    lk.unlock();
+    for (auto& e : all) std::free(e.second);
+  }
+  std::size_t bytes() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return bytes_;
+  }
+
+ private:
+  HostCache() {
+    if (const char* e = std::getenv("SHARDTENSOR_HOST_CACHE_MB")) limit_ = std::strtoull(e, nullptr, 10) << 20;
+  }
+  std::mutex mu_;
+  std::list<std::pair<std::size_t, void*>> lru_;  // parked blocks, least recently parked first
+  std::multimap<std::size_t, std::list<std::pair<std::size_t, void*>>::iterator> by_size_;
+  std::size_t bytes_ = 0;
+  std::size_t limit_ = std::size_t{1024} << 20;
+};
+
 #if SHARDTENSOR_HAS_CUDA
 void cuda_check(cudaError_t e, const char* what) {
   SHARD_CHECK(e == cudaSuccess, "cuda", "{} failed: {}", what, cudaGetErrorString(e));
@@ -35,6 +115,20 @@ void cuda_check(cudaError_t e, const char* what) {
 std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
   const std::size_t n = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
   if (dev.is_cpu()) {
+    if (n >= HostCache::min_bytes) {
+      std::size_t got = 0;
+      void* p = HostCache::get().take(n, got);
+      if (!p) {
+        p = std::aligned_alloc(64, n);
+        got = n;
+      }
+      SHARD_CHECK(p != nullptr, "allocate", "host allocation of {} bytes failed", n);
+      counter(DeviceKind::cpu).add(got);
+      return std::shared_ptr<void>(p, [got](void* q) {
+        counter(DeviceKind::cpu).sub(got);
+        HostCache::get().give(q, got);
+      });
+    }
     void* p = std::aligned_alloc(64, n);
     SHARD_CHECK(p != nullptr, "allocate", "host allocation of {} bytes failed", n);
     counter(DeviceKind::cpu).add(n);
@@ -62,8 +156,10 @@ std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
 
 MemoryStats memory_stats(DeviceKind kind) noexcept {
   auto& c = counter(kind);
-  return {c.current.load(), c.peak.load()};
+  return {c.current.load(), c.peak.load(), kind == DeviceKind::cpu ? HostCache::get().bytes() : 0};
 }
+
+void release_cached_memory() noexcept { HostCache::get().clear(); }
 
 void reset_peak_memory(DeviceKind kind) noexcept {
   auto& c = counter(kind);

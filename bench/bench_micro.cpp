@@ -1,0 +1,119 @@
+// Micro benchmarks (Google Benchmark) of the local building blocks that redistribute and the ops
+// stand on: packing a box out of a local block (copy_box) against a plain memcpy of the same bytes,
+// strided tensor copies, deterministic random fill and elementwise arithmetic.
+//   ./bench_micro --benchmark_filter=copy_box     (OMP_NUM_THREADS sets the CPU threads)
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <shardtensor/shardtensor.hpp>
+
+namespace {
+
+using shard::index_t;
+
+shard::detail::LocalBlock block_of(const shard::Tensor<float, 2>& t) {
+  return shard::DistTensor<float, 2>::to_block(t);
+}
+
+// Baseline: one memcpy of n*n/2 floats (the bytes a column half of an n x n block holds).
+void BM_memcpy_half(benchmark::State& state) {
+  const index_t n = state.range(0);
+  auto a = shard::Tensor<float, 2>::full({n, n}, 1.0f);
+  auto b = shard::Tensor<float, 2>::zeros({n, n / 2});
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), sizeof(float) * static_cast<std::size_t>(n * (n / 2)));
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * (n / 2) * static_cast<index_t>(sizeof(float)));
+}
+BENCHMARK(BM_memcpy_half)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+
+// Packing the right column half of an n x n block into a contiguous buffer: what a
+// Shard(0) -> Shard(1) redistribution does for each peer.
+void BM_copy_box_pack_columns(benchmark::State& state) {
+  const index_t n = state.range(0);
+  auto a = shard::Tensor<float, 2>::full({n, n}, 1.0f);
+  auto b = shard::Tensor<float, 2>::zeros({n, n / 2});
+  const auto src = block_of(a), dst = block_of(b);
+  for (auto _ : state) {
+    shard::detail::copy_box(shard::DType::f32, src, {0, n / 2}, dst, {0, 0}, {n, n / 2});
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * (n / 2) * static_cast<index_t>(sizeof(float)));
+}
+BENCHMARK(BM_copy_box_pack_columns)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+
+// Unpacking into the interior of a ghosted 3-D block (strided destination rows).
+void BM_copy_box_into_ghosted_3d(benchmark::State& state) {
+  const index_t n = state.range(0);
+  auto src = shard::Tensor<float, 3>::full({n, n, n}, 1.0f);
+  auto dst = shard::Tensor<float, 3>::zeros({n + 2, n + 2, n + 2});
+  const auto s = shard::DistTensor<float, 3>::to_block(src), d = shard::DistTensor<float, 3>::to_block(dst);
+  for (auto _ : state) {
+    shard::detail::copy_box(shard::DType::f32, s, {0, 0, 0}, d, {1, 1, 1}, {n, n, n});
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * n * n * static_cast<index_t>(sizeof(float)));
+}
+BENCHMARK(BM_copy_box_into_ghosted_3d)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+
+// Tensor::copy_from of a transposed (unit-stride-free) view: the slow element-wise path.
+void BM_tensor_copy_transposed(benchmark::State& state) {
+  const index_t n = state.range(0);
+  auto a = shard::Tensor<float, 2>::full({n, n}, 1.0f);
+  auto t = shard::Tensor<float, 2>::view(a.data(), {n, n}, {1, n});
+  auto b = shard::Tensor<float, 2>::zeros({n, n});
+  for (auto _ : state) {
+    b.copy_from(t);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * n * static_cast<index_t>(sizeof(float)));
+}
+BENCHMARK(BM_tensor_copy_transposed)->Arg(1024)->Unit(benchmark::kMicrosecond);
+
+// Deterministic random fill (counter-based hash of the global index).
+void BM_fill_random(benchmark::State& state) {
+  const index_t n = state.range(0);
+  auto a = shard::Tensor<float, 2>::zeros({n, n});
+  for (auto _ : state) {
+    a.fill_random(42, {0, 0}, {n, n});
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n * n);
+}
+BENCHMARK(BM_fill_random)->Arg(1024)->Unit(benchmark::kMicrosecond);
+
+// y += alpha * x and sum(x): memory-bound elementwise kernels.
+void BM_axpy(benchmark::State& state) {
+  const index_t n = state.range(0);
+  auto x = shard::Tensor<float, 2>::full({n, n}, 1.0f), y = shard::Tensor<float, 2>::zeros({n, n});
+  for (auto _ : state) {
+    shard::axpy(0.5f, x, y);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * n * n * static_cast<index_t>(sizeof(float)));
+}
+BENCHMARK(BM_axpy)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+
+void BM_sum(benchmark::State& state) {
+  const index_t n = state.range(0);
+  auto x = shard::Tensor<float, 2>::full({n, n}, 1.0f);
+  for (auto _ : state) benchmark::DoNotOptimize(shard::sum(x));
+  state.SetBytesProcessed(state.iterations() * n * n * static_cast<index_t>(sizeof(float)));
+}
+BENCHMARK(BM_sum)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+
+// Redistribute on a one-rank mesh (SelfComm): the fixed cost of planning + a local slice.
+void BM_redistribute_selfcomm_overhead(benchmark::State& state) {
+  shard::DeviceMesh mesh(std::make_shared<shard::SelfComm>(), {1, 1});
+  auto t = shard::DistTensor<float, 2>::random({64, 64}, mesh, {shard::Shard(0), shard::Shard(1)}, 1);
+  for (auto _ : state) {
+    auto r = t.redistribute({shard::Shard(1), shard::Replicate()});
+    benchmark::DoNotOptimize(r.local().data());
+  }
+}
+BENCHMARK(BM_redistribute_selfcomm_overhead)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
