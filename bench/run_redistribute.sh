@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds bench_redistribute and runs it: redistribute Shard(0)->Shard(1) and Shard(0)->Replicate
+# of an N x N fp32 DistTensor against hand-written MPI_Alltoallv / MPI_Allgatherv of the same
+# bytes, interleaved in one run; prints the table of medians, the ratios and per-rank memory.
+#   bench/run_redistribute.sh                    # N=4096, 2 ranks, 60 repetitions
+#   NP=4 N=8192 REPS=30 bench/run_redistribute.sh
+# Uses BUILD_DIR / JOBS / CMAKE_ARGS / MPIEXEC_FLAGS like scripts/run_tests.sh (scripts/common.sh).
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+NP="${NP:-2}"
+N="${N:-4096}"
+REPS="${REPS:-60}"
+configure > /dev/null
+build bench_redistribute > /dev/null
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)),"\
+     "load average $(cut -d' ' -f1-3 /proc/loadavg), OMP_NUM_THREADS=$OMP_NUM_THREADS"
+echo "# mpiexec -n $NP $MPIEXEC_FLAGS bench_redistribute --n $N --reps $REPS"
+# shellcheck disable=SC2086
+mpiexec -n "$NP" $MPIEXEC_FLAGS "$BUILD_DIR/bench/bench_redistribute" --n "$N" --reps "$REPS"
