@@ -1,0 +1,363 @@
+#pragma once
+/// \file conv.hpp
+/// Local (single-process, host) N-d convolution for S = 1, 2, 3 spatial dims on contiguous
+/// Tensor<T, S + 2> in N, C, spatial layout (T = float or double): forward, gradients with
+/// respect to input, weight and bias, and the transposed convolution with its gradients.
+///
+/// Padding is zero padding given EXPLICITLY PER SIDE (pad_lo, pad_hi): the domain-parallel layer
+/// calls these kernels on halo-extended local blocks, where one side of a block has halo data
+/// (pad 0) and the other the global padding. Output extent per spatial dim:
+///   out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1   (must be >= 1).
+///
+/// Implementation: im2col + GEMM, tiled over the output positions so that one tile's column
+/// buffer stays within conv_column_budget() bytes per thread (all threads together <= 32 MiB);
+/// OpenMP over (batch, group, tile) work units with single-threaded BLAS inside (gemm.hpp has
+/// the measured threading policy). The input gradient is computed as a gather, one stride
+/// phase at a time (for stride s, the input positions with the same residue mod s share one
+/// sub-kernel), so it parallelises without atomics and does no multiply-by-zero work. The weight
+/// gradient sums per-tile GEMMs in double per thread and reduces the threads in a fixed order.
+#include <optional>
+#include <type_traits>
+
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/error.hpp"
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/tensor/tensor.hpp"
+
+namespace shard {
+
+/// Hyper-parameters of an S-dimensional convolution (zero padding, explicit per side).
+/// Designated initialisers work: ConvParams<2>{.stride = {2, 2}, .pad_lo = {1, 1}, .pad_hi = {0, 0}}.
+template <int S>
+struct ConvParams {
+  static_assert(S >= 1 && S <= 3, "ConvParams: 1, 2 or 3 spatial dims");
+  /// All-ones shape (the default stride and dilation).
+  static constexpr Shape<S> ones() {
+    Shape<S> s{};
+    for (auto& e : s) e = 1;
+    return s;
+  }
+  Shape<S> stride = ones();    ///< step between output positions (>= 1)
+  Shape<S> dilation = ones();  ///< spacing between kernel taps (>= 1)
+  Shape<S> pad_lo{};           ///< zeros before the first input element, per dim (>= 0)
+  Shape<S> pad_hi{};           ///< zeros after the last input element, per dim (>= 0)
+  index_t groups = 1;          ///< channel groups (divides C_in and C_out)
+
+  /// Same padding on both sides of every dim, and uniform stride / dilation.
+  static ConvParams symmetric(index_t pad, index_t stride = 1, index_t dilation = 1, index_t groups = 1) {
+    ConvParams p;
+    p.stride.fill(stride);
+    p.dilation.fill(dilation);
+    p.pad_lo.fill(pad);
+    p.pad_hi.fill(pad);
+    p.groups = groups;
+    return p;
+  }
+};
+
+/// How the conv kernels use the cores: OpenMP over tiles with 1-thread BLAS (default, faster
+/// on the reference machine), or a serial tile loop that lets BLAS thread (for comparison).
+enum class ConvThreading { tiles, blas };
+/// Current conv threading policy.
+ConvThreading conv_threading() noexcept;
+/// Sets the conv threading policy (process-wide).
+void set_conv_threading(ConvThreading t) noexcept;
+/// Column-buffer budget per thread in bytes (default 1 MiB, i.e. L2-resident).
+std::size_t conv_column_budget() noexcept;
+/// Sets the column-buffer budget per thread (4 KiB .. 32 MiB).
+void set_conv_column_budget(std::size_t bytes);
+
+namespace detail {
+/// A convolution as seen by the type-erased cores: 3 spatial dims (leading extents 1 for S < 3).
+struct ConvGeometry {
+  index_t batch = 1, in_channels = 1, out_channels = 1, groups = 1;
+  std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
+      pad_lo{0, 0, 0};
+};
+/// y[N, Cout, out] = conv(x[N, Cin, in], w[Cout, Cin/groups, kernel]) (+ bias[Cout] if non-null).
+void conv_forward_core(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y);
+/// gx[N, Cin, in] = conv^T(gy[N, Cout, out]) (+ bias[Cin] if non-null; used by the transposed conv).
+void conv_backward_input_core(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias,
+                              void* gx);
+/// gw[Cout, Cin/groups, kernel] = d<conv(x), gy>/dw (overwritten).
+void conv_backward_weight_core(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw);
+/// gb[C] = sum over batch and positions of gy[N, C, positions] (accumulated in double).
+void conv_backward_bias_core(DType dt, index_t batch, index_t channels, index_t positions, const void* gy,
+                             void* gb);
+
+/// Checks stride/dilation >= 1, pads >= 0, groups >= 1.
+template <int S>
+void check_conv_params(const char* op, const ConvParams<S>& p) {
+  for (int d = 0; d < S; ++d) {
+    SHARD_CHECK(p.stride[d] >= 1 && p.dilation[d] >= 1, op, "stride {} and dilation {} must be >= 1", p.stride,
+                p.dilation);
+    SHARD_CHECK(p.pad_lo[d] >= 0 && p.pad_hi[d] >= 0, op, "padding lo {} hi {} must be >= 0", p.pad_lo, p.pad_hi);
+  }
+  SHARD_CHECK(p.groups >= 1, op, "groups {} must be >= 1", p.groups);
+}
+
+/// Geometry for batch/channels/extents of one conv (S -> 3 dims, leading 1s).
+template <int S>
+ConvGeometry conv_geometry(index_t batch, index_t cin, index_t cout, const Shape<S>& in, const Shape<S>& out,
+                           const Shape<S>& kernel, const ConvParams<S>& p) {
+  ConvGeometry g;
+  g.batch = batch;
+  g.in_channels = cin;
+  g.out_channels = cout;
+  g.groups = p.groups;
+  for (int d = 0; d < S; ++d) {
+    const int e = 3 - S + d;
+    g.in[e] = in[d];
+    g.out[e] = out[d];
+    g.kernel[e] = kernel[d];
+    g.stride[e] = p.stride[d];
+    g.dilation[e] = p.dilation[d];
+    g.pad_lo[e] = p.pad_lo[d];
+  }
+  return g;
+}
+
+/// Spatial part of a shape.
+template <int S, std::size_t R>
+Shape<S> spatial_of(const std::array<index_t, R>& s) {
+  Shape<S> r{};
+  for (int d = 0; d < S; ++d) r[d] = s[2 + d];
+  return r;
+}
+}  // namespace detail
+
+/// Output extent of one dim: (in + lo + hi - dil*(k-1) - 1) / stride + 1, or <= 0 if the
+/// (padded) input is shorter than the dilated kernel.
+constexpr index_t conv_output_extent(index_t in, index_t kernel, index_t stride, index_t dilation, index_t pad_lo,
+                                     index_t pad_hi) {
+  const index_t span = in + pad_lo + pad_hi - dilation * (kernel - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+/// Spatial output shape of a conv; throws shard::Error naming the shapes if any extent < 1.
+template <int S>
+Shape<S> conv_output_shape(const Shape<S>& in, const Shape<S>& kernel, const ConvParams<S>& p,
+                           const char* op = "conv_output_shape") {
+  detail::check_conv_params(op, p);
+  Shape<S> out{};
+  for (int d = 0; d < S; ++d) {
+    SHARD_CHECK(kernel[d] >= 1, op, "kernel extent {} must be >= 1 (kernel {})", kernel[d], kernel);
+    out[d] = conv_output_extent(in[d], kernel[d], p.stride[d], p.dilation[d], p.pad_lo[d], p.pad_hi[d]);
+    SHARD_CHECK(out[d] >= 1, op,
+                "empty output in spatial dim {}: input {} with padding lo {} hi {} is shorter than kernel {} "
+                "dilated by {}",
+                d, in, p.pad_lo, p.pad_hi, kernel, p.dilation);
+  }
+  return out;
+}
+
+/// Spatial output shape of a transposed conv:
+///   (in - 1) * stride - lo - hi + dilation * (kernel - 1) + output_padding + 1,
+/// with 0 <= output_padding < max(stride, dilation); throws if any extent < 1.
+template <int S>
+Shape<S> conv_transpose_output_shape(const Shape<S>& in, const Shape<S>& kernel, const ConvParams<S>& p,
+                                     const Shape<S>& output_padding, const char* op = "conv_transpose_output_shape") {
+  detail::check_conv_params(op, p);
+  Shape<S> out{};
+  for (int d = 0; d < S; ++d) {
+    SHARD_CHECK(kernel[d] >= 1, op, "kernel extent {} must be >= 1 (kernel {})", kernel[d], kernel);
+    SHARD_CHECK(output_padding[d] >= 0 && output_padding[d] < std::max(p.stride[d], p.dilation[d]), op,
+                "output_padding {} must be >= 0 and < max(stride {}, dilation {})", output_padding, p.stride,
+                p.dilation);
+    out[d] = (in[d] - 1) * p.stride[d] - p.pad_lo[d] - p.pad_hi[d] + p.dilation[d] * (kernel[d] - 1) +
+             output_padding[d] + 1;
+    SHARD_CHECK(in[d] >= 1 && out[d] >= 1, op, "empty output in spatial dim {}: input {} kernel {} padding lo {} hi {}",
+                d, in, kernel, p.pad_lo, p.pad_hi);
+  }
+  return out;
+}
+
+namespace detail {
+/// Common shape checks of x[N, Cin, *] against w[Cout, Cin/groups, k*] (conv_forward layout).
+template <class T, int R>
+void check_conv_operands(const char* op, const Tensor<T, R>& x, const Tensor<T, R>& w, index_t groups) {
+  static_assert(is_compute_type<T>, "conv supports float and double");
+  static_assert(R >= 3 && R <= 5, "conv needs rank 3, 4 or 5 (N, C, 1-3 spatial dims)");
+  SHARD_CHECK(x.device().is_cpu() && w.device().is_cpu(), op, "host tensors required (got {}, {})", x.device(),
+              w.device());
+  SHARD_CHECK(w.size(0) % groups == 0, op, "out channels {} (weight {}) not divisible by groups {}", w.size(0),
+              w.shape(), groups);
+  SHARD_CHECK(x.size(1) == w.size(1) * groups, op,
+              "input channels {} (input {}) != weight in-channels {} x groups {} (weight {})", x.size(1), x.shape(),
+              w.size(1), groups, w.shape());
+}
+}  // namespace detail
+
+/// y[N, Cout, out] = conv(x[N, Cin, in], w[Cout, Cin/groups, k...]) + bias[Cout] (bias optional).
+template <class T, int R>
+Tensor<T, R> conv_forward(const Tensor<T, R>& x, const Tensor<T, R>& w,
+                          const std::type_identity_t<std::optional<Tensor<T, 1>>>& bias,
+                          const ConvParams<R - 2>& p) {
+  constexpr int S = R - 2;
+  detail::check_conv_operands("conv_forward", x, w, p.groups);
+  const auto in = detail::spatial_of<S>(x.shape()), k = detail::spatial_of<S>(w.shape());
+  const auto out = conv_output_shape<S>(in, k, p, "conv_forward");
+  if (bias) SHARD_CHECK(bias->numel() == w.size(0) && bias->device().is_cpu(), "conv_forward",
+                        "bias shape {} != [{}] (out channels of weight {})", bias->shape(), w.size(0), w.shape());
+  Shape<R> ys{};
+  ys[0] = x.size(0);
+  ys[1] = w.size(0);
+  for (int d = 0; d < S; ++d) ys[2 + d] = out[d];
+  auto y = Tensor<T, R>::empty(ys);
+  const auto xc = x.contiguous(), wc = w.contiguous();
+  std::optional<Tensor<T, 1>> bc;
+  if (bias) bc = bias->contiguous();
+  detail::conv_forward_core(dtype_of<T>, detail::conv_geometry<S>(x.size(0), x.size(1), w.size(0), in, out, k, p),
+                            xc.data(), wc.data(), bc ? bc->data() : nullptr, y.data());
+  return y;
+}
+
+/// gx[N, Cin, in] = gradient of <conv_forward(x, w, p), gy> with respect to x, for an input of
+/// spatial shape `in` (needed: with stride > 1 several input extents give one output extent).
+template <class T, int R>
+Tensor<T, R> conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, const Shape<R - 2>& in,
+                                 const ConvParams<R - 2>& p) {
+  constexpr int S = R - 2;
+  static_assert(is_compute_type<T>, "conv supports float and double");
+  SHARD_CHECK(gy.device().is_cpu() && w.device().is_cpu(), "conv_backward_input", "host tensors required");
+  const auto k = detail::spatial_of<S>(w.shape());
+  const auto out = conv_output_shape<S>(in, k, p, "conv_backward_input");
+  SHARD_CHECK(w.size(0) % p.groups == 0 && gy.size(1) == w.size(0) && detail::spatial_of<S>(gy.shape()) == out,
+              "conv_backward_input",
+              "output gradient {} does not match weight {} and input extent {} (expected [N, {}, {}], groups {})",
+              gy.shape(), w.shape(), in, w.size(0), out, p.groups);
+  Shape<R> xs{};
+  xs[0] = gy.size(0);
+  xs[1] = w.size(1) * p.groups;
+  for (int d = 0; d < S; ++d) xs[2 + d] = in[d];
+  auto gx = Tensor<T, R>::empty(xs);
+  const auto gc = gy.contiguous(), wc = w.contiguous();
+  detail::conv_backward_input_core(dtype_of<T>,
+                                   detail::conv_geometry<S>(gy.size(0), xs[1], w.size(0), in, out, k, p), gc.data(),
+                                   wc.data(), nullptr, gx.data());
+  return gx;
+}
+
+/// gw[Cout, Cin/groups, kernel] = gradient of <conv_forward(x, w, p), gy> with respect to w.
+template <class T, int R>
+Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy, const Shape<R - 2>& kernel,
+                                  const ConvParams<R - 2>& p) {
+  constexpr int S = R - 2;
+  static_assert(is_compute_type<T>, "conv supports float and double");
+  SHARD_CHECK(x.device().is_cpu() && gy.device().is_cpu(), "conv_backward_weight", "host tensors required");
+  const auto in = detail::spatial_of<S>(x.shape());
+  const auto out = conv_output_shape<S>(in, kernel, p, "conv_backward_weight");
+  SHARD_CHECK(x.size(1) % p.groups == 0 && gy.size(1) % p.groups == 0 && gy.size(0) == x.size(0) &&
+                  detail::spatial_of<S>(gy.shape()) == out,
+              "conv_backward_weight",
+              "input {} and output gradient {} do not match kernel {} (expected spatial {}, channels divisible by "
+              "groups {})",
+              x.shape(), gy.shape(), kernel, out, p.groups);
+  Shape<R> ws{};
+  ws[0] = gy.size(1);
+  ws[1] = x.size(1) / p.groups;
+  for (int d = 0; d < S; ++d) ws[2 + d] = kernel[d];
+  auto gw = Tensor<T, R>::empty(ws);
+  const auto xc = x.contiguous(), gc = gy.contiguous();
+  detail::conv_backward_weight_core(dtype_of<T>,
+                                    detail::conv_geometry<S>(x.size(0), x.size(1), gy.size(1), in, out, kernel, p),
+                                    xc.data(), gc.data(), gw.data());
+  return gw;
+}
+
+/// gb[C] = sum of gy[N, C, ...] over batch and positions (the bias gradient).
+template <class T, int R>
+Tensor<T, 1> conv_backward_bias(const Tensor<T, R>& gy) {
+  static_assert(is_compute_type<T> && R >= 2, "conv_backward_bias: float/double, rank >= 2");
+  SHARD_CHECK(gy.device().is_cpu(), "conv_backward_bias", "host tensor required");
+  auto gb = Tensor<T, 1>::empty({gy.size(1)});
+  const auto gc = gy.contiguous();
+  index_t pos = 1;
+  for (int d = 2; d < R; ++d) pos *= gy.size(d);
+  detail::conv_backward_bias_core(dtype_of<T>, gy.size(0), gy.size(1), pos, gc.data(), gb.data());
+  return gb;
+}
+
+/// Transposed conv: y[N, Cout, out] from x[N, Cin, in] with w[Cin, Cout/groups, k...] (PyTorch's
+/// ConvTranspose layout) and optional bias[Cout]; equals conv_backward_input of the conv that
+/// maps y-space to x-space with the same params. Output extent: conv_transpose_output_shape.
+template <class T, int R>
+Tensor<T, R> conv_transpose_forward(const Tensor<T, R>& x, const Tensor<T, R>& w,
+                                    const std::type_identity_t<std::optional<Tensor<T, 1>>>& bias,
+                                    const ConvParams<R - 2>& p, const Shape<R - 2>& output_padding = {}) {
+  constexpr int S = R - 2;
+  static_assert(is_compute_type<T>, "conv supports float and double");
+  SHARD_CHECK(x.device().is_cpu() && w.device().is_cpu(), "conv_transpose_forward", "host tensors required");
+  SHARD_CHECK(x.size(1) == w.size(0) && w.size(0) % p.groups == 0, "conv_transpose_forward",
+              "input channels {} (input {}) != weight dim 0 (weight {}) or not divisible by groups {}", x.size(1),
+              x.shape(), w.shape(), p.groups);
+  const auto in = detail::spatial_of<S>(x.shape()), k = detail::spatial_of<S>(w.shape());
+  const auto out = conv_transpose_output_shape<S>(in, k, p, output_padding, "conv_transpose_forward");
+  const index_t cout = w.size(1) * p.groups;
+  if (bias) SHARD_CHECK(bias->numel() == cout && bias->device().is_cpu(), "conv_transpose_forward",
+                        "bias shape {} != [{}] (weight {}, groups {})", bias->shape(), cout, w.shape(), p.groups);
+  Shape<R> ys{};
+  ys[0] = x.size(0);
+  ys[1] = cout;
+  for (int d = 0; d < S; ++d) ys[2 + d] = out[d];
+  auto y = Tensor<T, R>::empty(ys);
+  const auto xc = x.contiguous(), wc = w.contiguous();
+  std::optional<Tensor<T, 1>> bc;
+  if (bias) bc = bias->contiguous();
+  // The conv from y-space (extent `out`, cout channels) to x-space (extent `in`, Cin channels).
+  detail::conv_backward_input_core(dtype_of<T>, detail::conv_geometry<S>(x.size(0), cout, x.size(1), out, in, k, p),
+                                   xc.data(), wc.data(), bc ? bc->data() : nullptr, y.data());
+  return y;
+}
+
+/// Gradient of <conv_transpose_forward(x, w, p, op), gy> with respect to x (= a conv of gy);
+/// `in` is x's spatial shape.
+template <class T, int R>
+Tensor<T, R> conv_transpose_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, const Shape<R - 2>& in,
+                                           const ConvParams<R - 2>& p) {
+  constexpr int S = R - 2;
+  detail::check_conv_operands("conv_transpose_backward_input", gy, w, p.groups);
+  const auto k = detail::spatial_of<S>(w.shape()), ys = detail::spatial_of<S>(gy.shape());
+  const auto full = conv_output_shape<S>(ys, k, p, "conv_transpose_backward_input");
+  for (int d = 0; d < S; ++d)
+    SHARD_CHECK(in[d] >= 1 && in[d] <= full[d], "conv_transpose_backward_input",
+                "input extent {} inconsistent with output gradient {} and kernel {}", in, gy.shape(), k);
+  Shape<R> xs{};
+  xs[0] = gy.size(0);
+  xs[1] = w.size(0);
+  for (int d = 0; d < S; ++d) xs[2 + d] = in[d];
+  auto gx = Tensor<T, R>::empty(xs);
+  const auto gc = gy.contiguous(), wc = w.contiguous();
+  detail::conv_forward_core(dtype_of<T>, detail::conv_geometry<S>(gy.size(0), gy.size(1), w.size(0), ys, in, k, p),
+                            gc.data(), wc.data(), nullptr, gx.data());
+  return gx;
+}
+
+/// Gradient of <conv_transpose_forward(x, w, p, op), gy> with respect to w[Cin, Cout/groups, kernel].
+template <class T, int R>
+Tensor<T, R> conv_transpose_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy, const Shape<R - 2>& kernel,
+                                            const ConvParams<R - 2>& p) {
+  constexpr int S = R - 2;
+  static_assert(is_compute_type<T>, "conv supports float and double");
+  SHARD_CHECK(x.device().is_cpu() && gy.device().is_cpu(), "conv_transpose_backward_weight", "host tensors required");
+  const auto in = detail::spatial_of<S>(x.shape()), ys = detail::spatial_of<S>(gy.shape());
+  const auto full = conv_output_shape<S>(ys, kernel, p, "conv_transpose_backward_weight");
+  for (int d = 0; d < S; ++d)
+    SHARD_CHECK(in[d] >= 1 && in[d] <= full[d], "conv_transpose_backward_weight",
+                "input {} inconsistent with output gradient {} and kernel {}", x.shape(), gy.shape(), kernel);
+  SHARD_CHECK(x.size(0) == gy.size(0) && x.size(1) % p.groups == 0 && gy.size(1) % p.groups == 0,
+              "conv_transpose_backward_weight", "input {} and output gradient {} batch/channels mismatch (groups {})",
+              x.shape(), gy.shape(), p.groups);
+  Shape<R> ws{};
+  ws[0] = x.size(1);
+  ws[1] = gy.size(1) / p.groups;
+  for (int d = 0; d < S; ++d) ws[2 + d] = kernel[d];
+  auto gw = Tensor<T, R>::empty(ws);
+  const auto xc = x.contiguous(), gc = gy.contiguous();
+  detail::conv_backward_weight_core(dtype_of<T>,
+                                    detail::conv_geometry<S>(gy.size(0), gy.size(1), x.size(1), ys, in, kernel, p),
+                                    gc.data(), xc.data(), gw.data());
+  return gw;
+}
+
+}  // namespace shard

@@ -1,0 +1,85 @@
+#pragma once
+/// \file gemm.hpp
+/// Row-major GEMM on host memory (a thin wrapper over OpenBLAS cblas_sgemm / cblas_dgemm) and
+/// control of the BLAS thread pool.
+///
+/// Threading policy (measured on the 2-core reference machine, see bench/bench_conv_local.cpp):
+/// the conv kernels (conv.hpp) parallelise over independent (batch, group, spatial tile) work
+/// units with OpenMP and run every GEMM single-threaded inside the parallel region (they hold a
+/// BlasThreadsScope(1) while doing so). That beats a serial tile loop with a multi-threaded BLAS
+/// because the per-tile GEMMs are small (M = C_out/groups, K = C_in/groups * kernel volume) and
+/// the im2col / col2im copies then run in parallel too. Code that issues one large GEMM on its
+/// own (e.g. a Linear layer) leaves the pool at its default size (OPENBLAS_NUM_THREADS, else
+/// OMP_NUM_THREADS, else all cores) and lets BLAS thread.
+#include <type_traits>
+
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/error.hpp"
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/tensor/tensor.hpp"
+
+namespace shard {
+
+/// Whether a GEMM operand is used as stored (no) or transposed (yes).
+enum class Trans : bool { no = false, yes = true };
+
+namespace detail {
+/// Type-erased row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C on host memory
+/// (dt = f32 or f64; leading dimensions are row strides of the stored matrices).
+void gemm_core(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, double alpha, const void* a,
+               index_t lda, const void* b, index_t ldb, double beta, void* c, index_t ldc);
+}  // namespace detail
+
+/// Row-major C[m,n] = alpha * op(A) * op(B) + beta * C on host pointers (OpenBLAS). op(A) is
+/// m x k (A stored m x k with row stride lda, or k x m if ta == yes); likewise op(B) is k x n.
+template <class T>
+void gemm(Trans ta, Trans tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda, const T* b,
+          index_t ldb, T beta, T* c, index_t ldc) {
+  static_assert(is_compute_type<T>, "gemm supports float and double");
+  detail::gemm_core(dtype_of<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/// op(A) * op(B) of two host matrices (any strides with a unit inner stride, else copied).
+template <class T>
+Tensor<T, 2> matmul(const Tensor<T, 2>& a, const Tensor<T, 2>& b, Trans ta = Trans::no, Trans tb = Trans::no) {
+  static_assert(is_compute_type<T>, "matmul supports float and double");
+  SHARD_CHECK(a.device().is_cpu() && b.device().is_cpu(), "matmul", "host tensors required (got {}, {})", a.device(),
+              b.device());
+  auto unit = [](const Tensor<T, 2>& t) { return t.stride(1) == 1 && t.stride(0) >= std::max<index_t>(1, t.size(1)); };
+  const Tensor<T, 2> ac = unit(a) ? a : a.clone(), bc = unit(b) ? b : b.clone();
+  const index_t m = ta == Trans::no ? ac.size(0) : ac.size(1), ka = ta == Trans::no ? ac.size(1) : ac.size(0);
+  const index_t kb = tb == Trans::no ? bc.size(0) : bc.size(1), n = tb == Trans::no ? bc.size(1) : bc.size(0);
+  SHARD_CHECK(ka == kb, "matmul", "inner dimensions differ: op(A) is {}x{}, op(B) is {}x{} (A {}, B {})", m, ka, kb,
+              n, ac.shape(), bc.shape());
+  auto c = Tensor<T, 2>::empty({m, n});
+  gemm<T>(ta, tb, m, n, ka, T(1), ac.data(), std::max<index_t>(1, ac.stride(0)), bc.data(),
+          std::max<index_t>(1, bc.stride(0)), T(0), c.data(), std::max<index_t>(1, n));
+  return c;
+}
+
+/// Number of threads the BLAS library uses for one call.
+int blas_num_threads() noexcept;
+/// Sets the number of threads the BLAS library uses for one call (>= 1; process-wide).
+void set_blas_num_threads(int n);
+/// Name of the CPU kernel family BLAS selected at run time (e.g. "SkylakeX"), for reports.
+const char* blas_core_name() noexcept;
+
+/// RAII: sets the BLAS thread count for a scope and restores the previous count on exit. Not
+/// for concurrent use from several threads (the BLAS setting is process-wide).
+class BlasThreadsScope {
+ public:
+  /// Uses `n` BLAS threads until the scope ends.
+  explicit BlasThreadsScope(int n) : previous_(blas_num_threads()) {
+    if (n != previous_) set_blas_num_threads(n);
+  }
+  ~BlasThreadsScope() {
+    if (blas_num_threads() != previous_) set_blas_num_threads(previous_);
+  }
+  BlasThreadsScope(const BlasThreadsScope&) = delete;
+  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace shard

@@ -1,0 +1,177 @@
+#pragma once
+/// \file pool.hpp
+/// Local (host) average and max pooling, forward and backward, for S = 1, 2, 3 spatial dims on
+/// Tensor<T, S + 2> in N, C, spatial layout (T = float or double). Padding is explicit per side
+/// (pad_lo / pad_hi), as for conv.hpp, so the domain-parallel layer can pool halo-extended
+/// blocks: the padded cells are zeros for avg (counted in the divisor only with
+/// count_include_pad) and are never selected by max. Output extent per dim:
+///   out = (in + pad_lo + pad_hi - kernel) / stride + 1   (floor mode; must be >= 1).
+/// Every window must overlap the input: pad_lo < kernel and pad_hi < kernel.
+#include <cstdint>
+
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/error.hpp"
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/tensor/tensor.hpp"
+
+namespace shard {
+
+/// Hyper-parameters of S-dimensional pooling. A stride left at 0 means "= kernel".
+template <int S>
+struct PoolParams {
+  static_assert(S >= 1 && S <= 3, "PoolParams: 1, 2 or 3 spatial dims");
+  Shape<S> kernel{};               ///< window extent per dim (>= 1)
+  Shape<S> stride{};               ///< step per dim (>= 1; 0 = kernel)
+  Shape<S> pad_lo{};               ///< padding before the input, per dim (0 <= pad_lo < kernel)
+  Shape<S> pad_hi{};               ///< padding after the input, per dim (0 <= pad_hi < kernel)
+  bool count_include_pad = true;   ///< avg: divide by the full window (true) or by its input cells
+
+  /// Stride with zeros replaced by the kernel extent.
+  Shape<S> effective_stride() const {
+    Shape<S> s = stride;
+    for (int d = 0; d < S; ++d)
+      if (s[d] == 0) s[d] = kernel[d];
+    return s;
+  }
+};
+
+/// Max-pooling result: values and the argmax of each window as a flat spatial index into the
+/// input plane (row-major over the input's spatial dims); ties pick the first maximum in
+/// row-major window order, NaN wins over numbers.
+template <class T, int R>
+struct MaxPoolResult {
+  Tensor<T, R> values;              ///< [N, C, out...]
+  Tensor<std::int64_t, R> indices;  ///< [N, C, out...] flat input-plane index of each max
+};
+
+namespace detail {
+/// Pooling as seen by the type-erased cores: `planes` = N * C independent planes, 3 spatial
+/// dims (leading extents 1 for S < 3).
+struct PoolGeometry {
+  index_t planes = 1;
+  std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad_lo{0, 0, 0};
+  bool count_include_pad = true;
+};
+void avg_pool_forward_core(DType dt, const PoolGeometry& g, const void* x, void* y);
+void avg_pool_backward_core(DType dt, const PoolGeometry& g, const void* gy, void* gx);
+void max_pool_forward_core(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx);
+void max_pool_backward_core(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx);
+
+template <int S>
+PoolGeometry pool_geometry(index_t planes, const Shape<S>& in, const Shape<S>& out, const PoolParams<S>& p) {
+  PoolGeometry g;
+  g.planes = planes;
+  g.count_include_pad = p.count_include_pad;
+  const auto st = p.effective_stride();
+  for (int d = 0; d < S; ++d) {
+    const int e = 3 - S + d;
+    g.in[e] = in[d];
+    g.out[e] = out[d];
+    g.kernel[e] = p.kernel[d];
+    g.stride[e] = st[d];
+    g.pad_lo[e] = p.pad_lo[d];
+  }
+  return g;
+}
+}  // namespace detail
+
+/// Spatial output shape of pooling `in` with `p`; throws shard::Error naming the shapes.
+template <int S>
+Shape<S> pool_output_shape(const Shape<S>& in, const PoolParams<S>& p, const char* op = "pool_output_shape") {
+  const auto st = p.effective_stride();
+  Shape<S> out{};
+  for (int d = 0; d < S; ++d) {
+    SHARD_CHECK(p.kernel[d] >= 1 && st[d] >= 1, op, "kernel {} and stride {} must be >= 1", p.kernel, p.stride);
+    SHARD_CHECK(p.pad_lo[d] >= 0 && p.pad_hi[d] >= 0 && p.pad_lo[d] < p.kernel[d] && p.pad_hi[d] < p.kernel[d], op,
+                "padding lo {} hi {} must be >= 0 and smaller than the kernel {}", p.pad_lo, p.pad_hi, p.kernel);
+    const index_t span = in[d] + p.pad_lo[d] + p.pad_hi[d] - p.kernel[d];
+    SHARD_CHECK(in[d] >= 1 && span >= 0, op, "input {} with padding lo {} hi {} is smaller than the kernel {}", in,
+                p.pad_lo, p.pad_hi, p.kernel);
+    out[d] = span / st[d] + 1;
+  }
+  return out;
+}
+
+namespace detail {
+template <class T, int R>
+Shape<R> pooled_shape(const char* op, const Tensor<T, R>& x, const PoolParams<R - 2>& p) {
+  static_assert(is_compute_type<T>, "pooling supports float and double");
+  static_assert(R >= 3 && R <= 5, "pooling needs rank 3, 4 or 5 (N, C, 1-3 spatial dims)");
+  SHARD_CHECK(x.device().is_cpu(), op, "host tensor required (got {})", x.device());
+  Shape<R - 2> in{};
+  for (int d = 0; d < R - 2; ++d) in[d] = x.size(2 + d);
+  const auto out = pool_output_shape<R - 2>(in, p, op);
+  Shape<R> ys = x.shape();
+  for (int d = 0; d < R - 2; ++d) ys[2 + d] = out[d];
+  return ys;
+}
+template <int R>
+Shape<R - 2> spatial_shape(const Shape<R>& s) {
+  Shape<R - 2> r{};
+  for (int d = 0; d < R - 2; ++d) r[d] = s[2 + d];
+  return r;
+}
+}  // namespace detail
+
+/// y = average pooling of x[N, C, in...].
+template <class T, int R>
+Tensor<T, R> avg_pool_forward(const Tensor<T, R>& x, const PoolParams<R - 2>& p) {
+  const auto ys = detail::pooled_shape("avg_pool_forward", x, p);
+  auto y = Tensor<T, R>::empty(ys);
+  const auto xc = x.contiguous();
+  detail::avg_pool_forward_core(
+      dtype_of<T>,
+      detail::pool_geometry<R - 2>(ys[0] * ys[1], detail::spatial_shape<R>(x.shape()), detail::spatial_shape<R>(ys), p),
+      xc.data(), y.data());
+  return y;
+}
+
+/// gx[N, C, in...] = gradient of <avg_pool_forward(x, p), gy> with respect to x (`in` = x's spatial shape).
+template <class T, int R>
+Tensor<T, R> avg_pool_backward(const Tensor<T, R>& gy, const Shape<R - 2>& in, const PoolParams<R - 2>& p) {
+  Shape<R> xs = gy.shape();
+  for (int d = 0; d < R - 2; ++d) xs[2 + d] = in[d];
+  auto gx = Tensor<T, R>::empty(xs);
+  const auto ys = detail::pooled_shape("avg_pool_backward", gx, p);
+  SHARD_CHECK(ys == gy.shape() && gy.device().is_cpu(), "avg_pool_backward",
+              "output gradient {} does not match input extent {} (expected {})", gy.shape(), in, ys);
+  const auto gc = gy.contiguous();
+  detail::avg_pool_backward_core(dtype_of<T>,
+                                 detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
+                                 gc.data(), gx.data());
+  return gx;
+}
+
+/// Max pooling of x[N, C, in...] with argmax indices (see MaxPoolResult).
+template <class T, int R>
+MaxPoolResult<T, R> max_pool_forward(const Tensor<T, R>& x, const PoolParams<R - 2>& p) {
+  const auto ys = detail::pooled_shape("max_pool_forward", x, p);
+  MaxPoolResult<T, R> r{Tensor<T, R>::empty(ys), Tensor<std::int64_t, R>::empty(ys)};
+  const auto xc = x.contiguous();
+  detail::max_pool_forward_core(
+      dtype_of<T>,
+      detail::pool_geometry<R - 2>(ys[0] * ys[1], detail::spatial_shape<R>(x.shape()), detail::spatial_shape<R>(ys), p),
+      xc.data(), r.values.data(), r.indices.data());
+  return r;
+}
+
+/// gx[N, C, in...]: gy scattered (added) to the argmax positions `indices` of max_pool_forward.
+template <class T, int R>
+Tensor<T, R> max_pool_backward(const Tensor<T, R>& gy, const Tensor<std::int64_t, R>& indices, const Shape<R - 2>& in,
+                               const PoolParams<R - 2>& p) {
+  Shape<R> xs = gy.shape();
+  for (int d = 0; d < R - 2; ++d) xs[2 + d] = in[d];
+  auto gx = Tensor<T, R>::empty(xs);
+  const auto ys = detail::pooled_shape("max_pool_backward", gx, p);
+  SHARD_CHECK(ys == gy.shape() && indices.shape() == ys && gy.device().is_cpu() && indices.device().is_cpu(),
+              "max_pool_backward", "output gradient {} / indices {} do not match input extent {} (expected {})",
+              gy.shape(), indices.shape(), in, ys);
+  const auto gc = gy.contiguous();
+  const auto ic = indices.contiguous();
+  detail::max_pool_backward_core(dtype_of<T>,
+                                 detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
+                                 gc.data(), ic.data(), gx.data());
+  return gx;
+}
+
+}  // namespace shard

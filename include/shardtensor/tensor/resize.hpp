@@ -1,0 +1,141 @@
+#pragma once
+/// \file resize.hpp
+/// Local (host) upsampling by integer scale factors, nearest and linear (1-D linear, 2-D
+/// bilinear, 3-D trilinear) with PyTorch's align_corners=false semantics, forward and adjoint,
+/// for Tensor<T, S + 2> in N, C, spatial layout (T = float or double).
+///
+/// Global index maps, per spatial dim, for a global input extent G and integer scale f
+/// (global output extent f * G):
+///  - nearest: output o reads input floor(o / f).
+///  - linear:  src = max(0, (o + 0.5) / f - 0.5), i0 = floor(src), i1 = min(i0 + 1, G - 1),
+///             y = (1 - (src - i0)) * x[i0] + (src - i0) * x[i1]   (clamped at the global edges).
+///
+/// Block form for the domain-parallel layer: resize_forward produces the global output range
+/// [out_lo, out_lo + out_len) per dim from a block that holds global input indices
+/// [in_lo, in_lo + in_len). The inputs that range needs are resize_input_range(...): for nearest
+/// [floor(out_lo / f), floor((out_lo + out_len - 1) / f)]; for linear
+/// [i0(out_lo), i1(out_lo + out_len - 1)], i.e. at most ONE cell beyond the owned input range on
+/// each side (clamped at 0 and G - 1). So if a rank owns input [a, b) and produces the outputs
+/// whose nearest-source lies in [a, b), nearest needs no halo and linear a halo of 1 each side.
+/// resize_backward is the exact adjoint: it scatters the output-block gradient onto the block's
+/// input cells (halo cells included; the distributed layer returns those to their owners).
+#include <utility>
+
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/error.hpp"
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/tensor/tensor.hpp"
+
+namespace shard {
+
+/// Interpolation of the upsampling.
+enum class ResizeMode { nearest, linear };
+
+/// Which part of a global upsampling a block computes (all indices global, per spatial dim).
+template <int S>
+struct ResizeBlock {
+  Shape<S> scale{};      ///< integer scale factor per dim (>= 1)
+  Shape<S> global_in{};  ///< global input extent per dim (edge clamping)
+  Shape<S> in_lo{};      ///< global index of the block's first input cell
+  Shape<S> out_lo{};     ///< global index of the first output cell to produce
+  Shape<S> out_len{};    ///< number of output cells to produce
+
+  /// The block covering a whole (non-distributed) tensor of spatial extent `in`.
+  static ResizeBlock whole(const Shape<S>& in, const Shape<S>& scale) {
+    ResizeBlock b;
+    b.scale = scale;
+    b.global_in = in;
+    for (int d = 0; d < S; ++d) b.out_len[d] = in[d] * scale[d];
+    return b;
+  }
+};
+
+/// Global input range [first, last + 1) that outputs [out_lo, out_lo + out_len) read in one dim
+/// (see the file comment); throws if the output range is outside [0, scale * global_in).
+std::pair<index_t, index_t> resize_input_range(ResizeMode mode, index_t scale, index_t global_in, index_t out_lo,
+                                               index_t out_len);
+
+namespace detail {
+/// Resize as seen by the type-erased cores: `planes` = N * C, 3 spatial dims (leading 1s).
+struct ResizeGeometry {
+  index_t planes = 1;
+  std::array<index_t, 3> scale{1, 1, 1}, global_in{1, 1, 1}, in_lo{0, 0, 0}, in_len{1, 1, 1}, out_lo{0, 0, 0},
+      out_len{1, 1, 1};
+};
+/// y[planes, out_len] from x[planes, in_len]; checks the block holds every input it reads.
+void resize_forward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y);
+/// gx[planes, in_len] = adjoint of resize_forward_core applied to gy[planes, out_len] (overwrites gx).
+void resize_backward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx);
+
+template <int S>
+ResizeGeometry resize_geometry(index_t planes, const ResizeBlock<S>& b, const Shape<S>& in_len) {
+  ResizeGeometry g;
+  g.planes = planes;
+  for (int d = 0; d < S; ++d) {
+    const int e = 3 - S + d;
+    g.scale[e] = b.scale[d];
+    g.global_in[e] = b.global_in[d];
+    g.in_lo[e] = b.in_lo[d];
+    g.in_len[e] = in_len[d];
+    g.out_lo[e] = b.out_lo[d];
+    g.out_len[e] = b.out_len[d];
+  }
+  return g;
+}
+}  // namespace detail
+
+/// Output block [out_lo, out_lo + out_len) of the global upsampling, from the input block
+/// x[N, C, in_len...] holding global input cells [in_lo, in_lo + in_len).
+template <class T, int R>
+Tensor<T, R> resize_forward(const Tensor<T, R>& x, ResizeMode mode, const ResizeBlock<R - 2>& b) {
+  static_assert(is_compute_type<T> && R >= 3 && R <= 5, "resize: float/double, rank 3-5");
+  SHARD_CHECK(x.device().is_cpu(), "resize_forward", "host tensor required");
+  Shape<R - 2> in_len{};
+  Shape<R> ys = x.shape();
+  for (int d = 0; d < R - 2; ++d) {
+    in_len[d] = x.size(2 + d);
+    ys[2 + d] = b.out_len[d];
+  }
+  auto y = Tensor<T, R>::empty(ys);
+  const auto xc = x.contiguous();
+  detail::resize_forward_core(dtype_of<T>, mode, detail::resize_geometry<R - 2>(x.size(0) * x.size(1), b, in_len),
+                              xc.data(), y.data());
+  return y;
+}
+
+/// Adjoint of resize_forward: gradient for the input block [in_lo, in_lo + in_len) (global
+/// cells) from the output-block gradient gy[N, C, out_len...].
+template <class T, int R>
+Tensor<T, R> resize_backward(const Tensor<T, R>& gy, ResizeMode mode, const ResizeBlock<R - 2>& b,
+                             const Shape<R - 2>& in_len) {
+  static_assert(is_compute_type<T> && R >= 3 && R <= 5, "resize: float/double, rank 3-5");
+  SHARD_CHECK(gy.device().is_cpu(), "resize_backward", "host tensor required");
+  Shape<R> xs = gy.shape();
+  for (int d = 0; d < R - 2; ++d) {
+    SHARD_CHECK(gy.size(2 + d) == b.out_len[d], "resize_backward", "output gradient {} != output block {}",
+                gy.shape(), b.out_len);
+    xs[2 + d] = in_len[d];
+  }
+  auto gx = Tensor<T, R>::empty(xs);
+  const auto gc = gy.contiguous();
+  detail::resize_backward_core(dtype_of<T>, mode, detail::resize_geometry<R - 2>(gy.size(0) * gy.size(1), b, in_len),
+                               gc.data(), gx.data());
+  return gx;
+}
+
+/// Whole-tensor upsampling of x[N, C, in...] by integer factors.
+template <class T, int R>
+Tensor<T, R> upsample(const Tensor<T, R>& x, ResizeMode mode, const Shape<R - 2>& scale) {
+  Shape<R - 2> in{};
+  for (int d = 0; d < R - 2; ++d) in[d] = x.size(2 + d);
+  return resize_forward(x, mode, ResizeBlock<R - 2>::whole(in, scale));
+}
+
+/// Adjoint of upsample for an input of spatial extent `in`.
+template <class T, int R>
+Tensor<T, R> upsample_backward(const Tensor<T, R>& gy, ResizeMode mode, const Shape<R - 2>& scale,
+                               const Shape<R - 2>& in) {
+  return resize_backward(gy, mode, ResizeBlock<R - 2>::whole(in, scale), in);
+}
+
+}  // namespace shard

@@ -1,0 +1,52 @@
+#pragma once
+// Private to src/tensor: the tiled im2col + GEMM engine behind conv.hpp.
+//
+// Every convolution-like product here is a "gather conv" on a 3-D grid (1-D and 2-D problems
+// have leading extents 1): output position o (a dense grid of extent `out`) of channel co reads
+// input positions  i_d = o_d * stride_d + off_d[t_d]  for each tap t = (t0, t1, t2), zero where
+// i_d falls outside [0, in_d), and computes  y[co, o] = sum_{c, t} w[co, c, t] * x[c, i(o, t)].
+// The output is stored at  y_step * o + y_base  inside a grid of extent y_ext (dense for the
+// forward conv; strided for one phase of the backward-input / transposed conv).
+//
+// The output positions are cut into tiles so that one tile's column buffer [cin * taps, tile]
+// stays within conv_column_budget() bytes; (batch, group, tile) work units run in parallel
+// with OpenMP, each with a per-thread column buffer and single-threaded BLAS.
+#include <array>
+#include <vector>
+
+#include "shardtensor/core/shape.hpp"
+
+namespace shard::detail::conv_engine {
+
+using Ext3 = std::array<index_t, 3>;
+
+/// Tap offsets per dim: input index = o * stride + off[t].
+struct Taps {
+  Ext3 stride{1, 1, 1};
+  std::array<std::vector<index_t>, 3> off;
+  /// Number of taps (product over dims).
+  index_t count() const {
+    return static_cast<index_t>(off[0].size() * off[1].size() * off[2].size());
+  }
+};
+
+/// One gather-conv problem (see the file comment).
+struct Problem {
+  index_t batch = 1, groups = 1, cin_g = 1, cout_g = 1;
+  Ext3 in{1, 1, 1}, out{1, 1, 1};
+  Taps taps;
+  Ext3 y_ext{1, 1, 1}, y_step{1, 1, 1}, y_base{0, 0, 0};
+  index_t x_batch_stride = 0, y_batch_stride = 0;  ///< elements between samples
+};
+
+/// y = gather_conv(x, w) (+ bias[co]); w is [groups * cout_g][cin_g * taps] with taps
+/// row-major (t0, t1, t2). Writes every y position the problem maps to; leaves others alone.
+template <class T>
+void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y);
+
+/// gw[co, c, t] = sum_{n, o} gy[n, co, o] * x[n, c, i(o, t)] (overwrites gw). Needs a dense y
+/// placement (y_ext == out, step 1, base 0). Deterministic for a given thread count.
+template <class T>
+void weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
+
+}  // namespace shard::detail::conv_engine

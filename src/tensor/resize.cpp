@@ -1,0 +1,160 @@
+// Type-erased nearest / (bi,tri)linear upsampling cores on blocks of a global grid.
+#include "shardtensor/tensor/resize.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace shard {
+namespace {
+
+/// Source taps of global output o in one dim: x[i0] * w0 + x[i1] * w1 (nearest: w1 = 0).
+struct Tap {
+  index_t i0, i1;
+  double w0, w1;
+};
+
+Tap source_tap(ResizeMode mode, index_t f, index_t G, index_t o) {
+  if (mode == ResizeMode::nearest) return {o / f, o / f, 1.0, 0.0};
+  const double src = std::max(0.0, (static_cast<double>(o) + 0.5) / static_cast<double>(f) - 0.5);
+  const index_t i0 = std::min<index_t>(static_cast<index_t>(src), G - 1);
+  const index_t i1 = std::min<index_t>(i0 + 1, G - 1);
+  const double l1 = src - static_cast<double>(i0);
+  return {i0, i1, 1.0 - l1, l1};
+}
+
+void check_out_range(const char* op, index_t f, index_t G, index_t out_lo, index_t out_len) {
+  SHARD_CHECK(f >= 1 && G >= 1, op, "scale {} and global input extent {} must be >= 1", f, G);
+  SHARD_CHECK(out_lo >= 0 && out_len >= 0 && out_lo + out_len <= f * G, op,
+              "output range [{}, {}) outside the global output [0, {})", out_lo, out_lo + out_len, f * G);
+}
+
+/// Per-dim tap tables relative to the block start; checks the block holds the inputs needed.
+std::array<std::vector<Tap>, 3> tap_tables(const char* op, ResizeMode mode, const detail::ResizeGeometry& g) {
+  std::array<std::vector<Tap>, 3> t;
+  for (int d = 0; d < 3; ++d) {
+    check_out_range(op, g.scale[d], g.global_in[d], g.out_lo[d], g.out_len[d]);
+    if (g.out_len[d] > 0) {
+      const auto [a, b] = resize_input_range(mode, g.scale[d], g.global_in[d], g.out_lo[d], g.out_len[d]);
+      SHARD_CHECK(g.in_lo[d] <= a && b <= g.in_lo[d] + g.in_len[d], op,
+                  "spatial dim {}: outputs [{}, {}) need global inputs [{}, {}) but the block holds [{}, {}) "
+                  "(scale {}, global input extent {})",
+                  d, g.out_lo[d], g.out_lo[d] + g.out_len[d], a, b, g.in_lo[d], g.in_lo[d] + g.in_len[d], g.scale[d],
+                  g.global_in[d]);
+    }
+    for (index_t o = 0; o < g.out_len[d]; ++o) {
+      Tap tp = source_tap(mode, g.scale[d], g.global_in[d], g.out_lo[d] + o);
+      tp.i0 -= g.in_lo[d];
+      tp.i1 -= g.in_lo[d];
+      t[d].push_back(tp);
+    }
+  }
+  return t;
+}
+
+template <class T>
+void forward(ResizeMode mode, const detail::ResizeGeometry& g, const T* x, T* y) {
+  const auto t = tap_tables("resize_forward", mode, g);
+  const index_t pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
+  const index_t rows = g.planes * g.out_len[0] * g.out_len[1];
+  const auto& n1 = g.in_len[1];
+  const auto& n2 = g.in_len[2];
+#pragma omp parallel for schedule(static) if (g.planes * pout > (1 << 14))
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t pl = r / (g.out_len[0] * g.out_len[1]), o0 = (r / g.out_len[1]) % g.out_len[0],
+                  o1 = r % g.out_len[1];
+    const T* xp = x + pl * pin;
+    T* yr = y + pl * pout + (o0 * g.out_len[1] + o1) * g.out_len[2];
+    const Tap a = t[0][o0], b = t[1][o1];
+    const T* r00 = xp + (a.i0 * n1 + b.i0) * n2;
+    if (mode == ResizeMode::nearest) {
+      for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0];
+      continue;
+    }
+    const T* r01 = xp + (a.i0 * n1 + b.i1) * n2;
+    const T* r10 = xp + (a.i1 * n1 + b.i0) * n2;
+    const T* r11 = xp + (a.i1 * n1 + b.i1) * n2;
+    const double w00 = a.w0 * b.w0, w01 = a.w0 * b.w1, w10 = a.w1 * b.w0, w11 = a.w1 * b.w1;
+    for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) {
+      const Tap c = t[2][o2];
+      const double v0 = c.w0 * (w00 * r00[c.i0] + w01 * r01[c.i0] + w10 * r10[c.i0] + w11 * r11[c.i0]);
+      const double v1 = c.w1 * (w00 * r00[c.i1] + w01 * r01[c.i1] + w10 * r10[c.i1] + w11 * r11[c.i1]);
+      yr[o2] = static_cast<T>(v0 + v1);
+    }
+  }
+}
+
+template <class T>
+void backward(ResizeMode mode, const detail::ResizeGeometry& g, const T* gy, T* gx) {
+  const auto t = tap_tables("resize_backward", mode, g);
+  const index_t pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
+  const auto& n1 = g.in_len[1];
+  const auto& n2 = g.in_len[2];
+  // Scatter per plane (planes in parallel), accumulated in double for the fp32 case.
+#pragma omp parallel if (g.planes > 1 && g.planes * pout > (1 << 14))
+  {
+    std::vector<double> acc(static_cast<std::size_t>(pin));
+#pragma omp for schedule(static)
+    for (index_t pl = 0; pl < g.planes; ++pl) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      const T* gp = gy + pl * pout;
+      for (index_t o0 = 0; o0 < g.out_len[0]; ++o0)
+        for (index_t o1 = 0; o1 < g.out_len[1]; ++o1) {
+          const Tap a = t[0][o0], b = t[1][o1];
+          const T* gr = gp + (o0 * g.out_len[1] + o1) * g.out_len[2];
+          for (int ka = 0; ka < 2; ++ka)
+            for (int kb = 0; kb < 2; ++kb) {
+              const double wab = (ka ? a.w1 : a.w0) * (kb ? b.w1 : b.w0);
+              if (wab == 0.0) continue;
+              double* ar = acc.data() + ((ka ? a.i1 : a.i0) * n1 + (kb ? b.i1 : b.i0)) * n2;
+              for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) {
+                const Tap c = t[2][o2];
+                const double v = wab * static_cast<double>(gr[o2]);
+                ar[c.i0] += c.w0 * v;
+                if (c.w1 != 0.0) ar[c.i1] += c.w1 * v;
+              }
+            }
+        }
+      T* xp = gx + pl * pin;
+      for (index_t i = 0; i < pin; ++i) xp[i] = static_cast<T>(acc[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+
+void check_dtype(const char* op, DType dt) {
+  SHARD_CHECK(dt == DType::f32 || dt == DType::f64, op, "dtype {} not supported (f32, f64 only)", dt);
+}
+
+}  // namespace
+
+std::pair<index_t, index_t> resize_input_range(ResizeMode mode, index_t scale, index_t global_in, index_t out_lo,
+                                               index_t out_len) {
+  check_out_range("resize_input_range", scale, global_in, out_lo, out_len);
+  if (out_len == 0) return {0, 0};
+  const Tap first = source_tap(mode, scale, global_in, out_lo);
+  const Tap last = source_tap(mode, scale, global_in, out_lo + out_len - 1);
+  return {first.i0, (mode == ResizeMode::nearest ? last.i0 : last.i1) + 1};
+}
+
+namespace detail {
+
+void resize_forward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y) {
+  check_dtype("resize_forward", dt);
+  if (dt == DType::f32)
+    forward<float>(mode, g, static_cast<const float*>(x), static_cast<float*>(y));
+  else
+    forward<double>(mode, g, static_cast<const double*>(x), static_cast<double*>(y));
+}
+
+void resize_backward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx) {
+  check_dtype("resize_backward", dt);
+  if (dt == DType::f32)
+    backward<float>(mode, g, static_cast<const float*>(gy), static_cast<float*>(gx));
+  else
+    backward<double>(mode, g, static_cast<const double*>(gy), static_cast<double*>(gx));
+}
+
+}  // namespace detail
+}  // namespace shard
