@@ -300,6 +300,15 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
   }
   LocalBlock out = LocalBlock::allocate(dt, my_tgt.len);
   const auto es = static_cast<index_t>(dtype_size(dt));
+  // This rank's own part moves with one local copy instead of through the send buffer and MPI:
+  // its counts become 0, so it is neither packed nor sent (its send and receive boxes are equal).
+  for (int g = 0; g < G; ++g) {
+    const auto gi = static_cast<std::size_t>(g);
+    if (group_to_mesh[gi] != me || sc[gi] == 0) continue;
+    copy_box(dt, st.block, local_of(send_boxes[gi], my_cur).lo, out, local_of(recv_boxes[gi], my_tgt).lo,
+             send_boxes[gi].len);
+    sc[gi] = rc[gi] = 0;
+  }
   // Send side: zero-copy when every outgoing box is a contiguous run of the local block.
   bool send_direct = st.block.is_contiguous();
   for (int g = 0; g < G && send_direct; ++g)
