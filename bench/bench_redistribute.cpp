@@ -1,6 +1,6 @@
 // requires: mpi
 // bench_redistribute: DistTensor::redistribute against hand-written MPI moving the same bytes,
-// measured in the same run, interleaved (the order of the variants rotates every repetition).
+// measured in the same run, interleaved (the variants run in a new random order every repetition).
 //
 //   Shard(0) -> Shard(1) of an n x n fp32 tensor on a 1-D mesh, against
 //     hand "pack + MPI_Alltoallv": pack each peer's column block into a send buffer, one
@@ -11,7 +11,7 @@
 // Hand-written buffers are allocated once and reused; ours allocates its result every call.
 // Every variant's result is checked against the others (bitwise) before timing.
 //
-//   mpiexec -n 2 ./bench_redistribute [--n 4096] [--reps 60] [--warmup 5]
+//   mpiexec -n 2 ./bench_redistribute [--n 4096] [--reps 60] [--warmup 5] [--csv medians.csv]
 // Prints per-variant median / p10 / p90 of the per-repetition maximum over ranks, the ratios
 // ours / hand-written, and per-rank memory (shardtensor peak, process peak RSS).
 #include <mpi.h>
@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
+#include <random>
 #include <shardtensor/shardtensor.hpp>
 #include <string>
 #include <vector>
@@ -44,6 +46,12 @@ double quantile(std::vector<double> v, double q) {
   const auto i = static_cast<std::size_t>(pos);
   const double f = pos - static_cast<double>(i);
   return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+
+const char* arg_str(int argc, char** argv, const char* name) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return nullptr;
 }
 
 int arg_int(int argc, char** argv, const char* name, int def) {
@@ -131,9 +139,13 @@ int main(int argc, char** argv) {
     v.push_back({"hand MPI_Allgatherv", allgatherv, {}, 0});
 
     const std::size_t base = memory_stats().current_bytes;
+    std::vector<std::size_t> order(v.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::mt19937 rng(12345);  // same seed on every rank: the same order everywhere
     for (int r = 0; r < warmup + reps; ++r) {
-      for (std::size_t k = 0; k < v.size(); ++k) {
-        auto& var = v[(k + static_cast<std::size_t>(r)) % v.size()];  // rotate the order
+      std::shuffle(order.begin(), order.end(), rng);  // a new random order every repetition
+      for (std::size_t k : order) {
+        auto& var = v[k];
         reset_peak_memory();
         MPI_Barrier(hand);
         const auto t0 = Clock::now();
@@ -177,6 +189,15 @@ int main(int argc, char** argv) {
                   static_cast<double>(sendbuf.size() * sizeof(float)) / (1 << 20),
                   static_cast<double>(out_cols.size() * sizeof(float)) / (1 << 20),
                   static_cast<double>(out_full.size() * sizeof(float)) / (1 << 20));
+      if (const char* csv = arg_str(argc, argv, "--csv")) {  // for plotting: variant, median, p10, p90
+        if (FILE* f = std::fopen(csv, "w")) {
+          std::fprintf(f, "variant,median_ms,p10_ms,p90_ms\n");
+          for (std::size_t k = 0; k < v.size(); ++k)
+            std::fprintf(f, "\"%s\",%.4f,%.4f,%.4f\n", v[k].name.c_str(), med[k], quantile(v[k].ms, 0.1),
+                         quantile(v[k].ms, 0.9));
+          std::fclose(f);
+        }
+      }
       for (int p = 0; p < P; ++p)
         std::printf("  rank %d: shardtensor peak beyond input during Shard(0)->Shard(1) %.1f MiB, ->Replicate %.1f MiB; "
                     "process peak RSS %.1f MiB\n",
