@@ -16,6 +16,7 @@ namespace shard {
 namespace {
 std::atomic<std::size_t> g_column_budget{std::size_t{1} << 20};
 std::atomic<ConvThreading> g_threading{ConvThreading::tiles};
+std::atomic<ConvKernel> g_kernel{ConvKernel::automatic};
 constexpr std::size_t kColumnCap = std::size_t{32} << 20;  // all threads' column buffers together
 }  // namespace
 
@@ -27,6 +28,8 @@ void set_conv_column_budget(std::size_t bytes) {
 }
 ConvThreading conv_threading() noexcept { return g_threading.load(); }
 void set_conv_threading(ConvThreading t) noexcept { g_threading = t; }
+ConvKernel conv_kernel() noexcept { return g_kernel.load(); }
+void set_conv_kernel(ConvKernel k) noexcept { g_kernel = k; }
 
 namespace detail::conv_engine {
 namespace {
@@ -133,6 +136,7 @@ template <class T>
 void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) {
   const index_t krows = p.cin_g * p.taps.count(), pout = vol(p.out), pin = vol(p.in), pyx = vol(p.y_ext);
   if (pout == 0 || p.batch == 0 || p.groups == 0) return;
+  if (fast_gather_conv(p, x, w, bias, y)) return;
   const bool dense_y = p.y_ext == p.out && p.y_step == Ext3{1, 1, 1} && p.y_base == Ext3{0, 0, 0};
   const bool direct = is_direct(p);
   const int max_threads = plan_threads(p.batch * p.groups * pout);
@@ -200,6 +204,7 @@ void weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
   const index_t wn = p.groups * p.cout_g * krows;
   std::fill_n(gw, wn, T(0));
   if (pout == 0 || p.batch == 0 || wn == 0) return;
+  if (fast_weight_grad(p, x, gy, gw)) return;
   const bool direct = is_direct(p);
   const int max_threads = plan_threads(p.batch * p.groups * pout);
   const TilePlan tp = plan_tiles(krows, pout, p.batch * p.groups, sizeof(T), max_threads);

@@ -49,4 +49,12 @@ void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y);
 template <class T>
 void weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
 
+/// The direct SIMD path (conv_fast.cpp) for stride-1 problems; false if it does not apply
+/// (strides > 1, no AVX2/AVX-512, or ConvKernel::im2col_blas selected): use the im2col path.
+template <class T>
+bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y);
+/// The direct SIMD path for the weight gradient of a stride-1 problem with dense y; false if not applicable.
+template <class T>
+bool fast_weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
+
 }  // namespace shard::detail::conv_engine

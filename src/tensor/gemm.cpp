@@ -4,15 +4,58 @@
 #include <cblas.h>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
 
+// OpenBLAS extensions, declared weak so the library also links against another CBLAS (the
+// thread controls then do nothing and blas_core_name() reports "unknown").
 extern "C" {
-// Declared here as well so the wrapper does not depend on which cblas.h the alternatives pick.
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-char* openblas_get_corename(void);
+void openblas_set_num_threads(int num_threads) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
+char* openblas_get_corename(void) __attribute__((weak));
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
 }
 
 namespace shard {
+namespace {
+
+/// OpenBLAS builds with DYNAMIC_ARCH pick their kernels from the CPU model at load time and fall
+/// back to the SSE3 "Prescott" kernels for models they do not know (OpenBLAS 0.3.21 does not
+/// know e.g. Intel family 6 model 0xCF, the reference machine): 4-6x slower sgemm. If the user
+/// did not choose a core (OPENBLAS_CORETYPE) and the CPU has AVX-512 or AVX2+FMA, re-select
+/// the matching kernels once, before any GEMM of ours runs.
+void fix_blas_core() {
+  if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const std::string core = openblas_get_corename();
+  const bool generic = core == "Prescott" || core == "Katmai" || core == "Core2" || core == "Nehalem" ||
+                       core == "Unknown" || core == "unknown";
+  if (!generic) return;
+  const char* want = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    want = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    want = "Haswell";
+  if (!want) return;
+  setenv("OPENBLAS_CORETYPE", want, 0);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+void ensure_blas_core() {
+  static std::once_flag once;
+  std::call_once(once, fix_blas_core);
+}
+
+// At load time, before the application starts threads.
+[[maybe_unused]] const bool g_blas_core_fixed = (ensure_blas_core(), true);
+
+}  // namespace
+
 namespace detail {
 
 void gemm_core(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, double alpha, const void* a,
@@ -26,6 +69,7 @@ void gemm_core(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, do
   SHARD_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX,
               "gemm", "sizes exceed the 32-bit BLAS interface (m={} n={} k={})", m, n, k);
   if (m == 0 || n == 0) return;
+  ensure_blas_core();
   const auto cta = ta == Trans::no ? CblasNoTrans : CblasTrans;
   const auto ctb = tb == Trans::no ? CblasNoTrans : CblasTrans;
   if (dt == DType::f32) {
@@ -42,13 +86,16 @@ void gemm_core(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, do
 
 }  // namespace detail
 
-int blas_num_threads() noexcept { return openblas_get_num_threads(); }
+int blas_num_threads() noexcept { return openblas_get_num_threads ? openblas_get_num_threads() : 1; }
 
 void set_blas_num_threads(int n) {
   SHARD_CHECK(n >= 1, "set_blas_num_threads", "thread count {} < 1", n);
-  openblas_set_num_threads(n);
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
 }
 
-const char* blas_core_name() noexcept { return openblas_get_corename(); }
+const char* blas_core_name() noexcept {
+  ensure_blas_core();
+  return openblas_get_corename ? openblas_get_corename() : "unknown";
+}
 
 }  // namespace shard

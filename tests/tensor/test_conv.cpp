@@ -54,29 +54,32 @@ void check_case(const ConvCase<S>& c, std::uint64_t seed) {
   auto x = random_tensor<T, R>(xs, seed);
   auto w = random_tensor<T, R>(ws, seed + 1);
   auto b = random_tensor<T, 1>({c.cout}, seed + 2);
-  auto y = conv_forward(x, w, b, c.p);
-  auto yref = shard::test::ref_conv(x, w, &b, c.p);
-  REQUIRE(y.shape() == yref.shape());
-  CHECK(rel_err(y, yref) <= tol);
-
-  auto gy = random_tensor<T, R>(y.shape(), seed + 3);
-  auto gx = conv_backward_input(gy, w, c.in, c.p);
-  CHECK(rel_err(gx, shard::test::ref_conv_backward_input(gy, w, c.in, c.p)) <= tol);
-  auto gw = conv_backward_weight(x, gy, c.kernel, c.p);
-  CHECK(rel_err(gw, shard::test::ref_conv_backward_weight(x, gy, c.kernel, c.p)) <= tol);
+  const auto yref = shard::test::ref_conv(x, w, &b, c.p);
+  Shape<R> ys = yref.shape();
+  auto gy = random_tensor<T, R>(ys, seed + 3);
+  const auto gxref = shard::test::ref_conv_backward_input(gy, w, c.in, c.p);
+  const auto gwref = shard::test::ref_conv_backward_weight(x, gy, c.kernel, c.p);
+  shard::test::for_each_conv_kernel([&] {
+    auto y = conv_forward(x, w, b, c.p);
+    REQUIRE(y.shape() == yref.shape());
+    CHECK(rel_err(y, yref) <= tol);
+    auto gx = conv_backward_input(gy, w, c.in, c.p);
+    CHECK(rel_err(gx, gxref) <= tol);
+    auto gw = conv_backward_weight(x, gy, c.kernel, c.p);
+    CHECK(rel_err(gw, gwref) <= tol);
+    if constexpr (std::is_same_v<T, double>) {
+      // <conv(x), gy> == <x, conv_backward_input(gy)> (no bias).
+      const auto y0 = conv_forward(x, w, {}, c.p);
+      const double lhs = dot(y0, gy), rhs = dot(x, gx);
+      CHECK(std::abs(lhs - rhs) <= 1e-12 * std::max(1.0, std::abs(lhs)));
+      // <conv(x), gy> == <w, conv_backward_weight(x, gy)>.
+      CHECK(std::abs(lhs - dot(w, gw)) <= 1e-12 * std::max(1.0, std::abs(lhs)));
+    }
+  });
   auto gb = conv_backward_bias(gy);
   auto gbref = Tensor<double, 1>::zeros({c.cout});
   for (index_t lin = 0; lin < gy.numel(); ++lin) gbref.data()[unravel(lin, gy.shape())[1]] += gy.data()[lin];
   CHECK(rel_err(gb, gbref) <= tol);
-
-  if constexpr (std::is_same_v<T, double>) {
-    // <conv(x), gy> == <x, conv_backward_input(gy)> (no bias).
-    const auto y0 = conv_forward(x, w, {}, c.p);
-    const double lhs = dot(y0, gy), rhs = dot(x, gx);
-    CHECK(std::abs(lhs - rhs) <= 1e-12 * std::max(1.0, std::abs(lhs)));
-    // <conv(x), gy> == <w, conv_backward_weight(x, gy)>.
-    CHECK(std::abs(lhs - dot(w, gw)) <= 1e-12 * std::max(1.0, std::abs(lhs)));
-  }
 }
 
 template <int S>
@@ -183,7 +186,7 @@ TEST_CASE("conv: results do not depend on tiling or the threading policy", "[con
   const auto budget = conv_column_budget();
   const auto policy = conv_threading();
   for (std::size_t bytes : {std::size_t{4096}, std::size_t{1} << 14, std::size_t{1} << 24}) {
-    for (auto pol : {ConvThreading::tiles, ConvThreading::blas}) {
+    for (auto pol : {ConvThreading::tiles, ConvThreading::blas}) shard::test::for_each_conv_kernel([&] {
       INFO("budget " << bytes << " policy " << static_cast<int>(pol));
       set_conv_column_budget(bytes);
       set_conv_threading(pol);
@@ -194,7 +197,7 @@ TEST_CASE("conv: results do not depend on tiling or the threading policy", "[con
                          shard::test::ref_conv_backward_input(gy, w, c.in, c.p)) <= 1e-12);
       CHECK(max_rel_diff(conv_backward_weight(x, gy, c.kernel, c.p),
                          shard::test::ref_conv_backward_weight(x, gy, c.kernel, c.p)) <= 1e-12);
-    }
+    });
   }
   set_conv_column_budget(budget);
   set_conv_threading(policy);
@@ -241,15 +244,19 @@ TEST_CASE("conv: a 2-D problem larger than one tile (1024-wide rows, fp32)", "[c
   auto x = random_tensor<float, 4>({1, 3, 9, 1030}, 21);
   auto w = random_tensor<float, 4>({5, 3, 3, 3}, 22);
   const auto p = ConvParams<2>::symmetric(1);
-  set_conv_column_budget(1 << 15);
-  auto y = conv_forward(x, w, {}, p);
-  CHECK(rel_err(y, shard::test::ref_conv(x, w, nullptr, p)) <= 1e-5);
-  auto gy = random_tensor<float, 4>(y.shape(), 23);
-  CHECK(rel_err(conv_backward_input(gy, w, {9, 1030}, p), shard::test::ref_conv_backward_input(gy, w, {9, 1030}, p)) <=
-        1e-5);
-  CHECK(rel_err(conv_backward_weight(x, gy, {3, 3}, p), shard::test::ref_conv_backward_weight(x, gy, {3, 3}, p)) <=
-        1e-5);
-  set_conv_column_budget(1 << 20);
+  const auto budget = conv_column_budget();
+  const auto yref = shard::test::ref_conv(x, w, nullptr, p);
+  auto gy = random_tensor<float, 4>(yref.shape(), 23);
+  const auto gxref = shard::test::ref_conv_backward_input(gy, w, {9, 1030}, p);
+  const auto gwref = shard::test::ref_conv_backward_weight(x, gy, {3, 3}, p);
+  for (std::size_t bytes : {std::size_t{1} << 15, std::size_t{1} << 20})
+    shard::test::for_each_conv_kernel([&] {
+      set_conv_column_budget(bytes);
+      CHECK(rel_err(conv_forward(x, w, {}, p), yref) <= 1e-5);
+      CHECK(rel_err(conv_backward_input(gy, w, {9, 1030}, p), gxref) <= 1e-5);
+      CHECK(rel_err(conv_backward_weight(x, gy, {3, 3}, p), gwref) <= 1e-5);
+    });
+  set_conv_column_budget(budget);
 }
 
 TEST_CASE("conv: bad input gives shard::Error naming the shapes", "[conv][errors]") {

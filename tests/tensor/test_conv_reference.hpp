@@ -194,6 +194,19 @@ Tensor<double, R> ref_conv_transpose(const Tensor<T, R>& x, const Tensor<T, R>& 
   return y;
 }
 
+/// Runs body() once per conv kernel selection (direct AVX-512/AVX2 where the CPU has them, and
+/// im2col + BLAS), restoring the selection afterwards.
+template <class F>
+void for_each_conv_kernel(F&& body) {
+  const auto saved = conv_kernel();
+  for (auto k : {ConvKernel::automatic, ConvKernel::direct_avx2, ConvKernel::im2col_blas}) {
+    set_conv_kernel(k);
+    INFO("conv kernel " << conv_kernel_isa());
+    body();
+  }
+  set_conv_kernel(saved);
+}
+
 /// max_rel_diff of a T tensor against a double reference.
 template <class T, int R>
 double rel_err(const Tensor<T, R>& a, const Tensor<double, R>& ref) {

@@ -2,6 +2,9 @@
 // dimensions; BLAS thread controls.
 #include <catch2/catch_test_macros.hpp>
 
+#include <cstdlib>
+#include <string>
+
 #include <shardtensor/tensor/gemm.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
@@ -77,4 +80,11 @@ TEST_CASE("BLAS thread controls: scope sets and restores", "[gemm]") {
   CHECK(blas_num_threads() == before);
   CHECK_THROWS_AS(set_blas_num_threads(0), Error);
   CHECK(std::string(blas_core_name()).size() > 0);
+}
+
+TEST_CASE("BLAS kernels match the CPU (no generic fallback core on AVX2/AVX-512 machines)", "[gemm]") {
+  const std::string core = blas_core_name();
+  INFO("BLAS core " << core);
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && __builtin_cpu_supports("avx2") && core != "unknown")
+    CHECK(core != "Prescott");
 }

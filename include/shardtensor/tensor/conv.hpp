@@ -62,7 +62,20 @@ enum class ConvThreading { tiles, blas };
 ConvThreading conv_threading() noexcept;
 /// Sets the conv threading policy (process-wide).
 void set_conv_threading(ConvThreading t) noexcept;
-/// Column-buffer budget per thread in bytes (default 1 MiB, i.e. L2-resident).
+/// Which local kernels the convs use: `automatic` takes the direct SIMD path (implicit GEMM on a
+/// zero-padded input block per tile, AVX-512 or AVX2 micro-kernels) for every stride-1 gather
+/// (stride-1 forward and weight gradient, every input gradient and transposed conv) and
+/// im2col + BLAS for the rest; `direct_avx2` is the same with the AVX2 micro-kernels even on an
+/// AVX-512 CPU (for tests and comparisons); `im2col_blas` always uses im2col + BLAS.
+enum class ConvKernel { automatic, direct_avx2, im2col_blas };
+/// Current kernel selection.
+ConvKernel conv_kernel() noexcept;
+/// Sets the kernel selection (process-wide).
+void set_conv_kernel(ConvKernel k) noexcept;
+/// The direct-path kernel family `automatic` uses here: "direct_avx512", "direct_avx2" or "im2col_blas".
+const char* conv_kernel_isa() noexcept;
+/// Working-set budget per thread in bytes: the column buffer of one im2col tile, or the padded
+/// input block plus output tile of one direct-path tile (default 1 MiB, i.e. L2-resident).
 std::size_t conv_column_budget() noexcept;
 /// Sets the column-buffer budget per thread (4 KiB .. 32 MiB).
 void set_conv_column_budget(std::size_t bytes);

@@ -1,0 +1,168 @@
+// Local (1-process) conv kernels vs the machine's sgemm peak; compare with bench/torch_conv_ref.py.
+//
+//   OMP_NUM_THREADS=2 build/bench/bench_conv_local [--reps 5] [--case all|2d|3d|gemm]
+//                                                  [--policy tiles|blas] [--budget-kb 1024]
+//                                                  [--kernel auto|im2col] [--peak 1|0]
+//
+// Cases (fp32, forward + backward = input, weight and bias gradients):
+//   conv2d 16->16 3x3 pad 1 on 1x16x1024x1024,  conv3d 8->8 3x3x3 pad 1 on 1x8x128^3.
+// Prints the median and minimum of each phase over --reps repetitions (after one warm-up),
+// GFLOP/s (3 x 2 x Cout x Cin x kvol x positions flops per step) and the fraction of the
+// measured sgemm peak (a large square sgemm on all BLAS threads).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <shardtensor/tensor/conv.hpp>
+#include <shardtensor/tensor/gemm.hpp>
+#include <shardtensor/tensor/memory.hpp>
+
+using namespace shard;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Stats {
+  double median = 0, min = 0;
+};
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front()};
+}
+
+/// GFLOP/s of one large sgemm (n x n x n), best of `reps`.
+double sgemm_gflops(index_t n, int reps) {
+  std::vector<float> a(static_cast<std::size_t>(n * n), 1.0f), b(a), c(a);
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double t0 = now();
+    gemm<float>(Trans::no, Trans::no, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (r > 0) best = std::min(best, now() - t0);
+  }
+  return 2.0 * n * n * n / best * 1e-9;
+}
+
+/// GFLOP/s of the per-tile conv GEMM shape (m x n x k, single thread per call, one call per thread).
+double tile_gemm_gflops(index_t m, index_t n, index_t k, int reps) {
+  const int nth = omp_get_max_threads();
+  BlasThreadsScope one(1);
+  std::vector<double> best(static_cast<std::size_t>(nth), 1e30);
+  const int inner = 200;
+#pragma omp parallel num_threads(nth)
+  {
+    std::vector<float> a(static_cast<std::size_t>(m * k), 1.0f), b(static_cast<std::size_t>(k * n), 1.0f),
+        c(static_cast<std::size_t>(m * n));
+    for (int r = 0; r < reps + 1; ++r) {
+#pragma omp barrier
+      const double t0 = now();
+      for (int i = 0; i < inner; ++i)
+        gemm<float>(Trans::no, Trans::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+      if (r > 0) best[static_cast<std::size_t>(omp_get_thread_num())] = std::min(best[omp_get_thread_num()], now() - t0);
+    }
+  }
+  double total = 0;
+  for (double t : best) total += 2.0 * m * n * k * inner / t * 1e-9;
+  return total;
+}
+
+template <int R>
+void run_case(const char* name, const Shape<R>& xs, index_t cout, index_t k, int reps, double peak) {
+  constexpr int S = R - 2;
+  Shape<R> ws{};
+  ws[0] = cout;
+  ws[1] = xs[1];
+  for (int d = 0; d < S; ++d) ws[2 + d] = k;
+  auto x = Tensor<float, R>::empty(xs);
+  x.fill_random(1);
+  auto w = Tensor<float, R>::empty(ws);
+  w.fill_random(2);
+  auto b = Tensor<float, 1>::empty({cout});
+  b.fill_random(3);
+  const auto p = ConvParams<S>::symmetric(k / 2);
+  Shape<S> in{}, kern{};
+  for (int d = 0; d < S; ++d) {
+    in[d] = xs[2 + d];
+    kern[d] = k;
+  }
+  std::vector<double> tf, tbi, tbw, tbb, tt;
+  Tensor<float, R> gy;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double t0 = now();
+    auto y = conv_forward(x, w, b, p);
+    const double t1 = now();
+    if (r == 0) {
+      gy = Tensor<float, R>::empty(y.shape());
+      gy.fill_random(4);
+    }
+    const double t2 = now();
+    auto gx = conv_backward_input(gy, w, in, p);
+    const double t3 = now();
+    auto gw = conv_backward_weight(x, gy, kern, p);
+    const double t4 = now();
+    auto gb = conv_backward_bias(gy);
+    const double t5 = now();
+    if (r > 0) {
+      tf.push_back(t1 - t0);
+      tbi.push_back(t3 - t2);
+      tbw.push_back(t4 - t3);
+      tbb.push_back(t5 - t4);
+      tt.push_back((t1 - t0) + (t5 - t2));
+    }
+  }
+  double kvol = 1, pos = 1;
+  for (int d = 0; d < S; ++d) {
+    kvol *= static_cast<double>(k);
+    pos *= static_cast<double>(xs[2 + d]);
+  }
+  const double gf_pass = 2.0 * static_cast<double>(cout * xs[1]) * kvol * pos * static_cast<double>(xs[0]) * 1e-9;
+  const auto f = stats(tf), bi = stats(tbi), bw = stats(tbw), bb = stats(tbb), t = stats(tt);
+  fmt::print("{}: fwd {:.1f} ms ({:.0f} GFLOP/s)  bwd_input {:.1f} ms ({:.0f})  bwd_weight {:.1f} ms ({:.0f})  "
+             "bwd_bias {:.1f} ms\n",
+             name, f.median * 1e3, gf_pass / f.median, bi.median * 1e3, gf_pass / bi.median, bw.median * 1e3,
+             gf_pass / bw.median, bb.median * 1e3);
+  fmt::print("{}: total median {:.1f} ms min {:.1f} ms  {:.1f} GFLOP/s", name, t.median * 1e3, t.min * 1e3,
+             3 * gf_pass / t.min);
+  if (peak > 0) fmt::print(" = {:.0f}% of sgemm peak {:.0f} GFLOP/s", 100.0 * 3 * gf_pass / t.min / peak, peak);
+  fmt::print("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 5;
+  bool measure_peak = true;
+  std::string which = "all";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--reps") reps = std::stoi(v);
+    else if (a == "--case") which = v;
+    else if (a == "--peak") measure_peak = v != "0";
+    else if (a == "--kernel") set_conv_kernel(v == "im2col" ? ConvKernel::im2col_blas : ConvKernel::automatic);
+    else if (a == "--policy") set_conv_threading(v == "blas" ? ConvThreading::blas : ConvThreading::tiles);
+    else if (a == "--budget-kb") set_conv_column_budget(static_cast<std::size_t>(std::stol(v)) * 1024);
+    else {
+      fmt::print(stderr, "unknown option {}\n", a);
+      return 2;
+    }
+  }
+  fmt::print("threads: omp {} blas {} ({}), policy {}, kernel {}, budget {} KiB/thread\n", omp_get_max_threads(),
+             blas_num_threads(), blas_core_name(), conv_threading() == ConvThreading::tiles ? "tiles" : "blas",
+             conv_kernel_isa(), conv_column_budget() / 1024);
+  const double peak = measure_peak ? sgemm_gflops(3072, 3) : 0.0;
+  if (measure_peak) fmt::print("sgemm 3072^3 ({} BLAS threads): {:.0f} GFLOP/s\n", blas_num_threads(), peak);
+  if (which == "all" || which == "gemm") {
+    fmt::print("tile sgemm 16x2048x144 (1 BLAS thread per OMP thread, {} threads): {:.0f} GFLOP/s\n",
+               omp_get_max_threads(), tile_gemm_gflops(16, 2048, 144, 3));
+    fmt::print("tile sgemm 8x2048x216: {:.0f} GFLOP/s\n", tile_gemm_gflops(8, 2048, 216, 3));
+  }
+  if (which == "all" || which == "2d") run_case<4>("conv2d 16->16 3x3 1x16x1024^2", {1, 16, 1024, 1024}, 16, 3, reps, peak);
+  if (which == "all" || which == "3d") run_case<5>("conv3d 8->8 3x3x3 1x8x128^3", {1, 8, 128, 128, 128}, 8, 3, reps, peak);
+  fmt::print("peak RSS {:.0f} MiB\n", static_cast<double>(process_peak_rss_bytes()) / (1 << 20));
+  return 0;
+}

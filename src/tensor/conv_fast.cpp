@@ -1,0 +1,421 @@
+// Direct (implicit-GEMM) conv path for stride-1 gather problems on AVX-512 / AVX2 CPUs: the
+// forward conv with stride 1, every input gradient (its phases are stride-1 gathers) and the
+// weight gradient with stride 1. Instead of an im2col buffer of (taps x channels) rows, each
+// tile of output rows copies its input block once, zero-padded, and register-blocked
+// micro-kernels read the shifted rows of that block directly (conv_fast_isa.inc).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "conv_engine.hpp"
+#include "shardtensor/tensor/conv.hpp"
+
+namespace shard::detail::conv_engine {
+namespace {
+
+/// Tiling of one stride-1 gather problem: tiles are (n, g, o0, rows [a1, b1), cols [a2, b2)).
+struct FastPlan {
+  const Problem* p = nullptr;
+  index_t cin_g = 0, cout_g = 0, krows = 0, pin = 0, pyx = 0;
+  Ext3 lo{}, span{};  ///< per dim: smallest tap offset, extent of the tap offsets
+  index_t rows = 1, cols = 1, row_tiles = 1, col_tiles = 1, units = 0;
+  index_t p_cap = 0, c_cap = 0;  ///< scratch sizes (elements)
+};
+
+struct FastTile {
+  index_t n, g, o0, a1, b1, a2, b2;
+};
+
+/// Extents of one tile's padded input block and its virtual positions.
+struct TileGeom {
+  index_t E0, E1, E2, PS, V, Vpad;
+};
+
+template <class T>
+struct FastScratch {
+  std::vector<T> P, C;
+  std::vector<index_t> rel;
+};
+
+index_t round_up(index_t a, index_t b) { return (a + b - 1) / b * b; }
+
+FastTile decode(const FastPlan& fp, index_t u) {
+  const Problem& p = *fp.p;
+  FastTile t{};
+  const index_t ct = u % fp.col_tiles;
+  u /= fp.col_tiles;
+  const index_t rt = u % fp.row_tiles;
+  u /= fp.row_tiles;
+  t.o0 = u % p.out[0];
+  u /= p.out[0];
+  t.g = u % p.groups;
+  t.n = u / p.groups;
+  t.a1 = rt * fp.rows;
+  t.b1 = std::min(t.a1 + fp.rows, p.out[1]);
+  t.a2 = ct * fp.cols;
+  t.b2 = std::min(t.a2 + fp.cols, p.out[2]);
+  return t;
+}
+
+TileGeom tile_geom(const FastPlan& fp, const FastTile& u, index_t block) {
+  TileGeom g{};
+  g.E0 = fp.span[0];
+  g.E1 = (u.b1 - u.a1) + fp.span[1] - 1;
+  g.E2 = (u.b2 - u.a2) + fp.span[2] - 1;
+  g.PS = g.E0 * g.E1 * g.E2;
+  g.V = (u.b1 - u.a1 - 1) * g.E2 + (u.b2 - u.a2);
+  g.Vpad = round_up(g.V, block);
+  return g;
+}
+
+/// P[c][e0][e1][e2] = x[c][o0 + lo0 + e0][a1 + lo1 + e1][a2 + lo2 + e2] (0 outside the input),
+/// followed by zeroed slack for the micro-kernels' over-read.
+template <class T>
+void fill_block(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const T* xg, T* P) {
+  const Problem& p = *fp.p;
+  const index_t s2 = u.a2 + fp.lo[2];
+  const index_t va = std::clamp<index_t>(-s2, 0, tg.E2), vb = std::clamp<index_t>(p.in[2] - s2, va, tg.E2);
+  for (index_t c = 0; c < fp.cin_g; ++c)
+    for (index_t e0 = 0; e0 < tg.E0; ++e0) {
+      const index_t i0 = u.o0 + fp.lo[0] + e0;
+      for (index_t e1 = 0; e1 < tg.E1; ++e1) {
+        const index_t i1 = u.a1 + fp.lo[1] + e1;
+        T* dst = P + ((c * tg.E0 + e0) * tg.E1 + e1) * tg.E2;
+        if (i0 < 0 || i0 >= p.in[0] || i1 < 0 || i1 >= p.in[1]) {
+          std::fill_n(dst, tg.E2, T(0));
+          continue;
+        }
+        const T* src = xg + c * fp.pin + (i0 * p.in[1] + i1) * p.in[2] + s2;
+        std::fill_n(dst, va, T(0));
+        std::memcpy(dst + va, src + va, sizeof(T) * static_cast<std::size_t>(vb - va));
+        std::fill_n(dst + vb, tg.E2 - vb, T(0));
+      }
+    }
+  std::fill_n(P + fp.cin_g * tg.PS, tg.Vpad - tg.V + 64, T(0));
+}
+
+/// rel[(c, t0, t1, t2)] = offset in P of tap t for virtual position 0.
+void build_rel(const FastPlan& fp, const TileGeom& tg, index_t* rel) {
+  const auto& off = fp.p->taps.off;
+  index_t k = 0;
+  for (index_t c = 0; c < fp.cin_g; ++c)
+    for (index_t d0 : off[0])
+      for (index_t d1 : off[1])
+        for (index_t d2 : off[2])
+          rel[k++] = c * tg.PS + ((d0 - fp.lo[0]) * tg.E1 + (d1 - fp.lo[1])) * tg.E2 + (d2 - fp.lo[2]);
+}
+
+/// Valid positions of C[m][v] (+ bias) to y through the problem's y placement.
+template <class T>
+void store_tile(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const T* C, const T* bias, T* y) {
+  const Problem& p = *fp.p;
+  const index_t cols = u.b2 - u.a2, st2 = p.y_step[2];
+  for (index_t m = 0; m < fp.cout_g; ++m) {
+    const index_t co = u.g * fp.cout_g + m;
+    const T b = bias ? bias[co] : T(0);
+    T* yc = y + u.n * p.y_batch_stride + co * fp.pyx;
+    const index_t y0 = u.o0 * p.y_step[0] + p.y_base[0];
+    for (index_t r = 0; r < u.b1 - u.a1; ++r) {
+      const T* src = C + m * tg.Vpad + r * tg.E2;
+      const index_t y1 = (u.a1 + r) * p.y_step[1] + p.y_base[1];
+      T* dst = yc + (y0 * p.y_ext[1] + y1) * p.y_ext[2] + u.a2 * st2 + p.y_base[2];
+      if (st2 == 1) {
+        for (index_t j = 0; j < cols; ++j) dst[j] = src[j] + b;
+      } else {
+        for (index_t j = 0; j < cols; ++j) dst[j * st2] = src[j] + b;
+      }
+    }
+  }
+}
+
+/// G[m][v] = gy[n][g*cout_g + m][o0][a1 + r][a2 + col] at v = r*E2 + col (col < cols), else 0.
+template <class T>
+void load_gy_tile(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const T* gy, index_t mpad, T* G) {
+  const Problem& p = *fp.p;
+  const index_t cols = u.b2 - u.a2, pout = p.out[0] * p.out[1] * p.out[2];
+  for (index_t m = 0; m < mpad; ++m) {
+    T* g = G + m * tg.Vpad;
+    if (m >= fp.cout_g) {
+      std::fill_n(g, tg.Vpad, T(0));
+      continue;
+    }
+    const T* src = gy + u.n * p.y_batch_stride + (u.g * fp.cout_g + m) * pout + (u.o0 * p.out[1] + u.a1) * p.out[2] + u.a2;
+    for (index_t r = 0; r < u.b1 - u.a1; ++r) {
+      std::memcpy(g + r * tg.E2, src + r * p.out[2], sizeof(T) * static_cast<std::size_t>(cols));
+      if (r + 1 < u.b1 - u.a1) std::fill_n(g + r * tg.E2 + cols, tg.E2 - cols, T(0));
+    }
+    std::fill_n(g + tg.V, tg.Vpad - tg.V, T(0));
+  }
+}
+
+FastPlan make_plan(const Problem& p, std::size_t elem, int threads, index_t block, index_t mround) {
+  FastPlan fp;
+  fp.p = &p;
+  fp.cin_g = p.cin_g;
+  fp.cout_g = p.cout_g;
+  fp.krows = p.cin_g * p.taps.count();
+  fp.pin = p.in[0] * p.in[1] * p.in[2];
+  fp.pyx = p.y_ext[0] * p.y_ext[1] * p.y_ext[2];
+  for (int d = 0; d < 3; ++d) {
+    const auto [mn, mx] = std::minmax_element(p.taps.off[d].begin(), p.taps.off[d].end());
+    fp.lo[d] = *mn;
+    fp.span[d] = *mx - *mn + 1;
+  }
+  const index_t mpad = round_up(std::max<index_t>(fp.cout_g, 1), mround);
+  auto cost = [&](index_t R, index_t C2) {
+    const index_t e2 = C2 + fp.span[2] - 1;
+    return static_cast<std::size_t>(fp.cin_g * fp.span[0] * (R + fp.span[1] - 1) * e2 + mpad * (R * e2 + block)) *
+           elem;
+  };
+  const std::size_t budget = conv_column_budget();
+  fp.cols = p.out[2];
+  while (fp.cols > 4 * block && cost(1, fp.cols) > budget) fp.cols = (fp.cols + 1) / 2;
+  fp.rows = 1;
+  while (fp.rows < p.out[1] && cost(fp.rows + 1, fp.cols) <= budget) ++fp.rows;
+  const index_t other = p.batch * p.groups * p.out[0];
+  fp.col_tiles = (p.out[2] + fp.cols - 1) / fp.cols;
+  fp.row_tiles = (p.out[1] + fp.rows - 1) / fp.rows;
+  if (threads > 1 && other * fp.col_tiles * fp.row_tiles < 4 * threads)  // keep every thread busy
+    fp.row_tiles = std::min(p.out[1], std::max(fp.row_tiles, (4 * threads + other * fp.col_tiles - 1) /
+                                                                  (other * fp.col_tiles)));
+  fp.rows = (p.out[1] + fp.row_tiles - 1) / fp.row_tiles;
+  fp.row_tiles = (p.out[1] + fp.rows - 1) / fp.rows;
+  fp.cols = (p.out[2] + fp.col_tiles - 1) / fp.col_tiles;
+  fp.col_tiles = (p.out[2] + fp.cols - 1) / fp.cols;
+  fp.units = other * fp.row_tiles * fp.col_tiles;
+  const index_t e1 = fp.rows + fp.span[1] - 1, e2 = fp.cols + fp.span[2] - 1;
+  fp.p_cap = fp.cin_g * fp.span[0] * e1 * e2 + 2 * block + 128;
+  fp.c_cap = mpad * round_up((fp.rows - 1) * e2 + fp.cols, block);
+  return fp;
+}
+
+int fast_threads(index_t units) {
+  if (conv_threading() == ConvThreading::blas || omp_in_parallel()) return 1;
+  return static_cast<int>(std::max<index_t>(1, std::min<index_t>(omp_get_max_threads(), units)));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- AVX-512
+namespace avx512 {
+#define SHARD_TGT __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+struct VecF {
+  using T = float;
+  using V = __m512;
+  static constexpr int L = 16, MR = 8, NV = 3, WM = 4, WK = 6;
+  SHARD_TGT static inline V zero() { return _mm512_setzero_ps(); }
+  SHARD_TGT static inline V load(const T* p) { return _mm512_loadu_ps(p); }
+  SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_ps(p, v); }
+  SHARD_TGT static inline V bcast(T a) { return _mm512_set1_ps(a); }
+  SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  SHARD_TGT static inline double hsum(V v) {  // (GCC 12 warns inside the reduce/extract intrinsics)
+    alignas(64) T b[L];
+    _mm512_store_ps(b, v);
+    double r = 0;
+    for (int i = 0; i < L; ++i) r += b[i];
+    return r;
+  }
+};
+struct VecD {
+  using T = double;
+  using V = __m512d;
+  static constexpr int L = 8, MR = 8, NV = 3, WM = 4, WK = 6;
+  SHARD_TGT static inline V zero() { return _mm512_setzero_pd(); }
+  SHARD_TGT static inline V load(const T* p) { return _mm512_loadu_pd(p); }
+  SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_pd(p, v); }
+  SHARD_TGT static inline V bcast(T a) { return _mm512_set1_pd(a); }
+  SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  SHARD_TGT static inline double hsum(V v) {
+    alignas(64) T b[L];
+    _mm512_store_pd(b, v);
+    double r = 0;
+    for (int i = 0; i < L; ++i) r += b[i];
+    return r;
+  }
+};
+#include "conv_fast_isa.inc"
+#undef SHARD_TGT
+}  // namespace avx512
+
+// ---------------------------------------------------------------- AVX2 + FMA
+namespace avx2 {
+#define SHARD_TGT __attribute__((target("avx2,fma")))
+struct VecF {
+  using T = float;
+  using V = __m256;
+  static constexpr int L = 8, MR = 4, NV = 3, WM = 2, WK = 5;
+  SHARD_TGT static inline V zero() { return _mm256_setzero_ps(); }
+  SHARD_TGT static inline V load(const T* p) { return _mm256_loadu_ps(p); }
+  SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_ps(p, v); }
+  SHARD_TGT static inline V bcast(T a) { return _mm256_set1_ps(a); }
+  SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  SHARD_TGT static inline double hsum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(s);
+  }
+};
+struct VecD {
+  using T = double;
+  using V = __m256d;
+  static constexpr int L = 4, MR = 4, NV = 3, WM = 2, WK = 5;
+  SHARD_TGT static inline V zero() { return _mm256_setzero_pd(); }
+  SHARD_TGT static inline V load(const T* p) { return _mm256_loadu_pd(p); }
+  SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_pd(p, v); }
+  SHARD_TGT static inline V bcast(T a) { return _mm256_set1_pd(a); }
+  SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  SHARD_TGT static inline double hsum(V v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_hadd_pd(s, s));
+  }
+};
+#include "conv_fast_isa.inc"
+#undef SHARD_TGT
+}  // namespace avx2
+
+namespace {
+
+enum class Isa { none, avx2, avx512 };
+
+Isa detect_isa() {
+  static const Isa isa = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+      return Isa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
+    return Isa::none;
+  }();
+  return isa;
+}
+
+/// The micro-kernel family to use now (detect_isa, lowered by set_conv_kernel).
+Isa active_isa() {
+  const Isa hw = detect_isa();
+  switch (conv_kernel()) {
+    case ConvKernel::automatic: return hw;
+    case ConvKernel::direct_avx2: return hw == Isa::none ? Isa::none : Isa::avx2;
+    default: return Isa::none;
+  }
+}
+
+bool eligible(const Problem& p) {
+  if (active_isa() == Isa::none) return false;
+  if (p.taps.stride != Ext3{1, 1, 1} || p.taps.count() == 0 || p.cin_g == 0 || p.cout_g == 0) return false;
+  return p.batch > 0 && p.out[0] * p.out[1] * p.out[2] > 0;
+}
+
+template <class Vt>
+void run_forward(const Problem& p, const typename Vt::T* x, const typename Vt::T* w, const typename Vt::T* bias,
+                 typename Vt::T* y, void (*unit)(const FastPlan&, const FastTile&, const typename Vt::T*,
+                                                 const typename Vt::T*, const typename Vt::T*, typename Vt::T*,
+                                                 FastScratch<typename Vt::T>&)) {
+  using T = typename Vt::T;
+  constexpr index_t NVL = Vt::NV * Vt::L;
+  const FastPlan fp = make_plan(p, sizeof(T), fast_threads(1 << 30), NVL, Vt::MR);
+  std::vector<T> ap;
+  {
+    const index_t mblocks = (fp.cout_g + Vt::MR - 1) / Vt::MR;
+    ap.assign(static_cast<std::size_t>(p.groups * mblocks * Vt::MR * fp.krows), T(0));
+    for (index_t g = 0; g < p.groups; ++g)
+      for (index_t co = 0; co < fp.cout_g; ++co)
+        for (index_t k = 0; k < fp.krows; ++k)
+          ap[static_cast<std::size_t>(((g * mblocks + co / Vt::MR) * fp.krows + k) * Vt::MR + co % Vt::MR)] =
+              w[(g * fp.cout_g + co) * fp.krows + k];
+  }
+  const int nth = fast_threads(fp.units);
+  std::vector<FastScratch<T>> scratch(static_cast<std::size_t>(nth));
+  for (auto& s : scratch) {
+    s.P.resize(static_cast<std::size_t>(fp.p_cap));
+    s.C.resize(static_cast<std::size_t>(fp.c_cap));
+    s.rel.resize(static_cast<std::size_t>(fp.krows + 16));
+  }
+#pragma omp parallel for schedule(static) num_threads(nth)
+  for (index_t u = 0; u < fp.units; ++u)
+    unit(fp, decode(fp, u), x, ap.data(), bias, y, scratch[static_cast<std::size_t>(omp_get_thread_num())]);
+}
+
+template <class Vt>
+void run_wgrad(const Problem& p, const typename Vt::T* x, const typename Vt::T* gy, typename Vt::T* gw,
+               void (*unit)(const FastPlan&, const FastTile&, const typename Vt::T*, const typename Vt::T*,
+                            FastScratch<typename Vt::T>&, double*)) {
+  using T = typename Vt::T;
+  const FastPlan fp = make_plan(p, sizeof(T), fast_threads(1 << 30), Vt::L, Vt::WM);
+  const index_t wn = p.groups * fp.cout_g * fp.krows;
+  const int nth = fast_threads(fp.units);
+  std::vector<FastScratch<T>> scratch(static_cast<std::size_t>(nth));
+  std::vector<double> partial(static_cast<std::size_t>(nth * wn), 0.0);
+  for (auto& s : scratch) {
+    s.P.resize(static_cast<std::size_t>(fp.p_cap));
+    s.C.resize(static_cast<std::size_t>(fp.c_cap));
+    s.rel.resize(static_cast<std::size_t>(fp.krows + Vt::WK + 16));
+  }
+#pragma omp parallel for schedule(static) num_threads(nth)
+  for (index_t u = 0; u < fp.units; ++u) {
+    const int t = omp_get_thread_num();
+    unit(fp, decode(fp, u), x, gy, scratch[static_cast<std::size_t>(t)], partial.data() + t * wn);
+  }
+  for (index_t i = 0; i < wn; ++i) {
+    double s = 0;
+    for (int t = 0; t < nth; ++t) s += partial[static_cast<std::size_t>(t * wn + i)];
+    gw[i] = static_cast<T>(s);
+  }
+}
+
+template <class T> struct Pick;
+template <> struct Pick<float> {
+  using A512 = avx512::VecF;
+  using A2 = avx2::VecF;
+};
+template <> struct Pick<double> {
+  using A512 = avx512::VecD;
+  using A2 = avx2::VecD;
+};
+
+}  // namespace
+
+template <class T>
+bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) {
+  if (!eligible(p)) return false;
+  if (active_isa() == Isa::avx512) {
+    using Vt = typename Pick<T>::A512;
+    run_forward<Vt>(p, x, w, bias, y, &avx512::forward_unit<Vt>);
+  } else {
+    using Vt = typename Pick<T>::A2;
+    run_forward<Vt>(p, x, w, bias, y, &avx2::forward_unit<Vt>);
+  }
+  return true;
+}
+
+template <class T>
+bool fast_weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
+  if (!eligible(p) || p.y_ext != p.out || p.y_step != Ext3{1, 1, 1} || p.y_base != Ext3{0, 0, 0}) return false;
+  if (active_isa() == Isa::avx512) {
+    using Vt = typename Pick<T>::A512;
+    run_wgrad<Vt>(p, x, gy, gw, &avx512::wgrad_unit<Vt>);
+  } else {
+    using Vt = typename Pick<T>::A2;
+    run_wgrad<Vt>(p, x, gy, gw, &avx2::wgrad_unit<Vt>);
+  }
+  return true;
+}
+
+template bool fast_gather_conv<float>(const Problem&, const float*, const float*, const float*, float*);
+template bool fast_gather_conv<double>(const Problem&, const double*, const double*, const double*, double*);
+template bool fast_weight_grad<float>(const Problem&, const float*, const float*, float*);
+template bool fast_weight_grad<double>(const Problem&, const double*, const double*, double*);
+
+}  // namespace shard::detail::conv_engine
+
+namespace shard {
+const char* conv_kernel_isa() noexcept {
+  switch (detail::conv_engine::active_isa()) {
+    case detail::conv_engine::Isa::avx512: return "direct_avx512";
+    case detail::conv_engine::Isa::avx2: return "direct_avx2";
+    default: return "im2col_blas";
+  }
+}
+}  // namespace shard
