@@ -14,21 +14,31 @@ DeviceMesh::DeviceMesh(CommPtr comm, std::vector<int> shape, std::vector<std::st
     positive = positive && s >= 1;
     prod *= s;
   }
-  // Local checks (identical on every rank when the arguments are) come first...
-  SHARD_CHECK(positive, "DeviceMesh", "mesh shape {} has a non-positive extent", shape);
-  SHARD_CHECK(prod == comm->size(), "DeviceMesh",
-              "mesh shape {} holds {} ranks but the communicator has {} (the mesh must match the communicator)", shape,
-              prod, comm->size());
   if (names.empty())
     for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(fmt::format("d{}", i));
-  SHARD_CHECK(names.size() == shape.size(), "DeviceMesh", "{} dim names for a {}-D mesh {}", names.size(),
-              shape.size(), shape);
-  // ...then the cross-rank agreement check, which is collective and never leaves a rank behind.
-  std::vector<index_t> mine(shape.begin(), shape.end());
+  // Every check is collective (one allgather + check_all), so that a rank whose arguments are bad
+  // while the others' are fine cannot leave the others blocked in a later collective.
+  std::string err;
+  if (!positive) {
+    err = fmt::format("mesh shape {} has a non-positive extent", shape);
+  } else if (prod != comm->size()) {
+    err = fmt::format("mesh shape {} holds {} ranks but the communicator has {} (the mesh must match the communicator)",
+                      shape, prod, comm->size());
+  } else if (names.size() != shape.size()) {
+    err = fmt::format("{} dim names for a {}-D mesh {}", names.size(), shape.size(), shape);
+  }
+  // Gather (locally ok?, shape...) so that a rank with a bad shape reports its own error rather
+  // than the others reporting a disagreement.
+  std::vector<index_t> mine = {err.empty() ? 1 : 0};
+  mine.insert(mine.end(), shape.begin(), shape.end());
   const auto all = comm->allgather_vectors(mine);
-  bool agree = true;
-  for (auto& v : all) agree = agree && v == mine;
-  comm->check_all(agree, "DeviceMesh", fmt::format("mesh shape {} differs from another rank's", shape));
+  bool all_ok = true;
+  for (const auto& v : all) all_ok = all_ok && v[0] == 1;
+  for (std::size_t r = 0; r < all.size() && err.empty() && all_ok; ++r)
+    if (all[r] != mine)
+      err = fmt::format("mesh shape {} differs from rank {}'s {} (every rank must pass the same shape)", shape, r,
+                        std::vector<index_t>(all[r].begin() + 1, all[r].end()));
+  comm->check_all(err.empty(), "DeviceMesh", err);
 
   impl_->comm = std::move(comm);
   impl_->shape = std::move(shape);

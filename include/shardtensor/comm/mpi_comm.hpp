@@ -39,10 +39,10 @@ class MpiComm final : public Communicator {
                  void* recv, std::span<const index_t> recv_counts, std::span<const index_t> recv_displs,
                  DType dt) override;
   void sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source, DType dt,
-                int tag) override;
+                int tag = 0) override;
   void barrier() override;
-  Request isend(const void* buf, index_t count, DType dt, int dest, int tag) override;
-  Request irecv(void* buf, index_t count, DType dt, int source, int tag) override;
+  Request isend(const void* buf, index_t count, DType dt, int dest, int tag = 0) override;
+  Request irecv(void* buf, index_t count, DType dt, int source, int tag = 0) override;
   Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) override;
   Request iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                       std::span<const index_t> displs, DType dt) override;

@@ -2,6 +2,7 @@
 /// \file dist_tensor.hpp
 /// DistTensor<T, Rank>: a global tensor laid out on a DeviceMesh by one Placement per mesh dim,
 /// holding this rank's local block. The typed front over DistSpec + detail::redistribute.
+#include <algorithm>
 #include <optional>
 
 #include "shardtensor/dist/dist_spec.hpp"
@@ -42,8 +43,21 @@ class DistTensor {
     for (auto& p : placements)
       if (err.empty() && p.is_shard() && (p.dim < 0 || p.dim >= Rank))
         err = fmt::format("placement {} names a dim outside a rank-{} tensor", p, Rank);
+    if (err.empty() && !sizes.empty() && static_cast<int>(sizes.size()) != Rank)
+      err = fmt::format("explicit sizes given for {} dims of a rank-{} tensor", sizes.size(), Rank);
     comm->check_all(err.empty(), "DistTensor::from_local", err);
-    auto shapes = comm->allgather_vectors(to_vec(local.shape()));
+    // Gather (local shape, placements) from every rank: the placements must agree too.
+    std::vector<index_t> mine = to_vec(local.shape());
+    for (const auto& p : placements) {
+      mine.push_back(static_cast<index_t>(p.kind));
+      mine.push_back(p.is_shard() ? p.dim : -1);
+      mine.push_back(p.is_partial() ? static_cast<index_t>(p.op) : -1);
+    }
+    auto shapes = comm->allgather_vectors(mine);
+    for (int r = 0; r < mesh.size() && err.empty(); ++r)
+      if (!std::equal(mine.begin() + Rank, mine.end(), shapes[static_cast<std::size_t>(r)].begin() + Rank))
+        err = fmt::format("placements [{}] differ from rank {}'s (every rank must pass the same ones)",
+                          fmt::join(placements, ", "), r);
     std::vector<index_t> global(Rank);
     ShardSizes s(Rank);
     for (int d = 0; d < Rank && err.empty(); ++d) {

@@ -14,6 +14,11 @@ void device_axpby(DType dt, index_t n, double alpha, const void* x, double beta,
 void device_mul(DType dt, index_t n, const void* a, const void* b, void* out, Device dev);
 /// Sum of a contiguous device buffer, returned in double.
 double device_sum(DType dt, index_t n, const void* x, Device dev);
+/// Throws shard::Error naming `op` unless a and b have one shape.
+template <class T, int R>
+void check_same_shape(const char* op, const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  SHARD_CHECK(a.shape() == b.shape(), op, "shapes {} and {} differ", a.shape(), b.shape());
+}
 }  // namespace detail
 
 /// out[i] = f(a[i]) elementwise on host tensors of one shape (out may alias a).
@@ -69,8 +74,8 @@ Tensor<T, R> map(const Tensor<T, R>& a, F&& f) {
 /// y += alpha * x (in place on y).
 template <class T, int R>
 void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
+  detail::check_same_shape("axpy", x, y);
   if (y.device().is_cuda() && x.is_contiguous() && y.is_contiguous()) {
-    SHARD_CHECK(x.shape() == y.shape(), "axpy", "shape {} != {}", x.shape(), y.shape());
     detail::device_axpby(dtype_of<T>, y.numel(), alpha, x.data(), 1.0, y.data(), y.device());
     return;
   }
@@ -88,6 +93,7 @@ void scale(const Tensor<T, R>& x, T alpha) {
 /// a + b.
 template <class T, int R>
 Tensor<T, R> add(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  detail::check_same_shape("add", a, b);
   if (a.device().is_cuda()) {
     auto out = a.clone();
     axpy(T(1), b.contiguous(), out);
@@ -100,6 +106,7 @@ Tensor<T, R> add(const Tensor<T, R>& a, const Tensor<T, R>& b) {
 /// a - b.
 template <class T, int R>
 Tensor<T, R> sub(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  detail::check_same_shape("sub", a, b);
   if (a.device().is_cuda()) {
     auto out = a.clone();
     axpy(T(-1), b.contiguous(), out);
@@ -112,6 +119,7 @@ Tensor<T, R> sub(const Tensor<T, R>& a, const Tensor<T, R>& b) {
 /// a * b (elementwise).
 template <class T, int R>
 Tensor<T, R> mul(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  detail::check_same_shape("mul", a, b);
   auto out = Tensor<T, R>::empty(a.shape(), a.device());
   if (a.device().is_cuda()) {
     auto ac = a.contiguous(), bc = b.contiguous();
