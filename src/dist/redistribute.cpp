@@ -211,8 +211,10 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
     return;
   }
 
-  const auto comm = mesh.dims_comm(changed);
-  const int G = comm->size();
+  // Group of the ranks that vary over `changed` (mesh.dims_comm is collective on first use, so the
+  // plan-only mode below never creates it).
+  int G = 1;
+  for (int m : changed) G *= mesh.size(m);
   // Group rank g -> mesh rank (ranks varying over `changed`, row-major over them).
   std::vector<int> group_to_mesh(static_cast<std::size_t>(G));
   {
@@ -234,6 +236,7 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
     const auto &a = st.spec.placement(m), &b = tgt.placement(m);
     if (a.is_shard() && b.is_replicate() && st.spec.sharding_mesh_dims(a.dim) == std::vector<int>{m}) {
       if (plan) { plan->push_back("allgatherv"); st.spec = tgt; return; }
+      const auto comm = mesh.dims_comm(changed);
       const int d = a.dim;
       const auto& lay = st.spec.layout(d);
       index_t slab = 1;  // elements per unit of dim d in the gathered block
@@ -278,6 +281,7 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
   // General path: one alltoallv of box intersections over the group. For mesh dims in `changed`
   // where the source is replicated, the sender is the replica with the receiver's coordinate.
   if (plan) { plan->push_back("alltoallv"); st.spec = tgt; return; }
+  const auto comm = mesh.dims_comm(changed);
   auto is_sender_for = [&](int sender_mesh, int receiver_mesh) {
     const auto cs = mesh.coords_of(sender_mesh), cr = mesh.coords_of(receiver_mesh);
     for (int m : changed)
