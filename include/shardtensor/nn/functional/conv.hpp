@@ -1,0 +1,390 @@
+#pragma once
+/// \file conv.hpp
+/// Domain-parallel convolution (conv1d/2d/3d) and transposed convolution with forward and
+/// backward on the autograd tape. Inputs are N, C, spatial... Vars whose spatial dims may be
+/// sharded over any mesh dims (1-, 2-, 3-D meshes; several mesh dims on one tensor dim), N may be
+/// sharded over a data-parallel mesh dim, C must not be sharded; weight and bias are Replicate.
+/// Any kernel extent (odd or even), stride, padding per side, dilation, groups, optional bias,
+/// and a padding mode per spatial dim: zero, periodic (PyTorch 'circular'), reflect, replicate.
+/// A Partial input is resolved first (F::resolve).
+///
+/// ## conv: the algorithm
+/// Output points are assigned by the anchor rule (window.hpp): each rank computes exactly the
+/// outputs whose anchor input it owns, reading ghost layers of widths (c, span - c) in the
+/// regular case, given by dist/halo.hpp with the dim's padding mode (zero padding at the global
+/// edges is added by the local kernels; other modes come from the halo). The output DistSpec has
+/// x's placements and explicit ShardSizes derived locally from x's spec (stride-1 'same' convs
+/// keep x's layout exactly).
+///
+/// Overlap (DESIGN.md §4). Forward: (1) post the halo exchange; (2) while it is in flight, run the
+/// local kernel for ALL of this rank's outputs on its own block, with every cell outside the
+/// block read as zero: exact for each output whose window stays inside the block or reads only
+/// zero padding; (3) finish the exchange; (4) recompute the boundary boxes (the disjoint boxes of
+/// outputs whose windows touch ghost cells, WindowPlan::boundary_boxes: one output row per
+/// sharded side for a 3x3 conv) from small copies of the extended block. The extra work is the
+/// boundary boxes computed twice (< 1% for 1024^2 halves); no copy of the whole block is made
+/// beyond the halo's own buffer, which is freed after the forward. Backward: the gradient of the
+/// extended block is computed by the local input-gradient kernel, the halo ADJOINT is posted
+/// (ghost-cell gradients go back to their owners and are added), and the weight gradient is
+/// computed while those messages are in flight: the block's own cells with zeros outside, plus
+/// the boundary boxes' ghost cells (saved from the forward with the block's cells zeroed, so
+/// nothing is counted twice). tests/nn/mpi_conv.cpp checks the result equals the unsharded
+/// conv at 1..4 ranks; bench/bench_conv_dist.cpp measures it.
+///
+/// Gradients: dx is laid out like x; dW and db are this rank's sums, Partial(sum) on every mesh
+/// dim that shards x (or on which the upstream gradient is Partial), Replicate elsewhere; Var's
+/// leaf finalisation allreduces them.
+///
+/// ## conv_transpose
+/// The adjoint of the conv y -> x with the same parameters. Output extent (PyTorch):
+/// Gy = (G - 1)*s - pl - ph + dl*(k - 1) + output_padding + 1. Output layout: the inverse anchor
+/// rule (window.hpp, transpose_output_sizes): part p of y starts at off_p*s - pl + c (clamped), so
+/// that conv(conv_transpose(x)) with the same parameters gives back x's layout, and a stride-2
+/// transposed conv doubles the layout like upsample(.., 2) does. Forward: the local transposed
+/// conv of the block into the extended output range (the y cells its taps reach), then the halo
+/// ADJOINT adds overlapping contributions into their owners (contributions outside [0, Gy) are
+/// cropped), then the bias. Backward: halo forward of dy + the local conv (the conv forward above,
+/// with its overlap) for dx; the weight gradient from dy's block and ghosts; db = sum of dy.
+/// Zero padding only (as PyTorch's ConvTranspose).
+#include <array>
+#include <memory>
+#include <optional>
+#include <type_traits>
+
+#include "shardtensor/nn/functional/window.hpp"
+#include "shardtensor/tensor/conv.hpp"
+
+namespace shard::nn::functional {
+
+/// Hyper-parameters of an S-dimensional domain-parallel convolution.
+template <int S>
+struct ConvOptions {
+  static_assert(S >= 1 && S <= 3, "ConvOptions: 1, 2 or 3 spatial dims");
+  /// All-ones shape (the default stride and dilation).
+  static constexpr Shape<S> ones() {
+    Shape<S> s{};
+    for (auto& e : s) e = 1;
+    return s;
+  }
+  Shape<S> stride = ones();               ///< step between outputs (>= 1)
+  Shape<S> dilation = ones();             ///< spacing between taps (>= 1)
+  Shape<S> pad_lo{};                      ///< padding before the first input cell, per dim
+  Shape<S> pad_hi{};                      ///< padding after the last input cell, per dim
+  index_t groups = 1;                     ///< channel groups (divides C_in and C_out)
+  std::array<Boundary, S> padding_mode{}; ///< per dim: zero (default), periodic, reflect, replicate
+
+  /// `pad` on both sides of every dim, uniform stride / dilation, one padding mode.
+  static ConvOptions symmetric(index_t pad, index_t stride = 1, index_t dilation = 1, index_t groups = 1,
+                               Boundary mode = Boundary::zero) {
+    ConvOptions o;
+    o.stride.fill(stride);
+    o.dilation.fill(dilation);
+    o.pad_lo.fill(pad);
+    o.pad_hi.fill(pad);
+    o.groups = groups;
+    o.padding_mode.fill(mode);
+    return o;
+  }
+  /// PyTorch padding='same' (stride 1): total dilation*(k-1) per dim, the smaller half below.
+  static ConvOptions same(const Shape<S>& kernel, index_t dilation = 1, Boundary mode = Boundary::zero,
+                          index_t groups = 1) {
+    ConvOptions o = symmetric(0, 1, dilation, groups, mode);
+    for (int d = 0; d < S; ++d) {
+      const index_t span = dilation * (kernel[d] - 1);
+      o.pad_lo[d] = span / 2;
+      o.pad_hi[d] = span - span / 2;
+    }
+    return o;
+  }
+};
+
+/// Hyper-parameters of an S-dimensional domain-parallel transposed convolution (zero padding).
+template <int S>
+struct ConvTransposeOptions {
+  Shape<S> stride = ConvOptions<S>::ones();    ///< upsampling step (>= 1)
+  Shape<S> dilation = ConvOptions<S>::ones();  ///< spacing between taps (>= 1)
+  Shape<S> pad_lo{};                           ///< cropped from the start of the full output, per dim
+  Shape<S> pad_hi{};                           ///< cropped from the end of the full output, per dim
+  Shape<S> output_padding{};                   ///< extra cells at the end (0 <= op < max(stride, dilation))
+  index_t groups = 1;                          ///< channel groups
+
+  /// `pad` on both sides, uniform stride / dilation / output padding.
+  static ConvTransposeOptions symmetric(index_t pad, index_t stride = 1, index_t dilation = 1, index_t groups = 1,
+                                        index_t output_padding = 0) {
+    ConvTransposeOptions o;
+    o.stride.fill(stride);
+    o.dilation.fill(dilation);
+    o.pad_lo.fill(pad);
+    o.pad_hi.fill(pad);
+    o.output_padding.fill(output_padding);
+    o.groups = groups;
+    return o;
+  }
+};
+
+namespace detail {
+
+/// Channel counts of a distributed conv seen as a map from its input to its output.
+struct ConvChannels {
+  index_t batch = 0, in = 1, out = 1, groups = 1;
+};
+
+/// What dist_conv_forward keeps for the weight gradient: per boundary box (global output and
+/// input ranges) the input cells it read, with this rank's own block cells zeroed.
+struct ConvGhosts {
+  struct Box {
+    std::vector<Range> out, in;
+    shard::detail::LocalBlock ghost;
+  };
+  std::vector<Box> boxes;
+};
+
+/// y[batch, ch.out, out_block] = conv of the rank's block x[batch, ch.in, in_block] (contiguous)
+/// with its halo (exchanged here, overlapped as described in the file comment); w, bias as the
+/// local kernels take them (bias may be null). Fills `saved` when non-null. Collective over the
+/// communicators of the sharded dims.
+void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+                       const void* x, const void* w, const void* bias, void* y, ConvGhosts* saved);
+
+/// Backward of dist_conv_forward for the output gradient gy[batch, ch.out, out_block]: returns
+/// the input block's gradient when `input_grad` (halo adjoint included; empty block otherwise)
+/// and overwrites gw (if non-null) with this rank's weight gradient. Collective like the forward.
+shard::detail::LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec,
+                                             const ConvChannels& ch, const void* x, const ConvGhosts& ghosts,
+                                             const void* gy, const void* w, bool input_grad, void* gw);
+
+/// Gradient spec of a replicated parameter whose local gradient sums this rank's outputs.
+inline DistSpec window_param_grad_spec(const DistSpec& param, const DistSpec& xs, const DistSpec& grad_out) {
+  auto p = param.placements();
+  for (int m = 0; m < xs.mesh().ndim(); ++m)
+    if (xs.placement(m).is_shard() || grad_out.placement(m).is_partial()) p[static_cast<std::size_t>(m)] = Partial();
+  return param.with_placements(p);
+}
+
+/// Gradient spec of a window op's input x given the op's output spec and upstream gradient.
+inline DistSpec window_input_grad_spec(const DistSpec& xs, const DistSpec& out, const DistSpec& grad_out) {
+  return xs.with_placements(
+      autograd::local_op_input_grad_placements(xs.placements(), out.placements(), grad_out.placements()), xs.sizes());
+}
+
+/// Shared checks of the conv family (spec-only, so every rank throws alike): host tensors, one
+/// mesh, C unsharded, Replicate weight / bias, channel counts against `groups`.
+/// `w_in_dim` is the weight dim that holds C_in / groups (1 for conv, 0 holds C_in for transpose).
+template <class T, int R>
+void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, const std::optional<Var<T, 1>>& b,
+                     index_t groups, bool transpose) {
+  check_host(x.value(), op, "input");
+  check_host(w.value(), op, "weight");
+  const DistSpec& xs = x.value().spec();
+  check_unsharded(xs, 1, op, "input");
+  SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes");
+  check_replicated(w.value().spec(), op, "weight");
+  SHARD_CHECK(groups >= 1, op, "groups {} must be >= 1", groups);
+  const auto ws = w.value().global_shape();
+  const index_t cin = xs.global_shape()[1];
+  index_t cout = 0;
+  if (!transpose) {
+    SHARD_CHECK(ws[0] % groups == 0 && cin % groups == 0, op,
+                "groups {} must divide the input channels {} and the output channels {} (weight {})", groups, cin,
+                ws[0], ws);
+    SHARD_CHECK(ws[1] * groups == cin, op,
+                "input {} has {} channels but the weight {} expects {} (= {} per group x {} groups)", xs.global_shape(),
+                cin, ws, ws[1] * groups, ws[1], groups);
+    cout = ws[0];
+  } else {
+    SHARD_CHECK(ws[0] == cin, op, "input {} has {} channels but the weight {} expects {} (dim 0)", xs.global_shape(),
+                cin, ws, ws[0]);
+    SHARD_CHECK(cin % groups == 0, op, "groups {} must divide the input channels {} (weight {})", groups, cin, ws);
+    cout = ws[1] * groups;
+  }
+  for (int d = 2; d < R; ++d)
+    SHARD_CHECK(ws[static_cast<std::size_t>(d)] >= 1, op, "weight {} has an empty kernel", ws);
+  if (b) {
+    check_host(b->value(), op, "bias");
+    SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes");
+    check_replicated(b->value().spec(), op, "bias");
+    SHARD_CHECK(b->value().global_shape()[0] == cout, op, "bias of shape {} for {} output channels (weight {})",
+                b->value().global_shape(), cout, ws);
+  }
+}
+
+/// Adds bias[c] to every point of channel c of a contiguous [N, C, ...] block.
+template <class T, int R>
+void add_channel_bias(const Tensor<T, R>& y, const Tensor<T, 1>& b) {
+  const index_t n = y.size(0), c = y.size(1), pos = n * c == 0 ? 0 : y.numel() / (n * c);
+  T* p = y.data();
+  for (index_t i = 0; i < n; ++i)
+    for (index_t k = 0; k < c; ++k) {
+      T* row = p + (i * c + k) * pos;
+      const T v = b.data()[k];
+      for (index_t j = 0; j < pos; ++j) row[j] += v;
+    }
+}
+
+/// Local bias gradient (sum over N and positions) as a Var gradient with the parameter rule.
+template <class T, int R>
+void push_bias_grad(const Var<T, 1>& b, const Tensor<T, R>& gy, const DistSpec& xs, const DistSpec& gs) {
+  Tensor<T, 1> gb = conv_backward_bias(gy);
+  b.accumulate_grad(DistTensor<T, 1>(window_param_grad_spec(b.value().spec(), xs, gs), gb));
+}
+
+}  // namespace detail
+
+/// Domain-parallel S-d convolution of x[N, C_in, spatial...] with w[C_out, C_in/groups, k...]
+/// and optional bias[C_out] (see the file comment for layouts, overlap and gradients).
+template <class T, int R>
+Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
+               const std::type_identity_t<std::optional<Var<T, 1>>>& bias, const ConvOptions<R - 2>& opt = {}) {
+  constexpr int S = R - 2;
+  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "conv: 1-3 spatial dims, float or double");
+  const char* op = S == 1 ? "conv1d" : S == 2 ? "conv2d" : "conv3d";
+  detail::check_conv_args(op, input, weight, bias, opt.groups, false);
+  const auto x = resolve(input);
+  const DistSpec xs = x.value().spec();
+  const auto wsh = weight.value().global_shape();
+  std::vector<WindowDim> dims;
+  for (int d = 0; d < S; ++d)
+    dims.push_back({wsh[static_cast<std::size_t>(d) + 2], opt.stride[d], opt.dilation[d], opt.pad_lo[d],
+                    opt.pad_hi[d], opt.padding_mode[static_cast<std::size_t>(d)]});
+  const DistSpec ys = detail::anchor_output_spec(op, xs, wsh[0], dims);
+  auto plan = std::make_shared<const detail::WindowPlan>(detail::make_window_plan(op, xs, ys, dims));
+  const Tensor<T, R> xl = x.local().contiguous(), wl = weight.local().contiguous();
+  const Tensor<T, 1> bl = bias ? bias->local().contiguous() : Tensor<T, 1>();
+  const detail::ConvChannels ch{xl.size(0), xs.global_shape()[1], wsh[0], opt.groups};
+  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len));
+  auto ghosts = std::make_shared<detail::ConvGhosts>();
+  const bool keep = autograd::grad_enabled() && weight.requires_grad();
+  detail::dist_conv_forward(dtype_of<T>, *plan, xs, ch, xl.data(), wl.data(), bias ? bl.data() : nullptr, y.data(),
+                            keep ? ghosts.get() : nullptr);
+  std::optional<Var<T, 1>> bb = bias;
+  return Var<T, R>::make(
+      DistTensor<T, R>(ys, y), op, {x.ref(), weight.ref(), bias ? bias->ref() : autograd::VarRef{}},
+      [x, weight, bb, xs, ys, plan, ghosts, xl, wl, ch](const DistTensor<T, R>& g) {
+        const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
+        const Tensor<T, R> gy = gn.local().contiguous();
+        Tensor<T, R> gw;
+        if (weight.requires_grad()) gw = Tensor<T, R>::empty(wl.shape());
+        auto gx = detail::dist_conv_backward(dtype_of<T>, *plan, xs, ch, xl.data(), *ghosts, gy.data(), wl.data(),
+                                             x.requires_grad(), weight.requires_grad() ? gw.data() : nullptr);
+        if (x.requires_grad())
+          x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
+                                             DistTensor<T, R>::from_block(gx, Device::cpu())));
+        if (weight.requires_grad())
+          weight.accumulate_grad(DistTensor<T, R>(detail::window_param_grad_spec(weight.value().spec(), xs, gn.spec()), gw));
+        if (bb && bb->requires_grad()) detail::push_bias_grad(*bb, gy, xs, gn.spec());
+      });
+}
+
+/// 1-d convolution of x[N, C, L] (see conv).
+template <class T>
+Var<T, 3> conv1d(const Var<T, 3>& x, const Var<T, 3>& w, const std::type_identity_t<std::optional<Var<T, 1>>>& b,
+                 const ConvOptions<1>& opt = {}) {
+  return conv(x, w, b, opt);
+}
+/// 2-d convolution of x[N, C, H, W] (see conv).
+template <class T>
+Var<T, 4> conv2d(const Var<T, 4>& x, const Var<T, 4>& w, const std::type_identity_t<std::optional<Var<T, 1>>>& b,
+                 const ConvOptions<2>& opt = {}) {
+  return conv(x, w, b, opt);
+}
+/// 3-d convolution of x[N, C, D, H, W] (see conv).
+template <class T>
+Var<T, 5> conv3d(const Var<T, 5>& x, const Var<T, 5>& w, const std::type_identity_t<std::optional<Var<T, 1>>>& b,
+                 const ConvOptions<3>& opt = {}) {
+  return conv(x, w, b, opt);
+}
+
+/// Domain-parallel transposed convolution of x[N, C_in, spatial...] with w[C_in, C_out/groups,
+/// k...] (PyTorch layout) and optional bias[C_out] (see the file comment).
+template <class T, int R>
+Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
+                         const std::type_identity_t<std::optional<Var<T, 1>>>& bias,
+                         const ConvTransposeOptions<R - 2>& opt = {}) {
+  constexpr int S = R - 2;
+  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "conv_transpose: 1-3 spatial dims, float or double");
+  const char* op = S == 1 ? "conv_transpose1d" : S == 2 ? "conv_transpose2d" : "conv_transpose3d";
+  detail::check_conv_args(op, input, weight, bias, opt.groups, true);
+  const auto x = resolve(input);
+  const DistSpec xs = x.value().spec();
+  const auto wsh = weight.value().global_shape();
+  const index_t cout = wsh[1] * opt.groups;
+  std::vector<WindowDim> dims;
+  std::vector<index_t> ext;
+  std::vector<std::vector<index_t>> sizes;
+  for (int d = 0; d < S; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    const WindowDim w{wsh[u + 2], opt.stride[d], opt.dilation[d], opt.pad_lo[d], opt.pad_hi[d], Boundary::zero};
+    SHARD_CHECK(w.stride >= 1 && w.dilation >= 1 && w.pad_lo >= 0 && w.pad_hi >= 0, op,
+                "stride {}, dilation {} must be >= 1 and padding lo {} hi {} >= 0", opt.stride, opt.dilation,
+                opt.pad_lo, opt.pad_hi);
+    SHARD_CHECK(opt.output_padding[d] >= 0 && opt.output_padding[d] < std::max(w.stride, w.dilation), op,
+                "output_padding {} must be >= 0 and < max(stride {}, dilation {})", opt.output_padding, opt.stride,
+                opt.dilation);
+    const index_t G = xs.global_shape()[u + 2];
+    const index_t gy = (G - 1) * w.stride - w.pad_lo - w.pad_hi + w.span() + opt.output_padding[d] + 1;
+    SHARD_CHECK(G >= 1 && gy >= 1, op,
+                "spatial dim {}: input extent {} with kernel {}, stride {}, padding {} + {} gives an empty output", d,
+                G, w.kernel, w.stride, w.pad_lo, w.pad_hi);
+    dims.push_back(w);
+    ext.push_back(gy);
+    sizes.push_back(detail::transpose_output_sizes(xs.layout(d + 2), w, gy));
+  }
+  const DistSpec ys = detail::window_output_spec(xs, cout, ext, sizes);
+  // The conv y -> x (input y-space, output x-space) whose adjoint this op is.
+  auto plan = std::make_shared<const detail::WindowPlan>(detail::make_window_plan(op, ys, xs, dims));
+  const Tensor<T, R> xl = x.local().contiguous(), wl = weight.local().contiguous();
+  const detail::ConvChannels ch{xl.size(0), cout, xs.global_shape()[1], opt.groups};
+  auto yb = detail::dist_conv_backward(dtype_of<T>, *plan, ys, ch, nullptr, detail::ConvGhosts{}, xl.data(), wl.data(),
+                                       true, nullptr);
+  Tensor<T, R> y = DistTensor<T, R>::from_block(yb, Device::cpu());
+  if (bias) detail::add_channel_bias(y, bias->local().contiguous());
+  std::optional<Var<T, 1>> bb = bias;
+  return Var<T, R>::make(
+      DistTensor<T, R>(ys, y), op, {x.ref(), weight.ref(), bias ? bias->ref() : autograd::VarRef{}},
+      [x, weight, bb, xs, ys, plan, xl, wl, ch](const DistTensor<T, R>& g) {
+        const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
+        const Tensor<T, R> gy = gn.local().contiguous();
+        detail::ConvGhosts ghosts;
+        if (x.requires_grad()) {
+          auto gx = Tensor<T, R>::empty(xl.shape());
+          detail::dist_conv_forward(dtype_of<T>, *plan, ys, ch, gy.data(), wl.data(), nullptr, gx.data(),
+                                    weight.requires_grad() ? &ghosts : nullptr);
+          x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()), gx));
+        } else if (weight.requires_grad()) {
+          // The ghosts of dy are needed for the weight gradient: run the exchange alone.
+          auto scratch = Tensor<T, R>::empty(xl.shape());
+          detail::dist_conv_forward(dtype_of<T>, *plan, ys, ch, gy.data(), wl.data(), nullptr, scratch.data(), &ghosts);
+        }
+        if (weight.requires_grad()) {
+          auto gw = Tensor<T, R>::empty(wl.shape());
+          detail::dist_conv_backward(dtype_of<T>, *plan, ys, ch, gy.data(), ghosts, xl.data(), wl.data(), false,
+                                     gw.data());
+          weight.accumulate_grad(DistTensor<T, R>(detail::window_param_grad_spec(weight.value().spec(), xs, gn.spec()), gw));
+        }
+        if (bb && bb->requires_grad()) detail::push_bias_grad(*bb, gy, xs, gn.spec());
+      });
+}
+
+/// 1-d transposed convolution (see conv_transpose).
+template <class T>
+Var<T, 3> conv_transpose1d(const Var<T, 3>& x, const Var<T, 3>& w,
+                           const std::type_identity_t<std::optional<Var<T, 1>>>& b,
+                           const ConvTransposeOptions<1>& opt = {}) {
+  return conv_transpose(x, w, b, opt);
+}
+/// 2-d transposed convolution (see conv_transpose).
+template <class T>
+Var<T, 4> conv_transpose2d(const Var<T, 4>& x, const Var<T, 4>& w,
+                           const std::type_identity_t<std::optional<Var<T, 1>>>& b,
+                           const ConvTransposeOptions<2>& opt = {}) {
+  return conv_transpose(x, w, b, opt);
+}
+/// 3-d transposed convolution (see conv_transpose).
+template <class T>
+Var<T, 5> conv_transpose3d(const Var<T, 5>& x, const Var<T, 5>& w,
+                           const std::type_identity_t<std::optional<Var<T, 1>>>& b,
+                           const ConvTransposeOptions<3>& opt = {}) {
+  return conv_transpose(x, w, b, opt);
+}
+
+}  // namespace shard::nn::functional

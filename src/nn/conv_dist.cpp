@@ -1,0 +1,216 @@
+// The type-erased core of the domain-parallel convolution (nn/functional/conv.hpp): forward with
+// the halo exchange overlapped by the computation on the rank's own block, and backward (input
+// gradient through the halo adjoint, overlapped by the weight gradient).
+#include <cstring>
+
+#include "shardtensor/nn/functional/conv.hpp"
+
+namespace shard::nn::functional::detail {
+
+namespace {
+
+using shard::detail::ConvGeometry;
+using shard::detail::LocalBlock;
+
+/// Geometry of the conv producing global outputs `out` from an input block holding global cells
+/// `in` (zeros outside it), per spatial dim.
+ConvGeometry geometry(const WindowPlan& p, const ConvChannels& ch, const std::vector<Range>& in,
+                      const std::vector<Range>& out) {
+  ConvGeometry g;
+  g.batch = ch.batch;
+  g.in_channels = ch.in;
+  g.out_channels = ch.out;
+  g.groups = ch.groups;
+  const int S = p.spatial();
+  for (int d = 0; d < S; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    const int e = 3 - S + d;
+    const WindowDim& w = p.dims[u];
+    g.in[e] = in[u].len;
+    g.out[e] = out[u].len;
+    g.kernel[e] = w.kernel;
+    g.stride[e] = w.stride;
+    g.dilation[e] = w.dilation;
+    g.pad_lo[e] = in[u].lo - (out[u].lo * w.stride - w.pad_lo);
+  }
+  return g;
+}
+
+std::vector<index_t> block_shape(index_t batch, index_t channels, const std::vector<Range>& r) {
+  std::vector<index_t> s{batch, channels};
+  for (const auto& x : r) s.push_back(x.len);
+  return s;
+}
+
+std::vector<Range> ext_ranges(const WindowPlan& p) {
+  std::vector<Range> r;
+  for (int d = 0; d < p.spatial(); ++d) r.push_back(p.ext_range(d));
+  return r;
+}
+
+/// Local start (N, C, spatial) of the global box `r` inside a block whose spatial ranges are `base`.
+std::vector<index_t> local_start(const std::vector<Range>& r, const std::vector<Range>& base) {
+  std::vector<index_t> s{0, 0};
+  for (std::size_t d = 0; d < r.size(); ++d) s.push_back(r[d].lo - base[d].lo);
+  return s;
+}
+
+LocalBlock view(DType dt, const void* data, const std::vector<index_t>& shape) {
+  LocalBlock b;
+  b.data = const_cast<void*>(data);
+  b.shape = shape;
+  b.strides.assign(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d)
+    b.strides[static_cast<std::size_t>(d)] = b.strides[static_cast<std::size_t>(d) + 1] * shape[static_cast<std::size_t>(d) + 1];
+  (void)dt;
+  return b;
+}
+
+/// Zeros the box [lo, lo + len) of a contiguous block.
+void zero_box(DType dt, const LocalBlock& b, const std::vector<index_t>& lo, const std::vector<index_t>& len) {
+  const std::size_t es = dtype_size(dt);
+  const std::size_t R = len.size();
+  index_t outer = 1;
+  for (std::size_t d = 0; d + 1 < R; ++d) outer *= len[d];
+  if (outer == 0 || len[R - 1] == 0) return;
+  for (index_t o = 0; o < outer; ++o) {
+    index_t rem = o, off = lo[R - 1];
+    for (int d = static_cast<int>(R) - 2; d >= 0; --d) {
+      const auto u = static_cast<std::size_t>(d);
+      off += (lo[u] + rem % len[u]) * b.strides[u];
+      rem /= len[u];
+    }
+    std::memset(static_cast<char*>(b.data) + static_cast<std::size_t>(off) * es, 0,
+                static_cast<std::size_t>(len[R - 1]) * es);
+  }
+}
+
+void add_into(DType dt, index_t n, const void* src, void* dst) {
+  if (dt == DType::f32) {
+    const float* s = static_cast<const float*>(src);
+    float* d = static_cast<float*>(dst);
+    for (index_t i = 0; i < n; ++i) d[i] += s[i];
+  } else {
+    const double* s = static_cast<const double*>(src);
+    double* d = static_cast<double*>(dst);
+    for (index_t i = 0; i < n; ++i) d[i] += s[i];
+  }
+}
+
+index_t numel_of(const std::vector<index_t>& s) {
+  index_t n = 1;
+  for (auto e : s) n *= e;
+  return n;
+}
+
+LocalBlock zeros(DType dt, const std::vector<index_t>& shape) {
+  LocalBlock b = LocalBlock::allocate(dt, shape);
+  if (numel_of(shape) > 0) std::memset(b.data, 0, static_cast<std::size_t>(numel_of(shape)) * dtype_size(dt));
+  return b;
+}
+
+}  // namespace
+
+void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+                       const void* x, const void* w, const void* bias, void* y, ConvGhosts* saved) {
+  const auto xshape = block_shape(ch.batch, ch.in, plan.in_block);
+  const bool compute = !plan.empty_output() && ch.batch > 0;
+  if (saved) saved->boxes.clear();
+  if (!plan.exchange) {
+    if (compute) conv_forward_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
+    return;
+  }
+  // Post the exchange, then compute every local output from the block alone (cells outside it
+  // read as zero): right for the outputs whose windows stay in the block or in zero padding,
+  // which is all but the boundary boxes. Those are recomputed from the finished extended block.
+  shard::detail::HaloTransfer tr(dt, in_spec, plan.halo, shard::detail::HaloTransfer::Direction::forward,
+                                 view(dt, x, xshape));
+  if (compute) conv_forward_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
+  const LocalBlock& ext = tr.finish();
+  if (!compute) return;
+  const auto ext_r = ext_ranges(plan);
+  const LocalBlock yb = view(dt, y, block_shape(ch.batch, ch.out, plan.out_block));
+  for (const auto& ob : plan.boundary_boxes) {
+    std::vector<Range> in;
+    bool reads = true;
+    for (int d = 0; d < plan.spatial(); ++d) {
+      in.push_back(plan.read_range(d, ob[static_cast<std::size_t>(d)].lo, ob[static_cast<std::size_t>(d)].hi()));
+      reads = reads && in.back().len > 0;
+    }
+    if (!reads) continue;  // reads zero padding only along some dim: the block pass was exact
+    const auto in_shape = block_shape(ch.batch, ch.in, in);
+    LocalBlock xin = LocalBlock::allocate(dt, in_shape);
+    shard::detail::copy_box(dt, ext, local_start(in, ext_r), xin, std::vector<index_t>(in_shape.size(), 0), in_shape);
+    const auto out_shape = block_shape(ch.batch, ch.out, ob);
+    LocalBlock yo = LocalBlock::allocate(dt, out_shape);
+    conv_forward_core(dt, geometry(plan, ch, in, ob), xin.data, w, bias, yo.data);
+    shard::detail::copy_box(dt, yo, std::vector<index_t>(out_shape.size(), 0), yb, local_start(ob, plan.out_block),
+                            out_shape);
+    if (saved) {
+      // Keep only the ghost cells: the block's own cells are in x, which backward reads anyway.
+      std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
+      bool overlap = true;
+      for (int d = 0; d < plan.spatial(); ++d) {
+        const auto u = static_cast<std::size_t>(d);
+        const index_t a = std::max(in[u].lo, plan.in_block[u].lo), b = std::min(in[u].hi(), plan.in_block[u].hi());
+        overlap = overlap && b > a;
+        lo.push_back(a - in[u].lo);
+        len.push_back(std::max<index_t>(0, b - a));
+      }
+      if (overlap) zero_box(dt, xin, lo, len);
+      saved->boxes.push_back({ob, in, std::move(xin)});
+    }
+  }
+}
+
+LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+                              const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
+                              void* gw) {
+  const bool compute = !plan.empty_output() && ch.batch > 0;
+  const auto xshape = block_shape(ch.batch, ch.in, plan.in_block);
+  LocalBlock gx;
+  std::unique_ptr<shard::detail::HaloTransfer> tr;
+  if (input_grad) {
+    // Gradient of the extended block (or of the block itself without a halo), then the halo
+    // adjoint sends the ghost cells' gradients to their owners; the weight gradient below is
+    // computed while those messages are in flight.
+    const auto in_r = plan.exchange ? ext_ranges(plan) : plan.in_block;
+    const auto shape = block_shape(ch.batch, ch.in, in_r);
+    LocalBlock g = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+    if (compute) conv_backward_input_core(dt, geometry(plan, ch, in_r, plan.out_block), gy, w, nullptr, g.data);
+    if (plan.exchange) {
+      tr = std::make_unique<shard::detail::HaloTransfer>(dt, in_spec, plan.halo,
+                                                         shard::detail::HaloTransfer::Direction::adjoint, g, true);
+    } else {
+      gx = std::move(g);
+    }
+  }
+  if (gw) {
+    const index_t wn = ch.out * (ch.in / ch.groups) * [&] {
+      index_t k = 1;
+      for (const auto& d : plan.dims) k *= d.kernel;
+      return k;
+    }();
+    if (compute) {
+      conv_backward_weight_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
+      // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
+      const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+      LocalBlock tmp = LocalBlock::allocate(dt, {wn});
+      for (const auto& b : ghosts.boxes) {
+        const auto out_shape = block_shape(ch.batch, ch.out, b.out);
+        LocalBlock gyo = LocalBlock::allocate(dt, out_shape);
+        shard::detail::copy_box(dt, gyb, local_start(b.out, plan.out_block), gyo,
+                                std::vector<index_t>(out_shape.size(), 0), out_shape);
+        conv_backward_weight_core(dt, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
+        add_into(dt, wn, tmp.data, gw);
+      }
+    } else if (wn > 0) {
+      std::memset(gw, 0, static_cast<std::size_t>(wn) * dtype_size(dt));
+    }
+  }
+  (void)xshape;
+  if (tr) gx = tr->finish();
+  return gx;
+}
+
+}  // namespace shard::nn::functional::detail
