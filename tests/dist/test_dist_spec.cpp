@@ -83,3 +83,19 @@ TEST_CASE("DistTensor on one rank: from_local is zero-copy, every redistribution
   CHECK(max_rel_diff(rnd.local(), view) == 0.0);
   CHECK(detail::redistribute_plan(dt.spec(), dt.spec()) == std::vector<std::string>{"none"});
 }
+
+TEST_CASE("local redistribution of a large strided user view (the multithreaded block copy)", "[dist][tensor]") {
+  DeviceMesh mesh(std::make_shared<SelfComm>());
+  // 600 x 600 interior of a 602 x 605 array: 360000 elements, above the OpenMP threshold.
+  std::vector<float> user(602 * 605);
+  auto whole = Tensor<float, 2>::view(user.data(), {602, 605});
+  whole.fill_random(8);
+  auto interior = whole.slice({1, 2}, {600, 600});
+  auto dt = DistTensor<float, 2>::from_local(interior, mesh, {Shard(0)});
+  CHECK(dt.local().data() == interior.data());
+  auto moved = dt.redistribute({Shard(1)});  // a local copy of the whole block on one rank
+  CHECK(moved.local().is_contiguous());
+  CHECK(moved.local().data() != interior.data());
+  CHECK(max_rel_diff(moved.local(), interior) == 0.0);
+  CHECK(max_rel_diff(moved.redistribute({Partial(ReduceOp::max)}).full_tensor(), interior) == 0.0);
+}
