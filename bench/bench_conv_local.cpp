@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -27,6 +28,13 @@ using namespace shard;
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+/// Process CPU seconds (all threads): on a shared, oversubscribed machine CPU time per step is a
+/// steadier measure of the work done than wall time.
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 struct Stats {
   double median = 0, min = 0;
@@ -36,15 +44,19 @@ Stats stats(std::vector<double> v) {
   return {v[v.size() / 2], v.front()};
 }
 
-/// GFLOP/s of one large sgemm (n x n x n), best of `reps`.
-double sgemm_gflops(index_t n, int reps) {
+/// GFLOP/s of one large sgemm (n x n x n), best of `reps`; also GFLOP per CPU-second.
+double sgemm_gflops(index_t n, int reps, double* per_cpu_second = nullptr) {
   std::vector<float> a(static_cast<std::size_t>(n * n), 1.0f), b(a), c(a);
-  double best = 1e30;
+  double best = 1e30, best_cpu = 1e30;
   for (int r = 0; r < reps + 1; ++r) {
-    const double t0 = now();
+    const double t0 = now(), c0 = cpu_now();
     gemm<float>(Trans::no, Trans::no, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    if (r > 0) best = std::min(best, now() - t0);
+    if (r > 0) {
+      best = std::min(best, now() - t0);
+      best_cpu = std::min(best_cpu, cpu_now() - c0);
+    }
   }
+  if (per_cpu_second) *per_cpu_second = 2.0 * n * n * n / best_cpu * 1e-9;
   return 2.0 * n * n * n / best * 1e-9;
 }
 
@@ -90,21 +102,21 @@ void run_case(const char* name, const Shape<R>& xs, index_t cout, index_t k, int
     in[d] = xs[2 + d];
     kern[d] = k;
   }
-  std::vector<double> tf, tbi, tbw, tbb, tt;
+  std::vector<double> tf, tbi, tbw, tbb, tt, cf, cbi, cbw;
   Tensor<float, R> gy;
   for (int r = 0; r < reps + 1; ++r) {
-    const double t0 = now();
+    const double c0 = cpu_now(), t0 = now();
     auto y = conv_forward(x, w, b, p);
-    const double t1 = now();
+    const double t1 = now(), c1 = cpu_now();
     if (r == 0) {
       gy = Tensor<float, R>::empty(y.shape());
       gy.fill_random(4);
     }
-    const double t2 = now();
+    const double c2 = cpu_now(), t2 = now();
     auto gx = conv_backward_input(gy, w, in, p);
-    const double t3 = now();
+    const double t3 = now(), c3 = cpu_now();
     auto gw = conv_backward_weight(x, gy, kern, p);
-    const double t4 = now();
+    const double t4 = now(), c4 = cpu_now();
     auto gb = conv_backward_bias(gy);
     const double t5 = now();
     if (r > 0) {
@@ -113,6 +125,9 @@ void run_case(const char* name, const Shape<R>& xs, index_t cout, index_t k, int
       tbw.push_back(t4 - t3);
       tbb.push_back(t5 - t4);
       tt.push_back((t1 - t0) + (t5 - t2));
+      cf.push_back(c1 - c0);
+      cbi.push_back(c3 - c2);
+      cbw.push_back(c4 - c3);
     }
   }
   double kvol = 1, pos = 1;
@@ -130,6 +145,11 @@ void run_case(const char* name, const Shape<R>& xs, index_t cout, index_t k, int
              3 * gf_pass / t.min);
   if (peak > 0) fmt::print(" = {:.0f}% of sgemm peak {:.0f} GFLOP/s", 100.0 * 3 * gf_pass / t.min / peak, peak);
   fmt::print("\n");
+  const auto cf_ = stats(cf), cbi_ = stats(cbi), cbw_ = stats(cbw);
+  fmt::print("{}: CPU time (all threads): fwd {:.1f} ms  bwd_input {:.1f} ms  bwd_weight {:.1f} ms -> {:.1f} GFLOP per "
+             "CPU-second\n",
+             name, cf_.median * 1e3, cbi_.median * 1e3, cbw_.median * 1e3,
+             3 * gf_pass / (cf_.median + cbi_.median + cbw_.median));
 }
 
 }  // namespace
@@ -154,8 +174,11 @@ int main(int argc, char** argv) {
   fmt::print("threads: omp {} blas {} ({}), policy {}, kernel {}, budget {} KiB/thread\n", omp_get_max_threads(),
              blas_num_threads(), blas_core_name(), conv_threading() == ConvThreading::tiles ? "tiles" : "blas",
              conv_kernel_isa(), conv_column_budget() / 1024);
-  const double peak = measure_peak ? sgemm_gflops(3072, 3) : 0.0;
-  if (measure_peak) fmt::print("sgemm 3072^3 ({} BLAS threads): {:.0f} GFLOP/s\n", blas_num_threads(), peak);
+  double peak_cpu = 0;
+  const double peak = measure_peak ? sgemm_gflops(3072, 3, &peak_cpu) : 0.0;
+  if (measure_peak)
+    fmt::print("sgemm 3072^3 ({} BLAS threads): {:.0f} GFLOP/s, {:.0f} GFLOP per CPU-second\n", blas_num_threads(),
+               peak, peak_cpu);
   if (which == "all" || which == "gemm") {
     fmt::print("tile sgemm 16x2048x144 (1 BLAS thread per OMP thread, {} threads): {:.0f} GFLOP/s\n",
                omp_get_max_threads(), tile_gemm_gflops(16, 2048, 144, 3));

@@ -109,15 +109,13 @@ template <class T>
 void bias_grad(index_t batch, index_t channels, index_t positions, const T* gy, T* gb) {
 #pragma omp parallel for schedule(static) if (channels > 1 && batch * channels * positions > (1 << 16))
   for (index_t c = 0; c < channels; ++c) {
-    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // independent partial sums (no add-latency chain)
+    double s = 0;
     for (index_t n = 0; n < batch; ++n) {
       const T* row = gy + (n * channels + c) * positions;
-      index_t i = 0;
-      for (; i + 8 <= positions; i += 8)
-        for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(row[i + j]);
-      for (; i < positions; ++i) s[0] += static_cast<double>(row[i]);
+#pragma omp simd reduction(+ : s)
+      for (index_t i = 0; i < positions; ++i) s += static_cast<double>(row[i]);
     }
-    gb[c] = static_cast<T>(((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])));
+    gb[c] = static_cast<T>(s);
   }
 }
 

@@ -7,7 +7,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "conv_engine.hpp"
@@ -34,10 +36,35 @@ struct TileGeom {
   index_t E0, E1, E2, PS, V, Vpad;
 };
 
+/// Minimal 64-byte aligned buffer (aligned rows for the micro-kernels' loads and stores).
+template <class T>
+class AlignedBuf {
+ public:
+  T* data() { return p_.get(); }
+  T& operator[](std::size_t i) { return p_.get()[i]; }
+  void resize(std::size_t n) {
+    if (n <= n_) return;
+    p_.reset(static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)));
+    SHARD_CHECK(p_ != nullptr, "conv", "scratch allocation of {} bytes failed", n * sizeof(T));
+    n_ = n;
+  }
+  void assign(std::size_t n, T v) {
+    resize(n);
+    std::fill_n(p_.get(), n, v);
+  }
+
+ private:
+  struct Free {
+    void operator()(T* q) const { std::free(q); }
+  };
+  std::unique_ptr<T, Free> p_;
+  std::size_t n_ = 0;
+};
+
 template <class T>
 struct FastScratch {
-  std::vector<T> P, C;
-  std::vector<index_t> rel;
+  AlignedBuf<T> P, C, A;  ///< padded input block, output / gy tile, weight-gradient partial sums
+  AlignedBuf<index_t> rel;
 };
 
 index_t round_up(index_t a, index_t b) { return (a + b - 1) / b * b; }
@@ -211,13 +238,6 @@ struct VecF {
   SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_ps(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm512_set1_ps(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  SHARD_TGT static inline double hsum(V v) {  // (GCC 12 warns inside the reduce/extract intrinsics)
-    alignas(64) T b[L];
-    _mm512_store_ps(b, v);
-    double r = 0;
-    for (int i = 0; i < L; ++i) r += b[i];
-    return r;
-  }
 };
 struct VecD {
   using T = double;
@@ -228,13 +248,6 @@ struct VecD {
   SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_pd(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm512_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
-  SHARD_TGT static inline double hsum(V v) {
-    alignas(64) T b[L];
-    _mm512_store_pd(b, v);
-    double r = 0;
-    for (int i = 0; i < L; ++i) r += b[i];
-    return r;
-  }
 };
 #include "conv_fast_isa.inc"
 #undef SHARD_TGT
@@ -252,12 +265,6 @@ struct VecF {
   SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_ps(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm256_set1_ps(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  SHARD_TGT static inline double hsum(V v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_hadd_ps(s, s);
-    s = _mm_hadd_ps(s, s);
-    return _mm_cvtss_f32(s);
-  }
 };
 struct VecD {
   using T = double;
@@ -268,10 +275,6 @@ struct VecD {
   SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_pd(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm256_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
-  SHARD_TGT static inline double hsum(V v) {
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    return _mm_cvtsd_f64(_mm_hadd_pd(s, s));
-  }
 };
 #include "conv_fast_isa.inc"
 #undef SHARD_TGT
