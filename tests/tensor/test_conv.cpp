@@ -171,6 +171,28 @@ TEST_CASE("conv: 1x1 direct path and batch/group layouts", "[conv]") {
   check_case<double>(c, 19);
 }
 
+TEST_CASE("conv: many channels (several register blocks and k-chunks)", "[conv]") {
+  for (index_t g : {1, 2}) {
+    ConvCase<2> c;
+    c.cin = 40;
+    c.cout = 26;
+    c.in = {9, 11};
+    c.kernel = {3, 2};
+    c.p = ConvParams<2>{.stride = {1, 1}, .dilation = {1, 2}, .pad_lo = {1, 0}, .pad_hi = {1, 2}, .groups = g};
+    check_case<double>(c, 300 + g);
+    check_case<float>(c, 300 + g);
+    c.p.stride = {2, 1};
+    check_case<float>(c, 310 + g);
+  }
+  ConvCase<3> c3;
+  c3.cin = 24;
+  c3.cout = 10;
+  c3.in = {4, 5, 6};
+  c3.kernel = {3, 3, 3};
+  c3.p = ConvParams<3>::symmetric(1);
+  check_case<float>(c3, 320);
+}
+
 TEST_CASE("conv: results do not depend on tiling or the threading policy", "[conv]") {
   ConvCase<2> c;
   c.batch = 2;
