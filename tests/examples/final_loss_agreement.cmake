@@ -1,0 +1,32 @@
+# Runs the main example at 1, 2, 3 and 4 ranks (and on a 2x2 mesh, and data x domain 2 x 2) with
+# one seed and checks that every final_loss agrees with the 1-rank value to 1e-4 relative (fp32).
+# Usage: cmake -DEXE=<unet_surrogate> -DMPIEXEC=<mpiexec> "-DFLAGS=<mpiexec flags>" -P this-file
+separate_arguments(flags UNIX_COMMAND "${FLAGS}")
+set(args --steps 40 --grid 36 --width 8 --depth 2 --seed 3 --log-every 20)
+set(runs "1" "2" "3" "4" "4,--mesh,2x2" "4,--mesh,2x1,--data,2")
+set(ref "")
+foreach(run IN LISTS runs)
+  string(REPLACE ";" " " desc "${run}")
+  string(REPLACE "," ";" run "${run}")
+  list(POP_FRONT run np)
+  execute_process(COMMAND ${MPIEXEC} -n ${np} ${flags} ${EXE} ${args} ${run}
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "run '${desc}' failed (${rc}):\n${out}\n${err}")
+  endif()
+  if(NOT out MATCHES "final_loss=([-+0-9.eE]+)")
+    message(FATAL_ERROR "run '${desc}' printed no final_loss:\n${out}")
+  endif()
+  set(loss "${CMAKE_MATCH_1}")
+  message(STATUS "np ${desc}: final_loss=${loss}")
+  if(ref STREQUAL "")
+    set(ref "${loss}")
+  else()
+    # |loss - ref| <= 1e-4 * |ref|, in integer arithmetic on scaled values (CMake has no floats).
+    execute_process(COMMAND awk "BEGIN { d = ${loss} - ${ref}; if (d < 0) d = -d; r = ${ref}; if (r < 0) r = -r; exit (d <= 1e-4 * r) ? 0 : 1 }"
+      RESULT_VARIABLE cmp)
+    if(NOT cmp EQUAL 0)
+      message(FATAL_ERROR "final_loss ${loss} at '${desc}' differs from ${ref} at 1 rank by more than 1e-4 relative")
+    endif()
+  endif()
+endforeach()
