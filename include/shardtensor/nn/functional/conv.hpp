@@ -28,7 +28,10 @@
 /// (ghost-cell gradients go back to their owners and are added), and the weight gradient is
 /// computed while those messages are in flight: the block's own cells with zeros outside, plus
 /// the boundary boxes' ghost cells (saved from the forward with the block's cells zeroed, so
-/// nothing is counted twice). tests/nn/mpi_conv.cpp checks the result equals the unsharded
+/// nothing is counted twice). When an unsharded zero-padded spatial dim exists, the extended
+/// block's gradient is produced and sent in slices along it (set_conv_backward_chunk_bytes), the
+/// adjoint of slice k in flight while slice k+1 is computed, so the backward needs only a few
+/// slice-sized buffers beyond dx. tests/nn/mpi_conv.cpp checks the result equals the unsharded
 /// conv at 1..4 ranks; bench/bench_conv_dist.cpp measures it.
 ///
 /// Gradients: dx is laid out like x; dW and db are this rank's sums, Partial(sum) on every mesh
@@ -121,6 +124,18 @@ struct ConvTransposeOptions {
     return o;
   }
 };
+
+/// Whether conv forward overlaps its halo exchange with the block pass (default true). A
+/// process-wide switch for benchmarks (bench_conv_dist --no-overlap); results are identical.
+void set_conv_overlap(bool on) noexcept;
+/// Current setting of set_conv_overlap.
+bool conv_overlap() noexcept;
+/// Size of the pieces in which the backward of a sharded conv computes and sends the gradient of
+/// its extended block (default 2 MiB; process-wide): it bounds the memory the halo adjoint needs
+/// beyond the input gradient itself (see the file comment). Results do not depend on it.
+void set_conv_backward_chunk_bytes(std::size_t bytes) noexcept;
+/// Current setting of set_conv_backward_chunk_bytes.
+std::size_t conv_backward_chunk_bytes() noexcept;
 
 namespace detail {
 

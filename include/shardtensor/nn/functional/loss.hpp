@@ -1,0 +1,150 @@
+#pragma once
+/// \file loss.hpp
+/// Differentiable losses over sharded predictions, returning a scalar Var<T,1> of global shape {1},
+/// Replicate (already resolved: backward() can start from it on every rank):
+///  - mse_loss: mean (or sum) of (pred - target)^2 over the GLOBAL element count;
+///  - rel_l2_loss: relative L2 error ||pred - target||_2 / ||target||_2, either per sample (norms
+///    over each sample's dims 1.., then the mean over the global batch: the usual neural-operator
+///    "LpLoss" and the default) or over the whole global tensor.
+/// pred and target must have identical specs (no Partial). Sums accumulate in double. The
+/// gradient of rel_l2_loss is taken as 0 where ||pred - target|| = 0 (a subgradient); a zero target
+/// norm gives inf/nan as the formula does.
+#include <cmath>
+
+#include "shardtensor/nn/functional/common.hpp"
+
+namespace shard::nn::functional {
+
+/// How mse_loss reduces the squared errors.
+enum class Reduction { mean, sum };
+/// Which norms rel_l2_loss compares.
+enum class RelL2Mode { per_sample, global };
+
+namespace detail {
+
+template <class T, int R>
+void check_loss_args(const Var<T, R>& pred, const Var<T, R>& target, const char* op) {
+  check_host(pred.value(), op, "pred");
+  check_host(target.value(), op, "target");
+  check_no_partial(pred.value().spec(), op, "pred");
+  check_same_spec(pred.value().spec(), target.value().spec(), op, "pred", "target");
+}
+
+/// Scalar spec over x's mesh: Partial(sum) on the mesh dims in `mdims`, Replicate elsewhere.
+inline DistSpec scalar_spec(const DistSpec& xs, const std::vector<int>& mdims) {
+  std::vector<Placement> p(static_cast<std::size_t>(xs.mesh().ndim()), Replicate());
+  return DistSpec(xs.mesh(), with_partial(p, mdims, ReduceOp::sum), {1});
+}
+
+}  // namespace detail
+
+/// Mean (default) or sum of (pred - target)^2 over the global tensor: a Replicate scalar {1}.
+template <class T, int R>
+Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction reduction = Reduction::mean) {
+  static_assert(is_compute_type<T>, "losses support float and double");
+  const char* op = "mse_loss";
+  detail::check_loss_args(pred, target, op);
+  const DistSpec& xs = pred.value().spec();
+  const index_t count = numel(pred.value().global_shape());
+  SHARD_CHECK(reduction == Reduction::sum || count > 0, op, "mean over an empty tensor");
+  const double scale = reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
+  const auto pl = pred.local().contiguous(), tl = target.local().contiguous();
+  const index_t n = pl.numel();
+  double acc = 0;
+  const T* pp = pl.data();
+  const T* pt = tl.data();
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > (1 << 16))
+  for (index_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
+    acc += d * d;
+  }
+  const DistSpec ss = detail::scalar_spec(xs, detail::mesh_dims_sharding(xs, [](int) { return true; }));
+  auto v = Tensor<T, 1>::full({1}, static_cast<T>(acc * scale));
+  auto part = Var<T, 1>::make(DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
+                              [pred, target, pl, tl, xs, ss, scale](const DistTensor<T, 1>& gin) {
+                                const double gv = detail::align_grad(gin, ss).local().data()[0];
+                                const T c = static_cast<T>(2.0 * scale * gv);
+                                auto gp = Tensor<T, R>::empty(pl.shape());
+                                zip_into(gp, pl, tl, [c](T a, T b) { return c * (a - b); });
+                                const DistSpec gs = detail::grad_spec(xs);
+                                if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
+                                if (target.requires_grad()) {
+                                  auto gt = Tensor<T, R>::empty(pl.shape());
+                                  map_into(gt, gp, [](T a) { return -a; });
+                                  target.accumulate_grad(DistTensor<T, R>(gs, gt));
+                                }
+                              });
+  return resolve(part);
+}
+
+/// Relative L2 error: per_sample (default) = mean over the global batch of ||p_n - t_n|| / ||t_n||
+/// (norms over dims 1..; dim 0 is the sample dim); global = ||p - t|| / ||t|| over the whole tensor.
+/// Returns a Replicate scalar {1}.
+template <class T, int R>
+Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode mode = RelL2Mode::per_sample) {
+  static_assert(is_compute_type<T>, "losses support float and double");
+  const char* op = "rel_l2_loss";
+  detail::check_loss_args(pred, target, op);
+  const DistSpec& xs = pred.value().spec();
+  const auto gshape = pred.value().global_shape();
+  const bool per_sample = mode == RelL2Mode::per_sample;
+  SHARD_CHECK(!per_sample || R >= 2, op, "per-sample mode needs a batch dim and at least one more (rank {})", R);
+  const index_t nglobal = per_sample ? gshape[0] : 1;
+  SHARD_CHECK(nglobal > 0, op, "empty batch (global shape {})", gshape);
+  // Norms reduce over the mesh dims that shard a sample's dims; the mean over samples is Partial
+  // over the mesh dims that shard the batch.
+  auto in_sample = [per_sample](int d) { return !per_sample || d > 0; };
+  const CommPtr comm = detail::comm_over(xs.mesh(), detail::mesh_dims_sharding(xs, in_sample));
+  const auto batch_mdims = per_sample ? detail::mesh_dims_sharding(xs, [](int d) { return d == 0; })
+                                      : std::vector<int>{};
+  const auto pl = pred.local().contiguous(), tl = target.local().contiguous();
+  const index_t nl = per_sample ? pl.size(0) : 1;
+  const index_t inner = nl > 0 ? pl.numel() / nl : 0;
+  // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (this rank's part, then global).
+  auto sums = std::make_shared<std::vector<double>>(static_cast<std::size_t>(2 * nl), 0.0);
+  for (index_t s = 0; s < nl; ++s) {
+    double a = 0, b = 0;
+    const T* pp = pl.data() + s * inner;
+    const T* pt = tl.data() + s * inner;
+    for (index_t i = 0; i < inner; ++i) {
+      const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
+      a += d * d;
+      b += static_cast<double>(pt[i]) * static_cast<double>(pt[i]);
+    }
+    (*sums)[2 * s] = a;
+    (*sums)[2 * s + 1] = b;
+  }
+  detail::allreduce_sum(comm, sums->data(), 2 * nl);
+  double loss = 0;
+  for (index_t s = 0; s < nl; ++s) loss += std::sqrt((*sums)[2 * s]) / std::sqrt((*sums)[2 * s + 1]);
+  loss /= static_cast<double>(nglobal);
+  const DistSpec ss = detail::scalar_spec(xs, batch_mdims);
+  auto v = Tensor<T, 1>::full({1}, static_cast<T>(loss));
+  auto part = Var<T, 1>::make(
+      DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
+      [pred, target, pl, tl, xs, ss, sums, nl, inner, nglobal](const DistTensor<T, 1>& gin) {
+        const double gv = detail::align_grad(gin, ss).local().data()[0] / static_cast<double>(nglobal);
+        auto gp = Tensor<T, R>::empty(pl.shape());
+        auto gt = Tensor<T, R>::empty(pl.shape());
+        for (index_t s = 0; s < nl; ++s) {
+          const double a = std::sqrt((*sums)[2 * s]), b = std::sqrt((*sums)[2 * s + 1]);
+          const double cp = a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b = (p - t) / (a b)
+          const double ct = gv * a / (b * b * b);         // d/dt adds -a t / b^3
+          const T* pp = pl.data() + s * inner;
+          const T* pt = tl.data() + s * inner;
+          T* op_ = gp.data() + s * inner;
+          T* ot = gt.data() + s * inner;
+          for (index_t i = 0; i < inner; ++i) {
+            const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
+            op_[i] = static_cast<T>(cp * d);
+            ot[i] = static_cast<T>(-cp * d - ct * static_cast<double>(pt[i]));
+          }
+        }
+        const DistSpec gs = detail::grad_spec(xs);
+        if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
+        if (target.requires_grad()) target.accumulate_grad(DistTensor<T, R>(gs, gt));
+      });
+  return resolve(part);
+}
+
+}  // namespace shard::nn::functional

@@ -1,0 +1,230 @@
+#pragma once
+/// \file norm.hpp
+/// Differentiable normalisations with GLOBAL statistics on sharded N, C, spatial... activations:
+///  - batch_norm: per channel over N and all spatial dims (training: batch statistics, allreduced
+///    over every mesh dim that shards x, running stats updated; eval: running statistics);
+///  - group_norm: per (sample, group) over the group's channels and all spatial dims (allreduced
+///    over the mesh dims that shard spatial dims; N may be sharded over a data-parallel mesh dim);
+///  - instance_norm: group_norm with one group per channel (no running statistics);
+///  - layer_norm: per position over the channels (dim 1; or any unsharded dim, e.g. -1 for
+///    tokens), purely local.
+/// The channel (normalised-over for layer_norm) dim must not be sharded. Optional affine weight and
+/// bias [C] must be Replicate. Statistics are two-pass (mean, then mean squared deviation) and
+/// accumulate in double for fp32 and fp64: one allreduce of K doubles per pass (K = number of
+/// statistics). The backward needs the global sums of dxhat and dxhat * xhat (one allreduce of 2K
+/// doubles; BatchNorm adds its 2C weight/bias sums to the same message, so its dW and db come back
+/// Replicate). Other norms return dW and db as local sums, Partial(sum) over the mesh dims that shard
+/// x (reduced by Var's leaf finalisation). Normalisation uses the biased variance; BatchNorm's
+/// running variance uses the unbiased one (as PyTorch).
+#include <memory>
+#include <optional>
+#include <type_traits>
+
+#include "shardtensor/nn/functional/common.hpp"
+
+namespace shard::nn::functional {
+
+namespace detail {
+
+/// Which statistic index set a normalisation uses (see src/nn/norm.cpp).
+enum class NormKind : std::uint8_t { batch, group, layer };
+
+/// A contiguous local block viewed as [A, C, S] with G groups (group kind).
+struct NormGeom {
+  NormKind kind = NormKind::batch;
+  index_t A = 0, C = 0, S = 0, G = 1;
+  /// Number of statistics K.
+  index_t stats() const;
+};
+
+/// out[k] = sum of x (mean == null) or of (x - mean[k])^2 over the elements of statistic k.
+void norm_sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out);
+/// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b may be null).
+void norm_apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
+                const void* b, void* y);
+/// sg[k] = sum gy w[c], sgx[k] = sum gy w[c] xhat, dw[c] = sum gy xhat, db[c] = sum gy (each may be null).
+void norm_backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                        const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db);
+/// dx = invstd (gy w - sg/n - xhat sgx/n) with n = 1/inv_count; with sg == null (fixed statistics)
+/// dx = invstd gy w.
+void norm_backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                      const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
+                      void* dx);
+
+/// Checks an optional per-channel parameter of a norm op.
+template <class T>
+void check_channel_param(const std::optional<Var<T, 1>>& p, index_t C, const DistSpec& xs, const char* op,
+                         const char* what) {
+  if (!p) return;
+  check_host(p->value(), op, what);
+  SHARD_CHECK(p->value().mesh() == xs.mesh(), op, "{} and input live on different meshes", what);
+  check_replicated(p->value().spec(), op, what);
+  SHARD_CHECK(p->value().global_shape()[0] == C, op, "{} has {} entries but the input {} has {} channels", what,
+              p->value().global_shape()[0], xs.global_shape(), C);
+}
+
+/// Running statistics of batch_norm (plain Replicate tensors updated in place; may be null).
+template <class T>
+struct RunningStats {
+  DistTensor<T, 1>* mean = nullptr;
+  DistTensor<T, 1>* var = nullptr;
+  double momentum = 0.1;
+};
+
+/// The shared front of all norms. `training` only matters for batch (eval uses `rs`).
+template <class T, int R>
+Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim, const std::optional<Var<T, 1>>& w,
+                    const std::optional<Var<T, 1>>& b, double eps, const char* op, const RunningStats<T>& rs = {},
+                    bool training = true) {
+  static_assert(is_compute_type<T>, "norms support float and double");
+  check_host(x.value(), op, "input");
+  const DistSpec& xs = x.value().spec();
+  check_no_partial(xs, op, "input");
+  SHARD_CHECK(cdim >= 0 && cdim < R, op, "dim {} out of range for a rank-{} input", cdim, R);
+  check_unsharded(xs, cdim, op, "input");
+  const auto gshape = x.value().global_shape();
+  const index_t C = gshape[static_cast<std::size_t>(cdim)];
+  check_channel_param(w, C, xs, op, "weight");
+  check_channel_param(b, C, xs, op, "bias");
+  SHARD_CHECK(eps >= 0, op, "eps must be >= 0 (got {})", eps);
+  if (kind == NormKind::group)
+    SHARD_CHECK(groups >= 1 && C % groups == 0, op, "{} channels cannot be split into {} groups", C, groups);
+  const bool batch_eval = kind == NormKind::batch && !training;
+  for (DistTensor<T, 1>* r : {rs.mean, rs.var}) {
+    if (!r) continue;
+    check_host(*r, op, "running statistic");
+    check_replicated(r->spec(), op, "running statistic");
+    SHARD_CHECK(r->global_shape()[0] == C, op, "running statistic of shape {} for {} channels", r->global_shape(), C);
+  }
+  SHARD_CHECK(!batch_eval || (rs.mean && rs.var), op, "evaluation mode needs running_mean and running_var");
+
+  // Statistics: which dims they reduce over, globally.
+  auto reduced = [&](int d) {
+    if (kind == NormKind::batch) return d != cdim;
+    if (kind == NormKind::group) return d > cdim;
+    return false;
+  };
+  index_t count = global_count<R>(gshape, reduced);
+  if (kind == NormKind::group) count *= C / groups;
+  if (kind == NormKind::layer) count = C;
+  SHARD_CHECK(batch_eval || count > 0, op, "statistics over an empty extent (global shape {})", gshape);
+  const CommPtr comm = comm_over(xs.mesh(), mesh_dims_sharding(xs, reduced));
+
+  const auto xl = x.local().contiguous();
+  NormGeom geo{kind, 1, C, 1, kind == NormKind::group ? groups : 1};
+  for (int d = 0; d < cdim; ++d) geo.A *= xl.size(d);
+  for (int d = cdim + 1; d < R; ++d) geo.S *= xl.size(d);
+  const index_t K = geo.stats();
+  auto mean = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
+  auto invstd = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
+  const DType dt = dtype_of<T>;
+  if (batch_eval) {
+    for (index_t k = 0; k < K; ++k) {
+      (*mean)[k] = static_cast<double>(rs.mean->local().data()[k]);
+      (*invstd)[k] = 1.0 / std::sqrt(static_cast<double>(rs.var->local().data()[k]) + eps);
+    }
+  } else {
+    norm_sums(dt, geo, xl.data(), nullptr, mean->data());
+    allreduce_sum(comm, mean->data(), K);
+    for (auto& v : *mean) v /= static_cast<double>(count);
+    norm_sums(dt, geo, xl.data(), mean->data(), invstd->data());
+    allreduce_sum(comm, invstd->data(), K);
+    for (index_t k = 0; k < K; ++k) {
+      const double var = (*invstd)[k] / static_cast<double>(count);
+      if (kind == NormKind::batch) {
+        const double mom = rs.momentum;
+        const double unbiased = count > 1 ? var * static_cast<double>(count) / static_cast<double>(count - 1) : var;
+        if (rs.mean) rs.mean->local().data()[k] = static_cast<T>((1 - mom) * rs.mean->local().data()[k] + mom * (*mean)[k]);
+        if (rs.var) rs.var->local().data()[k] = static_cast<T>((1 - mom) * rs.var->local().data()[k] + mom * unbiased);
+      }
+      (*invstd)[k] = 1.0 / std::sqrt(var + eps);
+    }
+  }
+  const auto wl = w ? w->local().contiguous() : Tensor<T, 1>();
+  const auto bl = b ? b->local().contiguous() : Tensor<T, 1>();
+  auto y = Tensor<T, R>::empty(xl.shape());
+  norm_apply(dt, geo, xl.data(), mean->data(), invstd->data(), w ? wl.data() : nullptr, b ? bl.data() : nullptr,
+             y.data());
+
+  const bool stats_grad = !batch_eval;
+  const bool reduce_params = kind == NormKind::batch && training;  // dW, db ride on the stats allreduce
+  return Var<T, R>::make(
+      DistTensor<T, R>(xs, y), op, {x.ref(), w ? w->ref() : autograd::VarRef{}, b ? b->ref() : autograd::VarRef{}},
+      [x, w, b, xs, xl, wl, geo, mean, invstd, comm, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
+        const auto g = align_grad(gin, xs).local().contiguous();
+        const index_t K = geo.stats(), C = geo.C;
+        const bool need_x = x.requires_grad(), need_w = w && w->requires_grad(), need_b = b && b->requires_grad();
+        const bool sums = need_x && stats_grad;
+        std::vector<double> buf(static_cast<std::size_t>(2 * K + 2 * C), 0.0);
+        double* sg = buf.data();
+        double* sgx = sg + K;
+        double* dw = sgx + K;
+        double* db = dw + C;
+        norm_backward_sums(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
+                           w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
+                           need_w ? dw : nullptr, need_b ? db : nullptr);
+        if (reduce_params) allreduce_sum(comm, buf.data(), static_cast<index_t>(buf.size()));
+        else if (sums) allreduce_sum(comm, buf.data(), 2 * K);
+        if (need_x) {
+          auto dx = Tensor<T, R>::empty(xl.shape());
+          norm_backward_dx(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
+                           w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
+                           1.0 / static_cast<double>(count), dx.data());
+          x.accumulate_grad(DistTensor<T, R>(xs, dx));
+        }
+        auto push = [&](const std::optional<Var<T, 1>>& p, const double* v) {
+          auto t = Tensor<T, 1>::empty({C});
+          for (index_t c = 0; c < C; ++c) t.data()[c] = static_cast<T>(v[c]);
+          const DistSpec& ps = p->value().spec();
+          p->accumulate_grad(DistTensor<T, 1>(reduce_params ? ps : param_grad_spec(ps, xs), t));
+        };
+        if (need_w) push(w, dw);
+        if (need_b) push(b, db);
+      });
+}
+
+}  // namespace detail
+
+/// Batch normalisation of N, C, spatial... (C unsharded). training: normalise with the global batch
+/// statistics over N and all spatial dims and, if given, update running_mean / running_var in place
+/// (momentum as PyTorch: r = (1 - m) r + m stat; unbiased variance). eval (training = false):
+/// normalise with running_mean / running_var (both required). weight, bias: optional [C] Replicate.
+template <class T, int R>
+Var<T, R> batch_norm(const Var<T, R>& x, std::type_identity_t<DistTensor<T, 1>>* running_mean,
+                     std::type_identity_t<DistTensor<T, 1>>* running_var,
+                     const std::type_identity_t<std::optional<Var<T, 1>>>& weight, const std::type_identity_t<std::optional<Var<T, 1>>>& bias, bool training,
+                     double momentum = 0.1, double eps = 1e-5) {
+  static_assert(R >= 2, "batch_norm needs N, C, ... inputs");
+  return detail::normalize(x, detail::NormKind::batch, 1, 1, weight, bias, eps, "batch_norm",
+                           detail::RunningStats<T>{running_mean, running_var, momentum}, training);
+}
+
+/// Group normalisation: C channels in `groups` groups; statistics per (sample, group) over the
+/// group's channels and all spatial dims (global). weight, bias: optional [C] Replicate.
+template <class T, int R>
+Var<T, R> group_norm(const Var<T, R>& x, index_t groups, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
+                     const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5) {
+  static_assert(R >= 2, "group_norm needs N, C, ... inputs");
+  return detail::normalize(x, detail::NormKind::group, groups, 1, weight, bias, eps, "group_norm");
+}
+
+/// Instance normalisation: statistics per (sample, channel) over all spatial dims (global); no
+/// running statistics (PyTorch's default track_running_stats=False). weight, bias optional [C].
+template <class T, int R>
+Var<T, R> instance_norm(const Var<T, R>& x, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
+                        const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5) {
+  static_assert(R >= 2, "instance_norm needs N, C, ... inputs");
+  return detail::normalize(x, detail::NormKind::group, x.value().global_shape()[1], 1, weight, bias, eps,
+                           "instance_norm");
+}
+
+/// Layer normalisation over one unsharded dim (default 1: the channels of N, C, spatial...;
+/// -1: the features of tokens [..., C]): per position, purely local. weight, bias optional [C].
+template <class T, int R>
+Var<T, R> layer_norm(const Var<T, R>& x, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
+                     const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5, int dim = 1) {
+  SHARD_CHECK(dim >= -R && dim < R, "layer_norm", "dim {} out of range for a rank-{} input", dim, R);
+  return detail::normalize(x, detail::NormKind::layer, 1, dim < 0 ? dim + R : dim, weight, bias, eps, "layer_norm");
+}
+
+}  // namespace shard::nn::functional

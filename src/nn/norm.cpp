@@ -1,0 +1,230 @@
+// Local kernels of the normalisation ops (nn/functional/norm.hpp), type-erased over f32/f64.
+// The local block is viewed as a contiguous [A, C, S]; the statistic of element (a, c, s) is
+//   batch: k = c;   group: k = a * G + c / (C / G);   layer: k = a * S + s.
+// All sums accumulate in double. Each OpenMP loop is split so that one thread owns each statistic.
+#include "shardtensor/nn/functional/norm.hpp"
+
+#include <cmath>
+
+namespace shard::nn::functional::detail {
+namespace {
+
+template <class T>
+void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
+  const index_t A = g.A, C = g.C, S = g.S, K = g.stats();
+  std::fill_n(out, K, 0.0);
+  auto term = [mean](double v, index_t k) {
+    if (!mean) return v;
+    const double d = v - mean[k];
+    return d * d;
+  };
+  switch (g.kind) {
+    case NormKind::batch:
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t c = 0; c < C; ++c) {
+        double acc = 0;
+        for (index_t a = 0; a < A; ++a) {
+          const T* row = x + (a * C + c) * S;
+          for (index_t s = 0; s < S; ++s) acc += term(row[s], c);
+        }
+        out[c] = acc;
+      }
+      break;
+    case NormKind::group: {
+      const index_t G = g.G, cg = C / G;
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t k = 0; k < A * G; ++k) {
+        const T* base = x + k * cg * S;  // (a, group) block is contiguous: a*C*S + grp*cg*S
+        double acc = 0;
+        for (index_t i = 0; i < cg * S; ++i) acc += term(base[i], k);
+        out[k] = acc;
+      }
+      break;
+    }
+    case NormKind::layer:
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t a = 0; a < A; ++a) {
+        double* o = out + a * S;
+        for (index_t c = 0; c < C; ++c) {
+          const T* row = x + (a * C + c) * S;
+          for (index_t s = 0; s < S; ++s) o[s] += term(row[s], a * S + s);
+        }
+      }
+      break;
+  }
+}
+
+// Calls f(row pointer offset, a, c, k0, dk) per [a, c] row: element s of the row has statistic k0 + s * dk.
+template <class Fn>
+void for_rows(const NormGeom& g, Fn f) {
+  const index_t A = g.A, C = g.C, S = g.S;
+  const index_t cg = g.kind == NormKind::group ? C / g.G : 1;
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+  for (index_t r = 0; r < A * C; ++r) {
+    const index_t a = r / C, c = r % C;
+    switch (g.kind) {
+      case NormKind::batch: f(r * S, a, c, c, index_t{0}); break;
+      case NormKind::group: f(r * S, a, c, a * g.G + c / cg, index_t{0}); break;
+      case NormKind::layer: f(r * S, a, c, a * S, index_t{1}); break;
+    }
+  }
+}
+
+template <class T>
+void apply_impl(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b, T* y) {
+  for_rows(g, [&](index_t off, index_t, index_t c, index_t k0, index_t dk) {
+    const double wc = w ? static_cast<double>(w[c]) : 1.0, bc = b ? static_cast<double>(b[c]) : 0.0;
+    for (index_t s = 0; s < g.S; ++s) {
+      const index_t k = k0 + s * dk;
+      y[off + s] = static_cast<T>((static_cast<double>(x[off + s]) - mean[k]) * invstd[k] * wc + bc);
+    }
+  });
+}
+
+template <class T>
+void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd,
+                        const T* w, double* sg, double* sgx, double* dw, double* db) {
+  const index_t A = g.A, C = g.C, S = g.S, K = g.stats();
+  if (sg) std::fill_n(sg, K, 0.0);
+  if (sgx) std::fill_n(sgx, K, 0.0);
+  if (dw) std::fill_n(dw, C, 0.0);
+  if (db) std::fill_n(db, C, 0.0);
+  // Per-channel sums (dw, db): parallel over c.
+  if (dw || db) {
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+    for (index_t c = 0; c < C; ++c) {
+      double aw = 0, ab = 0;
+      const index_t cg = g.kind == NormKind::group ? C / g.G : 1;
+      for (index_t a = 0; a < A; ++a) {
+        const index_t off = (a * C + c) * S;
+        for (index_t s = 0; s < S; ++s) {
+          const index_t k = g.kind == NormKind::batch ? c : g.kind == NormKind::group ? a * g.G + c / cg : a * S + s;
+          const double gv = gy[off + s];
+          aw += gv * (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
+          ab += gv;
+        }
+      }
+      if (dw) dw[c] = aw;
+      if (db) db[c] = ab;
+    }
+  }
+  if (!sg && !sgx) return;
+  // Per-statistic sums of dxhat = gy * w and dxhat * xhat.
+  switch (g.kind) {
+    case NormKind::batch:
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t c = 0; c < C; ++c) {
+        const double wc = w ? static_cast<double>(w[c]) : 1.0;
+        double a1 = 0, a2 = 0;
+        for (index_t a = 0; a < A; ++a) {
+          const index_t off = (a * C + c) * S;
+          for (index_t s = 0; s < S; ++s) {
+            const double d = gy[off + s] * wc;
+            a1 += d;
+            a2 += d * (static_cast<double>(x[off + s]) - mean[c]) * invstd[c];
+          }
+        }
+        sg[c] = a1;
+        sgx[c] = a2;
+      }
+      break;
+    case NormKind::group: {
+      const index_t G = g.G, cg = C / G;
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t k = 0; k < A * G; ++k) {
+        const index_t a = k / G, grp = k % G;
+        double a1 = 0, a2 = 0;
+        for (index_t ci = 0; ci < cg; ++ci) {
+          const index_t c = grp * cg + ci;
+          const double wc = w ? static_cast<double>(w[c]) : 1.0;
+          const index_t off = (a * C + c) * S;
+          for (index_t s = 0; s < S; ++s) {
+            const double d = gy[off + s] * wc;
+            a1 += d;
+            a2 += d * (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
+          }
+        }
+        sg[k] = a1;
+        sgx[k] = a2;
+      }
+      break;
+    }
+    case NormKind::layer:
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t a = 0; a < A; ++a) {
+        for (index_t c = 0; c < C; ++c) {
+          const double wc = w ? static_cast<double>(w[c]) : 1.0;
+          const index_t off = (a * C + c) * S;
+          for (index_t s = 0; s < S; ++s) {
+            const index_t k = a * S + s;
+            const double d = gy[off + s] * wc;
+            sg[k] += d;
+            sgx[k] += d * (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
+          }
+        }
+      }
+      break;
+  }
+}
+
+template <class T>
+void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd, const T* w,
+                      const double* sg, const double* sgx, double inv_count, T* dx) {
+  for_rows(g, [&](index_t off, index_t, index_t c, index_t k0, index_t dk) {
+    const double wc = w ? static_cast<double>(w[c]) : 1.0;
+    for (index_t s = 0; s < g.S; ++s) {
+      const index_t k = k0 + s * dk;
+      const double d = gy[off + s] * wc;
+      if (!sg) {
+        dx[off + s] = static_cast<T>(d * invstd[k]);
+        continue;
+      }
+      const double xhat = (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
+      dx[off + s] = static_cast<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
+    }
+  });
+}
+
+}  // namespace
+
+index_t NormGeom::stats() const {
+  switch (kind) {
+    case NormKind::batch: return C;
+    case NormKind::group: return A * G;
+    default: return A * S;
+  }
+}
+
+#define SHARD_NORM_DISPATCH(dt, CALL)                                                 \
+  switch (dt) {                                                                       \
+    case DType::f32: { using T = float; CALL; break; }                                \
+    case DType::f64: { using T = double; CALL; break; }                               \
+    default: SHARD_FAIL("norm", "unsupported dtype {} (f32 and f64 only)", dt);       \
+  }
+
+void norm_sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out) {
+  SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
+}
+
+void norm_apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
+                const void* b, void* y) {
+  SHARD_NORM_DISPATCH(dt, apply_impl<T>(g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w),
+                                        static_cast<const T*>(b), static_cast<T*>(y)));
+}
+
+void norm_backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                        const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db) {
+  SHARD_NORM_DISPATCH(dt, backward_sums_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
+                                                static_cast<const T*>(w), sg, sgx, dw, db));
+}
+
+void norm_backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                      const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
+                      void* dx) {
+  SHARD_NORM_DISPATCH(dt, backward_dx_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
+                                              static_cast<const T*>(w), sg, sgx, inv_count, static_cast<T*>(dx)));
+}
+
+#undef SHARD_NORM_DISPATCH
+
+}  // namespace shard::nn::functional::detail

@@ -1,0 +1,159 @@
+// Serial tests of the normalisations: forward (and running statistics) against plain loops, fp64
+// finite differences of every gradient (input, weight, bias) at one rank, and bad input.
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+
+#include "nn/functional_oracle.hpp"
+
+using namespace shard;
+using shard::test::fn::Body;
+using shard::test::fn::Ctx;
+
+namespace {
+
+const DeviceMesh& mesh1() {
+  static DeviceMesh m(std::make_shared<SelfComm>(), {1});
+  return m;
+}
+template <class T, int R>
+autograd::Var<T, R> rnd(const Shape<R>& s, std::uint64_t seed, bool rg = true, RandomInit init = {}) {
+  return autograd::Var<T, R>(DistTensor<T, R>::random(s, mesh1(), {Replicate()}, seed, init), rg);
+}
+
+// Plain normalisation of x [N, C, L] (L = flattened spatial) over index sets given by key(n, c, l).
+template <class T, class Key>
+std::vector<double> naive_norm(const Tensor<T, 3>& x, const Tensor<T, 1>& w, const Tensor<T, 1>& b, Key key, int K,
+                               double eps, std::vector<double>* mean_out = nullptr,
+                               std::vector<double>* var_out = nullptr) {
+  const index_t N = x.size(0), C = x.size(1), L = x.size(2);
+  std::vector<double> s(K, 0), q(K, 0), cnt(K, 0);
+  for (index_t n = 0; n < N; ++n)
+    for (index_t c = 0; c < C; ++c)
+      for (index_t l = 0; l < L; ++l) {
+        s[key(n, c, l)] += x(n, c, l);
+        cnt[key(n, c, l)] += 1;
+      }
+  for (int k = 0; k < K; ++k) s[k] /= cnt[k];
+  for (index_t n = 0; n < N; ++n)
+    for (index_t c = 0; c < C; ++c)
+      for (index_t l = 0; l < L; ++l) {
+        const double d = x(n, c, l) - s[key(n, c, l)];
+        q[key(n, c, l)] += d * d;
+      }
+  for (int k = 0; k < K; ++k) q[k] /= cnt[k];
+  if (mean_out) *mean_out = s;
+  if (var_out) *var_out = q;
+  std::vector<double> y;
+  for (index_t n = 0; n < N; ++n)
+    for (index_t c = 0; c < C; ++c)
+      for (index_t l = 0; l < L; ++l) {
+        const int k = key(n, c, l);
+        y.push_back((x(n, c, l) - s[k]) / std::sqrt(q[k] + eps) * w(c) + b(c));
+      }
+  return y;
+}
+
+template <class T>
+void check_close(const Tensor<T, 3>& y, const std::vector<double>& want, double tol) {
+  REQUIRE(static_cast<std::size_t>(y.numel()) == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(y.data()[i] - want[i]) <= tol);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("norms match plain loops", "[nn][norm]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  const index_t N = 3, C = 4, L = 10;
+  auto x = rnd<T, 3>({N, C, L}, 1, true, RandomInit::uniform(-2, 3));
+  auto w = rnd<T, 1>({C}, 2);
+  auto b = rnd<T, 1>({C}, 3);
+  const double eps = 1e-5;
+  SECTION("batch norm, training and eval, with running statistics") {
+    std::vector<double> mean, var;
+    auto want = naive_norm(x.local(), w.local(), b.local(), [](index_t, index_t c, index_t) { return int(c); },
+                           int(C), eps, &mean, &var);
+    auto rm = DistTensor<T, 1>::zeros({C}, mesh1(), {Replicate()});
+    auto rv = DistTensor<T, 1>::zeros({C}, mesh1(), {Replicate()});
+    rv.local().fill(T(1));
+    check_close(F::batch_norm(x, &rm, &rv, w, b, true, 0.25, eps).local(), want, tol);
+    for (index_t c = 0; c < C; ++c) {
+      CHECK(std::abs(rm.local()(c) - 0.25 * mean[c]) <= tol);
+      CHECK(std::abs(rv.local()(c) - (0.75 + 0.25 * var[c] * 30 / 29)) <= tol);
+    }
+    auto ye = F::batch_norm(x, &rm, &rv, w, b, false, 0.25, eps).local();
+    for (index_t n = 0; n < N; ++n)
+      for (index_t c = 0; c < C; ++c)
+        for (index_t l = 0; l < L; ++l) {
+          const double e = (x.local()(n, c, l) - rm.local()(c)) / std::sqrt(rv.local()(c) + eps) * w.local()(c) +
+                           b.local()(c);
+          CHECK(std::abs(ye(n, c, l) - e) <= tol);
+        }
+  }
+  SECTION("group norm with 2 groups, instance norm, layer norm over channels and tokens") {
+    check_close(F::group_norm(x, 2, w, b, eps).local(),
+                naive_norm(x.local(), w.local(), b.local(),
+                           [](index_t n, index_t c, index_t) { return int(n * 2 + c / 2); }, int(N * 2), eps),
+                tol);
+    check_close(F::instance_norm(x, w, b, eps).local(),
+                naive_norm(x.local(), w.local(), b.local(),
+                           [C](index_t n, index_t c, index_t) { return int(n * C + c); }, int(N * C), eps),
+                tol);
+    check_close(F::layer_norm(x, w, b, eps).local(),
+                naive_norm(x.local(), w.local(), b.local(),
+                           [L](index_t n, index_t, index_t l) { return int(n * L + l); }, int(N * L), eps),
+                tol);
+    // Tokens [N, L, C]: normalise the last dim (transpose the plain reference).
+    auto tok = rnd<T, 3>({N, L, C}, 9);
+    auto yt = F::layer_norm(tok, w, b, eps, -1).local();
+    auto xt = Tensor<T, 3>::empty({N, C, L});
+    for (index_t n = 0; n < N; ++n)
+      for (index_t c = 0; c < C; ++c)
+        for (index_t l = 0; l < L; ++l) xt(n, c, l) = tok.local()(n, l, c);
+    auto want = naive_norm(xt, w.local(), b.local(), [L](index_t n, index_t, index_t l) { return int(n * L + l); },
+                           int(N * L), eps);
+    for (index_t n = 0; n < N; ++n)
+      for (index_t c = 0; c < C; ++c)
+        for (index_t l = 0; l < L; ++l) CHECK(std::abs(yt(n, l, c) - want[(n * C + c) * L + l]) <= tol);
+  }
+}
+
+TEST_CASE("norm gradients match finite differences (fp64, one rank)", "[nn][norm][fd]") {
+  Body<double> body = [](Ctx<double>& c) {
+    auto x = c.act<4>({2, 4, 3, 3}, true, RandomInit::uniform(-1, 2));
+    auto w = c.param<1>({4});
+    auto b = c.param<1>({4});
+    auto w3 = c.param<1>({3});
+    std::vector<Placement> rep(1, Replicate());
+    auto rm = DistTensor<double, 1>::random({4}, c.mesh(), rep, 5);
+    auto rv = DistTensor<double, 1>::random({4}, c.mesh(), rep, 6, RandomInit::uniform(0.5, 1.5));
+    c.output(F::batch_norm(x, &rm, &rv, w, b, false));  // eval first: running stats not yet updated
+    c.output(F::batch_norm(x, &rm, &rv, w, b, true));
+    c.output(F::group_norm(x, 2, w, b));
+    c.output(F::instance_norm(x, w, b));
+    c.output(F::layer_norm(x, w, b));
+    c.output(F::group_norm(x, 1));
+    c.output(F::layer_norm(x, w3, std::nullopt, 1e-5, -1));
+  };
+  test::fn::check_finite_differences(mesh1(), test::fn::reference_layout(), body, 40);
+}
+
+TEST_CASE("norms refuse bad input", "[nn][norm][errors]") {
+  using V = autograd::Var<double, 4>;
+  V x(DistTensor<double, 4>::random({2, 4, 3, 3}, mesh1(), {Replicate()}, 1), true);
+  V xc(DistTensor<double, 4>::random({2, 4, 3, 3}, mesh1(), {Shard(1)}, 1), true);
+  auto w3 = rnd<double, 1>({3}, 2);
+  auto w4 = rnd<double, 1>({4}, 3);
+  auto rm = DistTensor<double, 1>::zeros({4}, mesh1(), {Replicate()});
+  auto rm3 = DistTensor<double, 1>::zeros({3}, mesh1(), {Replicate()});
+  CHECK_THROWS_AS(F::batch_norm(x, &rm, &rm, w3, w4, true), shard::Error);   // 3 weights for 4 channels
+  CHECK_THROWS_AS(F::batch_norm(x, &rm3, &rm3, w4, w4, true), shard::Error); // running stats of 3
+  CHECK_THROWS_AS(F::batch_norm(x, nullptr, nullptr, w4, w4, false), shard::Error);  // eval without stats
+  CHECK_THROWS_AS(F::group_norm(x, 3, w4, w4), shard::Error);                // 4 channels in 3 groups
+  CHECK_THROWS_AS(F::group_norm(xc, 2, w4, w4), shard::Error);               // channels sharded
+  CHECK_THROWS_AS(F::layer_norm(xc, w4, w4), shard::Error);
+  CHECK_THROWS_AS(F::instance_norm(x, w3), shard::Error);
+  CHECK_THROWS_AS(F::layer_norm(x, w4, std::nullopt, 1e-5, -1), shard::Error);  // last dim has 3, not 4
+}
