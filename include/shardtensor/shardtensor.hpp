@@ -24,3 +24,4 @@
 #include "shardtensor/nn/module.hpp"
 #include "shardtensor/nn/parameter.hpp"
 #include "shardtensor/optim/optimizer.hpp"
+#include "shardtensor/nn/layers.hpp"

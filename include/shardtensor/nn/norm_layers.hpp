@@ -1,0 +1,186 @@
+#pragma once
+/// \file norm_layers.hpp
+/// Normalisation modules over rank-R activations N, C, spatial... with global statistics
+/// (nn/functional/norm.hpp): BatchNorm (running statistics, eval mode), GroupNorm, InstanceNorm,
+/// LayerNorm (over the channels, or any unsharded dim). Affine weight (init 1) and bias (init 0)
+/// [C] are Replicate parameters. BatchNorm's running_mean / running_var are registered as
+/// parameters that do NOT require grad, so Module::save / load carry them (and optimisers skip
+/// them: they never get a gradient). The NormType enum and make_norm serve configurable models.
+#include <memory>
+#include <optional>
+
+#include "shardtensor/nn/activation_layers.hpp"
+#include "shardtensor/nn/functional/norm.hpp"
+#include "shardtensor/nn/module.hpp"
+
+namespace shard::nn {
+
+namespace detail {
+
+/// Replicate [C] tensor filled with `v`.
+template <class T>
+DistTensor<T, 1> channel_constant(const DeviceMesh& mesh, index_t c, T v) {
+  std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
+  auto t = DistTensor<T, 1>::zeros({c}, mesh, rep);
+  t.local().fill(v);
+  return t;
+}
+
+/// Throws unless `c` >= 1.
+inline void check_channels(index_t c, const char* op) {
+  SHARD_CHECK(c >= 1, op, "number of channels must be >= 1 (got {})", c);
+}
+
+}  // namespace detail
+
+/// Base of the norms with an optional affine weight and bias [C].
+template <class T, int R>
+class AffineNorm : public UnaryModule<T, R> {
+ public:
+  /// Number of channels normalised.
+  index_t channels() const { return c_; }
+  /// The affine weight / bias (empty when affine = false).
+  const std::optional<autograd::Var<T, 1>>& weight() const { return w_; }
+  const std::optional<autograd::Var<T, 1>>& bias() const { return b_; }
+
+ protected:
+  AffineNorm(const DeviceMesh& mesh, index_t c, bool affine, double eps, const char* op) : c_(c), eps_(eps) {
+    detail::check_channels(c, op);
+    SHARD_CHECK(eps >= 0, op, "eps must be >= 0 (got {})", eps);
+    if (affine) {
+      w_ = this->template make_constant_parameter<1>("weight", mesh, Shape<1>{c}, T(1));
+      b_ = this->template make_constant_parameter<1>("bias", mesh, Shape<1>{c}, T(0));
+    }
+  }
+  /// Throws unless x has c_ channels along `dim` (spec-only).
+  void check_input(const autograd::Var<T, R>& x, int dim, const char* op) const {
+    const auto g = x.value().global_shape();
+    SHARD_CHECK(g[static_cast<std::size_t>(dim)] == c_, op,
+                "input of global shape {} has {} channels along dim {}, the module expects {}", g,
+                g[static_cast<std::size_t>(dim)], dim, c_);
+  }
+  index_t c_;
+  double eps_;
+  std::optional<autograd::Var<T, 1>> w_, b_;
+};
+
+/// Batch normalisation (statistics over N and every spatial dim, global). Training mode: batch
+/// statistics, running statistics updated with `momentum` (PyTorch rule); eval mode: running
+/// statistics (with track_running_stats = false, batch statistics in both modes).
+template <class T, int R>
+class BatchNorm : public AffineNorm<T, R> {
+ public:
+  BatchNorm(const DeviceMesh& mesh, index_t channels, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+            bool track_running_stats = true)
+      : AffineNorm<T, R>(mesh, channels, affine, eps, "BatchNorm"), momentum_(momentum) {
+    SHARD_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm", "momentum {} outside [0, 1]", momentum);
+    if (track_running_stats) {
+      mean_ = detail::channel_constant<T>(mesh, channels, T(0));
+      var_ = detail::channel_constant<T>(mesh, channels, T(1));
+      this->template register_parameter<1>("running_mean", autograd::Var<T, 1>(*mean_, false));
+      this->template register_parameter<1>("running_var", autograd::Var<T, 1>(*var_, false));
+    }
+  }
+  autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    this->check_input(x, 1, "BatchNorm");
+    const bool use_batch = this->is_training() || !mean_;
+    return F::batch_norm(x, mean_ ? &*mean_ : nullptr, mean_ ? &*var_ : nullptr, this->w_, this->b_, use_batch,
+                         momentum_, this->eps_);
+  }
+  /// Running statistics (shared storage with the registered buffers; absent without tracking).
+  const std::optional<DistTensor<T, 1>>& running_mean() const { return mean_; }
+  const std::optional<DistTensor<T, 1>>& running_var() const { return var_; }
+
+ private:
+  double momentum_;
+  std::optional<DistTensor<T, 1>> mean_, var_;
+};
+
+/// Group normalisation: `groups` groups of channels, statistics per (sample, group) (global).
+template <class T, int R>
+class GroupNorm : public AffineNorm<T, R> {
+ public:
+  GroupNorm(const DeviceMesh& mesh, index_t groups, index_t channels, double eps = 1e-5, bool affine = true)
+      : AffineNorm<T, R>(mesh, channels, affine, eps, "GroupNorm"), groups_(groups) {
+    SHARD_CHECK(groups >= 1 && channels % groups == 0, "GroupNorm", "{} channels cannot be split into {} groups",
+                channels, groups);
+  }
+  autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    this->check_input(x, 1, "GroupNorm");
+    return F::group_norm(x, groups_, this->w_, this->b_, this->eps_);
+  }
+  index_t groups() const { return groups_; }
+
+ private:
+  index_t groups_;
+};
+
+/// Instance normalisation: statistics per (sample, channel) over the spatial dims (global);
+/// affine off by default (as PyTorch).
+template <class T, int R>
+class InstanceNorm : public AffineNorm<T, R> {
+ public:
+  InstanceNorm(const DeviceMesh& mesh, index_t channels, double eps = 1e-5, bool affine = false)
+      : AffineNorm<T, R>(mesh, channels, affine, eps, "InstanceNorm") {}
+  autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    this->check_input(x, 1, "InstanceNorm");
+    return F::instance_norm(x, this->w_, this->b_, this->eps_);
+  }
+};
+
+/// Layer normalisation over one unsharded dim: the channels (dim 1, default) of N, C, spatial...,
+/// or e.g. dim -1 for tokens [..., C]. Purely local.
+template <class T, int R>
+class LayerNorm : public AffineNorm<T, R> {
+ public:
+  LayerNorm(const DeviceMesh& mesh, index_t channels, double eps = 1e-5, bool affine = true, int dim = 1)
+      : AffineNorm<T, R>(mesh, channels, affine, eps, "LayerNorm"), dim_(dim < 0 ? dim + R : dim) {
+    SHARD_CHECK(dim_ >= 0 && dim_ < R, "LayerNorm", "dim {} out of range for rank-{} inputs", dim, R);
+  }
+  autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    this->check_input(x, dim_, "LayerNorm");
+    return F::layer_norm(x, this->w_, this->b_, this->eps_, dim_);
+  }
+
+ private:
+  int dim_;
+};
+
+/// Which normalisation a configurable model uses.
+enum class NormType { none, batch, group, instance, layer };
+
+/// Name of a normalisation ("group", ...).
+constexpr const char* norm_name(NormType n) {
+  switch (n) {
+    case NormType::none: return "none";
+    case NormType::batch: return "batch";
+    case NormType::group: return "group";
+    case NormType::instance: return "instance";
+    default: return "layer";
+  }
+}
+
+/// The largest divisor of `channels` that is <= max_groups (GroupNorm's group count for a width).
+inline index_t group_count(index_t channels, index_t max_groups) {
+  for (index_t g = std::min(channels, std::max<index_t>(max_groups, 1)); g > 1; --g)
+    if (channels % g == 0) return g;
+  return 1;
+}
+
+/// A norm module of type `n` over `channels` (affine; GroupNorm with group_count(channels,
+/// max_groups) groups; InstanceNorm affine as well; none: Identity).
+template <class T, int R>
+std::shared_ptr<UnaryModule<T, R>> make_norm(NormType n, const DeviceMesh& mesh, index_t channels,
+                                             index_t max_groups = 8) {
+  switch (n) {
+    case NormType::none: return std::make_shared<Identity<T, R>>();
+    case NormType::batch: return std::make_shared<BatchNorm<T, R>>(mesh, channels);
+    case NormType::group:
+      return std::make_shared<GroupNorm<T, R>>(mesh, group_count(channels, max_groups), channels);
+    case NormType::instance: return std::make_shared<InstanceNorm<T, R>>(mesh, channels, 1e-5, true);
+    case NormType::layer: return std::make_shared<LayerNorm<T, R>>(mesh, channels);
+  }
+  SHARD_FAIL("make_norm", "unknown norm type {}", static_cast<int>(n));
+}
+
+}  // namespace shard::nn
