@@ -2,7 +2,7 @@
 # one seed and checks that every final_loss agrees with the 1-rank value to 1e-4 relative (fp32).
 # Usage: cmake -DEXE=<unet_surrogate> -DMPIEXEC=<mpiexec> "-DFLAGS=<mpiexec flags>" -P this-file
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
-set(args --steps 40 --grid 36 --width 8 --depth 2 --seed 3 --log-every 20)
+set(args --steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10)
 set(runs "1" "2" "3" "4" "4,--mesh,2x2" "4,--mesh,2x1,--data,2")
 set(ref "")
 foreach(run IN LISTS runs)
