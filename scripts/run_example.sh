@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Command (a): set up, build and run the main example under mpiexec.
-#   scripts/run_example.sh                 # dist_demo at 4 ranks
+#   scripts/run_example.sh                 # unet_surrogate at 4 ranks on a 2x2 mesh
+#   EXAMPLE=dist_demo scripts/run_example.sh   # the DistTensor tour instead
 #   EXAMPLE=<target> EXAMPLE_ARGS="..." NP=2 scripts/run_example.sh
 # Knobs shared with run_tests.sh: BUILD_DIR, JOBS, CMAKE_ARGS, MPIEXEC_FLAGS, SKIP_SETUP (scripts/common.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-EXAMPLE="${EXAMPLE:-dist_demo}"      # the main example (one CMake target under examples/)
-EXAMPLE_ARGS="${EXAMPLE_ARGS:-}"     # its command-line arguments
+MAIN_EXAMPLE=unet_surrogate                 # the main example: one CMake target under examples/
+MAIN_EXAMPLE_ARGS="--mesh 2x2 --steps 200"  # and its arguments
+EXAMPLE="${EXAMPLE:-$MAIN_EXAMPLE}"
+if [ "$EXAMPLE" = "$MAIN_EXAMPLE" ]; then EXAMPLE_ARGS="${EXAMPLE_ARGS-$MAIN_EXAMPLE_ARGS}"; else EXAMPLE_ARGS="${EXAMPLE_ARGS-}"; fi
 NP="${NP:-4}"                        # MPI ranks
 
 setup_deps
