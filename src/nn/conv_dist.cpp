@@ -1,9 +1,25 @@
 // The type-erased core of the domain-parallel convolution (nn/functional/conv.hpp): forward with
 // the halo exchange overlapped by the computation on the rank's own block, and backward (input
 // gradient through the halo adjoint, overlapped by the weight gradient).
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "shardtensor/nn/functional/conv.hpp"
+
+namespace shard::nn::functional {
+
+namespace {
+std::atomic<bool> g_overlap{true};
+std::atomic<std::size_t> g_chunk_bytes{std::size_t{2} << 20};
+}  // namespace
+
+void set_conv_overlap(bool on) noexcept { g_overlap = on; }
+bool conv_overlap() noexcept { return g_overlap.load(); }
+void set_conv_backward_chunk_bytes(std::size_t bytes) noexcept { g_chunk_bytes = std::max<std::size_t>(bytes, 1); }
+std::size_t conv_backward_chunk_bytes() noexcept { return g_chunk_bytes.load(); }
+
+}  // namespace shard::nn::functional
 
 namespace shard::nn::functional::detail {
 
@@ -11,6 +27,9 @@ namespace {
 
 using shard::detail::ConvGeometry;
 using shard::detail::LocalBlock;
+
+index_t floor_div(index_t a, index_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+index_t ceil_div(index_t a, index_t b) { return -floor_div(-a, b); }
 
 /// Geometry of the conv producing global outputs `out` from an input block holding global cells
 /// `in` (zeros outside it), per spatial dim.
@@ -125,6 +144,7 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
   // which is all but the boundary boxes. Those are recomputed from the finished extended block.
   shard::detail::HaloTransfer tr(dt, in_spec, plan.halo, shard::detail::HaloTransfer::Direction::forward,
                                  view(dt, x, xshape));
+  if (!conv_overlap()) tr.finish();  // benchmark switch: the same work, without the overlap
   if (compute) conv_forward_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
   const LocalBlock& ext = tr.finish();
   if (!compute) return;
@@ -166,31 +186,96 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
 LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
                               const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
                               void* gw) {
+  using shard::detail::HaloTransfer;
   const bool compute = !plan.empty_output() && ch.batch > 0;
-  const auto xshape = block_shape(ch.batch, ch.in, plan.in_block);
+  const int S = plan.spatial();
   LocalBlock gx;
-  std::unique_ptr<shard::detail::HaloTransfer> tr;
-  if (input_grad) {
-    // Gradient of the extended block (or of the block itself without a halo), then the halo
-    // adjoint sends the ghost cells' gradients to their owners; the weight gradient below is
-    // computed while those messages are in flight.
-    const auto in_r = plan.exchange ? ext_ranges(plan) : plan.in_block;
-    const auto shape = block_shape(ch.batch, ch.in, in_r);
-    LocalBlock g = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
-    if (compute) conv_backward_input_core(dt, geometry(plan, ch, in_r, plan.out_block), gy, w, nullptr, g.data);
-    if (plan.exchange) {
-      tr = std::make_unique<shard::detail::HaloTransfer>(dt, in_spec, plan.halo,
-                                                         shard::detail::HaloTransfer::Direction::adjoint, g, true);
+  // Input gradient: the gradient of the extended block (or of the block itself without a halo),
+  // then the halo adjoint sends the ghost cells' gradients to their owners. The weight gradient
+  // below is computed while the (last) adjoint is in flight. Large extended blocks are processed
+  // in chunks along an unsharded zero-padded spatial dim `cd` (the adjoint of a chunk is the
+  // adjoint of the halo of that slice), so that besides the block's gradient only about three
+  // chunk-sized buffers exist: the per-rank memory stays that of the unsharded conv divided by P.
+  std::unique_ptr<HaloTransfer> tr;
+  index_t tr_lo = 0;
+  int cd = -1;
+  auto land = [&] {
+    if (!tr) return;
+    const LocalBlock& res = tr->finish();
+    if (cd < 0) {
+      gx = res;
     } else {
-      gx = std::move(g);
+      std::vector<index_t> lo(res.shape.size(), 0);
+      lo[static_cast<std::size_t>(cd) + 2] = tr_lo - plan.in_block[static_cast<std::size_t>(cd)].lo;
+      shard::detail::copy_box(dt, res, std::vector<index_t>(res.shape.size(), 0), gx, lo, res.shape);
+    }
+    tr.reset();
+  };
+  if (input_grad && !plan.exchange) {
+    const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
+    gx = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+    if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
+  } else if (input_grad) {
+    const auto ext_r = ext_ranges(plan);
+    const auto ext_shape = block_shape(ch.batch, ch.in, ext_r);
+    index_t nch = 1;
+    for (int d = 0; d < S && cd < 0; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      if (in_spec.layout(d + 2).parts() == 1 && plan.halo_lo[u] == 0 && plan.halo_hi[u] == 0) cd = d;
+    }
+    if (cd >= 0) {
+      // The slice count must be the same on every rank (each slice is a collective): from the
+      // global size per rank, not from this rank's (uneven) block.
+      const double bytes = static_cast<double>(numel_of(in_spec.global_shape())) *
+                           static_cast<double>(dtype_size(dt)) / static_cast<double>(in_spec.mesh().size());
+      nch = std::min<index_t>(plan.in_block[static_cast<std::size_t>(cd)].len,
+                              static_cast<index_t>(bytes / static_cast<double>(conv_backward_chunk_bytes())) + 1);
+      if (nch <= 1) cd = -1;
+    }
+    if (cd < 0) {
+      LocalBlock g = compute ? LocalBlock::allocate(dt, ext_shape) : zeros(dt, ext_shape);
+      if (compute) conv_backward_input_core(dt, geometry(plan, ch, ext_r, plan.out_block), gy, w, nullptr, g.data);
+      tr = std::make_unique<HaloTransfer>(dt, in_spec, plan.halo, HaloTransfer::Direction::adjoint, g, true);
+      if (!conv_overlap()) land();  // benchmark switch
+    } else {
+      const auto uc = static_cast<std::size_t>(cd);
+      const WindowDim& wd = plan.dims[uc];
+      const Range cb = plan.in_block[uc], ob = plan.out_block[uc];
+      const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+      gx = LocalBlock::allocate(dt, block_shape(ch.batch, ch.in, plan.in_block));
+      for (index_t k = 0; k < nch; ++k) {
+        const index_t u0 = cb.lo + balanced_offset(cb.len, nch, k), u1 = u0 + balanced_size(cb.len, nch, k);
+        auto in_r = ext_r;
+        in_r[uc] = {u0, u1 - u0};
+        // The outputs whose windows touch input cells [u0, u1) along cd.
+        const index_t oa = std::max(ob.lo, ceil_div(u0 - wd.span() + wd.pad_lo, wd.stride));
+        const index_t oz = std::min(ob.hi(), floor_div(u1 - 1 + wd.pad_lo, wd.stride) + 1);
+        auto out_r = plan.out_block;
+        out_r[uc] = {oa, std::max<index_t>(0, oz - oa)};
+        const auto shape = block_shape(ch.batch, ch.in, in_r);
+        const bool any = compute && oz > oa;
+        LocalBlock g = any ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+        if (any) {
+          const auto gshape = block_shape(ch.batch, ch.out, out_r);
+          LocalBlock gyk = LocalBlock::allocate(dt, gshape);
+          shard::detail::copy_box(dt, gyb, local_start(out_r, plan.out_block), gyk,
+                                  std::vector<index_t>(gshape.size(), 0), gshape);
+          conv_backward_input_core(dt, geometry(plan, ch, in_r, out_r), gyk.data, w, nullptr, g.data);
+        }
+        auto gk = in_spec.global_shape();
+        gk[uc + 2] = u1 - u0;
+        const DistSpec chunk_spec(in_spec.mesh(), in_spec.placements(), gk, in_spec.sizes());
+        auto next = std::make_unique<HaloTransfer>(dt, chunk_spec, plan.halo, HaloTransfer::Direction::adjoint, g, true);
+        land();
+        tr = std::move(next);
+        tr_lo = u0;
+        if (!conv_overlap()) land();  // benchmark switch
+      }
     }
   }
   if (gw) {
-    const index_t wn = ch.out * (ch.in / ch.groups) * [&] {
-      index_t k = 1;
-      for (const auto& d : plan.dims) k *= d.kernel;
-      return k;
-    }();
+    index_t wn = ch.out * (ch.in / ch.groups);
+    for (const auto& d : plan.dims) wn *= d.kernel;
     if (compute) {
       conv_backward_weight_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
       // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
@@ -208,8 +293,7 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
       std::memset(gw, 0, static_cast<std::size_t>(wn) * dtype_size(dt));
     }
   }
-  (void)xshape;
-  if (tr) gx = tr->finish();
+  land();
   return gx;
 }
 
