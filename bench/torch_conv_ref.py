@@ -3,8 +3,9 @@
 conv3d 8->8 3x3x3 pad 1 on 1x8x128^3, fp32, forward + backward (input, weight, bias grads).
 
 Run:  /usr/bin/python3 bench/torch_conv_ref.py [--threads 2] [--reps 5]
-Prints one line per case: name, median and min time in ms of forward, backward and the total,
-and the achieved GFLOP/s (3 * 2 * Cout * Cin * kvol * out_positions flops per step).
+Prints per case: median forward / backward / total wall time in ms, the minimum total, the
+achieved GFLOP/s (3 * 2 * Cout * Cin * kvol * out_positions flops per step), and the process CPU
+time per step (all threads; steadier than wall time on a shared machine).
 """
 import argparse
 import time
@@ -16,11 +17,12 @@ def bench(name, shape, cin, cout, k, conv, reps):
     x = torch.randn(*shape, requires_grad=True)
     m = conv(cin, cout, k, padding=1, bias=True)
     gy = None
-    fwd, bwd, tot = [], [], []
+    fwd, bwd, tot, cpu = [], [], [], []
     for r in range(reps + 1):
         x.grad = None
         m.weight.grad = None
         m.bias.grad = None
+        c0 = time.process_time()
         t0 = time.perf_counter()
         y = m(x)
         t1 = time.perf_counter()
@@ -28,7 +30,9 @@ def bench(name, shape, cin, cout, k, conv, reps):
             gy = torch.randn_like(y)
         y.backward(gy)
         t2 = time.perf_counter()
+        c2 = time.process_time()
         if r > 0:  # first repetition is warm-up
+            cpu.append(c2 - c0)
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             tot.append(t2 - t0)
@@ -37,6 +41,8 @@ def bench(name, shape, cin, cout, k, conv, reps):
     med = lambda v: sorted(v)[len(v) // 2] * 1e3
     print(f"torch {name}: fwd {med(fwd):.1f} ms  bwd {med(bwd):.1f} ms  total median {med(tot):.1f} ms "
           f"min {min(tot) * 1e3:.1f} ms  {flops / (min(tot)) / 1e9:.1f} GFLOP/s")
+    print(f"torch {name}: CPU time (all threads) per step {med(cpu):.1f} ms -> "
+          f"{flops / (sorted(cpu)[len(cpu) // 2]) / 1e9:.1f} GFLOP per CPU-second")
 
 
 def main():

@@ -9,15 +9,21 @@
 /// (pad 0) and the other the global padding. Output extent per spatial dim:
 ///   out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1   (must be >= 1).
 ///
-/// Implementation: im2col + GEMM, tiled over the output positions so that one tile's column
-/// buffer stays within conv_column_budget() bytes per thread (all threads together <= 32 MiB);
-/// OpenMP over (batch, group, tile) work units with single-threaded BLAS inside (gemm.hpp has
-/// the measured threading policy). The input gradient is computed as a gather, one stride
-/// phase at a time (for stride s, the input positions with the same residue mod s share one
-/// sub-kernel), so it parallelises without atomics and does no multiply-by-zero work. The weight
-/// gradient sums per-tile GEMMs in double per thread and reduces the threads in a fixed order.
+/// Implementation (see ConvKernel): every stride-1 gather — the stride-1 forward conv and weight
+/// gradient, every input gradient (computed one stride phase at a time: for stride s, the input
+/// positions with the same residue mod s share one sub-kernel, so it is a stride-1 gather with
+/// no multiply-by-zero work and no atomics) and the transposed conv — runs on a direct
+/// implicit-GEMM path: each tile of output rows copies its input block once, zero-padded, and
+/// AVX-512 / AVX2 register-blocked micro-kernels read the shifted rows of that block directly.
+/// Strided forward / weight-gradient convs (and CPUs without AVX2) use im2col + GEMM (OpenBLAS),
+/// tiled over the output positions so the column buffer stays within conv_column_budget()
+/// bytes per thread (<= 32 MiB for all threads). Both parallelise with OpenMP over
+/// (batch, group, tile) work units with per-thread buffers (gemm.hpp has the measured
+/// threading policy). The weight gradient sums per-tile partials in double per thread and
+/// reduces the threads in a fixed order (deterministic for a given thread count).
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
@@ -145,6 +151,18 @@ constexpr index_t conv_output_extent(index_t in, index_t kernel, index_t stride,
                                      index_t pad_hi) {
   const index_t span = in + pad_lo + pad_hi - dilation * (kernel - 1) - 1;
   return span < 0 ? 0 : span / stride + 1;
+}
+
+/// Input range [first, last + 1) that the outputs [out_lo, out_lo + out_len) of a conv read in one
+/// dim, in input coordinates (first < 0 or last >= in means the range reaches into the padding):
+/// first = out_lo * stride - pad_lo, last = (out_lo + out_len - 1) * stride + dilation * (kernel - 1) - pad_lo.
+/// A block holding the in-range part [clamp(first, 0, in), clamp(last + 1, 0, in)) (possibly
+/// empty), with local pads (first < 0 ? min(last + 1, 0) - first : 0) and
+/// (last + 1 > in ? last + 1 - max(first, in) : 0), yields exactly those outputs (the halo rule
+/// of the distributed conv; tests/tensor/test_conv_blocks.cpp).
+constexpr std::pair<index_t, index_t> conv_input_range(index_t out_lo, index_t out_len, index_t kernel, index_t stride,
+                                                       index_t dilation, index_t pad_lo) {
+  return {out_lo * stride - pad_lo, (out_lo + out_len - 1) * stride + dilation * (kernel - 1) - pad_lo + 1};
 }
 
 /// Spatial output shape of a conv; throws shard::Error naming the shapes if any extent < 1.
