@@ -62,7 +62,9 @@ struct ConvParams {
 };
 
 /// How the conv kernels use the cores: OpenMP over tiles with 1-thread BLAS (default, faster
-/// on the reference machine), or a serial tile loop that lets BLAS thread (for comparison).
+/// on the reference machine), or a serial tile loop that lets BLAS thread (for comparison; the
+/// direct path, which does not call BLAS, then runs on one thread). Inside an enclosing OpenMP
+/// parallel region the kernels always run serially.
 enum class ConvThreading { tiles, blas };
 /// Current conv threading policy.
 ConvThreading conv_threading() noexcept;

@@ -5,8 +5,9 @@
 ///
 /// Threading policy (measured on the 2-core reference machine with bench/bench_conv_local,
 /// conv2d 16->16 3x3 on 1x16x1024^2, im2col path, forward + backward, 2 threads): OpenMP over
-/// the (batch, group, tile) work units with single-threaded BLAS inside took 1.24-1.49 s,
-/// a serial tile loop with 2 BLAS threads 1.79-1.80 s (machine shared, same session), so the
+/// the (batch, group, tile) work units with single-threaded BLAS inside took 348-416 ms, a
+/// serial tile loop with 2 BLAS threads 416-432 ms (load ~3, interleaved runs; 1.24-1.49 s vs
+/// 1.79-1.80 s under load ~11), so the
 /// conv kernels parallelise over tiles and hold a BlasThreadsScope(1) inside their parallel
 /// region: the per-tile GEMMs are small (M = C_out/groups, K = C_in/groups x kernel volume)
 /// and the im2col copies then run in parallel too (ConvThreading::blas selects the other policy
