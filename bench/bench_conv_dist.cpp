@@ -12,7 +12,7 @@
 // ranks and prints the strong-scaling table.
 //
 //   OMP_NUM_THREADS=2 mpiexec -n 1 ./bench_conv_dist [--case conv2d|conv3d|all] [--iters 5]
-//   OMP_NUM_THREADS=1 mpiexec -n 2 ./bench_conv_dist ... [--no-overlap] [--csv out.csv]
+//   OMP_NUM_THREADS=1 mpiexec -n 2 ./bench_conv_dist ... [--no-overlap] [--chunk-bytes B] [--csv out.csv]
 #include <mpi.h>
 #include <omp.h>
 
@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
     const char* csv = arg_str(argc, argv, "--csv", nullptr);
     const bool overlap = !has_flag(argc, argv, "--no-overlap");
     F::set_conv_overlap(overlap);
+    if (const char* cb = arg_str(argc, argv, "--chunk-bytes", nullptr)) F::set_conv_backward_chunk_bytes(std::strtoull(cb, nullptr, 10));
     const int P = mesh.size(), threads = omp_get_max_threads();
     std::vector<Result> res;
     if (which == "all" || which == "conv2d")

@@ -28,8 +28,6 @@ namespace {
 using shard::detail::ConvGeometry;
 using shard::detail::LocalBlock;
 
-index_t floor_div(index_t a, index_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-index_t ceil_div(index_t a, index_t b) { return -floor_div(-a, b); }
 
 /// Geometry of the conv producing global outputs `out` from an input block holding global cells
 /// `in` (zeros outside it), per spatial dim.
@@ -116,6 +114,61 @@ void add_into(DType dt, index_t n, const void* src, void* dst) {
   }
 }
 
+/// dst[dst_lo + i] += src[src_lo + i] over the box `len` (both contiguous blocks).
+template <class T>
+void add_box_t(const LocalBlock& src, const std::vector<index_t>& slo, const LocalBlock& dst,
+               const std::vector<index_t>& dlo, const std::vector<index_t>& len) {
+  const std::size_t R = len.size();
+  index_t outer = 1;
+  for (std::size_t d = 0; d + 1 < R; ++d) outer *= len[d];
+  if (outer == 0 || len[R - 1] == 0) return;
+  const T* sp = static_cast<const T*>(src.data);
+  T* dp = static_cast<T*>(dst.data);
+  for (index_t o = 0; o < outer; ++o) {
+    index_t rem = o, so = slo[R - 1], doff = dlo[R - 1];
+    for (int d = static_cast<int>(R) - 2; d >= 0; --d) {
+      const auto u = static_cast<std::size_t>(d);
+      const index_t i = rem % len[u];
+      rem /= len[u];
+      so += (slo[u] + i) * src.strides[u];
+      doff += (dlo[u] + i) * dst.strides[u];
+    }
+    const T* a = sp + so;
+    T* b = dp + doff;
+    for (index_t i = 0; i < len[R - 1]; ++i) b[i] += a[i];
+  }
+}
+void add_box(DType dt, const LocalBlock& src, const std::vector<index_t>& slo, const LocalBlock& dst,
+             const std::vector<index_t>& dlo, const std::vector<index_t>& len) {
+  if (dt == DType::f32) add_box_t<float>(src, slo, dst, dlo, len);
+  else add_box_t<double>(src, slo, dst, dlo, len);
+}
+
+/// Calls f(lo, len) (full N, C, spatial boxes) for disjoint boxes covering `ext` minus the inner
+/// spatial box [ilo, ihi) clamped to ext (an onion decomposition, dim by dim).
+template <class F>
+void for_each_outer_box(const std::vector<index_t>& ext, const std::vector<index_t>& ilo,
+                        const std::vector<index_t>& ihi, F&& f) {
+  const std::size_t R = ext.size();
+  std::vector<index_t> lo(R, 0), len = ext;
+  for (std::size_t d = 2; d < R; ++d) {
+    auto emit = [&](index_t a, index_t b) {
+      if (b <= a) return;
+      auto l = lo, n = len;
+      l[d] = a;
+      n[d] = b - a;
+      for (auto e : n)
+        if (e == 0) return;
+      f(l, n);
+    };
+    const index_t a = std::clamp<index_t>(ilo[d - 2], 0, ext[d]), b = std::clamp<index_t>(ihi[d - 2], a, ext[d]);
+    emit(0, a);
+    emit(b, ext[d]);
+    lo[d] = a;
+    len[d] = b - a;
+  }
+}
+
 index_t numel_of(const std::vector<index_t>& s) {
   index_t n = 1;
   for (auto e : s) n *= e;
@@ -190,25 +243,39 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
   const bool compute = !plan.empty_output() && ch.batch > 0;
   const int S = plan.spatial();
   LocalBlock gx;
-  // Input gradient: the gradient of the extended block (or of the block itself without a halo),
-  // then the halo adjoint sends the ghost cells' gradients to their owners. The weight gradient
-  // below is computed while the (last) adjoint is in flight. Large extended blocks are processed
-  // in chunks along an unsharded zero-padded spatial dim `cd` (the adjoint of a chunk is the
-  // adjoint of the halo of that slice), so that besides the block's gradient only about three
-  // chunk-sized buffers exist: the per-rank memory stays that of the unsharded conv divided by P.
+  // Input gradient. Without a chunk dim (below): the gradient of the extended block (or of the
+  // block itself without a halo), then the halo adjoint sends the ghost cells' gradients to
+  // their owners while the weight gradient is computed. With an unsharded zero-padded spatial
+  // dim `cd` and a large block: the sliced transport below, whose memory beyond dx is a slice.
+  bool gw_done = false;
+  auto compute_gw = [&] {
+    gw_done = true;
+    if (gw) {
+      index_t wn = ch.out * (ch.in / ch.groups);
+      for (const auto& d : plan.dims) wn *= d.kernel;
+      if (compute) {
+        conv_backward_weight_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
+        // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
+        const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+        LocalBlock tmp = LocalBlock::allocate(dt, {wn});
+        for (const auto& b : ghosts.boxes) {
+          const auto out_shape = block_shape(ch.batch, ch.out, b.out);
+          LocalBlock gyo = LocalBlock::allocate(dt, out_shape);
+          shard::detail::copy_box(dt, gyb, local_start(b.out, plan.out_block), gyo,
+                                  std::vector<index_t>(out_shape.size(), 0), out_shape);
+          conv_backward_weight_core(dt, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
+          add_into(dt, wn, tmp.data, gw);
+        }
+      } else if (wn > 0) {
+        std::memset(gw, 0, static_cast<std::size_t>(wn) * dtype_size(dt));
+      }
+    }
+  };
   std::unique_ptr<HaloTransfer> tr;
-  index_t tr_lo = 0;
   int cd = -1;
   auto land = [&] {
     if (!tr) return;
-    const LocalBlock& res = tr->finish();
-    if (cd < 0) {
-      gx = res;
-    } else {
-      std::vector<index_t> lo(res.shape.size(), 0);
-      lo[static_cast<std::size_t>(cd) + 2] = tr_lo - plan.in_block[static_cast<std::size_t>(cd)].lo;
-      shard::detail::copy_box(dt, res, std::vector<index_t>(res.shape.size(), 0), gx, lo, res.shape);
-    }
+    gx = tr->finish();
     tr.reset();
   };
   if (input_grad && !plan.exchange) {
@@ -238,61 +305,137 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
       tr = std::make_unique<HaloTransfer>(dt, in_spec, plan.halo, HaloTransfer::Direction::adjoint, g, true);
       if (!conv_overlap()) land();  // benchmark switch
     } else {
+      // Sliced transport. The block's own gradient comes from one kernel call on the block
+      // (exact for the block's cells: every local output's contribution); the ghost cells'
+      // gradients come from the boundary boxes only (small). The halo adjoint then only has to
+      // carry ghost gradients: it runs slice by slice along cd on a zero buffer holding them,
+      // and what it returns (non-zero only within max width + 1 of the block faces) is added
+      // to the block's gradient. Besides dx this needs one slice buffer and one slice result.
       const auto uc = static_cast<std::size_t>(cd);
-      const WindowDim& wd = plan.dims[uc];
-      const Range cb = plan.in_block[uc], ob = plan.out_block[uc];
-      const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
-      gx = LocalBlock::allocate(dt, block_shape(ch.batch, ch.in, plan.in_block));
-      for (index_t k = 0; k < nch; ++k) {
-        const index_t u0 = cb.lo + balanced_offset(cb.len, nch, k), u1 = u0 + balanced_size(cb.len, nch, k);
-        auto in_r = ext_r;
-        in_r[uc] = {u0, u1 - u0};
-        // The outputs whose windows touch input cells [u0, u1) along cd.
-        const index_t oa = std::max(ob.lo, ceil_div(u0 - wd.span() + wd.pad_lo, wd.stride));
-        const index_t oz = std::min(ob.hi(), floor_div(u1 - 1 + wd.pad_lo, wd.stride) + 1);
-        auto out_r = plan.out_block;
-        out_r[uc] = {oa, std::max<index_t>(0, oz - oa)};
-        const auto shape = block_shape(ch.batch, ch.in, in_r);
-        const bool any = compute && oz > oa;
-        LocalBlock g = any ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
-        if (any) {
-          const auto gshape = block_shape(ch.batch, ch.out, out_r);
-          LocalBlock gyk = LocalBlock::allocate(dt, gshape);
-          shard::detail::copy_box(dt, gyb, local_start(out_r, plan.out_block), gyk,
+      const Range cb = plan.in_block[uc];
+      struct GhostGrad {
+        std::vector<Range> in;
+        LocalBlock g;
+      };
+      std::vector<GhostGrad> ghost_grads;
+      if (compute) {
+        const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+        for (const auto& ob : plan.boundary_boxes) {
+          std::vector<Range> in;
+          bool reads = true;
+          for (int d = 0; d < S; ++d) {
+            in.push_back(plan.read_range(d, ob[static_cast<std::size_t>(d)].lo, ob[static_cast<std::size_t>(d)].hi()));
+            reads = reads && in.back().len > 0;
+          }
+          if (!reads) continue;
+          const auto gshape = block_shape(ch.batch, ch.out, ob);
+          LocalBlock gyo = LocalBlock::allocate(dt, gshape);
+          shard::detail::copy_box(dt, gyb, local_start(ob, plan.out_block), gyo,
                                   std::vector<index_t>(gshape.size(), 0), gshape);
-          conv_backward_input_core(dt, geometry(plan, ch, in_r, out_r), gyk.data, w, nullptr, g.data);
+          LocalBlock gin = LocalBlock::allocate(dt, block_shape(ch.batch, ch.in, in));
+          conv_backward_input_core(dt, geometry(plan, ch, in, ob), gyo.data, w, nullptr, gin.data);
+          std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
+          bool overlap = true;
+          for (int d = 0; d < S; ++d) {  // the block's cells are counted by the block call
+            const auto u = static_cast<std::size_t>(d);
+            const index_t a = std::max(in[u].lo, plan.in_block[u].lo), b = std::min(in[u].hi(), plan.in_block[u].hi());
+            overlap = overlap && b > a;
+            lo.push_back(a - in[u].lo);
+            len.push_back(std::max<index_t>(0, b - a));
+          }
+          if (overlap) zero_box(dt, gin, lo, len);
+          ghost_grads.push_back({std::move(in), std::move(gin)});
+        }
+      }
+      // Faces that can receive gradients from the adjoint: within max(lo, hi) + 1 of the block
+      // faces along every dim with a halo (the sources of every ghost cell, in every mode).
+      std::vector<index_t> inner_lo(static_cast<std::size_t>(S)), inner_hi(static_cast<std::size_t>(S));
+      for (int d = 0; d < S; ++d) {
+        const auto u = static_cast<std::size_t>(d);
+        const index_t n = plan.in_block[u].len;
+        if (plan.halo_lo[u] + plan.halo_hi[u] == 0) {
+          inner_lo[u] = 0;
+          inner_hi[u] = n;
+        } else {
+          const index_t r = std::max(plan.halo_lo[u], plan.halo_hi[u]) + 1;
+          inner_lo[u] = std::min(r, n);
+          inner_hi[u] = std::max(inner_lo[u], n - r);
+        }
+      }
+      index_t max_chunk = 0;
+      for (index_t k = 0; k < nch; ++k) max_chunk = std::max(max_chunk, balanced_size(cb.len, nch, k));
+      auto zmax = block_shape(ch.batch, ch.in, ext_r);
+      zmax[uc + 2] = max_chunk;
+      const LocalBlock zbuf = zeros(dt, zmax);
+      std::vector<index_t> zshape = zmax;
+      index_t pending_lo = 0;
+      auto post = [&](index_t k) {
+        const index_t u0 = cb.lo + balanced_offset(cb.len, nch, k), u1 = u0 + balanced_size(cb.len, nch, k);
+        auto shape = block_shape(ch.batch, ch.in, ext_r);
+        shape[uc + 2] = u1 - u0;
+        LocalBlock z = view(dt, zbuf.data, shape);
+        z.storage = zbuf.storage;
+        if (shape != zshape) {  // another slice extent: the zero layout moved
+          std::memset(z.data, 0, static_cast<std::size_t>(numel_of(zmax)) * dtype_size(dt));
+          zshape = shape;
+        }
+        for (const auto& gg : ghost_grads) {
+          const index_t a = std::max(u0, gg.in[uc].lo), b = std::min(u1, gg.in[uc].hi());
+          if (b <= a) continue;
+          std::vector<index_t> slo{0, 0}, dlo{0, 0}, len{ch.batch, ch.in};
+          for (int d = 0; d < S; ++d) {
+            const auto u = static_cast<std::size_t>(d);
+            const bool c = u == uc;
+            slo.push_back(c ? a - gg.in[u].lo : 0);
+            dlo.push_back(c ? a - u0 : gg.in[u].lo - ext_r[u].lo);
+            len.push_back(c ? b - a : gg.in[u].len);
+          }
+          add_box(dt, gg.g, slo, z, dlo, len);
         }
         auto gk = in_spec.global_shape();
         gk[uc + 2] = u1 - u0;
         const DistSpec chunk_spec(in_spec.mesh(), in_spec.placements(), gk, in_spec.sizes());
-        auto next = std::make_unique<HaloTransfer>(dt, chunk_spec, plan.halo, HaloTransfer::Direction::adjoint, g, true);
-        land();
-        tr = std::move(next);
-        tr_lo = u0;
-        if (!conv_overlap()) land();  // benchmark switch
+        tr = std::make_unique<HaloTransfer>(dt, chunk_spec, plan.halo, HaloTransfer::Direction::adjoint, z, true);
+        pending_lo = u0;
+      };
+      auto land_slice = [&] {
+        if (!tr) return;
+        const LocalBlock res = tr->finish();
+        tr.reset();
+        std::vector<index_t> blo(res.shape.size(), 0);
+        blo[uc + 2] = pending_lo - cb.lo;
+        for_each_outer_box(res.shape, inner_lo, inner_hi,
+                           [&](const std::vector<index_t>& lo, const std::vector<index_t>& len) {
+                             auto d = lo;
+                             d[uc + 2] += blo[uc + 2];
+                             add_box(dt, res, lo, gx, d, len);
+                           });
+        // Restore the zero buffer: the ghosts and the faces the adjoint added into.
+        LocalBlock z = view(dt, zbuf.data, zshape);
+        std::vector<index_t> zlo(static_cast<std::size_t>(S)), zhi(static_cast<std::size_t>(S));
+        for (int d = 0; d < S; ++d) {
+          const auto u = static_cast<std::size_t>(d);
+          zlo[u] = inner_lo[u] + plan.halo_lo[u];
+          zhi[u] = inner_hi[u] + plan.halo_lo[u];
+        }
+        for_each_outer_box(zshape, zlo, zhi, [&](const std::vector<index_t>& lo, const std::vector<index_t>& len) {
+          zero_box(dt, z, lo, len);
+        });
+      };
+      post(0);  // in flight while the block's own gradient is computed
+      const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
+      gx = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+      if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
+      for (index_t k = 1; k < nch; ++k) {
+        land_slice();
+        post(k);
       }
+      if (!conv_overlap()) land_slice();  // benchmark switch
+      compute_gw();  // while the last slice is in flight
+      land_slice();
     }
   }
-  if (gw) {
-    index_t wn = ch.out * (ch.in / ch.groups);
-    for (const auto& d : plan.dims) wn *= d.kernel;
-    if (compute) {
-      conv_backward_weight_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
-      // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
-      const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
-      LocalBlock tmp = LocalBlock::allocate(dt, {wn});
-      for (const auto& b : ghosts.boxes) {
-        const auto out_shape = block_shape(ch.batch, ch.out, b.out);
-        LocalBlock gyo = LocalBlock::allocate(dt, out_shape);
-        shard::detail::copy_box(dt, gyb, local_start(b.out, plan.out_block), gyo,
-                                std::vector<index_t>(out_shape.size(), 0), out_shape);
-        conv_backward_weight_core(dt, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
-        add_into(dt, wn, tmp.data, gw);
-      }
-    } else if (wn > 0) {
-      std::memset(gw, 0, static_cast<std::size_t>(wn) * dtype_size(dt));
-    }
-  }
+  if (!gw_done) compute_gw();
   land();
   return gx;
 }

@@ -28,9 +28,12 @@
 /// (ghost-cell gradients go back to their owners and are added), and the weight gradient is
 /// computed while those messages are in flight: the block's own cells with zeros outside, plus
 /// the boundary boxes' ghost cells (saved from the forward with the block's cells zeroed, so
-/// nothing is counted twice). When an unsharded zero-padded spatial dim exists, the extended
-/// block's gradient is produced and sent in slices along it (set_conv_backward_chunk_bytes), the
-/// adjoint of slice k in flight while slice k+1 is computed, so the backward needs only a few
+/// nothing is counted twice). When an unsharded zero-padded spatial dim exists and the block is
+/// large, dx is computed by one kernel call on the block (its own outputs' contributions), the
+/// ghost cells' gradients from the boundary boxes only, and the halo adjoint carries just those,
+/// slice by slice along that dim (set_conv_backward_chunk_bytes) on one zeroed slice buffer, its
+/// first slice in flight while dx is computed and its last one while dW is; the adjoint's result
+/// (non-zero only near the block faces) is added to dx. So the backward needs only a few
 /// slice-sized buffers beyond dx. tests/nn/mpi_conv.cpp checks the result equals the unsharded
 /// conv at 1..4 ranks; bench/bench_conv_dist.cpp measures it.
 ///
