@@ -41,22 +41,23 @@ for c in $CASES; do
   OMP_NUM_THREADS="$TP" mpiexec -n "$NP" $MPIEXEC_FLAGS "$BUILD_DIR/bench/bench_conv_dist" --case "$c" \
     --iters "$ITERS" --csv "$csv" "$@" > /dev/null
 done
-# csv: case,ranks,threads,overlap,total_med,total_min,fwd_med,bwd_med,peak_MiB,rss_MiB,halo_MiB
+# csv: case,ranks,threads,overlap,total_med,total_min,fwd_med,bwd_med,peak_MiB,rss_MiB,halo_MiB,cpu_med
 awk -F, -v np="$NP" '
-  $2 == 1 && $3 == 1 { s1[$1] = $5; sp1[$1] = $9; order[++n] = $1 }
+  $2 == 1 && $3 == 1 { s1[$1] = $5; c1[$1] = $12; order[++n] = $1 }
   $2 == 1 && $3 != 1 { t1[$1] = $5; p1[$1] = $9; r1[$1] = $10; th1[$1] = $3 }
-  $2 == np { tp[$1] = $5; fp[$1] = $7; bp[$1] = $8; pp[$1] = $9; rp[$1] = $10; hp[$1] = $11; thp[$1] = $3 }
+  $2 == np { tp[$1] = $5; fp[$1] = $7; bp[$1] = $8; pp[$1] = $9; rp[$1] = $10; hp[$1] = $11; thp[$1] = $3; cp[$1] = $12 }
   END {
-    printf "%-7s %10s %10s %10s %8s %8s %7s %9s %10s %10s %10s %9s %s\n", "case", "t1x1_ms", "t1xT_ms",
-           "tP_ms", "fwdP", "bwdP", "eff", "vs_1xT", "peak1_MiB", "peakP_MiB", "target", "rssP/1", "ok"
+    printf "%-7s %10s %10s %10s %8s %8s %7s %9s %8s %10s %10s %10s %9s %s\n", "case", "t1x1_ms", "t1xT_ms",
+           "tP_ms", "fwdP", "bwdP", "eff", "vs_1xT", "eff_cpu", "peak1_MiB", "peakP_MiB", "target", "rssP/1", "ok"
     for (i = 1; i <= n; ++i) {
       c = order[i]
       eff = s1[c] / (np * tp[c])
       target = 1.1 * p1[c] / np + hp[c]
-      printf "%-7s %10.1f %10.1f %10.1f %8.1f %8.1f %6.1f%% %8.2fx %10.1f %10.1f %10.1f %9.2f %s\n", c, s1[c], t1[c],
-             tp[c], fp[c], bp[c], 100 * eff, t1[c] / tp[c], p1[c], pp[c], target, rp[c] / r1[c],
+      printf "%-7s %10.1f %10.1f %10.1f %8.1f %8.1f %6.1f%% %8.2fx %7.1f%% %10.1f %10.1f %10.1f %9.2f %s\n", c, s1[c],
+             t1[c], tp[c], fp[c], bp[c], 100 * eff, t1[c] / tp[c], 100 * c1[c] / cp[c], p1[c], pp[c], target, rp[c] / r1[c],
              (eff >= 0.9 ? "eff-ok" : "eff-LOW") "," (pp[c] <= target ? "mem-ok" : "mem-HIGH")
     }
-    printf "# eff = t(1 rank x 1 thread) / (%d * t(%d ranks x %d thread)); vs_1xT = t(1 rank x %d threads) / t(%d ranks)\n",
+    printf "# eff = t(1 rank x 1 thread) / (%d * t(%d ranks x %d thread)); vs_1xT = t(1 rank x %d threads) / t(%d ranks);\n",
            np, np, thp[order[1]], th1[order[1]], np
+    printf "# eff_cpu = CPU time of an iteration at 1 rank x 1 thread / CPU time summed over the %d ranks\n", np
   }' "$csv"

@@ -181,6 +181,125 @@ LocalBlock zeros(DType dt, const std::vector<index_t>& shape) {
   return b;
 }
 
+/// The thin halo. When a single spatial dim d needs ghost cells, the halo exchange and its
+/// adjoint run on the tensor T made of every part's first and last `edge` cells along d (the
+/// whole block when it is thinner): T holds every cell that any rank's ghost layers copy from
+/// (every boundary mode, multi-hop included, since edge > the ghost widths) and every block cell
+/// the boundary boxes read (edge >= span: their windows start outside the block). T keeps the
+/// global order of those cells, so the exchange on T with the same widths and modes delivers
+/// exactly the ghost cells of the real one, and neither direction copies the block's interior.
+struct Thin {
+  bool ok = false;
+  int d = -1;
+  index_t edge = 0, t = 0, off = 0, n = 0;
+  DistSpec spec;
+  /// Block-local row of T-local row j along d.
+  index_t block_row(index_t j) const { return n <= 2 * edge || j < edge ? j : n - t + j; }
+};
+
+Thin make_thin(const WindowPlan& plan, const DistSpec& in_spec) {
+  Thin th;
+  int count = 0;
+  for (int d = 0; d < plan.spatial(); ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    if (plan.halo_lo[u] + plan.halo_hi[u] > 0) {
+      ++count;
+      th.d = d;
+    }
+  }
+  if (count != 1) return th;
+  const auto u = static_cast<std::size_t>(th.d);
+  th.edge = std::max(std::max(plan.halo_lo[u], plan.halo_hi[u]) + 1, plan.dims[u].span());
+  const ShardLayout& L = in_spec.layout(th.d + 2);
+  std::vector<index_t> ts;
+  index_t total = 0;
+  for (index_t p = 0; p < L.parts(); ++p) {
+    ts.push_back(std::min(L.size(p), 2 * th.edge));
+    total += ts.back();
+  }
+  auto global = in_spec.global_shape();
+  global[u + 2] = total;
+  ShardSizes sizes = in_spec.sizes();
+  sizes[u + 2] = L.parts() > 1 ? ts : std::vector<index_t>{};
+  th.spec = DistSpec(in_spec.mesh(), in_spec.placements(), global, sizes);
+  th.off = plan.in_block[u].lo;
+  th.n = plan.in_block[u].len;
+  th.t = std::min(th.n, 2 * th.edge);
+  th.ok = true;
+  return th;
+}
+
+/// This rank's block of T (a view of x when the block is thin enough).
+LocalBlock thin_local(DType dt, const Thin& th, const LocalBlock& xb) {
+  if (th.t == th.n) return xb;
+  auto shape = xb.shape;
+  const auto ud = static_cast<std::size_t>(th.d) + 2;
+  shape[ud] = th.t;
+  LocalBlock tl = LocalBlock::allocate(dt, shape);
+  auto len = shape;
+  len[ud] = th.edge;
+  std::vector<index_t> z(shape.size(), 0), hi(shape.size(), 0), thi(shape.size(), 0);
+  hi[ud] = th.n - th.edge;
+  thi[ud] = th.edge;
+  shard::detail::copy_box(dt, xb, z, tl, z, len);
+  shard::detail::copy_box(dt, xb, hi, tl, thi, len);
+  return tl;
+}
+
+/// The pieces of the global range [r0, r1) along the thin dim: below the block (T_ext rows), in
+/// it (block rows), above it (T_ext rows). Calls f(kind, src_row, dst_offset, len), kind 0 = T_ext.
+template <class F>
+void thin_pieces(const Thin& th, index_t lo_w, index_t r0, index_t r1, F&& f) {
+  const index_t a = std::min(r1, th.off), b0 = std::max(r0, th.off), b1 = std::min(r1, th.off + th.n);
+  const index_t c = std::max(r0, th.off + th.n);
+  if (a > r0) f(0, r0 - (th.off - lo_w), index_t{0}, a - r0);
+  if (b1 > b0) f(1, b0 - th.off, b0 - r0, b1 - b0);
+  if (r1 > c) f(0, lo_w + th.t + (c - th.off - th.n), c - r0, r1 - c);
+}
+
+/// The gradient of the cells outside the block read by one boundary box (block cells zeroed).
+struct GhostGrad {
+  std::vector<Range> in;
+  LocalBlock g;
+};
+
+/// Ghost-cell gradients of every boundary box: the part of the extended block's gradient that
+/// the block's own input-gradient pass does not produce.
+std::vector<GhostGrad> ghost_input_grads(DType dt, const WindowPlan& plan, const ConvChannels& ch, const void* gy,
+                                         const void* w, bool compute) {
+  std::vector<GhostGrad> ghost_grads;
+  if (!compute) return ghost_grads;
+  const int S = plan.spatial();
+  const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+  for (const auto& ob : plan.boundary_boxes) {
+    std::vector<Range> in;
+    bool reads = true;
+    for (int d = 0; d < S; ++d) {
+      in.push_back(plan.read_range(d, ob[static_cast<std::size_t>(d)].lo, ob[static_cast<std::size_t>(d)].hi()));
+      reads = reads && in.back().len > 0;
+    }
+    if (!reads) continue;
+    const auto gshape = block_shape(ch.batch, ch.out, ob);
+    LocalBlock gyo = LocalBlock::allocate(dt, gshape);
+    shard::detail::copy_box(dt, gyb, local_start(ob, plan.out_block), gyo, std::vector<index_t>(gshape.size(), 0),
+                            gshape);
+    LocalBlock gin = LocalBlock::allocate(dt, block_shape(ch.batch, ch.in, in));
+    conv_backward_input_core(dt, geometry(plan, ch, in, ob), gyo.data, w, nullptr, gin.data);
+    std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
+    bool overlap = true;
+    for (int d = 0; d < S; ++d) {  // the block's cells are counted by the block's own pass
+      const auto u = static_cast<std::size_t>(d);
+      const index_t a = std::max(in[u].lo, plan.in_block[u].lo), b = std::min(in[u].hi(), plan.in_block[u].hi());
+      overlap = overlap && b > a;
+      lo.push_back(a - in[u].lo);
+      len.push_back(std::max<index_t>(0, b - a));
+    }
+    if (overlap) zero_box(dt, gin, lo, len);
+    ghost_grads.push_back({std::move(in), std::move(gin)});
+  }
+  return ghost_grads;
+}
+
 }  // namespace
 
 void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
@@ -195,8 +314,11 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
   // Post the exchange, then compute every local output from the block alone (cells outside it
   // read as zero): right for the outputs whose windows stay in the block or in zero padding,
   // which is all but the boundary boxes. Those are recomputed from the finished extended block.
-  shard::detail::HaloTransfer tr(dt, in_spec, plan.halo, shard::detail::HaloTransfer::Direction::forward,
-                                 view(dt, x, xshape));
+  const Thin th = make_thin(plan, in_spec);
+  const LocalBlock xb = view(dt, x, xshape);
+  if (th.ok) shard::detail::validate_halo(in_spec, plan.halo, "conv");  // the real halo's limits
+  shard::detail::HaloTransfer tr(dt, th.ok ? th.spec : in_spec, plan.halo,
+                                 shard::detail::HaloTransfer::Direction::forward, th.ok ? thin_local(dt, th, xb) : xb);
   if (!conv_overlap()) tr.finish();  // benchmark switch: the same work, without the overlap
   if (compute) conv_forward_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
   const LocalBlock& ext = tr.finish();
@@ -213,7 +335,19 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
     if (!reads) continue;  // reads zero padding only along some dim: the block pass was exact
     const auto in_shape = block_shape(ch.batch, ch.in, in);
     LocalBlock xin = LocalBlock::allocate(dt, in_shape);
-    shard::detail::copy_box(dt, ext, local_start(in, ext_r), xin, std::vector<index_t>(in_shape.size(), 0), in_shape);
+    if (!th.ok) {
+      shard::detail::copy_box(dt, ext, local_start(in, ext_r), xin, std::vector<index_t>(in_shape.size(), 0),
+                              in_shape);
+    } else {
+      const auto ud = static_cast<std::size_t>(th.d);
+      thin_pieces(th, plan.halo_lo[ud], in[ud].lo, in[ud].hi(), [&](int kind, index_t src, index_t dst, index_t len) {
+        auto slo = local_start(in, plan.in_block), dlo = std::vector<index_t>(in_shape.size(), 0), l = in_shape;
+        slo[ud + 2] = src;
+        dlo[ud + 2] = dst;
+        l[ud + 2] = len;
+        shard::detail::copy_box(dt, kind == 0 ? ext : xb, slo, xin, dlo, l);
+      });
+    }
     const auto out_shape = block_shape(ch.batch, ch.out, ob);
     LocalBlock yo = LocalBlock::allocate(dt, out_shape);
     conv_forward_core(dt, geometry(plan, ch, in, ob), xin.data, w, bias, yo.data);
@@ -272,6 +406,7 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
     }
   };
   std::unique_ptr<HaloTransfer> tr;
+  Thin th;
   int cd = -1;
   auto land = [&] {
     if (!tr) return;
@@ -282,6 +417,51 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
     const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
     gx = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
     if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
+  } else if (input_grad && (th = make_thin(plan, in_spec)).ok) {
+    // Thin transport: ghost gradients from the boundary boxes go into a zero T_ext, whose
+    // adjoint (on T) is in flight while dx of the block and dW are computed; what it returns is
+    // added to dx's face cells.
+    const auto ud = static_cast<std::size_t>(th.d) + 2;
+    const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, plan, ch, gy, w, compute);
+    auto zshape = block_shape(ch.batch, ch.in, plan.in_block);
+    zshape[ud] = th.t + plan.halo_lo[ud - 2] + plan.halo_hi[ud - 2];
+    LocalBlock z = zeros(dt, zshape);
+    for (const auto& gg : ghost_grads)
+      thin_pieces(th, plan.halo_lo[ud - 2], gg.in[ud - 2].lo, gg.in[ud - 2].hi(),
+                  [&](int kind, index_t src, index_t dst, index_t len) {
+                    if (kind != 0) return;  // block cells: zero in gg (counted by the block pass)
+                    auto dlo = local_start(gg.in, plan.in_block), slo = std::vector<index_t>(zshape.size(), 0);
+                    auto l = gg.g.shape;
+                    dlo[ud] = src;
+                    slo[ud] = dst;
+                    l[ud] = len;
+                    add_box(dt, gg.g, slo, z, dlo, l);
+                  });
+    tr = std::make_unique<HaloTransfer>(dt, th.spec, plan.halo, HaloTransfer::Direction::adjoint, z, true);
+    z = LocalBlock{};
+    LocalBlock res;
+    if (!conv_overlap()) {  // benchmark switch
+      res = tr->finish();
+      tr.reset();
+    }
+    const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
+    gx = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+    if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
+    compute_gw();
+    if (tr) res = tr->finish();
+    tr.reset();
+    // T-local rows [0, t) are block rows block_row(j): one run, or the two faces.
+    const index_t first = th.t == th.n ? th.t : th.edge;
+    for (index_t j0 : {index_t{0}, first}) {
+      const index_t len = j0 == 0 ? first : th.t - first;
+      if (len <= 0) continue;
+      std::vector<index_t> slo(res.shape.size(), 0), dlo(res.shape.size(), 0);
+      auto l = res.shape;
+      slo[ud] = j0;
+      dlo[ud] = th.block_row(j0);
+      l[ud] = len;
+      add_box(dt, res, slo, gx, dlo, l);
+    }
   } else if (input_grad) {
     const auto ext_r = ext_ranges(plan);
     const auto ext_shape = block_shape(ch.batch, ch.in, ext_r);
@@ -313,40 +493,7 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
       // to the block's gradient. Besides dx this needs one slice buffer and one slice result.
       const auto uc = static_cast<std::size_t>(cd);
       const Range cb = plan.in_block[uc];
-      struct GhostGrad {
-        std::vector<Range> in;
-        LocalBlock g;
-      };
-      std::vector<GhostGrad> ghost_grads;
-      if (compute) {
-        const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
-        for (const auto& ob : plan.boundary_boxes) {
-          std::vector<Range> in;
-          bool reads = true;
-          for (int d = 0; d < S; ++d) {
-            in.push_back(plan.read_range(d, ob[static_cast<std::size_t>(d)].lo, ob[static_cast<std::size_t>(d)].hi()));
-            reads = reads && in.back().len > 0;
-          }
-          if (!reads) continue;
-          const auto gshape = block_shape(ch.batch, ch.out, ob);
-          LocalBlock gyo = LocalBlock::allocate(dt, gshape);
-          shard::detail::copy_box(dt, gyb, local_start(ob, plan.out_block), gyo,
-                                  std::vector<index_t>(gshape.size(), 0), gshape);
-          LocalBlock gin = LocalBlock::allocate(dt, block_shape(ch.batch, ch.in, in));
-          conv_backward_input_core(dt, geometry(plan, ch, in, ob), gyo.data, w, nullptr, gin.data);
-          std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
-          bool overlap = true;
-          for (int d = 0; d < S; ++d) {  // the block's cells are counted by the block call
-            const auto u = static_cast<std::size_t>(d);
-            const index_t a = std::max(in[u].lo, plan.in_block[u].lo), b = std::min(in[u].hi(), plan.in_block[u].hi());
-            overlap = overlap && b > a;
-            lo.push_back(a - in[u].lo);
-            len.push_back(std::max<index_t>(0, b - a));
-          }
-          if (overlap) zero_box(dt, gin, lo, len);
-          ghost_grads.push_back({std::move(in), std::move(gin)});
-        }
-      }
+      const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, plan, ch, gy, w, compute);
       // Faces that can receive gradients from the adjoint: within max(lo, hi) + 1 of the block
       // faces along every dim with a halo (the sources of every ghost cell, in every mode).
       std::vector<index_t> inner_lo(static_cast<std::size_t>(S)), inner_hi(static_cast<std::size_t>(S));

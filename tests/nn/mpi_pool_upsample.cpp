@@ -114,6 +114,7 @@ TEST_CASE("sharded pooling and upsampling gradients match finite differences", "
         c.output(F::avg_pool(x, PoolParams<2>{.kernel = {2, 3}, .stride = {1, 2}, .pad_lo = {1, 1}, .pad_hi = {0, 1},
                                               .count_include_pad = false}));
         c.output(F::upsample(x, ResizeMode::linear, {2, 3}));
+        c.output(F::upsample(x, ResizeMode::nearest, {3, 2}));
       },
       s, names);
 }
