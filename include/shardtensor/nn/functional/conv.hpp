@@ -21,21 +21,24 @@
 /// block read as zero: exact for each output whose window stays inside the block or reads only
 /// zero padding; (3) finish the exchange; (4) recompute the boundary boxes (the disjoint boxes of
 /// outputs whose windows touch ghost cells, WindowPlan::boundary_boxes: one output row per
-/// sharded side for a 3x3 conv) from small copies of the extended block. The extra work is the
-/// boundary boxes computed twice (< 1% for 1024^2 halves); no copy of the whole block is made
-/// beyond the halo's own buffer, which is freed after the forward. Backward: the gradient of the
-/// extended block is computed by the local input-gradient kernel, the halo ADJOINT is posted
-/// (ghost-cell gradients go back to their owners and are added), and the weight gradient is
-/// computed while those messages are in flight: the block's own cells with zeros outside, plus
-/// the boundary boxes' ghost cells (saved from the forward with the block's cells zeroed, so
-/// nothing is counted twice). When an unsharded zero-padded spatial dim exists and the block is
-/// large, dx is computed by one kernel call on the block (its own outputs' contributions), the
-/// ghost cells' gradients from the boundary boxes only, and the halo adjoint carries just those,
-/// slice by slice along that dim (set_conv_backward_chunk_bytes) on one zeroed slice buffer, its
-/// first slice in flight while dx is computed and its last one while dW is; the adjoint's result
-/// (non-zero only near the block faces) is added to dx. So the backward needs only a few
-/// slice-sized buffers beyond dx. tests/nn/mpi_conv.cpp checks the result equals the unsharded
-/// conv at 1..4 ranks; bench/bench_conv_dist.cpp measures it.
+/// sharded side for a 3x3 conv) from small copies of the ghost and face cells. The extra work is
+/// the boundary boxes computed twice (< 0.5% for 1024^2 halves). Backward: dx of the block by one
+/// input-gradient kernel call (every local output's contribution to the block's cells), the
+/// ghost cells' gradients from the boundary boxes only; the halo ADJOINT (ghost gradients go back
+/// to their owners and are added) is posted before the block's dx and dW are computed and
+/// finished after them; dW = the block's cells with zeros outside plus the boundary boxes' ghost
+/// cells (saved by the forward with the block's cells zeroed, so nothing is counted twice).
+///
+/// Halo transport. When a single spatial dim needs ghost cells (the common case: one sharded
+/// dim, zero padding elsewhere), the exchange and its adjoint run on the thin tensor of every
+/// part's face cells (max(width + 1, span) cells at each face; src/nn/conv_dist.cpp), so neither
+/// copies the block's interior: per-rank memory and time are the unsharded conv's / P plus the
+/// halos (bench/run_conv_dist.sh: 96% / 94% strong-scaling efficiency for the conv2d / conv3d
+/// cases at 2 ranks). Otherwise the halo runs on the whole extended block; in backward, when an
+/// unsharded zero-padded spatial dim exists, the ghost gradients are sent in slices along it
+/// (set_conv_backward_chunk_bytes) on one zeroed slice buffer, so only slice-sized buffers exist
+/// beyond dx. set_conv_overlap(false) finishes each exchange before the compute it overlaps
+/// (benchmarks). tests/nn/mpi_conv.cpp checks every path equals the unsharded conv at 1..4 ranks.
 ///
 /// Gradients: dx is laid out like x; dW and db are this rank's sums, Partial(sum) on every mesh
 /// dim that shards x (or on which the upstream gradient is Partial), Replicate elsewhere; Var's
@@ -128,14 +131,14 @@ struct ConvTransposeOptions {
   }
 };
 
-/// Whether conv forward overlaps its halo exchange with the block pass (default true). A
-/// process-wide switch for benchmarks (bench_conv_dist --no-overlap); results are identical.
+/// Whether conv overlaps its halo exchanges with compute (default true). A process-wide switch
+/// for benchmarks (bench_conv_dist --no-overlap); results are identical.
 void set_conv_overlap(bool on) noexcept;
 /// Current setting of set_conv_overlap.
 bool conv_overlap() noexcept;
-/// Size of the pieces in which the backward of a sharded conv computes and sends the gradient of
-/// its extended block (default 2 MiB; process-wide): it bounds the memory the halo adjoint needs
-/// beyond the input gradient itself (see the file comment). Results do not depend on it.
+/// Size of the slices in which the backward of a sharded conv sends its ghost gradients when the
+/// halo runs on the whole extended block (default 2 MiB; process-wide): it bounds the memory the
+/// halo adjoint needs beyond dx (see "Halo transport" above). Results do not depend on it.
 void set_conv_backward_chunk_bytes(std::size_t bytes) noexcept;
 /// Current setting of set_conv_backward_chunk_bytes.
 std::size_t conv_backward_chunk_bytes() noexcept;
