@@ -1,0 +1,93 @@
+#pragma once
+/// \file context.hpp
+/// Execution context: the device an op runs on, the stream its kernels and communication are
+/// ordered on, a reusable workspace, and the per-context settings that replace process-global
+/// knobs. Ops take a context explicitly or use the calling thread's current one for the device of
+/// their operands (`current_context(dev)`).
+#include <cstddef>
+#include <memory>
+
+#include "shardtensor/core/device.hpp"
+
+namespace shard {
+
+/// An opaque device stream (a `cudaStream_t` for CUDA; null = the device's default stream; always
+/// null on the host, where work is synchronous).
+struct Stream {
+  void* handle = nullptr;
+  friend constexpr bool operator==(const Stream&, const Stream&) = default;
+};
+
+/// Which halo transport conv-like stencil ops use (see dist/halo.hpp). `automatic` lets the
+/// halo plan choose (thin faces when one dim needs ghosts, else the whole extended block).
+enum class HaloTransport : unsigned char { automatic, thin, whole_block };
+
+/// Settings carried by a context. Defaults are the measured-best choices; tests and benchmarks
+/// change them per context instead of through process-global switches.
+struct ExecSettings {
+  /// Use only deterministic algorithms (cuDNN conv: deterministic backward algorithms; no atomics).
+  bool deterministic = false;
+  /// Allow TF32 tensor-core math for fp32 GEMM/conv on CUDA (off: results comparable to CPU fp32).
+  bool allow_tf32 = false;
+  /// Overlap halo communication with interior compute in stencil ops.
+  bool overlap_halo = true;
+  /// Halo transport for stencil ops.
+  HaloTransport halo_transport = HaloTransport::automatic;
+  /// Bytes per slice of the sliced halo adjoint (bounds conv backward's extra memory).
+  std::size_t halo_chunk_bytes = std::size_t{2} << 20;
+  /// im2col column budget of the CPU conv engine, in bytes.
+  std::size_t conv_column_budget = std::size_t{1} << 20;
+  /// CPU conv kernel choice: 0 automatic, 1 direct, 2 im2col+GEMM (see tensor/conv.hpp).
+  int conv_kernel = 0;
+  /// CPU conv threading: 0 tiles, 1 batch-or-channels (see tensor/conv.hpp).
+  int conv_threading = 0;
+};
+
+/// Device + stream + workspace + settings. Not copyable (it owns its workspace); cheap to create.
+class ExecContext {
+ public:
+  explicit ExecContext(Device dev = Device::cpu(), Stream stream = {}) : device_(dev), stream_(stream) {}
+  ExecContext(const ExecContext&) = delete;
+  ExecContext& operator=(const ExecContext&) = delete;
+  ~ExecContext();
+
+  Device device() const { return device_; }
+  Stream stream() const { return stream_; }
+  ExecSettings& settings() { return settings_; }
+  const ExecSettings& settings() const { return settings_; }
+
+  /// Scratch memory of at least `bytes` on the context's device. The same buffer is returned
+  /// until a larger request replaces it, so a pointer is valid until the next workspace() call
+  /// on this context; work using it must be ordered on this context's stream.
+  void* workspace(std::size_t bytes);
+  /// Bytes currently held as workspace.
+  std::size_t workspace_bytes() const { return ws_bytes_; }
+  /// Waits until all work queued on this context's stream has finished (no-op on the host).
+  void synchronize() const;
+
+ private:
+  Device device_;
+  Stream stream_;
+  ExecSettings settings_{};
+  std::shared_ptr<void> ws_;
+  std::size_t ws_bytes_ = 0;
+};
+
+/// The calling thread's current context for `dev` (created on first use: default stream,
+/// default settings). A ContextGuard replaces it for a scope.
+ExecContext& current_context(Device dev = Device::cpu());
+
+/// Makes `ctx` the calling thread's current context for `ctx.device()` until destroyed.
+class ContextGuard {
+ public:
+  explicit ContextGuard(ExecContext& ctx);
+  ~ContextGuard();
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+
+ private:
+  Device dev_;
+  ExecContext* prev_;
+};
+
+}  // namespace shard

@@ -1,0 +1,58 @@
+#pragma once
+// DeviceRuntime: the services of a device runtime the core library calls through the registry
+// (KernelFamily::runtime). shardtensor::cuda implements it with cudart; the core never includes
+// a CUDA header. All calls take the device index explicitly and set it themselves.
+#include <cstddef>
+
+#include "exec/registry.hpp"
+#include "shardtensor/exec/context.hpp"
+
+namespace shard::exec {
+
+struct DeviceRuntime {
+  static constexpr KernelFamily id = KernelFamily::runtime;
+  virtual ~DeviceRuntime() = default;
+
+  /// Number of visible devices (0 without a driver or GPU; never throws).
+  virtual int device_count() const noexcept = 0;
+  /// Throws shard::Error naming `op` unless 0 <= device < device_count().
+  virtual void check_device(int device, const char* op) const = 0;
+
+  /// Device memory (throws shard::Error on failure, naming the bytes and the device).
+  virtual void* allocate(std::size_t bytes, int device) const = 0;
+  virtual void deallocate(void* p, int device) const noexcept = 0;
+  /// Page-locked host memory for staging.
+  virtual void* allocate_pinned(std::size_t bytes) const = 0;
+  virtual void deallocate_pinned(void* p) const noexcept = 0;
+
+  /// Copies `bytes` between any two of host / device memory, ordered on `stream` of `device`
+  /// (the device side's index). Returns after the copy completes when either side is pageable
+  /// host memory or `sync` is set.
+  virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, std::size_t bytes, Stream stream,
+                    bool sync) const = 0;
+  /// Sets `bytes` bytes at `dst` to `value` on `stream`.
+  virtual void memset(void* dst, int value, std::size_t bytes, int device, Stream stream) const = 0;
+
+  virtual Stream create_stream(int device) const = 0;
+  virtual void destroy_stream(Stream s, int device) const noexcept = 0;
+  virtual void synchronize(Stream s, int device) const = 0;
+
+  /// Events: an opaque handle recorded on a stream, waited on by the host or by another stream.
+  virtual void* create_event(int device) const = 0;
+  virtual void destroy_event(void* ev) const noexcept = 0;
+  virtual void record_event(void* ev, Stream s, int device) const = 0;
+  virtual void wait_event(Stream s, void* ev, int device) const = 0;  ///< stream waits for ev
+  virtual void synchronize_event(void* ev) const = 0;                ///< host waits for ev
+  virtual bool query_event(void* ev) const = 0;                      ///< true when complete
+
+  /// A stable identifier of the physical GPU behind `device` (its UUID as text), used to detect
+  /// ranks that share a GPU (NCCL refuses them).
+  virtual void device_uuid(int device, char out[64]) const = 0;
+};
+
+/// The CUDA runtime when shardtensor::cuda is linked; throws naming `op` otherwise.
+inline const DeviceRuntime& cuda_runtime(const char* op) {
+  return kernels_for<DeviceRuntime>(Device::cuda(0), op);
+}
+
+}  // namespace shard::exec

@@ -1,0 +1,56 @@
+#pragma once
+// The device-backend registry (private to the project; the CUDA library includes it too).
+//
+// Every kernel family has one interface (an abstract struct with a static `id`), a CPU
+// implementation compiled into libshardtensor, and a CUDA implementation compiled into
+// shardtensor::cuda, which registers its tables when it is linked (a static registrar object in
+// src/cuda/register.cpp, kept by the linker through the anchor symbol named there). The core
+// library never links cudart: a CPU-only program that consumes a CUDA-enabled install needs
+// neither the toolkit nor libcudart.
+//
+// Dispatch: `kernels_for<PointwiseKernels>(x.device, "add")` returns the table for the device's
+// kind, or throws shard::Error naming the op and the device when no backend for it is linked.
+#include "shardtensor/core/device.hpp"
+
+namespace shard::exec {
+
+/// The kernel families (and the device runtime) a backend provides, one table each.
+enum class KernelFamily : int {
+  runtime,    ///< DeviceRuntime: memory, copies, streams, events, pinned host memory
+  box,        ///< strided-box copy/add/fill/zero
+  pointwise,  ///< pointwise arithmetic and activations (forward and backward)
+  reduce,     ///< reductions and losses
+  norm,       ///< norm statistics, apply, backward
+  pool,       ///< pooling forward/backward
+  resize,     ///< upsampling forward/backward
+  conv,       ///< convolution forward, backward-data, backward-filter (incl. transposed)
+  gemm,       ///< GEMM
+  optim,      ///< optimizer updates
+  comm,       ///< device communicator factory (NCCL)
+  attention,  ///< (reserved) local attention kernels
+  fft,        ///< (reserved) local FFTs
+  count_
+};
+
+/// Registers `table` (an object of the family's interface type, with static lifetime) for
+/// `kind`. Called by backends at load time; a later registration replaces an earlier one.
+void register_family(DeviceKind kind, KernelFamily family, const void* table) noexcept;
+
+/// The registered table, or null.
+const void* find_family(DeviceKind kind, KernelFamily family) noexcept;
+
+/// The registered table; throws shard::Error naming `op` and `dev` when none is registered.
+const void* require_family(Device dev, KernelFamily family, const char* op);
+
+/// Typed lookup: `kernels_for<BoxKernels>(dev, "copy")`.
+template <class Family>
+const Family& kernels_for(Device dev, const char* op) {
+  return *static_cast<const Family*>(require_family(dev, Family::id, op));
+}
+
+/// True when a backend for `kind` registered its runtime (CPU: always).
+inline bool backend_available(DeviceKind kind) noexcept {
+  return kind == DeviceKind::cpu || find_family(kind, KernelFamily::runtime) != nullptr;
+}
+
+}  // namespace shard::exec
