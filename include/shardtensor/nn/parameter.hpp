@@ -30,6 +30,10 @@ class ParameterBase {
   virtual Device device() const = 0;
   /// Moves the value (and drops any gradient) to `dev`.
   virtual void to(Device dev) const = 0;
+  /// The value as a flat rank-1 view on its device.
+  virtual Tensor<T, 1> value_flat() const = 0;
+  /// The gradient as a flat rank-1 tensor on its device (empty when backward did not reach it).
+  virtual Tensor<T, 1> grad_flat() const = 0;
 };
 
 /// A parameter of rank R.
@@ -61,6 +65,11 @@ class Parameter final : public ParameterBase<T> {
     if (dev == device()) return;
     var_.zero_grad();
     var_.replace_value(var_.value().to(dev));
+  }
+  Tensor<T, 1> value_flat() const override { return var_.local().template reshape<1>({numel()}); }
+  Tensor<T, 1> grad_flat() const override {
+    if (!var_.has_grad()) return {};
+    return var_.grad().local().contiguous().template reshape<1>({numel()});
   }
   const autograd::Var<T, R>& var() const { return var_; }
 
