@@ -1,19 +1,19 @@
 // Micro benchmarks (Google Benchmark) of the local building blocks that redistribute and the ops
-// stand on: packing a box out of a local block (copy_box) against a plain memcpy of the same bytes,
+// stand on: packing a box out of a local block (the box engine, exec::box_copy) against a plain memcpy of the same bytes,
 // strided tensor copies, deterministic random fill and elementwise arithmetic.
 //   ./bench_micro --benchmark_filter=copy_box     (OMP_NUM_THREADS sets the CPU threads)
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <shardtensor/exec/box.hpp>
+#include <shardtensor/exec/tensor_block.hpp>
 #include <shardtensor/shardtensor.hpp>
 
 namespace {
 
 using shard::index_t;
 
-shard::detail::LocalBlock block_of(const shard::Tensor<float, 2>& t) {
-  return shard::DistTensor<float, 2>::to_block(t);
-}
+shard::Block block_of(const shard::Tensor<float, 2>& t) { return shard::as_block(t); }
 
 // Baseline: one memcpy of n*n/2 floats (the bytes a column half of an n x n block holds).
 void BM_memcpy_half(benchmark::State& state) {
@@ -36,7 +36,7 @@ void BM_copy_box_pack_columns(benchmark::State& state) {
   auto b = shard::Tensor<float, 2>::zeros({n, n / 2});
   const auto src = block_of(a), dst = block_of(b);
   for (auto _ : state) {
-    shard::detail::copy_box(shard::DType::f32, src, {0, n / 2}, dst, {0, 0}, {n, n / 2});
+    shard::exec::box_copy(dst, src.slice({0, n / 2}, {n, n / 2}));
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * n * (n / 2) * static_cast<index_t>(sizeof(float)));
@@ -48,9 +48,9 @@ void BM_copy_box_into_ghosted_3d(benchmark::State& state) {
   const index_t n = state.range(0);
   auto src = shard::Tensor<float, 3>::full({n, n, n}, 1.0f);
   auto dst = shard::Tensor<float, 3>::zeros({n + 2, n + 2, n + 2});
-  const auto s = shard::DistTensor<float, 3>::to_block(src), d = shard::DistTensor<float, 3>::to_block(dst);
+  const auto s = shard::as_block(src), d = shard::as_block(dst).slice({1, 1, 1}, {n, n, n});
   for (auto _ : state) {
-    shard::detail::copy_box(shard::DType::f32, s, {0, 0, 0}, d, {1, 1, 1}, {n, n, n});
+    shard::exec::box_copy(d, s);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * n * n * n * static_cast<index_t>(sizeof(float)));

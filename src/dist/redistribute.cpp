@@ -7,37 +7,27 @@
 //  C. turn Replicate into the target's Partial (sum keeps the value on coordinate 0 only).
 #include "shardtensor/dist/redistribute.hpp"
 
-#include <cstring>
+#include <algorithm>
 #include <numeric>
 
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/exec/box.hpp"
 
 namespace shard::detail {
 namespace {
-
-std::vector<index_t> contiguous(const std::vector<index_t>& shape) {
-  std::vector<index_t> st(shape.size());
-  index_t acc = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    st[static_cast<std::size_t>(d)] = acc;
-    acc *= shape[static_cast<std::size_t>(d)];
-  }
-  return st;
-}
 
 index_t prod(const std::vector<index_t>& v) {
   return std::accumulate(v.begin(), v.end(), index_t{1}, std::multiplies<>());
 }
 
 // Element offset (in elements) of local index `lo` in block b.
-index_t offset_of(const LocalBlock& b, const std::vector<index_t>& lo) {
+index_t offset_of(const Block& b, const std::vector<index_t>& lo) {
   index_t o = 0;
   for (std::size_t d = 0; d < lo.size(); ++d) o += lo[d] * b.strides[d];
   return o;
 }
 
 // True if the box (lo, len) of contiguous block b is one contiguous run of memory.
-bool box_is_contiguous_run(const LocalBlock& b, const std::vector<index_t>& len) {
+bool box_is_contiguous_run(const Block& b, const std::vector<index_t>& len) {
   if (!b.is_contiguous()) return false;
   // After the first dim with len > 1, every later dim must be full.
   std::size_t d = 0;
@@ -53,74 +43,41 @@ Box local_of(const Box& global_box, const Box& owner) {
   return r;
 }
 
-void apply_replicate_to_partial(DType dt, LocalBlock& b, const DistSpec& spec, int m) {
+/// A contiguous block of `shape` at `data` (dtype and device of `like`), sharing like's owner.
+Block contiguous_view(const Block& like, void* data, const std::vector<index_t>& shape) {
+  return Block::view(like.dtype, like.device, data, shape.data(), static_cast<int>(shape.size()), nullptr, like.owner);
+}
+
+/// A fresh contiguous block of `shape` with the dtype and device of `like`.
+Block allocate_like(const Block& like, const std::vector<index_t>& shape) {
+  return Block::allocate(like.dtype, like.device, shape);
+}
+
+/// dst[dst_lo + box] = src[src_lo + box] (local coordinates).
+void copy_box(const Block& src, const std::vector<index_t>& src_lo, const Block& dst, const std::vector<index_t>& dst_lo,
+              const std::vector<index_t>& len) {
+  exec::box_copy(exec::sub_box(dst, dst_lo, len), exec::sub_box(src, src_lo, len));
+}
+
+std::vector<index_t> zeros_like(const std::vector<index_t>& v) { return std::vector<index_t>(v.size(), 0); }
+
+void apply_replicate_to_partial(const Block& b, const DistSpec& spec, int m) {
   // sum: the value stays on coordinate 0 and the others hold zeros; avg/max/min keep the value.
   if (spec.placement(m).op != ReduceOp::sum || spec.mesh().coord(m) == 0) return;
-  std::memset(b.data, 0, static_cast<std::size_t>(b.numel()) * dtype_size(dt));
+  exec::box_zero(b);
 }
 
 }  // namespace
-
-LocalBlock LocalBlock::allocate(DType dt, const std::vector<index_t>& shape) {
-  LocalBlock b;
-  b.storage = allocate_bytes(static_cast<std::size_t>(prod(shape)) * dtype_size(dt), Device::cpu());
-  b.data = b.storage.get();
-  b.shape = shape;
-  b.strides = contiguous(shape);
-  return b;
-}
-
-bool LocalBlock::is_contiguous() const {
-  index_t acc = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    if (shape[static_cast<std::size_t>(d)] != 1 && strides[static_cast<std::size_t>(d)] != acc) return false;
-    acc *= shape[static_cast<std::size_t>(d)];
-  }
-  return true;
-}
-
-index_t LocalBlock::numel() const { return prod(shape); }
-
-void copy_box(DType dt, const LocalBlock& src, const std::vector<index_t>& src_lo, const LocalBlock& dst,
-              const std::vector<index_t>& dst_lo, const std::vector<index_t>& len) {
-  const index_t n = prod(len);
-  if (n == 0) return;
-  const auto es = static_cast<index_t>(dtype_size(dt));
-  const auto R = len.size();
-  const char* s = static_cast<const char*>(src.data) + offset_of(src, src_lo) * es;
-  char* t = static_cast<char*>(dst.data) + offset_of(dst, dst_lo) * es;
-  if (R == 0) { std::memcpy(t, s, static_cast<std::size_t>(es)); return; }
-  const index_t inner = len[R - 1];
-  const index_t outer = n / inner;
-  const bool unit = src.strides[R - 1] == 1 && dst.strides[R - 1] == 1;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (index_t o = 0; o < outer; ++o) {
-    index_t rem = o, os = 0, od = 0;
-    for (int d = static_cast<int>(R) - 2; d >= 0; --d) {
-      const index_t i = rem % len[static_cast<std::size_t>(d)];
-      rem /= len[static_cast<std::size_t>(d)];
-      os += i * src.strides[static_cast<std::size_t>(d)];
-      od += i * dst.strides[static_cast<std::size_t>(d)];
-    }
-    if (unit) {
-      std::memcpy(t + od * es, s + os * es, static_cast<std::size_t>(inner * es));
-    } else {
-      for (index_t i = 0; i < inner; ++i)
-        std::memcpy(t + (od + i * dst.strides[R - 1]) * es, s + (os + i * src.strides[R - 1]) * es,
-                    static_cast<std::size_t>(es));
-    }
-  }
-}
 
 namespace {
 
 // ---------------------------------------------------------------- step A
 struct State {
   DistSpec spec;
-  LocalBlock block;
+  Block block;
 };
 
-void resolve_partials(DType dt, State& st, const DistSpec& dst, std::vector<std::string>* plan) {
+void resolve_partials(State& st, const DistSpec& dst, std::vector<std::string>* plan) {
   const auto& mesh = st.spec.mesh();
   for (int m = 0; m < mesh.ndim(); ++m) {
     const Placement cur = st.spec.placement(m), tgt = dst.placement(m);
@@ -142,43 +99,38 @@ void resolve_partials(DType dt, State& st, const DistSpec& dst, std::vector<std:
       const auto& in = st.block;
       std::vector<index_t> counts(static_cast<std::size_t>(P));
       index_t slab = 1;
-      for (std::size_t k = 0; k < in.shape.size(); ++k)
-        if (static_cast<int>(k) != d) slab *= in.shape[k];
+      for (int k = 0; k < in.rank; ++k)
+        if (k != d) slab *= in.shape[static_cast<std::size_t>(k)];
       for (index_t p = 0; p < P; ++p) counts[static_cast<std::size_t>(p)] = lay.size(p) * slab;
-      LocalBlock send = LocalBlock::allocate(dt, {in.numel()});
+      Block send = allocate_like(in, {in.numel()});
       char* w = static_cast<char*>(send.data);
-      const auto es = static_cast<index_t>(dtype_size(dt));
+      const auto es = static_cast<index_t>(in.element_bytes());
       for (index_t p = 0; p < P; ++p) {
-        std::vector<index_t> lo(in.shape.size(), 0), len = in.shape;
+        std::vector<index_t> lo(static_cast<std::size_t>(in.rank), 0), len = in.shape_vec();
         lo[static_cast<std::size_t>(d)] = lay.offset(p);
         len[static_cast<std::size_t>(d)] = lay.size(p);
-        LocalBlock dstv;
-        dstv.data = w;
-        dstv.shape = len;
-        dstv.strides = contiguous(len);
-        copy_box(dt, in, lo, dstv, std::vector<index_t>(len.size(), 0), len);
+        copy_box(in, lo, contiguous_view(send, w, len), zeros_like(len), len);
         w += prod(len) * es;
       }
-      auto out_shape = in.shape;
+      auto out_shape = in.shape_vec();
       out_shape[static_cast<std::size_t>(d)] = lay.size(mesh.coord(m));
-      LocalBlock out = LocalBlock::allocate(dt, out_shape);
-      mesh.dim_comm(m)->reduce_scatterv(send.data, out.data, counts, dt, cur.op);
+      Block out = allocate_like(in, out_shape);
+      mesh.dim_comm(m)->reduce_scatterv(send.data, out.data, counts, in.dtype, cur.op);
       st = State{next, out};
     } else {
       placements[static_cast<std::size_t>(m)] = Replicate();
       DistSpec next(mesh, placements, st.spec.global_shape(), st.spec.sizes());
       if (plan) { plan->push_back("allreduce"); st.spec = next; continue; }
-      LocalBlock out = LocalBlock::allocate(dt, st.block.shape);
-      copy_box(dt, st.block, std::vector<index_t>(out.shape.size(), 0), out, std::vector<index_t>(out.shape.size(), 0),
-               out.shape);
-      mesh.dim_comm(m)->allreduce(out.data, out.data, out.numel(), dt, cur.op);
+      Block out = allocate_like(st.block, st.block.shape_vec());
+      exec::box_copy(out, st.block);
+      mesh.dim_comm(m)->allreduce(out.data, out.data, out.numel(), out.dtype, cur.op);
       st = State{next, out};
     }
   }
 }
 
 // ---------------------------------------------------------------- step B
-void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string>* plan) {
+void move_data(State& st, const DistSpec& tgt, std::vector<std::string>* plan) {
   const auto& mesh = st.spec.mesh();
   const int P = mesh.size();
   // Mesh dims whose placement or layout changes.
@@ -205,8 +157,8 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
   const Box my_cur = st.spec.local_box(), my_tgt = tgt.local_box();
   if (local_only) {
     if (plan) { plan->push_back("local"); st.spec = tgt; return; }
-    LocalBlock out = LocalBlock::allocate(dt, my_tgt.len);
-    copy_box(dt, st.block, local_of(my_tgt, my_cur).lo, out, std::vector<index_t>(my_tgt.len.size(), 0), my_tgt.len);
+    Block out = allocate_like(st.block, my_tgt.len);
+    copy_box(st.block, local_of(my_tgt, my_cur).lo, out, zeros_like(my_tgt.len), my_tgt.len);
     st = State{tgt, out};
     return;
   }
@@ -247,30 +199,29 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
         counts[static_cast<std::size_t>(g)] = lay.size(g) * slab;
         displs[static_cast<std::size_t>(g)] = lay.offset(g) * slab;
       }
-      LocalBlock out = LocalBlock::allocate(dt, my_tgt.len);
-      LocalBlock send = st.block;
+      const DType dt = st.block.dtype;
+      Block out = allocate_like(st.block, my_tgt.len);
+      Block send = st.block;
       if (!send.is_contiguous()) {
-        send = LocalBlock::allocate(dt, st.block.shape);
-        copy_box(dt, st.block, std::vector<index_t>(send.shape.size(), 0), send,
-                 std::vector<index_t>(send.shape.size(), 0), send.shape);
+        send = allocate_like(st.block, st.block.shape_vec());
+        exec::box_copy(send, st.block);
       }
       bool outer_trivial = true;  // all dims before d have extent 1: blocks land contiguously
       for (int k = 0; k < d; ++k) outer_trivial = outer_trivial && my_tgt.len[static_cast<std::size_t>(k)] == 1;
       if (outer_trivial) {
         comm->allgatherv(send.data, send.numel(), out.data, counts, displs, dt);
       } else {
-        LocalBlock tmp = LocalBlock::allocate(dt, {out.numel()});
+        Block tmp = allocate_like(out, {out.numel()});
         comm->allgatherv(send.data, send.numel(), tmp.data, counts, displs, dt);
-        const auto es = static_cast<index_t>(dtype_size(dt));
+        const auto es = static_cast<index_t>(out.element_bytes());
         for (int g = 0; g < G; ++g) {
-          LocalBlock part;
-          part.data = static_cast<char*>(tmp.data) + displs[static_cast<std::size_t>(g)] * es;
-          part.shape = my_tgt.len;
-          part.shape[static_cast<std::size_t>(d)] = lay.size(g);
-          part.strides = contiguous(part.shape);
-          std::vector<index_t> lo(part.shape.size(), 0);
+          auto shape = my_tgt.len;
+          shape[static_cast<std::size_t>(d)] = lay.size(g);
+          const Block part =
+              contiguous_view(tmp, static_cast<char*>(tmp.data) + displs[static_cast<std::size_t>(g)] * es, shape);
+          std::vector<index_t> lo(shape.size(), 0);
           lo[static_cast<std::size_t>(d)] = lay.offset(g);
-          copy_box(dt, part, std::vector<index_t>(part.shape.size(), 0), out, lo, part.shape);
+          copy_box(part, zeros_like(shape), out, lo, shape);
         }
       }
       st = State{tgt, out};
@@ -302,14 +253,15 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
     sc[static_cast<std::size_t>(g)] = sb.numel();
     rc[static_cast<std::size_t>(g)] = rb.numel();
   }
-  LocalBlock out = LocalBlock::allocate(dt, my_tgt.len);
-  const auto es = static_cast<index_t>(dtype_size(dt));
+  const DType dt = st.block.dtype;
+  Block out = allocate_like(st.block, my_tgt.len);
+  const auto es = static_cast<index_t>(out.element_bytes());
   // This rank's own part moves with one local copy instead of through the send buffer and MPI:
   // its counts become 0, so it is neither packed nor sent (its send and receive boxes are equal).
   for (int g = 0; g < G; ++g) {
     const auto gi = static_cast<std::size_t>(g);
     if (group_to_mesh[gi] != me || sc[gi] == 0) continue;
-    copy_box(dt, st.block, local_of(send_boxes[gi], my_cur).lo, out, local_of(recv_boxes[gi], my_tgt).lo,
+    copy_box(st.block, local_of(send_boxes[gi], my_cur).lo, out, local_of(recv_boxes[gi], my_tgt).lo,
              send_boxes[gi].len);
     sc[gi] = rc[gi] = 0;
   }
@@ -318,23 +270,20 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
   for (int g = 0; g < G && send_direct; ++g)
     send_direct = sc[static_cast<std::size_t>(g)] == 0 ||
                   box_is_contiguous_run(st.block, send_boxes[static_cast<std::size_t>(g)].len);
-  LocalBlock sendbuf;
+  Block sendbuf;
   if (send_direct) {
     sendbuf = st.block;
     for (int g = 0; g < G; ++g)
       sd[static_cast<std::size_t>(g)] = sc[static_cast<std::size_t>(g)] ? offset_of(st.block, local_of(send_boxes[static_cast<std::size_t>(g)], my_cur).lo) : 0;
   } else {
-    sendbuf = LocalBlock::allocate(dt, {std::accumulate(sc.begin(), sc.end(), index_t{0})});
+    sendbuf = allocate_like(st.block, {std::accumulate(sc.begin(), sc.end(), index_t{0})});
     index_t off = 0;
     for (int g = 0; g < G; ++g) {
       const auto& b = send_boxes[static_cast<std::size_t>(g)];
       sd[static_cast<std::size_t>(g)] = off;
       if (sc[static_cast<std::size_t>(g)] == 0) continue;
-      LocalBlock view;
-      view.data = static_cast<char*>(sendbuf.data) + off * es;
-      view.shape = b.len;
-      view.strides = contiguous(b.len);
-      copy_box(dt, st.block, local_of(b, my_cur).lo, view, std::vector<index_t>(b.len.size(), 0), b.len);
+      copy_box(st.block, local_of(b, my_cur).lo, contiguous_view(sendbuf, static_cast<char*>(sendbuf.data) + off * es, b.len),
+               zeros_like(b.len), b.len);
       off += sc[static_cast<std::size_t>(g)];
     }
   }
@@ -347,7 +296,7 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
       rd[static_cast<std::size_t>(g)] = rc[static_cast<std::size_t>(g)] ? offset_of(out, local_of(recv_boxes[static_cast<std::size_t>(g)], my_tgt).lo) : 0;
     comm->alltoallv(sendbuf.data, sc, sd, out.data, rc, rd, dt);
   } else {
-    LocalBlock recvbuf = LocalBlock::allocate(dt, {std::accumulate(rc.begin(), rc.end(), index_t{0})});
+    Block recvbuf = allocate_like(out, {std::accumulate(rc.begin(), rc.end(), index_t{0})});
     index_t off = 0;
     for (int g = 0; g < G; ++g) {
       rd[static_cast<std::size_t>(g)] = off;
@@ -357,23 +306,21 @@ void move_data(DType dt, State& st, const DistSpec& tgt, std::vector<std::string
     for (int g = 0; g < G; ++g) {
       if (rc[static_cast<std::size_t>(g)] == 0) continue;
       const auto& b = recv_boxes[static_cast<std::size_t>(g)];
-      LocalBlock view;
-      view.data = static_cast<char*>(recvbuf.data) + rd[static_cast<std::size_t>(g)] * es;
-      view.shape = b.len;
-      view.strides = contiguous(b.len);
-      copy_box(dt, view, std::vector<index_t>(b.len.size(), 0), out, local_of(b, my_tgt).lo, b.len);
+      const Block view =
+          contiguous_view(recvbuf, static_cast<char*>(recvbuf.data) + rd[static_cast<std::size_t>(g)] * es, b.len);
+      copy_box(view, zeros_like(b.len), out, local_of(b, my_tgt).lo, b.len);
     }
   }
   st = State{tgt, out};
 }
 
-LocalBlock run(DType dt, const DistSpec& src, const LocalBlock& in, const DistSpec& dst,
+Block run(const DistSpec& src, const Block& in, const DistSpec& dst,
                std::vector<std::string>* plan) {
   SHARD_CHECK(src.mesh() == dst.mesh(), "redistribute", "source and target live on different meshes");
   SHARD_CHECK(src.global_shape() == dst.global_shape(), "redistribute", "global shapes differ: {} vs {}",
               src.global_shape(), dst.global_shape());
   if (!plan) {
-    SHARD_CHECK(in.shape == src.local_box().len, "redistribute", "local block shape {} != expected {} for {}",
+    SHARD_CHECK(in.shape_vec() == src.local_box().len, "redistribute", "local block shape {} != expected {} for {}",
                 in.shape, src.local_box().len, src);
   }
   if (src == dst) {
@@ -381,24 +328,23 @@ LocalBlock run(DType dt, const DistSpec& src, const LocalBlock& in, const DistSp
     return in;
   }
   State st{src, in};
-  resolve_partials(dt, st, dst, plan);
+  resolve_partials(st, dst, plan);
   // Target with Partial dims that are not yet Partial treated as Replicate (step C adds them).
   auto mid = dst.placements();
   for (int m = 0; m < dst.mesh().ndim(); ++m)
     if (mid[static_cast<std::size_t>(m)].is_partial() && !(st.spec.placement(m) == mid[static_cast<std::size_t>(m)]))
       mid[static_cast<std::size_t>(m)] = Replicate();
   const DistSpec mid_spec(dst.mesh(), mid, dst.global_shape(), dst.sizes());
-  move_data(dt, st, mid_spec, plan);
+  move_data(st, mid_spec, plan);
   for (int m = 0; m < dst.mesh().ndim(); ++m) {
     if (!dst.placement(m).is_partial() || st.spec.placement(m) == dst.placement(m)) continue;
     if (plan) { plan->push_back("local"); continue; }
-    if (st.block.storage.get() == in.storage.get() && st.block.data == in.data) {  // never write the input
-      LocalBlock c = LocalBlock::allocate(dt, st.block.shape);
-      copy_box(dt, st.block, std::vector<index_t>(c.shape.size(), 0), c, std::vector<index_t>(c.shape.size(), 0),
-               c.shape);
+    if (st.block.owner.get() == in.owner.get() && st.block.data == in.data) {  // never write the input
+      Block c = allocate_like(st.block, st.block.shape_vec());
+      exec::box_copy(c, st.block);
       st.block = c;
     }
-    apply_replicate_to_partial(dt, st.block, dst, m);
+    apply_replicate_to_partial(st.block, dst, m);
   }
   if (plan && plan->empty()) plan->push_back("none");
   return st.block;
@@ -406,14 +352,14 @@ LocalBlock run(DType dt, const DistSpec& src, const LocalBlock& in, const DistSp
 
 }  // namespace
 
-LocalBlock redistribute(DType dt, const DistSpec& src, const LocalBlock& in, const DistSpec& dst) {
-  return run(dt, src, in, dst, nullptr);
+Block redistribute(const DistSpec& src, const Block& in, const DistSpec& dst) {
+  return run(src, in, dst, nullptr);
 }
 
 std::vector<std::string> redistribute_plan(const DistSpec& src, const DistSpec& dst) {
   std::vector<std::string> plan;
-  LocalBlock none;
-  run(DType::f32, src, none, dst, &plan);
+  Block none;
+  run(src, none, dst, &plan);
   return plan;
 }
 

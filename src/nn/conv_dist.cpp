@@ -3,9 +3,9 @@
 // gradient through the halo adjoint, overlapped by the weight gradient).
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "shardtensor/nn/functional/conv.hpp"
+#include "shardtensor/exec/box.hpp"
 
 namespace shard::nn::functional {
 
@@ -26,7 +26,7 @@ namespace shard::nn::functional::detail {
 namespace {
 
 using shard::detail::ConvGeometry;
-using shard::detail::LocalBlock;
+using shard::Block;
 
 
 /// Geometry of the conv producing global outputs `out` from an input block holding global cells
@@ -72,76 +72,26 @@ std::vector<index_t> local_start(const std::vector<Range>& r, const std::vector<
   return s;
 }
 
-LocalBlock view(DType dt, const void* data, const std::vector<index_t>& shape) {
-  LocalBlock b;
-  b.data = const_cast<void*>(data);
-  b.shape = shape;
-  b.strides.assign(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d)
-    b.strides[static_cast<std::size_t>(d)] = b.strides[static_cast<std::size_t>(d) + 1] * shape[static_cast<std::size_t>(d) + 1];
-  (void)dt;
-  return b;
+/// A contiguous host block of `shape` at `data`.
+Block view(DType dt, const void* data, const std::vector<index_t>& shape) {
+  return Block::view(dt, Device::cpu(), const_cast<void*>(data), shape.data(), static_cast<int>(shape.size()));
 }
 
-/// Zeros the box [lo, lo + len) of a contiguous block.
-void zero_box(DType dt, const LocalBlock& b, const std::vector<index_t>& lo, const std::vector<index_t>& len) {
-  const std::size_t es = dtype_size(dt);
-  const std::size_t R = len.size();
-  index_t outer = 1;
-  for (std::size_t d = 0; d + 1 < R; ++d) outer *= len[d];
-  if (outer == 0 || len[R - 1] == 0) return;
-  for (index_t o = 0; o < outer; ++o) {
-    index_t rem = o, off = lo[R - 1];
-    for (int d = static_cast<int>(R) - 2; d >= 0; --d) {
-      const auto u = static_cast<std::size_t>(d);
-      off += (lo[u] + rem % len[u]) * b.strides[u];
-      rem /= len[u];
-    }
-    std::memset(static_cast<char*>(b.data) + static_cast<std::size_t>(off) * es, 0,
-                static_cast<std::size_t>(len[R - 1]) * es);
-  }
+/// Zeros the box [lo, lo + len) of b.
+void zero_box(const Block& b, const std::vector<index_t>& lo, const std::vector<index_t>& len) {
+  exec::box_zero(exec::sub_box(b, lo, len));
 }
 
-void add_into(DType dt, index_t n, const void* src, void* dst) {
-  if (dt == DType::f32) {
-    const float* s = static_cast<const float*>(src);
-    float* d = static_cast<float*>(dst);
-    for (index_t i = 0; i < n; ++i) d[i] += s[i];
-  } else {
-    const double* s = static_cast<const double*>(src);
-    double* d = static_cast<double*>(dst);
-    for (index_t i = 0; i < n; ++i) d[i] += s[i];
-  }
+/// dst[dst_lo + i] += src[src_lo + i] over the box `len`.
+void add_box(const Block& src, const std::vector<index_t>& slo, const Block& dst, const std::vector<index_t>& dlo,
+             const std::vector<index_t>& len) {
+  exec::box_add(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len));
 }
 
-/// dst[dst_lo + i] += src[src_lo + i] over the box `len` (both contiguous blocks).
-template <class T>
-void add_box_t(const LocalBlock& src, const std::vector<index_t>& slo, const LocalBlock& dst,
-               const std::vector<index_t>& dlo, const std::vector<index_t>& len) {
-  const std::size_t R = len.size();
-  index_t outer = 1;
-  for (std::size_t d = 0; d + 1 < R; ++d) outer *= len[d];
-  if (outer == 0 || len[R - 1] == 0) return;
-  const T* sp = static_cast<const T*>(src.data);
-  T* dp = static_cast<T*>(dst.data);
-  for (index_t o = 0; o < outer; ++o) {
-    index_t rem = o, so = slo[R - 1], doff = dlo[R - 1];
-    for (int d = static_cast<int>(R) - 2; d >= 0; --d) {
-      const auto u = static_cast<std::size_t>(d);
-      const index_t i = rem % len[u];
-      rem /= len[u];
-      so += (slo[u] + i) * src.strides[u];
-      doff += (dlo[u] + i) * dst.strides[u];
-    }
-    const T* a = sp + so;
-    T* b = dp + doff;
-    for (index_t i = 0; i < len[R - 1]; ++i) b[i] += a[i];
-  }
-}
-void add_box(DType dt, const LocalBlock& src, const std::vector<index_t>& slo, const LocalBlock& dst,
-             const std::vector<index_t>& dlo, const std::vector<index_t>& len) {
-  if (dt == DType::f32) add_box_t<float>(src, slo, dst, dlo, len);
-  else add_box_t<double>(src, slo, dst, dlo, len);
+/// dst[dst_lo + i] = src[src_lo + i] over the box `len`.
+void copy_box(const Block& src, const std::vector<index_t>& slo, const Block& dst, const std::vector<index_t>& dlo,
+              const std::vector<index_t>& len) {
+  exec::box_copy(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len));
 }
 
 /// Calls f(lo, len) (full N, C, spatial boxes) for disjoint boxes covering `ext` minus the inner
@@ -175,9 +125,11 @@ index_t numel_of(const std::vector<index_t>& s) {
   return n;
 }
 
-LocalBlock zeros(DType dt, const std::vector<index_t>& shape) {
-  LocalBlock b = LocalBlock::allocate(dt, shape);
-  if (numel_of(shape) > 0) std::memset(b.data, 0, static_cast<std::size_t>(numel_of(shape)) * dtype_size(dt));
+Block allocate(DType dt, const std::vector<index_t>& shape) { return Block::allocate(dt, Device::cpu(), shape); }
+
+Block zeros(DType dt, const std::vector<index_t>& shape) {
+  Block b = allocate(dt, shape);
+  exec::box_zero(b);
   return b;
 }
 
@@ -230,19 +182,19 @@ Thin make_thin(const WindowPlan& plan, const DistSpec& in_spec) {
 }
 
 /// This rank's block of T (a view of x when the block is thin enough).
-LocalBlock thin_local(DType dt, const Thin& th, const LocalBlock& xb) {
+Block thin_local(DType dt, const Thin& th, const Block& xb) {
   if (th.t == th.n) return xb;
-  auto shape = xb.shape;
+  auto shape = xb.shape_vec();
   const auto ud = static_cast<std::size_t>(th.d) + 2;
   shape[ud] = th.t;
-  LocalBlock tl = LocalBlock::allocate(dt, shape);
+  Block tl = allocate(dt, shape);
   auto len = shape;
   len[ud] = th.edge;
   std::vector<index_t> z(shape.size(), 0), hi(shape.size(), 0), thi(shape.size(), 0);
   hi[ud] = th.n - th.edge;
   thi[ud] = th.edge;
-  shard::detail::copy_box(dt, xb, z, tl, z, len);
-  shard::detail::copy_box(dt, xb, hi, tl, thi, len);
+  copy_box(xb, z, tl, z, len);
+  copy_box(xb, hi, tl, thi, len);
   return tl;
 }
 
@@ -260,7 +212,7 @@ void thin_pieces(const Thin& th, index_t lo_w, index_t r0, index_t r1, F&& f) {
 /// The gradient of the cells outside the block read by one boundary box (block cells zeroed).
 struct GhostGrad {
   std::vector<Range> in;
-  LocalBlock g;
+  Block g;
 };
 
 /// Ghost-cell gradients of every boundary box: the part of the extended block's gradient that
@@ -270,7 +222,7 @@ std::vector<GhostGrad> ghost_input_grads(DType dt, const WindowPlan& plan, const
   std::vector<GhostGrad> ghost_grads;
   if (!compute) return ghost_grads;
   const int S = plan.spatial();
-  const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+  const Block gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
   for (const auto& ob : plan.boundary_boxes) {
     std::vector<Range> in;
     bool reads = true;
@@ -280,10 +232,9 @@ std::vector<GhostGrad> ghost_input_grads(DType dt, const WindowPlan& plan, const
     }
     if (!reads) continue;
     const auto gshape = block_shape(ch.batch, ch.out, ob);
-    LocalBlock gyo = LocalBlock::allocate(dt, gshape);
-    shard::detail::copy_box(dt, gyb, local_start(ob, plan.out_block), gyo, std::vector<index_t>(gshape.size(), 0),
-                            gshape);
-    LocalBlock gin = LocalBlock::allocate(dt, block_shape(ch.batch, ch.in, in));
+    Block gyo = allocate(dt, gshape);
+    copy_box(gyb, local_start(ob, plan.out_block), gyo, std::vector<index_t>(gshape.size(), 0), gshape);
+    Block gin = allocate(dt, block_shape(ch.batch, ch.in, in));
     conv_backward_input_core(dt, geometry(plan, ch, in, ob), gyo.data, w, nullptr, gin.data);
     std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
     bool overlap = true;
@@ -294,7 +245,7 @@ std::vector<GhostGrad> ghost_input_grads(DType dt, const WindowPlan& plan, const
       lo.push_back(a - in[u].lo);
       len.push_back(std::max<index_t>(0, b - a));
     }
-    if (overlap) zero_box(dt, gin, lo, len);
+    if (overlap) zero_box(gin, lo, len);
     ghost_grads.push_back({std::move(in), std::move(gin)});
   }
   return ghost_grads;
@@ -315,16 +266,16 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
   // read as zero): right for the outputs whose windows stay in the block or in zero padding,
   // which is all but the boundary boxes. Those are recomputed from the finished extended block.
   const Thin th = make_thin(plan, in_spec);
-  const LocalBlock xb = view(dt, x, xshape);
+  const Block xb = view(dt, x, xshape);
   if (th.ok) shard::detail::validate_halo(in_spec, plan.halo, "conv");  // the real halo's limits
   shard::detail::HaloTransfer tr(dt, th.ok ? th.spec : in_spec, plan.halo,
                                  shard::detail::HaloTransfer::Direction::forward, th.ok ? thin_local(dt, th, xb) : xb);
   if (!conv_overlap()) tr.finish();  // benchmark switch: the same work, without the overlap
   if (compute) conv_forward_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
-  const LocalBlock& ext = tr.finish();
+  const Block& ext = tr.finish();
   if (!compute) return;
   const auto ext_r = ext_ranges(plan);
-  const LocalBlock yb = view(dt, y, block_shape(ch.batch, ch.out, plan.out_block));
+  const Block yb = view(dt, y, block_shape(ch.batch, ch.out, plan.out_block));
   for (const auto& ob : plan.boundary_boxes) {
     std::vector<Range> in;
     bool reads = true;
@@ -334,10 +285,9 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
     }
     if (!reads) continue;  // reads zero padding only along some dim: the block pass was exact
     const auto in_shape = block_shape(ch.batch, ch.in, in);
-    LocalBlock xin = LocalBlock::allocate(dt, in_shape);
+    Block xin = allocate(dt, in_shape);
     if (!th.ok) {
-      shard::detail::copy_box(dt, ext, local_start(in, ext_r), xin, std::vector<index_t>(in_shape.size(), 0),
-                              in_shape);
+      copy_box(ext, local_start(in, ext_r), xin, std::vector<index_t>(in_shape.size(), 0), in_shape);
     } else {
       const auto ud = static_cast<std::size_t>(th.d);
       thin_pieces(th, plan.halo_lo[ud], in[ud].lo, in[ud].hi(), [&](int kind, index_t src, index_t dst, index_t len) {
@@ -345,14 +295,13 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
         slo[ud + 2] = src;
         dlo[ud + 2] = dst;
         l[ud + 2] = len;
-        shard::detail::copy_box(dt, kind == 0 ? ext : xb, slo, xin, dlo, l);
+        copy_box(kind == 0 ? ext : xb, slo, xin, dlo, l);
       });
     }
     const auto out_shape = block_shape(ch.batch, ch.out, ob);
-    LocalBlock yo = LocalBlock::allocate(dt, out_shape);
+    Block yo = allocate(dt, out_shape);
     conv_forward_core(dt, geometry(plan, ch, in, ob), xin.data, w, bias, yo.data);
-    shard::detail::copy_box(dt, yo, std::vector<index_t>(out_shape.size(), 0), yb, local_start(ob, plan.out_block),
-                            out_shape);
+    copy_box(yo, std::vector<index_t>(out_shape.size(), 0), yb, local_start(ob, plan.out_block), out_shape);
     if (saved) {
       // Keep only the ghost cells: the block's own cells are in x, which backward reads anyway.
       std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
@@ -364,19 +313,19 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
         lo.push_back(a - in[u].lo);
         len.push_back(std::max<index_t>(0, b - a));
       }
-      if (overlap) zero_box(dt, xin, lo, len);
+      if (overlap) zero_box(xin, lo, len);
       saved->boxes.push_back({ob, in, std::move(xin)});
     }
   }
 }
 
-LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                              const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
-                              void* gw) {
+Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+                         const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
+                         void* gw) {
   using shard::detail::HaloTransfer;
   const bool compute = !plan.empty_output() && ch.batch > 0;
   const int S = plan.spatial();
-  LocalBlock gx;
+  Block gx;
   // Input gradient. Without a chunk dim (below): the gradient of the extended block (or of the
   // block itself without a halo), then the halo adjoint sends the ghost cells' gradients to
   // their owners while the weight gradient is computed. With an unsharded zero-padded spatial
@@ -390,18 +339,18 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
       if (compute) {
         conv_backward_weight_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
         // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
-        const LocalBlock gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
-        LocalBlock tmp = LocalBlock::allocate(dt, {wn});
+        const Block gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+        const Block gwb = view(dt, gw, {wn});
+        Block tmp = allocate(dt, {wn});
         for (const auto& b : ghosts.boxes) {
           const auto out_shape = block_shape(ch.batch, ch.out, b.out);
-          LocalBlock gyo = LocalBlock::allocate(dt, out_shape);
-          shard::detail::copy_box(dt, gyb, local_start(b.out, plan.out_block), gyo,
-                                  std::vector<index_t>(out_shape.size(), 0), out_shape);
+          Block gyo = allocate(dt, out_shape);
+          copy_box(gyb, local_start(b.out, plan.out_block), gyo, std::vector<index_t>(out_shape.size(), 0), out_shape);
           conv_backward_weight_core(dt, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
-          add_into(dt, wn, tmp.data, gw);
+          exec::box_add(gwb, tmp);
         }
-      } else if (wn > 0) {
-        std::memset(gw, 0, static_cast<std::size_t>(wn) * dtype_size(dt));
+      } else {
+        exec::box_zero(view(dt, gw, {wn}));
       }
     }
   };
@@ -415,7 +364,7 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
   };
   if (input_grad && !plan.exchange) {
     const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-    gx = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+    gx = compute ? allocate(dt, shape) : zeros(dt, shape);
     if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
   } else if (input_grad && (th = make_thin(plan, in_spec)).ok) {
     // Thin transport: ghost gradients from the boundary boxes go into a zero T_ext, whose
@@ -425,27 +374,27 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
     const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, plan, ch, gy, w, compute);
     auto zshape = block_shape(ch.batch, ch.in, plan.in_block);
     zshape[ud] = th.t + plan.halo_lo[ud - 2] + plan.halo_hi[ud - 2];
-    LocalBlock z = zeros(dt, zshape);
+    Block z = zeros(dt, zshape);
     for (const auto& gg : ghost_grads)
       thin_pieces(th, plan.halo_lo[ud - 2], gg.in[ud - 2].lo, gg.in[ud - 2].hi(),
                   [&](int kind, index_t src, index_t dst, index_t len) {
                     if (kind != 0) return;  // block cells: zero in gg (counted by the block pass)
                     auto dlo = local_start(gg.in, plan.in_block), slo = std::vector<index_t>(zshape.size(), 0);
-                    auto l = gg.g.shape;
+                    auto l = gg.g.shape_vec();
                     dlo[ud] = src;
                     slo[ud] = dst;
                     l[ud] = len;
-                    add_box(dt, gg.g, slo, z, dlo, l);
+                    add_box(gg.g, slo, z, dlo, l);
                   });
     tr = std::make_unique<HaloTransfer>(dt, th.spec, plan.halo, HaloTransfer::Direction::adjoint, z, true);
-    z = LocalBlock{};
-    LocalBlock res;
+    z = Block{};
+    Block res;
     if (!conv_overlap()) {  // benchmark switch
       res = tr->finish();
       tr.reset();
     }
     const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-    gx = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+    gx = compute ? allocate(dt, shape) : zeros(dt, shape);
     if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
     compute_gw();
     if (tr) res = tr->finish();
@@ -455,12 +404,12 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
     for (index_t j0 : {index_t{0}, first}) {
       const index_t len = j0 == 0 ? first : th.t - first;
       if (len <= 0) continue;
-      std::vector<index_t> slo(res.shape.size(), 0), dlo(res.shape.size(), 0);
-      auto l = res.shape;
+      std::vector<index_t> slo(static_cast<std::size_t>(res.rank), 0), dlo(static_cast<std::size_t>(res.rank), 0);
+      auto l = res.shape_vec();
       slo[ud] = j0;
       dlo[ud] = th.block_row(j0);
       l[ud] = len;
-      add_box(dt, res, slo, gx, dlo, l);
+      add_box(res, slo, gx, dlo, l);
     }
   } else if (input_grad) {
     const auto ext_r = ext_ranges(plan);
@@ -480,7 +429,7 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
       if (nch <= 1) cd = -1;
     }
     if (cd < 0) {
-      LocalBlock g = compute ? LocalBlock::allocate(dt, ext_shape) : zeros(dt, ext_shape);
+      Block g = compute ? allocate(dt, ext_shape) : zeros(dt, ext_shape);
       if (compute) conv_backward_input_core(dt, geometry(plan, ch, ext_r, plan.out_block), gy, w, nullptr, g.data);
       tr = std::make_unique<HaloTransfer>(dt, in_spec, plan.halo, HaloTransfer::Direction::adjoint, g, true);
       if (!conv_overlap()) land();  // benchmark switch
@@ -513,17 +462,17 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
       for (index_t k = 0; k < nch; ++k) max_chunk = std::max(max_chunk, balanced_size(cb.len, nch, k));
       auto zmax = block_shape(ch.batch, ch.in, ext_r);
       zmax[uc + 2] = max_chunk;
-      const LocalBlock zbuf = zeros(dt, zmax);
+      const Block zbuf = zeros(dt, zmax);
       std::vector<index_t> zshape = zmax;
       index_t pending_lo = 0;
       auto post = [&](index_t k) {
         const index_t u0 = cb.lo + balanced_offset(cb.len, nch, k), u1 = u0 + balanced_size(cb.len, nch, k);
         auto shape = block_shape(ch.batch, ch.in, ext_r);
         shape[uc + 2] = u1 - u0;
-        LocalBlock z = view(dt, zbuf.data, shape);
-        z.storage = zbuf.storage;
+        Block z = view(dt, zbuf.data, shape);
+        z.owner = zbuf.owner;
         if (shape != zshape) {  // another slice extent: the zero layout moved
-          std::memset(z.data, 0, static_cast<std::size_t>(numel_of(zmax)) * dtype_size(dt));
+          exec::box_zero(view(dt, zbuf.data, zmax));
           zshape = shape;
         }
         for (const auto& gg : ghost_grads) {
@@ -537,7 +486,7 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
             dlo.push_back(c ? a - u0 : gg.in[u].lo - ext_r[u].lo);
             len.push_back(c ? b - a : gg.in[u].len);
           }
-          add_box(dt, gg.g, slo, z, dlo, len);
+          add_box(gg.g, slo, z, dlo, len);
         }
         auto gk = in_spec.global_shape();
         gk[uc + 2] = u1 - u0;
@@ -547,18 +496,18 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
       };
       auto land_slice = [&] {
         if (!tr) return;
-        const LocalBlock res = tr->finish();
+        const Block res = tr->finish();
         tr.reset();
-        std::vector<index_t> blo(res.shape.size(), 0);
+        std::vector<index_t> blo(static_cast<std::size_t>(res.rank), 0);
         blo[uc + 2] = pending_lo - cb.lo;
-        for_each_outer_box(res.shape, inner_lo, inner_hi,
+        for_each_outer_box(res.shape_vec(), inner_lo, inner_hi,
                            [&](const std::vector<index_t>& lo, const std::vector<index_t>& len) {
                              auto d = lo;
                              d[uc + 2] += blo[uc + 2];
-                             add_box(dt, res, lo, gx, d, len);
+                             add_box(res, lo, gx, d, len);
                            });
         // Restore the zero buffer: the ghosts and the faces the adjoint added into.
-        LocalBlock z = view(dt, zbuf.data, zshape);
+        Block z = view(dt, zbuf.data, zshape);
         std::vector<index_t> zlo(static_cast<std::size_t>(S)), zhi(static_cast<std::size_t>(S));
         for (int d = 0; d < S; ++d) {
           const auto u = static_cast<std::size_t>(d);
@@ -566,12 +515,12 @@ LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& 
           zhi[u] = inner_hi[u] + plan.halo_lo[u];
         }
         for_each_outer_box(zshape, zlo, zhi, [&](const std::vector<index_t>& lo, const std::vector<index_t>& len) {
-          zero_box(dt, z, lo, len);
+          zero_box(z, lo, len);
         });
       };
       post(0);  // in flight while the block's own gradient is computed
       const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-      gx = compute ? LocalBlock::allocate(dt, shape) : zeros(dt, shape);
+      gx = compute ? allocate(dt, shape) : zeros(dt, shape);
       if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
       for (index_t k = 1; k < nch; ++k) {
         land_slice();

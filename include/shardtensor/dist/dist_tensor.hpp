@@ -7,6 +7,7 @@
 
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/redistribute.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
@@ -105,9 +106,9 @@ class DistTensor {
     std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
     DistSpec rep_spec(mesh, rep, gshape);
     if (root < 0) {
-      auto block = detail::redistribute(dtype_of<T>, rep_spec, to_block(full.to(Device::cpu())),
+      auto block = detail::redistribute(rep_spec, as_block(full.to(Device::cpu())),
                                         target.with_placements(target.placements(), target.sizes()));
-      return DistTensor(target, from_block(block, full.device()));
+      return DistTensor(target, on_device(block, full.device()));
     }
     // Scatter from root: root packs every rank's box (Partial dims: the value on coordinate 0).
     const auto& comm = mesh.comm();
@@ -119,11 +120,11 @@ class DistTensor {
       if (p.is_partial()) p = Replicate();
     DistSpec np(mesh, nonpartial, gshape, target.sizes());
     Local host_full = comm->rank() == root ? full.to(Device::cpu()).contiguous() : Local();
-    detail::LocalBlock sendbuf;
+    Block sendbuf;
     if (comm->rank() == root) {
       index_t tot = 0;
       for (int r = 0; r < P; ++r) tot += np.box_of(r).numel();
-      sendbuf = detail::LocalBlock::allocate(dtype_of<T>, {tot});
+      sendbuf = Block::allocate(dtype_of<T>, Device::cpu(), {tot});
       index_t off = 0;
       for (int r = 0; r < P; ++r) {
         const Box b = np.box_of(r);
@@ -138,8 +139,8 @@ class DistTensor {
     rc[static_cast<std::size_t>(root)] = mine.numel();
     Local out = Local::empty(from_vec(mine.len));
     comm->alltoallv(sendbuf.data, sc, sd, out.data(), rc, rd, dtype_of<T>);
-    auto block = detail::redistribute(dtype_of<T>, np, to_block(out), target);
-    return DistTensor(target, from_block(block, full.device()));
+    auto block = detail::redistribute(np, as_block(out), target);
+    return DistTensor(target, on_device(block, full.device()));
   }
 
   /// All zeros under the given placements (Partial dims hold zeros everywhere).
@@ -189,10 +190,11 @@ class DistTensor {
   /// The same global tensor under `target` (same mesh and global shape).
   DistTensor redistribute(const DistSpec& target) const {
     const Local host = local_.device().is_cpu() ? local_ : local_.to(Device::cpu());
-    auto block = detail::redistribute(dtype_of<T>, spec_, to_block(host), target);
-    if (block.data == host.data() && block.shape == to_vec(host.shape()) && block.strides == to_vec(host.strides()))
+    auto block = detail::redistribute(spec_, as_block(host), target);
+    if (block.data == host.data() && block.shape_vec() == to_vec(host.shape()) &&
+        block.strides_vec() == to_vec(host.strides()))
       return DistTensor(target, local_);
-    return DistTensor(target, from_block(block, local_.device()));
+    return DistTensor(target, on_device(block, local_.device()));
   }
   /// The whole global tensor on every rank (collective).
   Local full_tensor() const {
@@ -208,21 +210,14 @@ class DistTensor {
     for (int d = 0; d < Rank; ++d) s[static_cast<std::size_t>(d)] = v[static_cast<std::size_t>(d)];
     return s;
   }
-  static detail::LocalBlock to_block(const Local& t) {
-    detail::LocalBlock b;
-    b.storage = t.storage();
-    b.data = t.data();
-    b.shape = to_vec(t.shape());
-    b.strides = to_vec(t.strides());
-    return b;
-  }
-  static Local from_block(const detail::LocalBlock& b, Device dev) {
-    Local host = Local::adopt(b.storage, static_cast<T*>(b.data), from_vec(b.shape), from_vec(b.strides),
-                              Device::cpu());
-    return dev.is_cpu() ? host : host.to(dev);
-  }
 
  private:
+  /// The tensor viewing block `b`, moved to `dev` if it lives elsewhere.
+  static Local on_device(const Block& b, Device dev) {
+    Local t = tensor_of<T, Rank>(b);
+    return b.device == dev ? t : t.to(dev);
+  }
+
   DistSpec spec_;
   Local local_;
 };

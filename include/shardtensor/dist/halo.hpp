@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "shardtensor/dist/dist_tensor.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 
 namespace shard {
 
@@ -108,7 +109,7 @@ void validate_halo(const DistSpec& spec, const HaloSpec& halo, const char* op);
 /// Shape of this rank's extended block: local[d] + lo[d] + hi[d].
 std::vector<index_t> halo_extended_shape(const DistSpec& spec, const HaloSpec& halo);
 
-/// The type-erased core: one split-phase halo exchange (forward) or its adjoint on host blocks.
+/// The type-erased core: one split-phase halo exchange (forward) or its adjoint on Blocks.
 /// Construction validates, allocates the working buffer, copies the input in and posts the first
 /// sharded dim's messages; finish() completes every dim and returns the result. The destructor
 /// completes an unfinished transfer (so peers are never left waiting).
@@ -120,16 +121,17 @@ class HaloTransfer {
   /// (the shape check is collective over the mesh, so a wrong shape throws on every rank).
   /// `consume_input` (adjoint only): `in` may be overwritten and used as the working buffer
   /// when it is contiguous, which saves a copy of the whole extended block.
-  HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo, Direction dir, const LocalBlock& in,
+  HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo, Direction dir, const Block& in,
                bool consume_input = false);
   ~HaloTransfer();
   HaloTransfer(const HaloTransfer&) = delete;
   HaloTransfer& operator=(const HaloTransfer&) = delete;
-  /// Completes the exchange (idempotent) and returns the result block (contiguous, host).
-  const LocalBlock& finish();
+  /// Completes the exchange (idempotent) and returns the result block (contiguous, on the
+  /// input's device).
+  const Block& finish();
   /// The working buffer of extended shape (forward: the result under construction, whose
   /// interior is valid from the start).
-  const LocalBlock& buffer() const;
+  const Block& buffer() const;
   bool finished() const;
 
  private:
@@ -158,8 +160,8 @@ class HaloExchange {
   Tensor<T, Rank> finish() {
     SHARD_CHECK(t_ != nullptr, "HaloExchange::finish", "empty handle");
     if (!have_) {
-      auto host = DistTensor<T, Rank>::from_block(t_->finish(), Device::cpu());
-      result_ = dev_.is_cpu() ? host : host.to(dev_);
+      auto host = tensor_of<T, Rank>(t_->finish());
+      result_ = dev_ == host.device() ? host : host.to(dev_);
       have_ = true;
     }
     return result_;
@@ -167,7 +169,7 @@ class HaloExchange {
   /// Forward only: host view of the interior of the extended buffer, valid right after start
   /// (the same values as the input's local block).
   Tensor<T, Rank> interior() const {
-    auto buf = DistTensor<T, Rank>::from_block(t_->buffer(), Device::cpu());
+    auto buf = tensor_of<T, Rank>(t_->buffer());
     Shape<Rank> len{};
     for (int d = 0; d < Rank; ++d) len[d] = buf.size(d) - lo_[d] - hi_[d];
     return buf.slice(lo_, len);
@@ -189,7 +191,7 @@ HaloExchange<T, Rank> halo_exchange_start(const DistTensor<T, Rank>& x, const Ha
   const auto& l = x.local();
   const Tensor<T, Rank> host = l.device().is_cpu() ? l : l.to(Device::cpu());
   auto t = std::make_shared<detail::HaloTransfer>(dtype_of<T>, x.spec(), halo, detail::HaloTransfer::Direction::forward,
-                                                  DistTensor<T, Rank>::to_block(host));
+                                                  as_block(host));
   return HaloExchange<T, Rank>(std::move(t), halo, l.device());
 }
 
@@ -209,7 +211,7 @@ HaloExchange<T, Rank> halo_exchange_adjoint_start(const DistSpec& x_spec, const 
   const bool on_host = grad_ext.device().is_cpu();
   const Tensor<T, Rank> host = on_host ? grad_ext : grad_ext.to(Device::cpu());
   auto t = std::make_shared<detail::HaloTransfer>(dtype_of<T>, x_spec, halo, detail::HaloTransfer::Direction::adjoint,
-                                                  DistTensor<T, Rank>::to_block(host), overwrite_grad_ext || !on_host);
+                                                  as_block(host), overwrite_grad_ext || !on_host);
   return HaloExchange<T, Rank>(std::move(t), halo, grad_ext.device());
 }
 

@@ -155,7 +155,7 @@ struct ConvChannels {
 struct ConvGhosts {
   struct Box {
     std::vector<Range> out, in;
-    shard::detail::LocalBlock ghost;
+    Block ghost;
   };
   std::vector<Box> boxes;
 };
@@ -170,9 +170,9 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
 /// Backward of dist_conv_forward for the output gradient gy[batch, ch.out, out_block]: returns
 /// the input block's gradient when `input_grad` (halo adjoint included; empty block otherwise)
 /// and overwrites gw (if non-null) with this rank's weight gradient. Collective like the forward.
-shard::detail::LocalBlock dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec,
-                                             const ConvChannels& ch, const void* x, const ConvGhosts& ghosts,
-                                             const void* gy, const void* w, bool input_grad, void* gw);
+Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+                         const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
+                         void* gw);
 
 /// Gradient spec of a replicated parameter whose local gradient sums this rank's outputs.
 inline DistSpec window_param_grad_spec(const DistSpec& param, const DistSpec& xs, const DistSpec& grad_out) {
@@ -289,7 +289,7 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
                                              x.requires_grad(), weight.requires_grad() ? gw.data() : nullptr);
         if (x.requires_grad())
           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
-                                             DistTensor<T, R>::from_block(gx, Device::cpu())));
+                                             tensor_of<T, R>(gx)));
         if (weight.requires_grad())
           weight.accumulate_grad(DistTensor<T, R>(detail::window_param_grad_spec(weight.value().spec(), xs, gn.spec()), gw));
         if (bb && bb->requires_grad()) detail::push_bias_grad(*bb, gy, xs, gn.spec());
@@ -357,7 +357,7 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
   const detail::ConvChannels ch{xl.size(0), cout, xs.global_shape()[1], opt.groups};
   auto yb = detail::dist_conv_backward(dtype_of<T>, *plan, ys, ch, nullptr, detail::ConvGhosts{}, xl.data(), wl.data(),
                                        true, nullptr);
-  Tensor<T, R> y = DistTensor<T, R>::from_block(yb, Device::cpu());
+  Tensor<T, R> y = tensor_of<T, R>(yb);
   if (bias) detail::add_channel_bias(y, bias->local().contiguous());
   std::optional<Var<T, 1>> bb = bias;
   return Var<T, R>::make(

@@ -1,0 +1,174 @@
+// The `box` kernel family on CUDA: strided copy, add and fill over boxes of up to 8 dims (see
+// src/kernels_api/box.hpp). One grid-stride kernel per operation; the index of element i is
+// decomposed over the box's dims. Copies and fills move raw bytes (1, 2, 4, 8 or 16 per
+// element, via trivially-copyable structs with the element's own alignment); add is typed,
+// complex numbers as (re, im) pairs.
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "kernels_api/box.hpp"
+
+namespace shard::kernels {
+namespace {
+
+using idx = std::int64_t;
+
+struct Geom {
+  int rank;
+  idx len[kBoxMaxRank];
+  idx ds[kBoxMaxRank];
+  idx ss[kBoxMaxRank];
+};
+
+template <int N> struct alignas(N < 8 ? N : 8) Bytes { unsigned char b[N]; };
+struct CF { float re, im; };
+struct CD { double re, im; };
+
+struct CopyOp {
+  template <class T> __device__ void operator()(T& d, const T& s) const { d = s; }
+};
+struct AddOp {
+  template <class T> __device__ void operator()(T& d, const T& s) const { d += s; }
+  __device__ void operator()(CF& d, const CF& s) const { d.re += s.re; d.im += s.im; }
+  __device__ void operator()(CD& d, const CD& s) const { d.re += s.re; d.im += s.im; }
+};
+
+__device__ inline void offsets(const Geom& g, idx i, idx& od, idx& os) {
+  od = 0;
+  os = 0;
+  for (int k = g.rank - 1; k >= 0; --k) {
+    const idx j = i % g.len[k];
+    i /= g.len[k];
+    od += j * g.ds[k];
+    os += j * g.ss[k];
+  }
+}
+
+template <class T, class Op>
+__global__ void binary_kernel(Geom g, idx n, T* dst, const T* src, Op op) {
+  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+    idx od, os;
+    offsets(g, i, od, os);
+    op(dst[od], src[os]);
+  }
+}
+
+template <class T>
+__global__ void fill_kernel(Geom g, idx n, T* dst, T v) {
+  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+    idx od, os;
+    offsets(g, i, od, os);
+    dst[od] = v;
+  }
+}
+
+/// Drops size-1 dims and merges adjacent dims whose strides allow it (outermost first).
+Geom make_geom(int rank, const idx* shape, const idx* ds, const idx* ss, idx& n) {
+  Geom g{};
+  idx len[kBoxMaxRank], a[kBoxMaxRank], b[kBoxMaxRank];
+  int m = 0;
+  n = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    n *= shape[d];
+    if (shape[d] == 1) continue;
+    const idx sv = ss ? ss[d] : 0;
+    if (m > 0 && a[m - 1] * len[m - 1] == ds[d] && b[m - 1] * len[m - 1] == sv) {
+      len[m - 1] *= shape[d];
+      continue;
+    }
+    len[m] = shape[d];
+    a[m] = ds[d];
+    b[m] = sv;
+    ++m;
+  }
+  g.rank = m;
+  for (int k = 0; k < m; ++k) {
+    g.len[k] = len[m - 1 - k];
+    g.ds[k] = a[m - 1 - k];
+    g.ss[k] = b[m - 1 - k];
+  }
+  return g;
+}
+
+unsigned grid_for(idx n) {
+  const idx blocks = (n + 255) / 256;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
+}
+
+template <class T, class Op>
+int run_binary(int rank, const idx* shape, void* dst, const idx* ds, const void* src, const idx* ss, void* stream,
+               Op op) {
+  if (rank < 0 || rank > kBoxMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  idx n = 0;
+  const Geom g = make_geom(rank, shape, ds, ss, n);
+  if (n == 0) return 0;
+  binary_kernel<T, Op><<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, n, static_cast<T*>(dst),
+                                                                                 static_cast<const T*>(src), op);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <class T>
+int run_fill(int rank, const idx* shape, void* dst, const idx* ds, const void* value, void* stream) {
+  if (rank < 0 || rank > kBoxMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  idx n = 0;
+  const Geom g = make_geom(rank, shape, ds, nullptr, n);
+  if (n == 0) return 0;
+  T v;
+  std::memcpy(&v, value, sizeof(T));
+  fill_kernel<T><<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, n, static_cast<T*>(dst), v);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int box_copy_launch(int elem_bytes, int rank, const idx* shape, void* dst, const idx* dst_strides, const void* src,
+                    const idx* src_strides, void* stream) {
+  if (rank >= 0 && rank <= kBoxMaxRank) {  // one contiguous run: a plain device-to-device copy
+    idx n = 0;
+    const Geom g = make_geom(rank, shape, dst_strides, src_strides, n);
+    if (n == 0) return 0;
+    if (g.rank == 0 || (g.rank == 1 && g.ds[0] == 1 && g.ss[0] == 1))
+      return static_cast<int>(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * static_cast<std::size_t>(elem_bytes),
+                                              cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+  }
+  switch (elem_bytes) {
+    case 1: return run_binary<Bytes<1>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
+    case 2: return run_binary<Bytes<2>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
+    case 4: return run_binary<Bytes<4>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
+    case 8: return run_binary<Bytes<8>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
+    case 16: return run_binary<Bytes<16>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+int box_add_launch(BoxAddType type, int rank, const idx* shape, void* dst, const idx* dst_strides, const void* src,
+                   const idx* src_strides, void* stream) {
+  switch (type) {
+    case box_f32: return run_binary<float>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+    case box_f64: return run_binary<double>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+    case box_i32: return run_binary<int>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+    case box_i64: return run_binary<long long>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+    case box_c64: return run_binary<CF>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+    case box_c128: return run_binary<CD>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int box_fill_launch(int elem_bytes, int rank, const idx* shape, void* dst, const idx* dst_strides, const void* value,
+                    void* stream) {
+  switch (elem_bytes) {
+    case 1: return run_fill<Bytes<1>>(rank, shape, dst, dst_strides, value, stream);
+    case 2: return run_fill<Bytes<2>>(rank, shape, dst, dst_strides, value, stream);
+    case 4: return run_fill<Bytes<4>>(rank, shape, dst, dst_strides, value, stream);
+    case 8: return run_fill<Bytes<8>>(rank, shape, dst, dst_strides, value, stream);
+    case 16: return run_fill<Bytes<16>>(rank, shape, dst, dst_strides, value, stream);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+const char* box_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+}  // namespace shard::kernels
