@@ -434,8 +434,9 @@ void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* rec
   auto hs = acquire(pool, dest >= 0 ? nbytes(send_count, dt) : 0);
   auto hr = acquire(pool, source >= 0 ? nbytes(recv_count, dt) : 0);
   if (dest >= 0) d.to_host(hs.get(), send, nbytes(send_count, dt));
-  mpi_check(MPI_Sendrecv(hs.get(), ns, mpi_type(dt), to, tag, hr.get(), nr, mpi_type(dt), from, tag, comm_,
-                         MPI_STATUS_IGNORE),
+  // No staging buffer for a missing peer: MPI still rejects a null buffer with a nonzero count.
+  mpi_check(MPI_Sendrecv(hs.get(), dest >= 0 ? ns : 0, mpi_type(dt), to, tag, hr.get(), source >= 0 ? nr : 0,
+                         mpi_type(dt), from, tag, comm_, MPI_STATUS_IGNORE),
             "MPI_Sendrecv");
   if (source >= 0) d.to_dev(recv, hr.get(), nbytes(recv_count, dt));
 }
