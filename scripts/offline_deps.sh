@@ -119,12 +119,14 @@ with open(deb, 'rb') as f:
 PY
 }
 
+# OFFLINE_EXTRACT=dpkg|ar|python forces one way (tests); by default the first that exists.
 extract_deb() {   # $1 deb, $2 data destination, $3 control destination
+  local how=${OFFLINE_EXTRACT:-}
   mkdir -p "$3"
-  if command -v dpkg-deb >/dev/null; then
+  if [[ -z $how || $how == dpkg ]] && command -v dpkg-deb >/dev/null; then
     dpkg-deb -x "$1" "$2" && dpkg-deb -e "$1" "$3" && return
   fi
-  if command -v ar >/dev/null && command -v tar >/dev/null; then
+  if [[ -z $how || $how == ar ]] && command -v ar >/dev/null && command -v tar >/dev/null; then
     local t; t=$(mktemp -d)
     if (cd "$t" && ar x "$1") && tar -xf "$t"/data.tar.* -C "$2" && tar -xf "$t"/control.tar.* -C "$3"; then
       rm -rf "$t"; return
@@ -201,12 +203,17 @@ do_from() {
   [ -n "$ma" ] || die "no usr/lib/<multiarch> directory in $P"
   local L=$P/usr/lib/$ma
   local pmix; pmix=$(ls -d "$L"/pmix* 2>/dev/null | head -1)
+  # Library dirs (some bookworm packages, e.g. libnl-3-200, still install into /lib/<multiarch>).
+  local d ldp=""
+  for d in "usr/lib/$ma" "usr/lib/$ma/openmpi/lib" "lib/$ma"; do
+    [ -d "$P/$d" ] && ldp="${ldp:+$ldp:}\$_p/$d"
+  done
   cat > "$P/env.sh" <<EOF
 # shardtensor offline dependencies: source this file (written by scripts/setup.sh --from).
 _p='$P'
 export SHARDTENSOR_DEPS_PREFIX="\$_p"
 export PATH="\$_p/usr/bin\${PATH:+:\$PATH}"
-export LD_LIBRARY_PATH="\$_p/usr/lib/$ma:\$_p/usr/lib/$ma/openmpi/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$ldp\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export CMAKE_PREFIX_PATH="\$_p/usr:\$_p/usr/lib/$ma/cmake:\$_p/usr/lib/cmake\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
 export CMAKE_LIBRARY_PATH="\$_p/usr/lib/$ma\${CMAKE_LIBRARY_PATH:+:\$CMAKE_LIBRARY_PATH}"
 export PKG_CONFIG_PATH="\$_p/usr/lib/$ma/pkgconfig:\$_p/usr/share/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
