@@ -8,7 +8,7 @@
 # mpi_tests.log bench.log fallback.log. If the bundle's MPI cannot run (or MPI does not configure),
 # a second build with SHARDTENSOR_ENABLE_MPI=OFF runs the serial + CUDA tests (fallback.log).
 # Knobs: DEPS_DIR (.deps)  DEPS_PREFIX (/tmp/st-deps)  BUILD_DIR (/tmp/st-gpu-build)  JOBS (nproc)
-#   CUDA_ARCH (90)  NPS ("2 4")  TEST_TIMEOUT (240 s per run)  BENCH_TIMEOUT (240 s in all)
+#   CUDA_ARCH (90)  NPS ("2 4")  BUILD_TIMEOUT (420 s)  TEST_TIMEOUT (240 s per run)  BENCH_TIMEOUT (240 s in all)
 #   DEADLINE (540 s: later phases are skipped past it)  SKIP_BENCH=1  CMAKE_ARGS (extra)
 #   FALLBACK=1 (go straight to the MPI-off build).
 set -uo pipefail
@@ -22,6 +22,7 @@ JOBS="${JOBS:-$(nproc)}"
 CUDA_ARCH="${CUDA_ARCH:-90}"
 NPS="${NPS:-2 4}"
 TEST_TIMEOUT="${TEST_TIMEOUT:-240}"
+BUILD_TIMEOUT="${BUILD_TIMEOUT:-420}"
 BENCH_TIMEOUT="${BENCH_TIMEOUT:-240}"
 DEADLINE="${DEADLINE:-540}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
@@ -56,7 +57,7 @@ phase() {
 }
 
 note "gpu_check $(date -u +%FT%TZ) on $(hostname) $(uname -m), tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-{ nvidia-smi 2>&1 || echo "nvidia-smi: not available"; } | tee -a "$SUM"
+{ if command -v nvidia-smi >/dev/null; then nvidia-smi 2>&1; else echo "nvidia-smi: not available"; fi; } | tee -a "$SUM"
 { command -v nvcc >/dev/null && nvcc --version | tail -2; cmake --version | head -1
   g++ --version | head -1; command -v ninja >/dev/null && echo "ninja $(ninja --version)"
   (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); ldd --version 2>&1 | head -1; } 2>&1 | tee -a "$SUM"
@@ -69,7 +70,8 @@ elif [ -d "$DEPS_DIR" ] && ls "$DEPS_DIR"/*.deb >/dev/null 2>&1; then
   if phase setup "$OUT/setup.log" 120 bash scripts/setup.sh --from "$DEPS_DIR" --prefix "$DEPS_PREFIX"; then
     set +u; . "$DEPS_PREFIX/env.sh"; set -u
     note "deps prefix $DEPS_PREFIX: mpiexec $(command -v mpiexec)"
-    phase mpi_smoke "$OUT/setup.log" 60 mpiexec "${MPIFLAGS[@]}" -n 2 hostname || MPI=OFF
+    # shellcheck disable=SC2016
+    phase mpi_smoke "$OUT/setup.log" 60 mpiexec "${MPIFLAGS[@]}" -n 2 sh -c 'echo "rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE"' || MPI=OFF
   else MPI=OFF; fi
 else
   note "no bundle in $DEPS_DIR (make it here with scripts/setup.sh --download .deps and carry .deps)"
@@ -124,7 +126,7 @@ if [ $MPI = ON ] && ! phase configure "$OUT/configure.log" 180 cmake -S "$ROOT" 
   note "MPI build did not configure: falling back to SHARDTENSOR_ENABLE_MPI=OFF"; MPI=OFF
 fi
 if [ $MPI = ON ]; then
-  phase build "$OUT/build.log" 420 cmake --build "$B" --parallel "$JOBS" "${keep_going[@]}"
+  phase build "$OUT/build.log" "$BUILD_TIMEOUT" cmake --build "$B" --parallel "$JOBS" "${keep_going[@]}"
   has_target "$B" shardtensor_cuda_tests || note "target shardtensor_cuda_tests: absent in this tree"
   for x in shardtensor_tests shardtensor_cuda_tests shardtensor_mpi_tests; do
     [ -x "$B/tests/$x" ] && note "built: tests/$x"
@@ -167,7 +169,7 @@ if [ $MPI = OFF ]; then
   FB="$B-nompi"
   conf_args OFF; rm -rf "$FB"
   if phase "configure (MPI off)" "$OUT/fallback.log" 180 cmake -S "$ROOT" -B "$FB" "${CONF[@]}"; then
-    phase "build (MPI off)" "$OUT/fallback.log" 420 cmake --build "$FB" --parallel "$JOBS" "${keep_going[@]}"
+    phase "build (MPI off)" "$OUT/fallback.log" "$BUILD_TIMEOUT" cmake --build "$FB" --parallel "$JOBS" "${keep_going[@]}"
     run_tests "$FB" "$OUT/fallback.log"
   fi
 fi
