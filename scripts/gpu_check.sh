@@ -127,32 +127,33 @@ if [ $MPI = ON ] && ! phase configure "$OUT/configure.log" 180 cmake -S "$ROOT" 
 fi
 if [ $MPI = ON ]; then
   phase build "$OUT/build.log" "$BUILD_TIMEOUT" cmake --build "$B" --parallel "$JOBS" "${keep_going[@]}"
-  has_target "$B" shardtensor_cuda_tests || note "target shardtensor_cuda_tests: absent in this tree"
-  for x in shardtensor_tests shardtensor_cuda_tests shardtensor_mpi_tests; do
-    [ -x "$B/tests/$x" ] && note "built: tests/$x"
+  for x in shardtensor_tests shardtensor_cuda_tests shardtensor_mpi_tests shardtensor_cuda_mpi_tests; do
+    if [ -x "$B/tests/$x" ]; then note "built: tests/$x"
+    elif has_target "$B" "$x"; then note "NOT built: tests/$x (see build.log)"
+    else note "no target $x in this tree"; fi
   done
 fi
 
 # --- 4. tests ------------------------------------------------------------------------------------
-uses_mpi() { ldd "$1" 2>/dev/null | grep -q libmpi; }
-run_tests() {  # $1 build dir, $2 log: serial suite (its CUDA cases included) + CUDA binary at 1 rank
+# tests/CMakeLists.txt: shardtensor_tests (serial CPU), shardtensor_cuda_tests (serial GPU),
+# shardtensor_mpi_tests (MPI, CPU), shardtensor_cuda_mpi_tests (MPI + GPU); absent ones are skipped.
+run_tests() {  # $1 build dir, $2 log: serial suites, the GPU one at 1 rank
   local bd=$1 log=$2
   [ -x "$bd/tests/shardtensor_tests" ] &&
     phase "serial tests" "$log" "$TEST_TIMEOUT" "$bd/tests/shardtensor_tests"
-  local c="$bd/tests/shardtensor_cuda_tests"
-  if [ -x "$c" ]; then
-    if uses_mpi "$c"; then phase "cuda tests np1" "$log" "$TEST_TIMEOUT" mpiexec "${MPIFLAGS[@]}" -n 1 "$c"
-    else phase "cuda tests" "$log" "$TEST_TIMEOUT" "$c"; fi
-  fi
+  [ -x "$bd/tests/shardtensor_cuda_tests" ] &&
+    phase "cuda tests" "$log" "$TEST_TIMEOUT" "$bd/tests/shardtensor_cuda_tests"
+  return 0
 }
 if [ $MPI = ON ]; then
   run_tests "$B" "$OUT/tests.log"
-  for np in $NPS; do
+  cm="$B/tests/shardtensor_cuda_mpi_tests"
+  [ -x "$cm" ] && phase "cuda mpi tests np1" "$OUT/tests.log" "$TEST_TIMEOUT" mpiexec "${MPIFLAGS[@]}" -n 1 "$cm"
+  for np in $NPS; do   # ranks share the one GPU
+    [ -x "$cm" ] &&
+      phase "cuda mpi tests np$np" "$OUT/mpi_tests.log" "$TEST_TIMEOUT" mpiexec "${MPIFLAGS[@]}" -n "$np" "$cm"
     [ -x "$B/tests/shardtensor_mpi_tests" ] &&
       phase "mpi tests np$np" "$OUT/mpi_tests.log" "$TEST_TIMEOUT" mpiexec "${MPIFLAGS[@]}" -n "$np" "$B/tests/shardtensor_mpi_tests"
-    c="$B/tests/shardtensor_cuda_tests"
-    [ -x "$c" ] && uses_mpi "$c" &&
-      phase "cuda tests np$np" "$OUT/mpi_tests.log" "$TEST_TIMEOUT" mpiexec "${MPIFLAGS[@]}" -n "$np" "$c"
   done
 fi
 
