@@ -22,6 +22,7 @@ say() { echo "offline_deps: $*"; }
 # --download
 # ---------------------------------------------------------------------------------------------
 APT_OPTS=()
+APT_TMP=""
 apt_setup() {
   command -v apt-get >/dev/null || die "--download needs apt (Debian 12 / bookworm)"
   [ "$(id -u)" -eq 0 ] && APT_OPTS+=(-o APT::Sandbox::User=root)
@@ -33,6 +34,7 @@ apt_setup() {
     local codename tmp
     codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
     tmp=$(mktemp -d /tmp/offline-apt.XXXXXX)
+    APT_TMP=$tmp   # removed when --download ends
     mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
     echo "deb http://deb.debian.org/debian ${codename}-backports main" > "$tmp/extra.list"
     APT_OPTS+=(-o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache"
@@ -74,6 +76,7 @@ closure() {
 do_download() {
   local dir=$1
   mkdir -p "$dir"; dir=$(cd "$dir" && pwd)
+  trap '[ -n "$APT_TMP" ] && rm -rf "$APT_TMP"' EXIT
   apt_setup
   mapfile -t pkgs < <(closure "${ROOTS[@]}")
   [ ${#pkgs[@]} -gt 0 ] || die "empty closure"
