@@ -13,7 +13,7 @@
 #   FALLBACK=1 (go straight to the MPI-off build).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 OUT="${OUT:-$ROOT/gpu_check_out}"; mkdir -p "$OUT"
 DEPS_DIR="${DEPS_DIR:-$ROOT/.deps}"
 DEPS_PREFIX="${DEPS_PREFIX:-/tmp/st-deps}"
@@ -28,6 +28,7 @@ DEADLINE="${DEADLINE:-540}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Root on the device; vader's single-copy (CMA/ptrace) is often refused inside VMs/containers.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shellcheck disable=SC2054
 MPIFLAGS=(--oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
           --mca btl_vader_single_copy_mechanism none)
 [ "$(id -u)" -eq 0 ] && MPIFLAGS=(--allow-run-as-root "${MPIFLAGS[@]}")
@@ -45,7 +46,7 @@ phase() {
   local l; l=$(left)
   if [ "$l" -le 10 ]; then RESULTS+=("$name: SKIPPED (deadline)"); note "== $name: skipped (deadline)"; return 99; fi
   [ "$limit" -gt "$l" ] && limit=$l
-  local t=$(date +%s) rc
+  local t rc; t=$(date +%s)
   echo "== $name (limit ${limit}s) $(date -u +%T)" | tee -a "$log"
   timeout -k 10 "$limit" "$@" >> "$log" 2>&1; rc=$?
   local s=$(( $(date +%s) - t )) st=PASS
