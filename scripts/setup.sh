@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs what shardtensor needs from Debian's apt (bookworm + bookworm-backports for Catch2 3).
 # Idempotent: does nothing when everything is already present.
+# Offline bundle (no package manager / no network on the target; docs/building.md):
+#   scripts/setup.sh --download DIR              collect the .deb closure into DIR (needs apt)
+#   scripts/setup.sh --from DIR [--prefix P]     extract it into P, write P/env.sh
 set -euo pipefail
+case "${1:-}" in
+  --download|--from) exec bash "$(dirname "${BASH_SOURCE[0]}")/offline_deps.sh" "$@" ;;
+esac
 
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
