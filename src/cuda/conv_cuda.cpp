@@ -392,8 +392,4 @@ struct Registrar {
 } const g_registrar;
 
 }  // namespace
-
-/// Anchor: referencing it keeps this object (and its registrar) in a static link.
-void link_conv_cuda() noexcept {}
-
 }  // namespace shard::exec

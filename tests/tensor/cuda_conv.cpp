@@ -38,7 +38,7 @@ struct Case {
 template <class T, int S>
 void compare(const Case<S>& c) {
   constexpr int R = S + 2;
-  INFO("case " << c.name << " dtype " << dtype_of<T>);
+  INFO("case " << c.name << " dtype " << dtype_name(dtype_of<T>));
   const Device gpu = Device::cuda(0);
   ExecContext gctx(gpu);
   gctx.settings().allow_tf32 = false;
