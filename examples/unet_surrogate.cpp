@@ -40,17 +40,19 @@ struct Args {
   double lr = 3e-3;
   int log_every = 10;
   std::string save;
+  std::string device = "cpu";  // cpu | cuda (one GPU per rank: local rank modulo the visible GPUs)
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "error: %s\nusage: unet_surrogate [--steps N] [--grid G] [--seed S] [--mesh AxB] [--data D]\n"
-               "       [--batch B] [--samples N] [--width C] [--depth L] [--lr LR] [--log-every K] [--save FILE]\n",
+               "       [--batch B] [--samples N] [--width C] [--depth L] [--lr LR] [--log-every K] [--save FILE]\n"
+               "       [--device cpu|cuda]\n",
                msg);
   std::exit(2);
 }
 
-Args parse(int argc, char** argv) {
+Args parse_flags(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -69,6 +71,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--lr") a.lr = std::stod(val());
     else if (k == "--log-every") a.log_every = std::stoi(val());
     else if (k == "--save") a.save = val();
+    else if (k == "--device") {
+      a.device = val();
+      if (a.device != "cpu" && a.device != "cuda") usage("--device takes cpu or cuda");
+    }
     else if (k == "--mesh") {
       std::string s = val();
       a.mesh.clear();
@@ -84,6 +90,28 @@ Args parse(int argc, char** argv) {
   }
   if (a.steps < 1 || a.grid < 4 || a.batch < 1 || a.data < 1 || a.train_samples < a.batch) usage("bad sizes");
   return a;
+}
+
+/// parse_flags with malformed numbers (--steps abc) reported as a usage error, not an abort.
+Args parse(int argc, char** argv) {
+  try {
+    return parse_flags(argc, argv);
+  } catch (const std::logic_error& e) {  // std::invalid_argument / std::out_of_range from stoi & co.
+    usage((std::string("malformed number (") + e.what() + ")").c_str());
+  }
+}
+
+/// This rank's device: the CPU, or GPU (node-local rank modulo the visible GPUs) for --device cuda.
+Device pick_device(const std::string& kind, const CommPtr& world) {
+  if (kind == "cpu") return Device::cpu();
+  const int n = cuda_device_count();
+  // Every rank must agree that CUDA is usable, or every rank stops with the same message.
+  world->check_all(n > 0, "unet_surrogate",
+                   fmt::format("--device cuda but {} (cuda_compiled={})",
+                               n == 0 ? "no GPU is visible" : "GPUs are visible", cuda_compiled()));
+  const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const int local = lr ? std::atoi(lr) : world->rank();
+  return Device::cuda(local % n);
 }
 
 double mib(std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -107,6 +135,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    const Device dev = pick_device(args.device, world);
     // Mesh data x H x W; activations [N, C, H, W] with N over data, H and W over the spatial dims.
     DeviceMesh mesh(world, {args.data, spatial[0], spatial[1]}, {"data", "h", "w"});
     const std::vector<Placement> placements{Shard(0), Shard(2), Shard(3)};
@@ -116,9 +145,12 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     const index_t nbatches = args.train_samples / args.batch;
     std::vector<std::pair<DistTensor<T, 4>, DistTensor<T, 4>>> train;
-    for (index_t b = 0; b < nbatches; ++b)
-      train.push_back(heat::make_batch<T>(mesh, placements, args.seed, b * args.batch, args.batch, hc));
+    for (index_t b = 0; b < nbatches; ++b) {
+      auto [x, y] = heat::make_batch<T>(mesh, placements, args.seed, b * args.batch, args.batch, hc);
+      train.emplace_back(x.to(dev), y.to(dev));
+    }
     auto val = heat::make_batch<T>(mesh, placements, args.seed + 7919, 0, args.batch, hc);
+    val = {val.first.to(dev), val.second.to(dev)};
     const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     nn::UNetOptions uopt;
@@ -127,13 +159,14 @@ int main(int argc, char** argv) {
     uopt.base_width = args.width;
     uopt.depth = args.depth;
     nn::UNet<T, 2> model(mesh, uopt, args.seed);
+    model.to(dev);  // before the optimiser, whose state lives on the parameters' device
     optim::AdamW<T> opt(model.parameters(), {.lr = args.lr, .weight_decay = 1e-4});
     optim::CosineWarmup sched(args.lr, std::max(1, args.steps / 20), args.steps, args.lr * 0.05);
 
     if (world->rank() == 0) {
-      std::printf("unet_surrogate: %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld training "
+      std::printf("unet_surrogate: device %s, %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld training "
                   "pairs (generated in %.2f s by the domain-parallel heat solver), %ld parameters\n",
-                  P, args.data, spatial[0], spatial[1], static_cast<long>(args.grid), static_cast<long>(args.grid),
+                  fmt::format("{}", dev).c_str(), P, args.data, spatial[0], spatial[1], static_cast<long>(args.grid), static_cast<long>(args.grid),
                   static_cast<long>(args.batch), static_cast<long>(args.train_samples), gen_s,
                   static_cast<long>(model.num_parameters()));
       std::fflush(stdout);
@@ -159,7 +192,7 @@ int main(int argc, char** argv) {
       auto loss = mse_of(x, y, true);
       loss.backward();
       opt.step();
-      loss_sum += static_cast<double>(loss.value().full_tensor().data()[0]);
+      loss_sum += static_cast<double>(loss.value().full_tensor().to(Device::cpu()).data()[0]);
       ++loss_n;
       if ((step + 1) % args.log_every == 0 || step + 1 == args.steps) {
         const auto now = std::chrono::steady_clock::now();
@@ -167,13 +200,15 @@ int main(int argc, char** argv) {
         t_last = now;
         const double samples_s = static_cast<double>(loss_n * args.batch) / dt;
         // Per-rank peaks: max over ranks of shardtensor's host high-water mark and of the RSS.
-        double mem[2] = {mib(memory_stats(DeviceKind::cpu).peak_bytes), mib(process_peak_rss_bytes())};
-        world->allreduce(mem, mem, 2, DType::f64, ReduceOp::max);
+        double mem[3] = {mib(memory_stats(DeviceKind::cpu).peak_bytes), mib(process_peak_rss_bytes()),
+                         mib(memory_stats(DeviceKind::cuda).peak_bytes)};
+        world->allreduce(mem, mem, 3, DType::f64, ReduceOp::max);
         if (world->rank() == 0) {
           std::printf("step %5d  loss %.6e  lr %.2e  %.2f samples/s  %.2f Mpoints/s  peak/rank: tensors %.1f MiB, "
-                      "rss %.1f MiB\n",
+                      "rss %.1f MiB%s\n",
                       step + 1, loss_sum / loss_n, opt.lr(), samples_s,
-                      samples_s * static_cast<double>(args.grid * args.grid) / 1e6, mem[0], mem[1]);
+                      samples_s * static_cast<double>(args.grid * args.grid) / 1e6, mem[0], mem[1],
+                      dev.is_cuda() ? fmt::format(", gpu {:.1f} MiB", mem[2]).c_str() : "");
           std::fflush(stdout);
         }
         loss_sum = 0;
@@ -183,7 +218,7 @@ int main(int argc, char** argv) {
     const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     model.eval();
     auto vloss = mse_of(val.first, val.second, false);
-    const double final_loss = static_cast<double>(vloss.value().full_tensor().data()[0]);
+    const double final_loss = static_cast<double>(vloss.value().full_tensor().to(Device::cpu()).data()[0]);
     if (!args.save.empty()) model.save(args.save);
     if (world->rank() == 0) {
       std::printf("trained %d steps in %.2f s (%.3f s/step)\n", args.steps, train_s, train_s / args.steps);

@@ -1,5 +1,6 @@
 // Elementwise CUDA kernels behind Tensor's device entry points: strided copy, fill, axpby, mul,
 // sum. Launchers take a stream, return cudaError_t, and synchronise the stream before returning.
+// Built into shardtensor::cuda; host glue in src/cuda/tensor_ops_cuda.cpp.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -133,16 +134,26 @@ int mul(int is_f64, idx n, const void* a, const void* b, void* out, void* stream
 int sum(int is_f64, idx n, const void* x, double* host_out, void* stream) {
   *host_out = 0;
   if (n == 0) return 0;
+  cudaStream_t st = as_stream(stream);
   double* d_out = nullptr;
-  cudaError_t e = cudaMalloc(&d_out, sizeof(double));
-  if (e != cudaSuccess) return static_cast<int>(e);
-  cudaMemsetAsync(d_out, 0, sizeof(double), as_stream(stream));
-  if (is_f64) sum_kernel<double><<<grid_for(n), 256, 0, as_stream(stream)>>>(n, static_cast<const double*>(x), d_out);
-  else sum_kernel<float><<<grid_for(n), 256, 0, as_stream(stream)>>>(n, static_cast<const float*>(x), d_out);
-  int rc = finish(stream);
-  if (rc == 0) rc = static_cast<int>(cudaMemcpy(host_out, d_out, sizeof(double), cudaMemcpyDeviceToHost));
-  cudaFree(d_out);
-  return rc;
+  // Stream-ordered scratch (no device-wide sync); plain cudaMalloc where pools are unsupported.
+  bool pooled = true;
+  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&d_out), sizeof(double), st);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    pooled = false;
+    e = cudaMalloc(reinterpret_cast<void**>(&d_out), sizeof(double));
+    if (e != cudaSuccess) return static_cast<int>(e);
+  }
+  cudaMemsetAsync(d_out, 0, sizeof(double), st);
+  if (is_f64) sum_kernel<double><<<grid_for(n), 256, 0, st>>>(n, static_cast<const double*>(x), d_out);
+  else sum_kernel<float><<<grid_for(n), 256, 0, st>>>(n, static_cast<const float*>(x), d_out);
+  int rc = static_cast<int>(cudaGetLastError());
+  if (rc == 0) rc = static_cast<int>(cudaMemcpyAsync(host_out, d_out, sizeof(double), cudaMemcpyDeviceToHost, st));
+  if (pooled) cudaFreeAsync(d_out, st);
+  const int rs = static_cast<int>(cudaStreamSynchronize(st));
+  if (!pooled) cudaFree(d_out);
+  return rc ? rc : rs;
 }
 
 const char* error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }

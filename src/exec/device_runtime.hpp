@@ -48,6 +48,12 @@ struct DeviceRuntime {
   /// A stable identifier of the physical GPU behind `device` (its UUID as text), used to detect
   /// ranks that share a GPU (NCCL refuses them).
   virtual void device_uuid(int device, char out[64]) const = 0;
+
+  /// Bytes the runtime's device allocator keeps cached for reuse (freed by shardtensor, not yet
+  /// returned to the driver), summed over devices.
+  virtual std::size_t cached_bytes() const noexcept { return 0; }
+  /// Returns cached device memory to the driver (see release_cached_memory()).
+  virtual void release_cached() const noexcept {}
 };
 
 /// The CUDA runtime when shardtensor::cuda is linked; throws naming `op` otherwise.

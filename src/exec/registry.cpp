@@ -27,6 +27,7 @@ const char* family_name(KernelFamily f) {
     case KernelFamily::comm: return "comm";
     case KernelFamily::attention: return "attention";
     case KernelFamily::fft: return "fft";
+    case KernelFamily::tensor: return "tensor";
     case KernelFamily::count_: break;
   }
   return "?";

@@ -29,6 +29,7 @@ enum class KernelFamily : int {
   comm,       ///< device communicator factory (NCCL)
   attention,  ///< (reserved) local attention kernels
   fft,        ///< (reserved) local FFTs
+  tensor,     ///< TensorDeviceKernels: Tensor's own device entry points (strided copy, fill, axpby, mul, sum)
   count_
 };
 

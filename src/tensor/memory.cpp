@@ -9,11 +9,9 @@
 #include <sys/resource.h>
 #include <vector>
 
+#include "exec/device_runtime.hpp"
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
-#if SHARDTENSOR_HAS_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace shard {
 namespace {
@@ -105,11 +103,13 @@ class HostCache {
   std::size_t limit_ = std::size_t{1024} << 20;
 };
 
-#if SHARDTENSOR_HAS_CUDA
-void cuda_check(cudaError_t e, const char* what) {
-  SHARD_CHECK(e == cudaSuccess, "cuda", "{} failed: {}", what, cudaGetErrorString(e));
+/// The runtime of `dev`'s backend (throws naming `op` and the device when it is not linked or
+/// this build has no CUDA), after checking the device index against the visible devices.
+const exec::DeviceRuntime& runtime_for(Device dev, const char* op) {
+  const auto& rt = exec::kernels_for<exec::DeviceRuntime>(dev, op);
+  rt.check_device(dev.index, op);
+  return rt;
 }
-#endif
 }  // namespace
 
 std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
@@ -137,29 +137,34 @@ std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
       counter(DeviceKind::cpu).sub(n);
     });
   }
-#if SHARDTENSOR_HAS_CUDA
-  int prev = 0;
-  cuda_check(cudaGetDevice(&prev), "cudaGetDevice");
-  cuda_check(cudaSetDevice(dev.index), "cudaSetDevice");
-  void* p = nullptr;
-  cuda_check(cudaMalloc(&p, n), "cudaMalloc");
-  cudaSetDevice(prev);
-  counter(DeviceKind::cuda).add(n);
-  return std::shared_ptr<void>(p, [n](void* q) {
-    cudaFree(q);
-    counter(DeviceKind::cuda).sub(n);
+  // Device memory: the backend's runtime (shardtensor::cuda caches freed blocks in a
+  // stream-ordered pool, see src/cuda/runtime_cuda.cpp); counted here by the bytes handed out.
+  const auto& rt = runtime_for(dev, "allocate");
+  void* p = rt.allocate(n, dev.index);
+  auto& c = counter(dev.kind);
+  c.add(n);
+  return std::shared_ptr<void>(p, [&rt, &c, n, index = dev.index](void* q) {
+    rt.deallocate(q, index);
+    c.sub(n);
   });
-#else
-  SHARD_FAIL("allocate", "device {} requested but shardtensor was built without CUDA", dev);
-#endif
 }
 
 MemoryStats memory_stats(DeviceKind kind) noexcept {
   auto& c = counter(kind);
-  return {c.current.load(), c.peak.load(), kind == DeviceKind::cpu ? HostCache::get().bytes() : 0};
+  std::size_t cached = 0;
+  if (kind == DeviceKind::cpu) {
+    cached = HostCache::get().bytes();
+  } else if (const void* t = exec::find_family(kind, exec::KernelFamily::runtime)) {
+    cached = static_cast<const exec::DeviceRuntime*>(t)->cached_bytes();
+  }
+  return {c.current.load(), c.peak.load(), cached};
 }
 
-void release_cached_memory() noexcept { HostCache::get().clear(); }
+void release_cached_memory() noexcept {
+  HostCache::get().clear();
+  if (const void* t = exec::find_family(DeviceKind::cuda, exec::KernelFamily::runtime))
+    static_cast<const exec::DeviceRuntime*>(t)->release_cached();
+}
 
 void reset_peak_memory(DeviceKind kind) noexcept {
   auto& c = counter(kind);
@@ -178,26 +183,19 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, std:
     std::memcpy(dst, src, bytes);
     return;
   }
-#if SHARDTENSOR_HAS_CUDA
-  cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
-#else
-  SHARD_FAIL("copy_bytes", "copy {} -> {} needs CUDA, which this build lacks", src_dev, dst_dev);
-#endif
+  // At least one side is a device: the copy is ordered on the device's current stream and
+  // complete when this returns (copy_bytes is synchronous).
+  const Device side = dst_dev.is_cpu() ? src_dev : dst_dev;
+  const auto& rt = runtime_for(side, "copy_bytes");
+  if (!dst_dev.is_cpu() && !src_dev.is_cpu() && dst_dev.index != src_dev.index) rt.check_device(src_dev.index, "copy_bytes");
+  rt.copy(dst, dst_dev, src, src_dev, bytes, current_context(side).stream(), /*sync=*/true);
 }
 
 bool cuda_compiled() noexcept { return SHARDTENSOR_HAS_CUDA != 0; }
 
 int cuda_device_count() noexcept {
-#if SHARDTENSOR_HAS_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-#else
-  return 0;
-#endif
+  const void* t = exec::find_family(DeviceKind::cuda, exec::KernelFamily::runtime);
+  return t ? static_cast<const exec::DeviceRuntime*>(t)->device_count() : 0;
 }
 
 }  // namespace shard

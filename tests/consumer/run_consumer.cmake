@@ -1,9 +1,14 @@
 # Builds and runs the consumer project (this directory) against shardtensor; run with cmake -P.
-#   -DMODE=package : configure + build + install shardtensor into WORK_DIR/prefix, then build the
-#                    consumer with find_package(shardtensor) from that prefix
-#   -DMODE=subdir  : build the consumer with add_subdirectory(SOURCE_DIR)
+#   -DMODE=package  : configure + build + install shardtensor into WORK_DIR/prefix, then build the
+#                     consumer with find_package(shardtensor [COMPONENTS cuda]) from that prefix
+#   -DMODE=cpu_only : build a CPU-only consumer against the install at PREFIX (made by MODE=package)
+#                     with the CUDA toolkit hidden (no nvcc on PATH, CUDAToolkit_ROOT at an empty
+#                     directory, the toolkit's prefixes ignored); check that neither the program nor
+#                     libshardtensor.so needs a CUDA library (readelf -d) and run it
+#   -DMODE=subdir   : build the consumer with add_subdirectory(SOURCE_DIR)
 # Other inputs: SOURCE_DIR WORK_DIR GENERATOR BUILD_TYPE CXX_COMPILER ENABLE_MPI ENABLE_CUDA
-# ENABLE_NCCL CUDA_ARCHITECTURES JOBS MPIEXEC MPIEXEC_NUMPROC_FLAG MPIEXEC_FLAGS (space-separated) NP.
+# ENABLE_NCCL CUDA_ARCHITECTURES JOBS MPIEXEC MPIEXEC_NUMPROC_FLAG MPIEXEC_FLAGS (space-separated) NP
+# PREFIX (cpu_only) CUDA_ROOTS (cpu_only: toolkit directories to hide, ;-separated).
 cmake_minimum_required(VERSION 3.24)
 foreach(_v MODE SOURCE_DIR WORK_DIR)
   if(NOT DEFINED ${_v})
@@ -21,6 +26,7 @@ set(_consumer_src "${CMAKE_CURRENT_LIST_DIR}")
 # Options shared by every inner configure: same compiler, build type and feature set as the
 # outer build, no tests/benchmarks/examples, nothing found through the user package registry.
 set(_common -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+set(_feature_flags "")
 if(GENERATOR)
   list(PREPEND _common -G "${GENERATOR}")
 endif()
@@ -32,11 +38,11 @@ if(CXX_COMPILER)
 endif()
 foreach(_f MPI CUDA NCCL)
   if(DEFINED ENABLE_${_f})
-    list(APPEND _common -DSHARDTENSOR_ENABLE_${_f}=${ENABLE_${_f}})
+    list(APPEND _feature_flags -DSHARDTENSOR_ENABLE_${_f}=${ENABLE_${_f}})
   endif()
 endforeach()
 if(ENABLE_CUDA AND CUDA_ARCHITECTURES)
-  list(APPEND _common "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
+  list(APPEND _feature_flags "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
 endif()
 
 # Runs one step; prints its output only when it fails.
@@ -53,12 +59,37 @@ function(step name)
   set(step_output "${_out}" PARENT_SCOPE)
 endfunction()
 
+# Fails unless `readelf -d FILE` lists no CUDA library as NEEDED.
+function(check_no_cuda_needed file)
+  if(NOT READELF)
+    message(FATAL_ERROR "consumer (${MODE}): readelf not found; cannot check ${file}")
+  endif()
+  execute_process(COMMAND ${READELF} -d "${file}" RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "consumer (${MODE}): readelf -d ${file} failed: ${_err}")
+  endif()
+  string(REGEX MATCHALL "\\(NEEDED\\)[^\n]*" _needed "${_out}")
+  if(NOT _needed)
+    message(FATAL_ERROR "consumer (${MODE}): readelf -d ${file} listed no NEEDED entries (bad parse?)")
+  endif()
+  foreach(_n IN LISTS _needed)
+    if(_n MATCHES "lib(cudart|cuda|nccl|cudnn|cublas|cublasLt|shardtensor_cuda)[.]so")
+      message(FATAL_ERROR "consumer (${MODE}): ${file} needs a CUDA library: ${_n}")
+    endif()
+  endforeach()
+  list(LENGTH _needed _count)
+  message(STATUS "consumer (${MODE}): ${file}: ${_count} NEEDED entries, none of them a CUDA library")
+endfunction()
+find_program(READELF NAMES readelf)
+
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
+set(_env "")  # command prefix for the consumer configure (cpu_only: hide the CUDA toolkit)
 if(MODE STREQUAL "package")
   set(_prefix "${WORK_DIR}/prefix")
   step("configure shardtensor" ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/shardtensor-build" ${_common}
+       ${_feature_flags}
        -DCMAKE_INSTALL_PREFIX=${_prefix} -DSHARDTENSOR_BUILD_TESTS=OFF -DSHARDTENSOR_BUILD_BENCH=OFF
        -DSHARDTENSOR_BUILD_EXAMPLES=OFF)
   step("build shardtensor" ${CMAKE_COMMAND} --build "${WORK_DIR}/shardtensor-build" --parallel ${JOBS})
@@ -74,22 +105,77 @@ if(MODE STREQUAL "package")
   endif()
   step("configure consumer" ${CMAKE_COMMAND} -S "${_consumer_src}" -B "${WORK_DIR}/consumer-build" ${_common}
        -DSHARDTENSOR_CONSUMER_MODE=package -DCMAKE_PREFIX_PATH=${_prefix})
+elseif(MODE STREQUAL "cpu_only")
+  if(NOT PREFIX OR NOT EXISTS "${PREFIX}")
+    message(FATAL_ERROR "consumer (cpu_only): -DPREFIX=<installed shardtensor> is required (made by consumer_install)")
+  endif()
+  # Hide the toolkit: an empty CUDAToolkit_ROOT (FindCUDAToolkit then searches nowhere else once
+  # nvcc is off PATH), no CUDA_PATH/CUDA_HOME, and the toolkit's prefixes on the ignore lists.
+  set(_no_cuda "${WORK_DIR}/no-cuda-here")
+  file(MAKE_DIRECTORY "${_no_cuda}")
+  set(_hide ${CUDA_ROOTS} /usr/local/cuda)
+  file(GLOB _versioned LIST_DIRECTORIES true /usr/local/cuda-*)
+  list(APPEND _hide ${_versioned})
+  foreach(_r IN LISTS _hide)
+    if(EXISTS "${_r}")
+      file(REAL_PATH "${_r}" _real)
+      list(APPEND _hide "${_real}")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES _hide)
+  set(_ignore_paths "")
+  foreach(_r IN LISTS _hide)
+    foreach(_sub bin include lib lib64 targets/x86_64-linux/lib targets/x86_64-linux/include)
+      list(APPEND _ignore_paths "${_r}/${_sub}")
+    endforeach()
+  endforeach()
+  set(_path "")
+  string(REPLACE ":" ";" _path_list "$ENV{PATH}")
+  foreach(_p IN LISTS _path_list)
+    set(_keep ON)
+    foreach(_r IN LISTS _hide)
+      string(FIND "${_p}" "${_r}" _at)
+      if(_at EQUAL 0)
+        set(_keep OFF)
+      endif()
+    endforeach()
+    if(_keep AND NOT EXISTS "${_p}/nvcc")
+      list(APPEND _path "${_p}")
+    endif()
+  endforeach()
+  string(REPLACE ";" ":" _path "${_path}")
+  set(_env ${CMAKE_COMMAND} -E env --unset=CUDA_PATH --unset=CUDA_HOME --unset=CUDAToolkit_ROOT --unset=CUDNN_ROOT
+           --unset=NCCL_ROOT --unset=LD_LIBRARY_PATH --unset=LIBRARY_PATH --unset=CPATH "PATH=${_path}")
+  step("configure consumer (CUDA toolkit hidden)" ${_env} ${CMAKE_COMMAND} -S "${_consumer_src}"
+       -B "${WORK_DIR}/consumer-build" ${_common} -DSHARDTENSOR_CONSUMER_MODE=cpu_only -DCMAKE_PREFIX_PATH=${PREFIX}
+       "-DCUDAToolkit_ROOT=${_no_cuda}" "-DCMAKE_IGNORE_PREFIX_PATH=${_hide}" "-DCMAKE_IGNORE_PATH=${_ignore_paths}")
 elseif(MODE STREQUAL "subdir")
   step("configure consumer" ${CMAKE_COMMAND} -S "${_consumer_src}" -B "${WORK_DIR}/consumer-build" ${_common}
-       -DSHARDTENSOR_CONSUMER_MODE=subdir -DSHARDTENSOR_SOURCE_DIR=${SOURCE_DIR})
+       ${_feature_flags} -DSHARDTENSOR_CONSUMER_MODE=subdir -DSHARDTENSOR_SOURCE_DIR=${SOURCE_DIR})
 else()
   message(FATAL_ERROR "run_consumer.cmake: MODE must be package or subdir, not '${MODE}'")
 endif()
 string(REGEX MATCH "consumer: shardtensor [^\n]*" _line "${step_output}")
 message(STATUS "${_line}")
-step("build consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build" --parallel ${JOBS})
+step("build consumer" ${_env} ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build" --parallel ${JOBS})
 
 set(_exe "${WORK_DIR}/consumer-build/shardtensor_consumer")
+if(MODE STREQUAL "cpu_only")
+  file(GLOB _core_libs "${PREFIX}/lib*/libshardtensor.so")
+  if(NOT _core_libs)
+    message(FATAL_ERROR "consumer (cpu_only): no libshardtensor.so under ${PREFIX}/lib*")
+  endif()
+  foreach(_f "${_exe}" ${_core_libs})
+    check_no_cuda_needed("${_f}")
+  endforeach()
+endif()
+# Run without the CUDA library directories on LD_LIBRARY_PATH (the program reports any CUDA
+# library that still gets mapped into it).
 if(ENABLE_MPI AND MPIEXEC)
   separate_arguments(_flags UNIX_COMMAND "${MPIEXEC_FLAGS}")
-  step("run consumer (${NP} ranks)" ${MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${NP} ${_flags} "${_exe}")
+  step("run consumer (${NP} ranks)" ${_env} ${MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${NP} ${_flags} "${_exe}")
 else()
-  step("run consumer" "${_exe}")
+  step("run consumer" ${_env} "${_exe}")
 endif()
 message(STATUS "${step_output}")
 if(NOT step_output MATCHES "consumer: shardtensor .*: OK")

@@ -57,10 +57,10 @@ std::vector<Layout> layouts(int P, const Shape<R>& shape, bool with_empty = true
   return out;
 }
 
-/// Flattens a tensor to doubles.
+/// Flattens a tensor (on any device) to host doubles.
 template <class T, int R>
 std::vector<double> flatten(const Tensor<T, R>& t) {
-  auto c = t.contiguous();
+  auto c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
   std::vector<double> v(static_cast<std::size_t>(c.numel()));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(c.data()[i]);
   return v;
@@ -81,6 +81,7 @@ struct RunOptions {
   double lr = 1e-2;
   std::uint64_t seed = 11;  ///< input seed (target: seed + 1)
   double in_lo = -1, in_hi = 1;
+  Device device = Device::cpu();  ///< where the model, input and target live
 };
 
 template <class T, int R>
@@ -106,18 +107,21 @@ template <class T, int R>
 Result run(const DeviceMesh& mesh, const Layout& L, const Shape<R>& in_shape, const Builder<T, R>& build,
            const RunOptions& o = {}) {
   auto model = build(mesh);
+  model->to(o.device);
   Var<T, R> x(DistTensor<T, R>::random(in_shape, mesh, L.act, o.seed, RandomInit::uniform(o.in_lo, o.in_hi),
-                                       sizes_for<R>(L, in_shape)),
+                                       sizes_for<R>(L, in_shape))
+                  .to(o.device),
               true);
   auto y = model->forward(x);
   const auto& ys = y.value().spec();
   Var<T, R> target(DistTensor<T, R>::random(y.value().global_shape(), mesh, ys.placements(), o.seed + 1,
-                                            RandomInit::uniform(-1, 1), ys.sizes()),
+                                            RandomInit::uniform(-1, 1), ys.sizes())
+                       .to(o.device),
                    false);
   auto loss = F::mse_loss(y, target);
   loss.backward();
   Result r;
-  r.loss = static_cast<double>(loss.local().data()[0]);
+  r.loss = flatten(loss.local())[0];
   r.y = flatten(y.value().full_tensor());
   if (x.has_grad()) r.gx = flatten(x.grad().full_tensor());
   if (o.adam_step) {
@@ -126,10 +130,9 @@ Result run(const DeviceMesh& mesh, const Layout& L, const Shape<R>& in_shape, co
   }
   for (const auto& np : model->named_parameters()) {
     r.names.push_back(np.name);
-    std::vector<double> g;
-    if (const T* p = np.param->grad()) g.assign(p, p + np.param->numel());
-    r.grads.push_back(std::move(g));
-    r.values.emplace_back(np.param->data(), np.param->data() + np.param->numel());
+    const auto g = np.param->grad_flat();
+    r.grads.push_back(g.numel() ? flatten(g) : std::vector<double>{});
+    r.values.push_back(flatten(np.param->value_flat()));
   }
   return r;
 }

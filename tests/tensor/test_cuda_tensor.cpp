@@ -1,9 +1,15 @@
-// CUDA tensors against the CPU reference. Skips (with a message) when the build has no CUDA or
-// no GPU is visible, so the suite passes on machines without one.
+// CUDA tensors against the CPU reference (built into shardtensor_cuda_tests, which links
+// shardtensor::cuda). Skips (with a message) when no GPU is visible, so the suite passes on
+// machines without one; the device-index error is checked either way.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <shardtensor/exec/context.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include <string>
+
 using namespace shard;
+using Catch::Matchers::ContainsSubstring;
 
 namespace {
 bool have_gpu() { return cuda_compiled() && cuda_device_count() > 0; }
@@ -54,8 +60,38 @@ TEST_CASE("CUDA tensors: copy, strided copy, fill, axpy, scale, mul, sum match t
   CHECK(memory_stats(DeviceKind::cuda).peak_bytes > 0);
 }
 
-TEST_CASE("CUDA tensors: a build without CUDA refuses device tensors with a clear error", "[cuda]") {
-  if (cuda_compiled()) SKIP("this build has CUDA; the refusal path is for CUDA-less builds");
-  auto make = [] { return Tensor<float, 1>::empty({4}, Device::cuda(0)); };
-  CHECK_THROWS_AS(make(), Error);
+TEST_CASE("CUDA tensors: a device index beyond the visible GPUs is refused, naming op and device", "[cuda]") {
+  // This binary links shardtensor::cuda: the backend is registered, so the error is about the
+  // device, not about linking.
+  const int n = cuda_device_count();
+  const Device beyond = Device::cuda(n);
+  const std::string want = n == 0 ? "no CUDA device is visible" : fmt::format("beyond the {} visible GPU(s)", n);
+  CHECK_THROWS_WITH((Tensor<float, 1>::empty({4}, beyond)),
+                    ContainsSubstring("allocate") && ContainsSubstring(fmt::format("cuda:{}", n)) && ContainsSubstring(want));
+  auto h = Tensor<double, 1>::empty({3});
+  h.fill(1.0);
+  CHECK_THROWS_WITH(h.to(beyond), ContainsSubstring(fmt::format("cuda:{}", n)) && ContainsSubstring(want));
+  CHECK_THROWS_WITH(current_context(beyond), ContainsSubstring("current_context") && ContainsSubstring(want));
+  CHECK_THROWS_WITH((Tensor<float, 1>::empty({4}, Device::cuda(-1))), ContainsSubstring("cuda:-1"));
+  CHECK(memory_stats(DeviceKind::cuda).current_bytes == 0);
+}
+
+TEST_CASE("CUDA tensors: device memory counters follow allocations", "[cuda]") {
+  if (!have_gpu()) SKIP("no CUDA device visible: GPU tests skipped");
+  release_cached_memory();
+  const auto before = memory_stats(DeviceKind::cuda);
+  {
+    auto t = Tensor<float, 1>::empty({1 << 20}, Device::cuda(0));  // 4 MiB
+    const auto during = memory_stats(DeviceKind::cuda);
+    CHECK(during.current_bytes == before.current_bytes + (std::size_t{4} << 20));
+    CHECK(during.peak_bytes >= during.current_bytes);
+  }
+  const auto after = memory_stats(DeviceKind::cuda);
+  CHECK(after.current_bytes == before.current_bytes);
+  // Freed device blocks stay cached (unless SHARDTENSOR_CUDA_CACHE=0) until released.
+  release_cached_memory();
+  CHECK(memory_stats(DeviceKind::cuda).cached_bytes <= after.cached_bytes);
+  // A second tensor of the same size reuses memory and computes correctly.
+  auto a = Tensor<float, 1>::full({1 << 20}, 2.0f, Device::cuda(0));
+  CHECK(sum(a) == 2.0 * (1 << 20));
 }

@@ -61,6 +61,14 @@ class Var {
   }
 
   const Value& value() const { return s_->value; }
+  /// Replaces a leaf's value (same spec; e.g. moving a parameter to another device). Every copy
+  /// of this Var sees the new value. Refused for non-leaves (recorded results).
+  void replace_value(Value v) const {
+    SHARD_CHECK(is_leaf(), "Var::replace_value", "only leaves can be replaced");
+    SHARD_CHECK(v.spec() == s_->value.spec(), "Var::replace_value", "spec {} differs from the current {}", v.spec(),
+                s_->value.spec());
+    s_->value = std::move(v);
+  }
   /// The local block of the value (shorthand).
   const Tensor<T, Rank>& local() const { return s_->value.local(); }
   bool requires_grad() const { return s_ && s_->requires_grad; }

@@ -176,6 +176,8 @@ class DistTensor {
   /// Layout of tensor dim d.
   const ShardLayout& layout(int d) const { return spec_.layout(d); }
   Device device() const { return local_.device(); }
+  /// The same distributed tensor with its local block copied to `dev` (this tensor when already there).
+  DistTensor to(Device dev) const { return dev == device() ? *this : DistTensor(spec_, local_.to(dev)); }
   bool defined() const { return spec_.ndim() == Rank && Rank > 0 ? true : local_.data() != nullptr; }
 
   // ------------------------------------------------------------------ redistribution

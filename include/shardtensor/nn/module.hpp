@@ -42,6 +42,16 @@ class Module {
   void zero_grad() const {
     for (auto& p : parameters()) p->zero_grad();
   }
+  /// Moves every parameter to `dev` (collective-free; gradients are dropped). Optimisers made
+  /// before the move hold state for the old device: create them after moving the model.
+  void to(Device dev) const {
+    for (auto& p : parameters()) p->to(dev);
+  }
+  /// The device of the first parameter (CPU for a module without parameters).
+  Device device() const {
+    auto ps = parameters();
+    return ps.empty() ? Device::cpu() : ps.front()->device();
+  }
   /// Training mode (norms use batch statistics) or evaluation mode.
   void train(bool on = true) {
     training_ = on;

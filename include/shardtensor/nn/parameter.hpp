@@ -26,6 +26,14 @@ class ParameterBase {
   virtual void zero_grad() const = 0;
   /// The mesh the parameter is replicated over.
   virtual const DeviceMesh& mesh() const = 0;
+  /// The device of the value.
+  virtual Device device() const = 0;
+  /// Moves the value (and drops any gradient) to `dev`.
+  virtual void to(Device dev) const = 0;
+  /// The value as a flat rank-1 view on its device.
+  virtual Tensor<T, 1> value_flat() const = 0;
+  /// The gradient as a flat rank-1 tensor on its device (empty when backward did not reach it).
+  virtual Tensor<T, 1> grad_flat() const = 0;
 };
 
 /// A parameter of rank R.
@@ -52,6 +60,17 @@ class Parameter final : public ParameterBase<T> {
   }
   void zero_grad() const override { var_.zero_grad(); }
   const DeviceMesh& mesh() const override { return var_.value().mesh(); }
+  Device device() const override { return var_.value().device(); }
+  void to(Device dev) const override {
+    if (dev == device()) return;
+    var_.zero_grad();
+    var_.replace_value(var_.value().to(dev));
+  }
+  Tensor<T, 1> value_flat() const override { return var_.local().template reshape<1>({numel()}); }
+  Tensor<T, 1> grad_flat() const override {
+    if (!var_.has_grad()) return {};
+    return var_.grad().local().contiguous().template reshape<1>({numel()});
+  }
   const autograd::Var<T, R>& var() const { return var_; }
 
  private:

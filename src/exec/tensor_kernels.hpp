@@ -1,0 +1,29 @@
+#pragma once
+// TensorDeviceKernels: the device side of Tensor's own entry points (tensor.hpp / ops.hpp:
+// strided copy between views, fill, axpby, mul, sum) for non-host devices. The host side is
+// inline in the headers; shardtensor::cuda implements this table (src/cuda/tensor_ops_cuda.cpp)
+// and the core's src/tensor/device_ops.cpp dispatches to it through the registry.
+#include "exec/registry.hpp"
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/shape.hpp"
+
+namespace shard::exec {
+
+struct TensorDeviceKernels {
+  static constexpr KernelFamily id = KernelFamily::tensor;
+  virtual ~TensorDeviceKernels() = default;
+
+  /// dst[i] = src[i] over a strided box of `rank` (<= 8) dims, both on `dev`.
+  virtual void strided_copy(DType dt, int rank, const index_t* shape, const void* src, const index_t* src_strides,
+                            void* dst, const index_t* dst_strides, Device dev) const = 0;
+  /// dst[0..n) = *value (dtype_size(dt) bytes).
+  virtual void fill(DType dt, void* dst, index_t n, const void* value, Device dev) const = 0;
+  /// y = alpha x + beta y over n contiguous elements.
+  virtual void axpby(DType dt, index_t n, double alpha, const void* x, double beta, void* y, Device dev) const = 0;
+  /// out = a * b over n contiguous elements.
+  virtual void mul(DType dt, index_t n, const void* a, const void* b, void* out, Device dev) const = 0;
+  /// Sum of n contiguous elements, accumulated in double.
+  virtual double sum(DType dt, index_t n, const void* x, Device dev) const = 0;
+};
+
+}  // namespace shard::exec

@@ -1,0 +1,91 @@
+// The CUDA DeviceRuntime (src/cuda/runtime_cuda.cpp) through the registry: it is registered when
+// shardtensor::cuda is linked; on a GPU, streams, events, pinned memory, async copies, memset
+// and the device UUID work. Skips the GPU part (with a message) when no GPU is visible.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <shardtensor/shardtensor.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "exec/device_runtime.hpp"
+
+using namespace shard;
+using Catch::Matchers::ContainsSubstring;
+
+TEST_CASE("CUDA runtime: registered when shardtensor::cuda is linked", "[cuda][exec]") {
+  CHECK(exec::backend_available(DeviceKind::cuda));
+  const auto& rt = exec::cuda_runtime("test");
+  CHECK(rt.device_count() == cuda_device_count());
+  CHECK(rt.device_count() >= 0);
+  CHECK_THROWS_WITH(rt.check_device(rt.device_count(), "my_op"),
+                    ContainsSubstring("my_op") && ContainsSubstring(fmt::format("cuda:{}", rt.device_count())));
+  CHECK_THROWS_WITH(rt.check_device(-1, "my_op"), ContainsSubstring("my_op") && ContainsSubstring("cuda:-1"));
+  CHECK_THROWS_AS(rt.allocate(64, rt.device_count()), Error);
+}
+
+TEST_CASE("CUDA runtime: streams, events, pinned memory, async copies, memset, uuid", "[cuda][exec]") {
+  if (cuda_device_count() == 0) SKIP("no CUDA device visible: GPU tests skipped");
+  const auto& rt = exec::cuda_runtime("test");
+  const int dev = 0;
+  const std::size_t n = 1000, bytes = n * sizeof(double);
+
+  Stream s = rt.create_stream(dev);
+  CHECK(s.handle != nullptr);
+  auto* pinned = static_cast<double*>(rt.allocate_pinned(bytes));
+  for (std::size_t i = 0; i < n; ++i) pinned[i] = 0.5 * static_cast<double>(i);
+  void* d = rt.allocate(bytes, dev);
+  void* d2 = rt.allocate(bytes, dev);
+  rt.copy(d, Device::cuda(dev), pinned, Device::cpu(), bytes, s, /*sync=*/false);
+  rt.copy(d2, Device::cuda(dev), d, Device::cuda(dev), bytes, s, false);
+  void* ev = rt.create_event(dev);
+  rt.record_event(ev, s, dev);
+  rt.synchronize_event(ev);
+  CHECK(rt.query_event(ev));
+
+  std::vector<double> back(n, -1.0);  // pageable: copy returns after completion
+  rt.copy(back.data(), Device::cpu(), d2, Device::cuda(dev), bytes, s, false);
+  bool same = true;
+  for (std::size_t i = 0; i < n; ++i) same = same && back[i] == 0.5 * static_cast<double>(i);
+  CHECK(same);
+
+  // A second stream waits for the first through an event, then zeroes the buffer.
+  Stream s2 = rt.create_stream(dev);
+  rt.record_event(ev, s, dev);
+  rt.wait_event(s2, ev, dev);
+  rt.memset(d2, 0, bytes, dev, s2);
+  rt.copy(back.data(), Device::cpu(), d2, Device::cuda(dev), bytes, s2, true);
+  bool zero = true;
+  for (double v : back) zero = zero && v == 0.0;
+  CHECK(zero);
+
+  char uuid[64] = {};
+  rt.device_uuid(dev, uuid);
+  CHECK(std::strncmp(uuid, "GPU-", 4) == 0);
+  CHECK(std::strlen(uuid) == 40);
+
+  rt.destroy_event(ev);
+  rt.deallocate(d, dev);
+  rt.deallocate(d2, dev);
+  rt.deallocate_pinned(pinned);
+  rt.destroy_stream(s, dev);
+  rt.destroy_stream(s2, dev);
+  rt.synchronize(Stream{}, dev);
+}
+
+TEST_CASE("CUDA runtime: tensors use the thread's current context stream", "[cuda][exec]") {
+  if (cuda_device_count() == 0) SKIP("no CUDA device visible: GPU tests skipped");
+  const auto& rt = exec::cuda_runtime("test");
+  ExecContext ctx(Device::cuda(0), rt.create_stream(0));
+  {
+    ContextGuard guard(ctx);
+    auto a = Tensor<double, 2>::empty({17, 5});
+    a.fill_random(7);
+    auto g = a.to(Device::cuda(0));
+    auto g2 = g.slice({2, 1}, {9, 4}).clone();
+    CHECK(max_rel_diff(g2.to(Device::cpu()), a.slice({2, 1}, {9, 4}).clone()) == 0.0);
+    CHECK(std::abs(sum(g) - sum(a)) <= 1e-12 * (std::abs(sum(a)) + 1));
+  }
+  rt.destroy_stream(ctx.stream(), 0);
+}
