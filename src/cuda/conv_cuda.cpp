@@ -130,11 +130,15 @@ void set_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t t, int nd, index_t n,
   dims[0] = to_int(n, op);
   dims[1] = to_int(c, op);
   for (int i = 0; i < nd; ++i) dims[2 + i] = to_int(e[3 - nd + i], op);
-  int acc = 1;
+  long long acc = 1;
   for (int i = nd + 1; i >= 0; --i) {
-    strides[i] = acc;
+    strides[i] = static_cast<int>(acc);
     acc *= std::max(dims[i], 1);
   }
+  SHARD_CHECK(acc <= INT_MAX, op,
+              "tensor [{}, {}, {}] has {} elements, more than cuDNN's 32-bit strides allow: split the batch or the "
+              "domain",
+              n, c, e, acc);
   check_cudnn(cudnnSetTensorNdDescriptor(d, t, nd + 2, dims.data(), strides.data()), op, "cudnnSetTensorNdDescriptor");
 }
 
@@ -247,14 +251,12 @@ Choice choose(Pass pass, DType dt, const ConvGeometry& g, const Mapping& m, Desc
 constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
-template <class T>
-const T* scalar_one(DType dt) {
+/// cuDNN's alpha = 1 / beta = 0 scaling factors, in the compute type (double for f64).
+const void* one(DType dt) {
   static const float f1 = 1.0f;
   static const double d1 = 1.0;
-  return dt == DType::f64 ? static_cast<const T*>(static_cast<const void*>(&d1))
-                          : static_cast<const T*>(static_cast<const void*>(&f1));
+  return dt == DType::f64 ? static_cast<const void*>(&d1) : static_cast<const void*>(&f1);
 }
-const void* one(DType dt) { return scalar_one<void>(dt); }
 const void* zero(DType dt) {
   static const float f0 = 0.0f;
   static const double d0 = 0.0;
