@@ -4,22 +4,24 @@
 
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
+#include "exec/device_runtime.hpp"
 #if SHARDTENSOR_HAS_MPI
 #include "shardtensor/comm/mpi_comm.hpp"
 #endif
 
 namespace shard {
 
-void Communicator::reduce_scatter(const void* send, void* recv, index_t count, DType dt, ReduceOp op) {
+void Communicator::reduce_scatter(const void* send, void* recv, index_t count, DType dt, ReduceOp op,
+                                  ExecContext* ctx) {
   std::vector<index_t> counts(static_cast<std::size_t>(size()), count);
-  reduce_scatterv(send, recv, counts, dt, op);
+  reduce_scatterv(send, recv, counts, dt, op, ctx);
 }
 
-void Communicator::alltoall(const void* send, void* recv, index_t count, DType dt) {
+void Communicator::alltoall(const void* send, void* recv, index_t count, DType dt, ExecContext* ctx) {
   const auto p = static_cast<std::size_t>(size());
   std::vector<index_t> counts(p, count), displs(p);
   for (std::size_t i = 0; i < p; ++i) displs[i] = static_cast<index_t>(i) * count;
-  alltoallv(send, counts, displs, recv, counts, displs, dt);
+  alltoallv(send, counts, displs, recv, counts, displs, dt, ctx);
 }
 
 std::vector<std::vector<index_t>> Communicator::allgather_vectors(const std::vector<index_t>& v) {
@@ -55,82 +57,108 @@ void Communicator::check_all(bool ok, const char* op, const std::string& message
 // ------------------------------- SelfComm -------------------------------
 
 namespace {
-void copy_elems(void* dst, const void* src, index_t count, DType dt) {
-  if (dst != src && count > 0) std::memmove(dst, src, static_cast<std::size_t>(count) * dtype_size(dt));
+// Copies `count` elements; on a device context, a device-to-device copy ordered on its stream.
+void copy_elems(void* dst, const void* src, index_t count, DType dt, ExecContext* ctx) {
+  if (dst == src || count <= 0) return;
+  const auto bytes = static_cast<std::size_t>(count) * dtype_size(dt);
+  if (!on_device(ctx)) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  exec::cuda_runtime("SelfComm").copy(dst, ctx->device(), src, ctx->device(), bytes, ctx->stream(), false);
 }
 }  // namespace
 
-void SelfComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp) {
-  copy_elems(recv, send, count, dt);
+void SelfComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp, ExecContext* ctx) {
+  copy_elems(recv, send, count, dt, ctx);
 }
-void SelfComm::broadcast(void*, index_t, DType, int root) {
+void SelfComm::broadcast(void*, index_t, DType, int root, ExecContext*) {
   SHARD_CHECK(root == 0, "SelfComm::broadcast", "root {} out of range for 1 rank", root);
 }
-void SelfComm::allgather(const void* send, index_t count, void* recv, DType dt) { copy_elems(recv, send, count, dt); }
-void SelfComm::allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                          std::span<const index_t> displs, DType dt) {
-  SHARD_CHECK(counts.size() == 1 && counts[0] == count, "SelfComm::allgatherv", "counts do not match send count {}",
-              count);
-  copy_elems(static_cast<char*>(recv) + displs[0] * static_cast<index_t>(dtype_size(dt)), send, count, dt);
+void SelfComm::allgather(const void* send, index_t count, void* recv, DType dt, ExecContext* ctx) {
+  copy_elems(recv, send, count, dt, ctx);
 }
-void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp) {
+void SelfComm::allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
+                          std::span<const index_t> displs, DType dt, ExecContext* ctx) {
+  SHARD_CHECK(counts.size() == 1 && displs.size() == 1 && counts[0] == count, "SelfComm::allgatherv",
+              "counts do not match send count {}", count);
+  copy_elems(static_cast<char*>(recv) + displs[0] * static_cast<index_t>(dtype_size(dt)), send, count, dt, ctx);
+}
+void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp,
+                               ExecContext* ctx) {
   SHARD_CHECK(counts.size() == 1, "SelfComm::reduce_scatterv", "expected 1 count, got {}", counts.size());
-  copy_elems(recv, send, counts[0], dt);
+  copy_elems(recv, send, counts[0], dt, ctx);
 }
 void SelfComm::alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
-                         std::span<const index_t> rc, std::span<const index_t> rd, DType dt) {
-  SHARD_CHECK(sc.size() == 1 && rc.size() == 1 && sc[0] == rc[0], "SelfComm::alltoallv", "send/recv counts differ");
+                         std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
+  SHARD_CHECK(sc.size() == 1 && sd.size() == 1 && rc.size() == 1 && rd.size() == 1 && sc[0] == rc[0],
+              "SelfComm::alltoallv", "send/recv counts differ");
   const auto es = static_cast<index_t>(dtype_size(dt));
-  copy_elems(static_cast<char*>(recv) + rd[0] * es, static_cast<const char*>(send) + sd[0] * es, sc[0], dt);
+  copy_elems(static_cast<char*>(recv) + rd[0] * es, static_cast<const char*>(send) + sd[0] * es, sc[0], dt, ctx);
 }
 void SelfComm::sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source,
-                        DType dt, int) {
+                        DType dt, int, ExecContext* ctx) {
   SHARD_CHECK(dest <= 0 && source <= 0, "SelfComm::sendrecv", "peer out of range (dest {}, source {})", dest, source);
   if (dest == 0 && source == 0) {
     SHARD_CHECK(send_count == recv_count, "SelfComm::sendrecv", "count {} != {}", send_count, recv_count);
-    copy_elems(recv, send, send_count, dt);
+    copy_elems(recv, send, send_count, dt, ctx);
   }
 }
-Request SelfComm::isend(const void* buf, index_t count, DType dt, int dest, int tag) {
+void SelfComm::barrier(ExecContext*) {}
+Request SelfComm::isend(const void* buf, index_t count, DType dt, int dest, int tag, ExecContext* ctx) {
   SHARD_CHECK(dest == 0, "SelfComm::isend", "dest {} out of range", dest);
-  const auto* b = static_cast<const char*>(buf);
-  mailbox_.emplace_back(tag, std::vector<char>(b, b + count * static_cast<index_t>(dtype_size(dt))));
+  const auto bytes = static_cast<std::size_t>(count) * dtype_size(dt);
+  std::vector<char> msg(bytes);
+  if (on_device(ctx) && bytes > 0)  // to pageable host memory: returns when the copy is done
+    exec::cuda_runtime("SelfComm::isend").copy(msg.data(), Device::cpu(), buf, ctx->device(), bytes, ctx->stream(),
+                                               true);
+  else if (bytes > 0)
+    std::memcpy(msg.data(), buf, bytes);
+  mailbox_.emplace_back(tag, std::move(msg));
   return {};
 }
-Request SelfComm::irecv(void* buf, index_t count, DType dt, int source, int tag) {
+Request SelfComm::irecv(void* buf, index_t count, DType dt, int source, int tag, ExecContext* ctx) {
   SHARD_CHECK(source == 0, "SelfComm::irecv", "source {} out of range", source);
   struct St : Request::State {
     SelfComm* c; void* buf; std::size_t bytes; int tag;
+    bool dev = false; Device device; Stream stream;
     bool test() override {
       for (auto it = c->mailbox_.begin(); it != c->mailbox_.end(); ++it) {
         if (it->first == tag) {
           SHARD_CHECK(it->second.size() == bytes, "SelfComm::irecv", "message of {} bytes, expected {}",
                       it->second.size(), bytes);
-          std::memcpy(buf, it->second.data(), bytes);
+          if (dev && bytes > 0)  // from pageable host memory: synchronous
+            exec::cuda_runtime("SelfComm::irecv").copy(buf, device, it->second.data(), Device::cpu(), bytes, stream,
+                                                       true);
+          else if (bytes > 0)
+            std::memcpy(buf, it->second.data(), bytes);
           c->mailbox_.erase(it);
           return true;
         }
       }
       return false;
     }
-    void wait() override { SHARD_CHECK(test(), "SelfComm::irecv", "no matching send with tag {} (would deadlock)", tag); }
+    void wait() override {
+      SHARD_CHECK(test(), "SelfComm::irecv", "no matching send with tag {} (would deadlock)", tag);
+    }
   };
   auto s = std::make_shared<St>();
   s->c = this; s->buf = buf; s->bytes = static_cast<std::size_t>(count) * dtype_size(dt); s->tag = tag;
+  if (on_device(ctx)) { s->dev = true; s->device = ctx->device(); s->stream = ctx->stream(); }
   return Request(s);
 }
-Request SelfComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) {
-  allreduce(send, recv, count, dt, op);
+Request SelfComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  allreduce(send, recv, count, dt, op, ctx);
   return {};
 }
 Request SelfComm::iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                              std::span<const index_t> displs, DType dt) {
-  allgatherv(send, count, recv, counts, displs, dt);
+                              std::span<const index_t> displs, DType dt, ExecContext* ctx) {
+  allgatherv(send, count, recv, counts, displs, dt, ctx);
   return {};
 }
 Request SelfComm::ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
-                             std::span<const index_t> rc, std::span<const index_t> rd, DType dt) {
-  alltoallv(send, sc, sd, recv, rc, rd, dt);
+                             std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
+  alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
   return {};
 }
 std::shared_ptr<Communicator> SelfComm::split(int color, int) {

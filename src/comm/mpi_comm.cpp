@@ -1,9 +1,20 @@
 #include "shardtensor/comm/mpi_comm.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <utility>
 #include <vector>
 
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
+
+#include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard {
@@ -64,18 +75,38 @@ void divide(void* buf, index_t count, DType dt, int p) {
   }
 }
 
+// A pinned staging buffer leased from an MpiComm's pool; goes back to the pool when destroyed.
+class Lease {
+ public:
+  Lease() = default;
+  Lease(std::shared_ptr<MpiComm::Staging> pool, void* p, std::size_t cap) : pool_(std::move(pool)), p_(p), cap_(cap) {}
+  Lease(Lease&& o) noexcept : pool_(std::move(o.pool_)), p_(std::exchange(o.p_, nullptr)), cap_(o.cap_) {}
+  Lease& operator=(Lease&&) = delete;
+  Lease(const Lease&) = delete;
+  ~Lease();
+  char* get() const { return static_cast<char*>(p_); }
+
+ private:
+  std::shared_ptr<MpiComm::Staging> pool_;
+  void* p_ = nullptr;
+  std::size_t cap_ = 0;
+};
+
 struct MpiRequestState : Request::State {
   MPI_Request req = MPI_REQUEST_NULL;
-  std::function<void()> done;          // completion step (avg division), may be empty
+  std::function<void()> done;          // completion step (avg division, staged copy-back), may be empty
   std::vector<int> keep[4];            // int count arrays that must outlive the request
+  std::vector<Lease> leases;           // staging buffers that must outlive the request
   void wait() override {
     mpi_check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait");
     if (done) done();
+    leases.clear();
   }
   bool test() override {
     int flag = 0;
     mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
     if (flag && done) done();
+    if (flag) leases.clear();
     return flag != 0;
   }
 };
@@ -88,6 +119,125 @@ void finalize_at_exit() {
 }
 
 }  // namespace
+
+// ------------------------------- staging pool -------------------------------
+
+// Reusable pinned host buffers. A request keeps its leases (and through them the pool) alive.
+struct MpiComm::Staging {
+  explicit Staging(const exec::DeviceRuntime& r) : rt(&r) {}
+  ~Staging() {
+    for (auto& b : free_bufs) rt->deallocate_pinned(b.first);
+  }
+  const exec::DeviceRuntime* rt;
+  std::mutex mu;
+  std::vector<std::pair<void*, std::size_t>> free_bufs;  // (pointer, capacity)
+  std::size_t total = 0;                                 // bytes allocated (free + leased)
+
+  // The smallest free buffer of at least `bytes`; else a new one (power of two, >= 64 KiB),
+  // replacing the largest free buffer that is too small.
+  std::pair<void*, std::size_t> take(std::size_t bytes) {
+    std::lock_guard lk(mu);
+    std::size_t best = free_bufs.size();
+    for (std::size_t i = 0; i < free_bufs.size(); ++i)
+      if (free_bufs[i].second >= bytes && (best == free_bufs.size() || free_bufs[i].second < free_bufs[best].second))
+        best = i;
+    if (best < free_bufs.size()) {
+      auto b = free_bufs[best];
+      free_bufs.erase(free_bufs.begin() + static_cast<std::ptrdiff_t>(best));
+      return b;
+    }
+    if (!free_bufs.empty()) {  // every free buffer is too small: drop the largest, grow
+      auto it = std::max_element(free_bufs.begin(), free_bufs.end(),
+                                 [](auto& a, auto& b) { return a.second < b.second; });
+      rt->deallocate_pinned(it->first);
+      total -= it->second;
+      free_bufs.erase(it);
+    }
+    std::size_t cap = std::size_t{64} << 10;
+    while (cap < bytes) cap *= 2;
+    void* p = rt->allocate_pinned(cap);
+    total += cap;
+    return {p, cap};
+  }
+  void give_back(void* p, std::size_t cap) {
+    std::lock_guard lk(mu);
+    free_bufs.emplace_back(p, cap);
+  }
+};
+
+namespace {
+
+Lease::~Lease() {
+  if (p_) pool_->give_back(p_, cap_);
+}
+
+Lease acquire(const std::shared_ptr<MpiComm::Staging>& pool, std::size_t bytes) {
+  if (bytes == 0) return {};
+  auto [p, cap] = pool->take(bytes);
+  return Lease(pool, p, cap);
+}
+
+// One device call: the runtime, device and stream of its context.
+struct DevCall {
+  DevCall(const ExecContext& ctx, const char* op)
+      : rt(&exec::kernels_for<exec::DeviceRuntime>(ctx.device(), op)), dev(ctx.device()), stream(ctx.stream()) {}
+  const exec::DeviceRuntime* rt;
+  Device dev;
+  Stream stream;
+  // Both copies return when done, so the staging buffer may be reused (or handed to MPI) at once.
+  void to_host(void* h, const void* d, std::size_t bytes) const {
+    if (bytes) rt->copy(h, Device::cpu(), d, dev, bytes, stream, true);
+  }
+  void to_dev(void* d, const void* h, std::size_t bytes) const {
+    if (bytes) rt->copy(d, dev, h, Device::cpu(), bytes, stream, true);
+  }
+  // Work queued on the stream before the call must be complete before MPI reads device memory.
+  void sync() const { rt->synchronize(stream, dev.index); }
+};
+
+std::size_t nbytes(index_t count, DType dt) { return static_cast<std::size_t>(count) * dtype_size(dt); }
+
+// One past the last element that `counts`/`displs` address.
+index_t extent(std::span<const index_t> counts, std::span<const index_t> displs) {
+  index_t e = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    if (counts[r] > 0) e = std::max(e, displs[r] + counts[r]);
+  return e;
+}
+
+// Copies the received segments (and only them: the gaps of the device buffer keep their
+// contents) from the host staging buffer to the device, merging adjacent segments.
+void copy_back_segments(const DevCall& d, void* dev_base, const char* host_base, const std::vector<index_t>& counts,
+                        const std::vector<index_t>& displs, DType dt) {
+  std::vector<std::pair<index_t, index_t>> seg;
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    if (counts[r] > 0) seg.emplace_back(displs[r], displs[r] + counts[r]);
+  std::sort(seg.begin(), seg.end());
+  const auto es = static_cast<index_t>(dtype_size(dt));
+  for (std::size_t i = 0; i < seg.size();) {
+    auto [a, b] = seg[i];
+    std::size_t j = i + 1;
+    for (; j < seg.size() && seg[j].first <= b; ++j) b = std::max(b, seg[j].second);
+    d.to_dev(static_cast<char*>(dev_base) + a * es, host_base + a * es, static_cast<std::size_t>((b - a) * es));
+    i = j;
+  }
+}
+
+std::vector<index_t> to_vec(std::span<const index_t> s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+bool mpi_cuda_aware() {
+  static const bool aware = [] {
+    if (const char* e = std::getenv("SHARDTENSOR_MPI_CUDA_AWARE"); e && *e) return std::strcmp(e, "0") != 0;
+#if defined(MPIX_CUDA_AWARE_SUPPORT)
+    return MPIX_Query_cuda_support() == 1;
+#else
+    return false;
+#endif
+  }();
+  return aware;
+}
 
 bool mpi_init_if_needed(int* argc, char*** argv) {
   int init = 0;
@@ -122,104 +272,276 @@ std::shared_ptr<MpiComm> MpiComm::world() {
   return std::make_shared<MpiComm>(MPI_COMM_WORLD);
 }
 
-void MpiComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) {
-  const void* s = send == recv ? MPI_IN_PLACE : send;
-  mpi_check(MPI_Allreduce(s, recv, to_int(count, "allreduce"), mpi_type(dt), mpi_op(op, dt), comm_), "MPI_Allreduce");
-  if (op == ReduceOp::avg) divide(recv, count, dt, size_);
+bool MpiComm::passes_device_pointers() const {
+  return transport_ == MpiDeviceTransport::direct ||
+         (transport_ == MpiDeviceTransport::automatic && mpi_cuda_aware());
 }
 
-void MpiComm::broadcast(void* buf, index_t count, DType dt, int root) {
+std::size_t MpiComm::staging_bytes() const {
+  if (!staging_) return 0;
+  std::lock_guard lk(staging_->mu);
+  return staging_->total;
+}
+
+// Device calls below: `direct` = pointers straight to MPI after the stream's queued work is done;
+// otherwise copy in to pinned staging, run the host MPI call on it, copy the result out. The avg
+// reductions always stage (the division runs on the host buffer).
+#define SHARD_STAGING_POOL(d)                                                           \
+  if (!staging_) staging_ = std::make_shared<Staging>(*(d).rt);                          \
+  const auto& pool = staging_
+
+void MpiComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  const int n = to_int(count, "allreduce");
+  const MPI_Op mop = mpi_op(op, dt);
+  if (!on_device(ctx) || (passes_device_pointers() && op != ReduceOp::avg)) {
+    if (on_device(ctx)) DevCall(*ctx, "allreduce").sync();
+    const void* s = send == recv ? MPI_IN_PLACE : send;
+    mpi_check(MPI_Allreduce(s, recv, n, mpi_type(dt), mop, comm_), "MPI_Allreduce");
+    if (op == ReduceOp::avg) divide(recv, count, dt, size_);
+    return;
+  }
+  const DevCall d(*ctx, "allreduce");
+  SHARD_STAGING_POOL(d);
+  const auto bytes = nbytes(count, dt);
+  auto buf = acquire(pool, bytes);
+  d.to_host(buf.get(), send, bytes);
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf.get(), n, mpi_type(dt), mop, comm_), "MPI_Allreduce");
+  if (op == ReduceOp::avg) divide(buf.get(), count, dt, size_);
+  d.to_dev(recv, buf.get(), bytes);
+}
+
+void MpiComm::broadcast(void* buf, index_t count, DType dt, int root, ExecContext* ctx) {
   SHARD_CHECK(root >= 0 && root < size_, "broadcast", "root {} out of range for {} ranks", root, size_);
-  mpi_check(MPI_Bcast(buf, to_int(count, "broadcast"), mpi_type(dt), root, comm_), "MPI_Bcast");
+  const int n = to_int(count, "broadcast");
+  if (!on_device(ctx) || passes_device_pointers()) {
+    if (on_device(ctx)) DevCall(*ctx, "broadcast").sync();
+    mpi_check(MPI_Bcast(buf, n, mpi_type(dt), root, comm_), "MPI_Bcast");
+    return;
+  }
+  const DevCall d(*ctx, "broadcast");
+  SHARD_STAGING_POOL(d);
+  const auto bytes = nbytes(count, dt);
+  auto h = acquire(pool, bytes);
+  if (rank_ == root) d.to_host(h.get(), buf, bytes);
+  mpi_check(MPI_Bcast(h.get(), n, mpi_type(dt), root, comm_), "MPI_Bcast");
+  if (rank_ != root) d.to_dev(buf, h.get(), bytes);
 }
 
-void MpiComm::allgather(const void* send, index_t count, void* recv, DType dt) {
+void MpiComm::allgather(const void* send, index_t count, void* recv, DType dt, ExecContext* ctx) {
   const int c = to_int(count, "allgather");
-  mpi_check(MPI_Allgather(send, c, mpi_type(dt), recv, c, mpi_type(dt), comm_), "MPI_Allgather");
+  if (!on_device(ctx) || passes_device_pointers()) {
+    if (on_device(ctx)) DevCall(*ctx, "allgather").sync();
+    mpi_check(MPI_Allgather(send, c, mpi_type(dt), recv, c, mpi_type(dt), comm_), "MPI_Allgather");
+    return;
+  }
+  const DevCall d(*ctx, "allgather");
+  SHARD_STAGING_POOL(d);
+  const auto bytes = nbytes(count, dt);
+  auto hs = acquire(pool, bytes);
+  auto hr = acquire(pool, bytes * static_cast<std::size_t>(size_));
+  d.to_host(hs.get(), send, bytes);
+  mpi_check(MPI_Allgather(hs.get(), c, mpi_type(dt), hr.get(), c, mpi_type(dt), comm_), "MPI_Allgather");
+  d.to_dev(recv, hr.get(), bytes * static_cast<std::size_t>(size_));
 }
 
 void MpiComm::allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                         std::span<const index_t> displs, DType dt) {
+                         std::span<const index_t> displs, DType dt, ExecContext* ctx) {
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_) && displs.size() == counts.size(), "allgatherv",
               "need {} counts and displacements, got {} and {}", size_, counts.size(), displs.size());
-  auto c = to_ints(counts, "allgatherv"), d = to_ints(displs, "allgatherv");
-  mpi_check(MPI_Allgatherv(send, to_int(count, "allgatherv"), mpi_type(dt), recv, c.data(), d.data(), mpi_type(dt),
-                           comm_),
+  auto c = to_ints(counts, "allgatherv"), dsp = to_ints(displs, "allgatherv");
+  const int n = to_int(count, "allgatherv");
+  if (!on_device(ctx) || passes_device_pointers()) {
+    if (on_device(ctx)) DevCall(*ctx, "allgatherv").sync();
+    mpi_check(MPI_Allgatherv(send, n, mpi_type(dt), recv, c.data(), dsp.data(), mpi_type(dt), comm_),
+              "MPI_Allgatherv");
+    return;
+  }
+  const DevCall d(*ctx, "allgatherv");
+  SHARD_STAGING_POOL(d);
+  auto hs = acquire(pool, nbytes(count, dt));
+  auto hr = acquire(pool, nbytes(extent(counts, displs), dt));
+  d.to_host(hs.get(), send, nbytes(count, dt));
+  mpi_check(MPI_Allgatherv(hs.get(), n, mpi_type(dt), hr.get(), c.data(), dsp.data(), mpi_type(dt), comm_),
             "MPI_Allgatherv");
+  copy_back_segments(d, recv, hr.get(), to_vec(counts), to_vec(displs), dt);
 }
 
-void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op) {
+void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
+                              ExecContext* ctx) {
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_), "reduce_scatterv", "need {} counts, got {}", size_,
               counts.size());
   auto c = to_ints(counts, "reduce_scatterv");
-  mpi_check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dt), mpi_op(op, dt), comm_), "MPI_Reduce_scatter");
-  if (op == ReduceOp::avg) divide(recv, counts[static_cast<std::size_t>(rank_)], dt, size_);
+  const MPI_Op mop = mpi_op(op, dt);
+  const index_t mine = counts[static_cast<std::size_t>(rank_)];
+  if (!on_device(ctx) || (passes_device_pointers() && op != ReduceOp::avg)) {
+    if (on_device(ctx)) DevCall(*ctx, "reduce_scatterv").sync();
+    mpi_check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dt), mop, comm_), "MPI_Reduce_scatter");
+    if (op == ReduceOp::avg) divide(recv, mine, dt, size_);
+    return;
+  }
+  const DevCall d(*ctx, "reduce_scatterv");
+  SHARD_STAGING_POOL(d);
+  index_t total = 0;
+  for (index_t k : counts) total += k;
+  auto hs = acquire(pool, nbytes(total, dt));
+  auto hr = acquire(pool, nbytes(mine, dt));
+  d.to_host(hs.get(), send, nbytes(total, dt));
+  mpi_check(MPI_Reduce_scatter(hs.get(), hr.get(), c.data(), mpi_type(dt), mop, comm_), "MPI_Reduce_scatter");
+  if (op == ReduceOp::avg) divide(hr.get(), mine, dt, size_);
+  d.to_dev(recv, hr.get(), nbytes(mine, dt));
 }
 
 void MpiComm::alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
-                        std::span<const index_t> rc, std::span<const index_t> rd, DType dt) {
+                        std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
   const auto p = static_cast<std::size_t>(size_);
   SHARD_CHECK(sc.size() == p && sd.size() == p && rc.size() == p && rd.size() == p, "alltoallv",
               "need {} counts/displacements per side", p);
   auto a = to_ints(sc, "alltoallv"), b = to_ints(sd, "alltoallv"), c = to_ints(rc, "alltoallv"),
-       d = to_ints(rd, "alltoallv");
-  mpi_check(MPI_Alltoallv(send, a.data(), b.data(), mpi_type(dt), recv, c.data(), d.data(), mpi_type(dt), comm_),
+       e = to_ints(rd, "alltoallv");
+  if (!on_device(ctx) || passes_device_pointers()) {
+    if (on_device(ctx)) DevCall(*ctx, "alltoallv").sync();
+    mpi_check(MPI_Alltoallv(send, a.data(), b.data(), mpi_type(dt), recv, c.data(), e.data(), mpi_type(dt), comm_),
+              "MPI_Alltoallv");
+    return;
+  }
+  const DevCall d(*ctx, "alltoallv");
+  SHARD_STAGING_POOL(d);
+  const auto send_bytes = nbytes(extent(sc, sd), dt);
+  auto hs = acquire(pool, send_bytes);
+  auto hr = acquire(pool, nbytes(extent(rc, rd), dt));
+  d.to_host(hs.get(), send, send_bytes);
+  mpi_check(MPI_Alltoallv(hs.get(), a.data(), b.data(), mpi_type(dt), hr.get(), c.data(), e.data(), mpi_type(dt),
+                          comm_),
             "MPI_Alltoallv");
+  copy_back_segments(d, recv, hr.get(), to_vec(rc), to_vec(rd), dt);
 }
 
 void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source,
-                       DType dt, int tag) {
+                       DType dt, int tag, ExecContext* ctx) {
   SHARD_CHECK(dest < size_ && source < size_, "sendrecv", "peer out of range (dest {}, source {}, size {})", dest,
               source, size_);
-  mpi_check(MPI_Sendrecv(send, to_int(send_count, "sendrecv"), mpi_type(dt), dest < 0 ? MPI_PROC_NULL : dest, tag,
-                         recv, to_int(recv_count, "sendrecv"), mpi_type(dt), source < 0 ? MPI_PROC_NULL : source, tag,
-                         comm_, MPI_STATUS_IGNORE),
-            "MPI_Sendrecv");
-}
-
-void MpiComm::barrier() { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
-
-Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int tag) {
-  SHARD_CHECK(dest >= 0 && dest < size_, "isend", "dest {} out of range for {} ranks", dest, size_);
-  auto s = std::make_shared<MpiRequestState>();
-  mpi_check(MPI_Isend(buf, to_int(count, "isend"), mpi_type(dt), dest, tag, comm_, &s->req), "MPI_Isend");
-  return Request(s);
-}
-
-Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag) {
-  SHARD_CHECK(source >= 0 && source < size_, "irecv", "source {} out of range for {} ranks", source, size_);
-  auto s = std::make_shared<MpiRequestState>();
-  mpi_check(MPI_Irecv(buf, to_int(count, "irecv"), mpi_type(dt), source, tag, comm_, &s->req), "MPI_Irecv");
-  return Request(s);
-}
-
-Request MpiComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) {
-  auto s = std::make_shared<MpiRequestState>();
-  const void* sb = send == recv ? MPI_IN_PLACE : send;
-  mpi_check(MPI_Iallreduce(sb, recv, to_int(count, "iallreduce"), mpi_type(dt), mpi_op(op, dt), comm_, &s->req),
-            "MPI_Iallreduce");
-  if (op == ReduceOp::avg) {
-    const int p = size_;
-    s->done = [recv, count, dt, p] { divide(recv, count, dt, p); };
+  const int ns = to_int(send_count, "sendrecv"), nr = to_int(recv_count, "sendrecv");
+  const int to = dest < 0 ? MPI_PROC_NULL : dest, from = source < 0 ? MPI_PROC_NULL : source;
+  if (!on_device(ctx) || passes_device_pointers()) {
+    if (on_device(ctx)) DevCall(*ctx, "sendrecv").sync();
+    mpi_check(MPI_Sendrecv(send, ns, mpi_type(dt), to, tag, recv, nr, mpi_type(dt), from, tag, comm_,
+                           MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+    return;
   }
+  const DevCall d(*ctx, "sendrecv");
+  SHARD_STAGING_POOL(d);
+  auto hs = acquire(pool, dest >= 0 ? nbytes(send_count, dt) : 0);
+  auto hr = acquire(pool, source >= 0 ? nbytes(recv_count, dt) : 0);
+  if (dest >= 0) d.to_host(hs.get(), send, nbytes(send_count, dt));
+  mpi_check(MPI_Sendrecv(hs.get(), ns, mpi_type(dt), to, tag, hr.get(), nr, mpi_type(dt), from, tag, comm_,
+                         MPI_STATUS_IGNORE),
+            "MPI_Sendrecv");
+  if (source >= 0) d.to_dev(recv, hr.get(), nbytes(recv_count, dt));
+}
+
+void MpiComm::barrier(ExecContext* ctx) {
+  if (on_device(ctx)) DevCall(*ctx, "barrier").sync();
+  mpi_check(MPI_Barrier(comm_), "MPI_Barrier");
+}
+
+Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int tag, ExecContext* ctx) {
+  SHARD_CHECK(dest >= 0 && dest < size_, "isend", "dest {} out of range for {} ranks", dest, size_);
+  const int n = to_int(count, "isend");
+  auto s = std::make_shared<MpiRequestState>();
+  if (on_device(ctx)) {
+    const DevCall d(*ctx, "isend");
+    if (passes_device_pointers()) {
+      d.sync();
+    } else {
+      SHARD_STAGING_POOL(d);
+      s->leases.push_back(acquire(pool, nbytes(count, dt)));
+      d.to_host(s->leases.back().get(), buf, nbytes(count, dt));
+      buf = s->leases.back().get();
+    }
+  }
+  mpi_check(MPI_Isend(buf, n, mpi_type(dt), dest, tag, comm_, &s->req), "MPI_Isend");
+  return Request(s);
+}
+
+Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag, ExecContext* ctx) {
+  SHARD_CHECK(source >= 0 && source < size_, "irecv", "source {} out of range for {} ranks", source, size_);
+  const int n = to_int(count, "irecv");
+  auto s = std::make_shared<MpiRequestState>();
+  void* target = buf;
+  if (on_device(ctx)) {
+    const DevCall d(*ctx, "irecv");
+    if (passes_device_pointers()) {
+      d.sync();  // the buffer may still be read by work queued before the call
+    } else {
+      SHARD_STAGING_POOL(d);
+      s->leases.push_back(acquire(pool, nbytes(count, dt)));
+      target = s->leases.back().get();
+      const auto bytes = nbytes(count, dt);
+      s->done = [d, buf, target, bytes] { d.to_dev(buf, target, bytes); };
+    }
+  }
+  mpi_check(MPI_Irecv(target, n, mpi_type(dt), source, tag, comm_, &s->req), "MPI_Irecv");
+  return Request(s);
+}
+
+Request MpiComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  const int n = to_int(count, "iallreduce");
+  const MPI_Op mop = mpi_op(op, dt);
+  auto s = std::make_shared<MpiRequestState>();
+  const int p = size_;
+  if (on_device(ctx) && !(passes_device_pointers() && op != ReduceOp::avg)) {
+    const DevCall d(*ctx, "iallreduce");
+    SHARD_STAGING_POOL(d);
+    const auto bytes = nbytes(count, dt);
+    s->leases.push_back(acquire(pool, bytes));
+    char* h = s->leases.back().get();
+    d.to_host(h, send, bytes);
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, h, n, mpi_type(dt), mop, comm_, &s->req), "MPI_Iallreduce");
+    s->done = [d, h, recv, count, bytes, dt, p, op] {
+      if (op == ReduceOp::avg) divide(h, count, dt, p);
+      d.to_dev(recv, h, bytes);
+    };
+    return Request(s);
+  }
+  if (on_device(ctx)) DevCall(*ctx, "iallreduce").sync();
+  const void* sb = send == recv ? MPI_IN_PLACE : send;
+  mpi_check(MPI_Iallreduce(sb, recv, n, mpi_type(dt), mop, comm_, &s->req), "MPI_Iallreduce");
+  if (op == ReduceOp::avg) s->done = [recv, count, dt, p] { divide(recv, count, dt, p); };
   return Request(s);
 }
 
 Request MpiComm::iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                             std::span<const index_t> displs, DType dt) {
+                             std::span<const index_t> displs, DType dt, ExecContext* ctx) {
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_) && displs.size() == counts.size(), "iallgatherv",
               "need {} counts and displacements", size_);
   auto s = std::make_shared<MpiRequestState>();
   s->keep[0] = to_ints(counts, "iallgatherv");
   s->keep[1] = to_ints(displs, "iallgatherv");
-  mpi_check(MPI_Iallgatherv(send, to_int(count, "iallgatherv"), mpi_type(dt), recv, s->keep[0].data(),
-                            s->keep[1].data(), mpi_type(dt), comm_, &s->req),
+  const int n = to_int(count, "iallgatherv");
+  if (on_device(ctx)) {
+    const DevCall d(*ctx, "iallgatherv");
+    if (passes_device_pointers()) {
+      d.sync();
+    } else {
+      SHARD_STAGING_POOL(d);
+      s->leases.push_back(acquire(pool, nbytes(count, dt)));
+      s->leases.push_back(acquire(pool, nbytes(extent(counts, displs), dt)));
+      d.to_host(s->leases[0].get(), send, nbytes(count, dt));
+      send = s->leases[0].get();
+      const char* h = s->leases[1].get();
+      s->done = [d, recv, h, c = to_vec(counts), o = to_vec(displs), dt] { copy_back_segments(d, recv, h, c, o, dt); };
+      recv = s->leases[1].get();
+    }
+  }
+  mpi_check(MPI_Iallgatherv(send, n, mpi_type(dt), recv, s->keep[0].data(), s->keep[1].data(), mpi_type(dt), comm_,
+                            &s->req),
             "MPI_Iallgatherv");
   return Request(s);
 }
 
 Request MpiComm::ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
-                            std::span<const index_t> rc, std::span<const index_t> rd, DType dt) {
+                            std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
   const auto p = static_cast<std::size_t>(size_);
   SHARD_CHECK(sc.size() == p && sd.size() == p && rc.size() == p && rd.size() == p, "ialltoallv",
               "need {} counts/displacements per side", p);
@@ -228,11 +550,29 @@ Request MpiComm::ialltoallv(const void* send, std::span<const index_t> sc, std::
   s->keep[1] = to_ints(sd, "ialltoallv");
   s->keep[2] = to_ints(rc, "ialltoallv");
   s->keep[3] = to_ints(rd, "ialltoallv");
+  if (on_device(ctx)) {
+    const DevCall d(*ctx, "ialltoallv");
+    if (passes_device_pointers()) {
+      d.sync();
+    } else {
+      SHARD_STAGING_POOL(d);
+      const auto send_bytes = nbytes(extent(sc, sd), dt);
+      s->leases.push_back(acquire(pool, send_bytes));
+      s->leases.push_back(acquire(pool, nbytes(extent(rc, rd), dt)));
+      d.to_host(s->leases[0].get(), send, send_bytes);
+      send = s->leases[0].get();
+      const char* h = s->leases[1].get();
+      s->done = [d, recv, h, c = to_vec(rc), o = to_vec(rd), dt] { copy_back_segments(d, recv, h, c, o, dt); };
+      recv = s->leases[1].get();
+    }
+  }
   mpi_check(MPI_Ialltoallv(send, s->keep[0].data(), s->keep[1].data(), mpi_type(dt), recv, s->keep[2].data(),
                            s->keep[3].data(), mpi_type(dt), comm_, &s->req),
             "MPI_Ialltoallv");
   return Request(s);
 }
+
+#undef SHARD_STAGING_POOL
 
 std::shared_ptr<Communicator> MpiComm::split(int color, int key) {
   MPI_Comm nc = MPI_COMM_NULL;
@@ -240,6 +580,7 @@ std::shared_ptr<Communicator> MpiComm::split(int color, int key) {
   if (nc == MPI_COMM_NULL) return nullptr;
   auto out = std::make_shared<MpiComm>(nc);  // duplicates nc
   MPI_Comm_free(&nc);
+  out->transport_ = transport_;
   return out;
 }
 

@@ -31,61 +31,65 @@ class CountingComm final : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string backend() const override { return "counting:" + inner_->backend(); }
-  void allreduce(const void* s, void* r, index_t n, DType dt, ReduceOp op) override {
+  void allreduce(const void* s, void* r, index_t n, DType dt, ReduceOp op, ExecContext* ctx = nullptr) override {
     bump("allreduce");
-    inner_->allreduce(s, r, n, dt, op);
+    inner_->allreduce(s, r, n, dt, op, ctx);
   }
-  void broadcast(void* b, index_t n, DType dt, int root) override {
+  void broadcast(void* b, index_t n, DType dt, int root, ExecContext* ctx = nullptr) override {
     bump("broadcast");
-    inner_->broadcast(b, n, dt, root);
+    inner_->broadcast(b, n, dt, root, ctx);
   }
-  void allgather(const void* s, index_t n, void* r, DType dt) override {
+  void allgather(const void* s, index_t n, void* r, DType dt, ExecContext* ctx = nullptr) override {
     bump("allgather");
-    inner_->allgather(s, n, r, dt);
+    inner_->allgather(s, n, r, dt, ctx);
   }
   void allgatherv(const void* s, index_t n, void* r, std::span<const index_t> c, std::span<const index_t> d,
-                  DType dt) override {
+                  DType dt, ExecContext* ctx = nullptr) override {
     bump("allgatherv");
-    inner_->allgatherv(s, n, r, c, d, dt);
+    inner_->allgatherv(s, n, r, c, d, dt, ctx);
   }
-  void reduce_scatterv(const void* s, void* r, std::span<const index_t> c, DType dt, ReduceOp op) override {
+  void reduce_scatterv(const void* s, void* r, std::span<const index_t> c, DType dt, ReduceOp op,
+                       ExecContext* ctx = nullptr) override {
     bump("reduce_scatterv");
-    inner_->reduce_scatterv(s, r, c, dt, op);
+    inner_->reduce_scatterv(s, r, c, dt, op, ctx);
   }
   void alltoallv(const void* s, std::span<const index_t> sc, std::span<const index_t> sd, void* r,
-                 std::span<const index_t> rc, std::span<const index_t> rd, DType dt) override {
+                 std::span<const index_t> rc, std::span<const index_t> rd, DType dt,
+                 ExecContext* ctx = nullptr) override {
     bump("alltoallv");
-    inner_->alltoallv(s, sc, sd, r, rc, rd, dt);
+    inner_->alltoallv(s, sc, sd, r, rc, rd, dt, ctx);
   }
-  void sendrecv(const void* s, index_t sn, int dest, void* r, index_t rn, int src, DType dt, int tag = 0) override {
+  void sendrecv(const void* s, index_t sn, int dest, void* r, index_t rn, int src, DType dt, int tag = 0,
+                ExecContext* ctx = nullptr) override {
     bump("sendrecv");
-    inner_->sendrecv(s, sn, dest, r, rn, src, dt, tag);
+    inner_->sendrecv(s, sn, dest, r, rn, src, dt, tag, ctx);
   }
-  void barrier() override {
+  void barrier(ExecContext* ctx = nullptr) override {
     bump("barrier");
-    inner_->barrier();
+    inner_->barrier(ctx);
   }
-  Request isend(const void* b, index_t n, DType dt, int dest, int tag = 0) override {
+  Request isend(const void* b, index_t n, DType dt, int dest, int tag = 0, ExecContext* ctx = nullptr) override {
     bump("isend");
-    return inner_->isend(b, n, dt, dest, tag);
+    return inner_->isend(b, n, dt, dest, tag, ctx);
   }
-  Request irecv(void* b, index_t n, DType dt, int src, int tag = 0) override {
+  Request irecv(void* b, index_t n, DType dt, int src, int tag = 0, ExecContext* ctx = nullptr) override {
     bump("irecv");
-    return inner_->irecv(b, n, dt, src, tag);
+    return inner_->irecv(b, n, dt, src, tag, ctx);
   }
-  Request iallreduce(const void* s, void* r, index_t n, DType dt, ReduceOp op) override {
+  Request iallreduce(const void* s, void* r, index_t n, DType dt, ReduceOp op, ExecContext* ctx = nullptr) override {
     bump("iallreduce");
-    return inner_->iallreduce(s, r, n, dt, op);
+    return inner_->iallreduce(s, r, n, dt, op, ctx);
   }
   Request iallgatherv(const void* s, index_t n, void* r, std::span<const index_t> c, std::span<const index_t> d,
-                      DType dt) override {
+                      DType dt, ExecContext* ctx = nullptr) override {
     bump("iallgatherv");
-    return inner_->iallgatherv(s, n, r, c, d, dt);
+    return inner_->iallgatherv(s, n, r, c, d, dt, ctx);
   }
   Request ialltoallv(const void* s, std::span<const index_t> sc, std::span<const index_t> sd, void* r,
-                     std::span<const index_t> rc, std::span<const index_t> rd, DType dt) override {
+                     std::span<const index_t> rc, std::span<const index_t> rd, DType dt,
+                     ExecContext* ctx = nullptr) override {
     bump("ialltoallv");
-    return inner_->ialltoallv(s, sc, sd, r, rc, rd, dt);
+    return inner_->ialltoallv(s, sc, sd, r, rc, rd, dt, ctx);
   }
   std::shared_ptr<Communicator> split(int color, int key) override {
     bump("split");

@@ -1,8 +1,16 @@
 #pragma once
 /// \file communicator.hpp
-/// Communicator: the one virtual interface of shardtensor. Backends: MpiComm (host, MPI),
-/// SelfComm (one rank, no MPI). Buffers are type-erased (pointer, count, DType); counts and
-/// displacements are in elements.
+/// Communicator: the one virtual interface of shardtensor. Backends: MpiComm (MPI; device
+/// buffers go straight to a CUDA-aware MPI or are staged through pinned host memory), NcclComm
+/// (comm/nccl_comm.hpp, shardtensor::cuda), SelfComm (one rank, no MPI). Buffers are type-erased
+/// (pointer, count, DType); counts and displacements are in elements.
+///
+/// Every communication call takes a last `ExecContext* ctx` (default null):
+///  - null, or a context on the CPU: the buffers are host memory (the historical semantics);
+///  - a context on a CUDA device: the buffers are device memory of `ctx->device()` and the
+///    operation is ordered on `ctx->stream()`: work queued on the stream before the call is seen
+///    by it; a blocking call returns when its result is usable by work queued on that stream
+///    afterwards; a request's wait() returns when the result is usable on that stream.
 #include <functional>
 #include <memory>
 #include <span>
@@ -11,6 +19,7 @@
 
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/context.hpp"
 #include "shardtensor/mesh/placement.hpp"
 
 namespace shard {
@@ -50,8 +59,12 @@ inline void wait_all(std::span<Request> reqs) {
   for (auto& r : reqs) r.wait();
 }
 
+/// True when `ctx` says the buffers of a communication call are device memory.
+inline bool on_device(const ExecContext* ctx) { return ctx != nullptr && !ctx->device().is_cpu(); }
+
 /// Abstract communicator over a group of ranks. All collective calls must be made by every
-/// rank of the group in the same order. Buffers live in host memory for MpiComm/SelfComm.
+/// rank of the group in the same order. Buffers are host memory unless the call's `ctx` is a
+/// device context (see the file comment).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -61,47 +74,51 @@ class Communicator {
   virtual std::string backend() const = 0;
 
   /// recv = reduce(send) over all ranks; send == recv means in place.
-  virtual void allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) = 0;
-  virtual void broadcast(void* buf, index_t count, DType dt, int root) = 0;
+  virtual void allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op,
+                         ExecContext* ctx = nullptr) = 0;
+  virtual void broadcast(void* buf, index_t count, DType dt, int root, ExecContext* ctx = nullptr) = 0;
   /// recv gets every rank's `count` elements in rank order.
-  virtual void allgather(const void* send, index_t count, void* recv, DType dt) = 0;
+  virtual void allgather(const void* send, index_t count, void* recv, DType dt, ExecContext* ctx = nullptr) = 0;
   /// recv gets rank r's counts[r] elements at displs[r].
   virtual void allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                          std::span<const index_t> displs, DType dt) = 0;
+                          std::span<const index_t> displs, DType dt, ExecContext* ctx = nullptr) = 0;
   /// send holds size() consecutive blocks of counts[r] elements; rank r receives reduce(block r).
   virtual void reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt,
-                               ReduceOp op) = 0;
+                               ReduceOp op, ExecContext* ctx = nullptr) = 0;
   virtual void alltoallv(const void* send, std::span<const index_t> send_counts, std::span<const index_t> send_displs,
                          void* recv, std::span<const index_t> recv_counts, std::span<const index_t> recv_displs,
-                         DType dt) = 0;
+                         DType dt, ExecContext* ctx = nullptr) = 0;
   /// Sends to `dest` and receives from `source` at once (either may be -1 for none).
   virtual void sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source,
-                        DType dt, int tag = 0) = 0;
-  virtual void barrier() = 0;
+                        DType dt, int tag = 0, ExecContext* ctx = nullptr) = 0;
+  virtual void barrier(ExecContext* ctx = nullptr) = 0;
 
-  virtual Request isend(const void* buf, index_t count, DType dt, int dest, int tag = 0) = 0;
-  virtual Request irecv(void* buf, index_t count, DType dt, int source, int tag = 0) = 0;
-  virtual Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) = 0;
+  virtual Request isend(const void* buf, index_t count, DType dt, int dest, int tag = 0,
+                        ExecContext* ctx = nullptr) = 0;
+  virtual Request irecv(void* buf, index_t count, DType dt, int source, int tag = 0, ExecContext* ctx = nullptr) = 0;
+  virtual Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op,
+                             ExecContext* ctx = nullptr) = 0;
   virtual Request iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                              std::span<const index_t> displs, DType dt) = 0;
+                              std::span<const index_t> displs, DType dt, ExecContext* ctx = nullptr) = 0;
   virtual Request ialltoallv(const void* send, std::span<const index_t> send_counts,
                              std::span<const index_t> send_displs, void* recv, std::span<const index_t> recv_counts,
-                             std::span<const index_t> recv_displs, DType dt) = 0;
+                             std::span<const index_t> recv_displs, DType dt, ExecContext* ctx = nullptr) = 0;
 
   /// New communicator of the ranks with the same `color`, ordered by `key` (collective).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
   // ---- conveniences built on the primitives (non-virtual) ----
   /// reduce_scatterv with equal counts.
-  void reduce_scatter(const void* send, void* recv, index_t count, DType dt, ReduceOp op);
+  void reduce_scatter(const void* send, void* recv, index_t count, DType dt, ReduceOp op,
+                      ExecContext* ctx = nullptr);
   /// alltoallv with equal counts.
-  void alltoall(const void* send, void* recv, index_t count, DType dt);
+  void alltoall(const void* send, void* recv, index_t count, DType dt, ExecContext* ctx = nullptr);
 
-  /// Typed in-place allreduce.
+  /// Typed in-place allreduce (host buffer).
   template <class T> void allreduce_inplace(T* buf, index_t count, ReduceOp op) {
     allreduce(buf, buf, count, dtype_of<T>, op);
   }
-  /// Every rank's value of `v`, in rank order.
+  /// Every rank's value of `v`, in rank order (host).
   template <class T> std::vector<T> allgather_value(const T& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     std::vector<T> out(static_cast<std::size_t>(size()));
@@ -129,26 +146,29 @@ class SelfComm final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "self"; }
-  void allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) override;
-  void broadcast(void* buf, index_t count, DType dt, int root) override;
-  void allgather(const void* send, index_t count, void* recv, DType dt) override;
+  void allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op,
+                 ExecContext* ctx = nullptr) override;
+  void broadcast(void* buf, index_t count, DType dt, int root, ExecContext* ctx = nullptr) override;
+  void allgather(const void* send, index_t count, void* recv, DType dt, ExecContext* ctx = nullptr) override;
   void allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                  std::span<const index_t> displs, DType dt) override;
-  void reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op) override;
+                  std::span<const index_t> displs, DType dt, ExecContext* ctx = nullptr) override;
+  void reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
+                       ExecContext* ctx = nullptr) override;
   void alltoallv(const void* send, std::span<const index_t> send_counts, std::span<const index_t> send_displs,
                  void* recv, std::span<const index_t> recv_counts, std::span<const index_t> recv_displs,
-                 DType dt) override;
+                 DType dt, ExecContext* ctx = nullptr) override;
   void sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source, DType dt,
-                int tag = 0) override;
-  void barrier() override {}
-  Request isend(const void* buf, index_t count, DType dt, int dest, int tag = 0) override;
-  Request irecv(void* buf, index_t count, DType dt, int source, int tag = 0) override;
-  Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op) override;
+                int tag = 0, ExecContext* ctx = nullptr) override;
+  void barrier(ExecContext* ctx = nullptr) override;
+  Request isend(const void* buf, index_t count, DType dt, int dest, int tag = 0, ExecContext* ctx = nullptr) override;
+  Request irecv(void* buf, index_t count, DType dt, int source, int tag = 0, ExecContext* ctx = nullptr) override;
+  Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op,
+                     ExecContext* ctx = nullptr) override;
   Request iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
-                      std::span<const index_t> displs, DType dt) override;
+                      std::span<const index_t> displs, DType dt, ExecContext* ctx = nullptr) override;
   Request ialltoallv(const void* send, std::span<const index_t> send_counts, std::span<const index_t> send_displs,
                      void* recv, std::span<const index_t> recv_counts, std::span<const index_t> recv_displs,
-                     DType dt) override;
+                     DType dt, ExecContext* ctx = nullptr) override;
   std::shared_ptr<Communicator> split(int color, int key) override;
 
  private:
