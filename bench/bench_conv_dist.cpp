@@ -154,8 +154,11 @@ int main(int argc, char** argv) {
     // global extent of tensor dim D (to time one rank's share of a 2-rank run at 1 rank).
     const int sd = std::atoi(arg_str(argc, argv, "--shard-dim", "2"));
     const int hd = std::atoi(arg_str(argc, argv, "--halve-dim", "-1"));
-    F::set_conv_overlap(overlap);
-    if (const char* cb = arg_str(argc, argv, "--chunk-bytes", nullptr)) F::set_conv_backward_chunk_bytes(std::strtoull(cb, nullptr, 10));
+    ExecContext ctx(Device::cpu());  // the conv's halo settings for this run
+    ctx.settings().overlap_halo = overlap;
+    if (const char* cb = arg_str(argc, argv, "--chunk-bytes", nullptr))
+      ctx.settings().halo_chunk_bytes = std::strtoull(cb, nullptr, 10);
+    ContextGuard guard(ctx);
     const int P = mesh.size(), threads = omp_get_max_threads();
     std::vector<Result> res;
     if (which == "all" || which == "conv2d")

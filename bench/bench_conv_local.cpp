@@ -159,22 +159,25 @@ int main(int argc, char** argv) {
   int reps = 5;
   bool measure_peak = true;
   std::string which = "all";
+  ExecContext ctx(Device::cpu());  // the conv engine's settings for this run
+  ExecSettings& cfg = ctx.settings();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--reps") reps = std::stoi(v);
     else if (a == "--case") which = v;
     else if (a == "--peak") measure_peak = v != "0";
-    else if (a == "--kernel") set_conv_kernel(v == "im2col" ? ConvKernel::im2col_blas : ConvKernel::automatic);
-    else if (a == "--policy") set_conv_threading(v == "blas" ? ConvThreading::blas : ConvThreading::tiles);
-    else if (a == "--budget-kb") set_conv_column_budget(static_cast<std::size_t>(std::stol(v)) * 1024);
+    else if (a == "--kernel") cfg.conv_kernel = v == "im2col" ? ConvKernel::im2col_blas : ConvKernel::automatic;
+    else if (a == "--policy") cfg.conv_threading = v == "blas" ? ConvThreading::blas : ConvThreading::tiles;
+    else if (a == "--budget-kb") cfg.conv_column_budget = static_cast<std::size_t>(std::stol(v)) * 1024;
     else {
       fmt::print(stderr, "unknown option {}\n", a);
       return 2;
     }
   }
+  ContextGuard guard(ctx);
   fmt::print("threads: omp {} blas {} ({}), policy {}, kernel {}, budget {} KiB/thread\n", omp_get_max_threads(),
-             blas_num_threads(), blas_core_name(), conv_threading() == ConvThreading::tiles ? "tiles" : "blas",
-             conv_kernel_isa(), conv_column_budget() / 1024);
+             blas_num_threads(), blas_core_name(), cfg.conv_threading == ConvThreading::tiles ? "tiles" : "blas",
+             conv_kernel_isa(cfg.conv_kernel), cfg.conv_column_budget / 1024);
   double peak_cpu = 0;
   const double peak = measure_peak ? sgemm_gflops(3072, 3, &peak_cpu) : 0.0;
   if (measure_peak)

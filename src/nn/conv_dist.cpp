@@ -2,7 +2,7 @@
 // the halo exchange overlapped by the computation on the rank's own block, and backward (input
 // gradient through the halo adjoint, overlapped by the weight gradient).
 #include <algorithm>
-#include <atomic>
+#include <cstring>
 
 #include "shardtensor/nn/functional/conv.hpp"
 #include "shardtensor/exec/box.hpp"
@@ -10,14 +10,14 @@
 namespace shard::nn::functional {
 
 namespace {
-std::atomic<bool> g_overlap{true};
-std::atomic<std::size_t> g_chunk_bytes{std::size_t{2} << 20};
+/// Overlap of the halo exchanges with compute: ExecSettings::overlap_halo of the calling thread's
+/// current CPU context (a benchmark switch; results are identical).
+bool conv_overlap() { return current_context(Device::cpu()).settings().overlap_halo; }
+/// Slice size of the sliced halo adjoint: ExecSettings::halo_chunk_bytes (at least 1).
+std::size_t conv_backward_chunk_bytes() {
+  return std::max<std::size_t>(current_context(Device::cpu()).settings().halo_chunk_bytes, 1);
+}
 }  // namespace
-
-void set_conv_overlap(bool on) noexcept { g_overlap = on; }
-bool conv_overlap() noexcept { return g_overlap.load(); }
-void set_conv_backward_chunk_bytes(std::size_t bytes) noexcept { g_chunk_bytes = std::max<std::size_t>(bytes, 1); }
-std::size_t conv_backward_chunk_bytes() noexcept { return g_chunk_bytes.load(); }
 
 }  // namespace shard::nn::functional
 
@@ -34,6 +34,7 @@ using shard::Block;
 ConvGeometry geometry(const WindowPlan& p, const ConvChannels& ch, const std::vector<Range>& in,
                       const std::vector<Range>& out) {
   ConvGeometry g;
+  g.spatial_dims = p.spatial();
   g.batch = ch.batch;
   g.in_channels = ch.in;
   g.out_channels = ch.out;

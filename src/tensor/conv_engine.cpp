@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <optional>
 
@@ -12,25 +11,6 @@
 #include "shardtensor/tensor/gemm.hpp"
 
 namespace shard {
-
-namespace {
-std::atomic<std::size_t> g_column_budget{std::size_t{1} << 20};
-std::atomic<ConvThreading> g_threading{ConvThreading::tiles};
-std::atomic<ConvKernel> g_kernel{ConvKernel::automatic};
-constexpr std::size_t kColumnCap = std::size_t{32} << 20;  // all threads' column buffers together
-}  // namespace
-
-std::size_t conv_column_budget() noexcept { return g_column_budget.load(); }
-void set_conv_column_budget(std::size_t bytes) {
-  SHARD_CHECK(bytes >= 4096 && bytes <= kColumnCap, "set_conv_column_budget",
-              "budget {} bytes outside [4096, {}]", bytes, kColumnCap);
-  g_column_budget = bytes;
-}
-ConvThreading conv_threading() noexcept { return g_threading.load(); }
-void set_conv_threading(ConvThreading t) noexcept { g_threading = t; }
-ConvKernel conv_kernel() noexcept { return g_kernel.load(); }
-void set_conv_kernel(ConvKernel k) noexcept { g_kernel = k; }
-
 namespace detail::conv_engine {
 namespace {
 
@@ -101,11 +81,12 @@ struct TilePlan {
 
 /// Tiles of the `positions` output positions: each tile's column buffer (krows x tile) within
 /// the budget (at least 64 positions), and enough (batch, group, tile) units for the threads.
-TilePlan plan_tiles(index_t krows, index_t positions, index_t other_units, std::size_t elem, int threads) {
+TilePlan plan_tiles(const EngineSettings& cfg, index_t krows, index_t positions, index_t other_units, std::size_t elem,
+                    int threads) {
   TilePlan tp;
   if (positions == 0) return tp;
   const std::size_t row_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(krows) * elem);
-  const index_t tmax = std::max<index_t>(64, static_cast<index_t>(conv_column_budget() / row_bytes));
+  const index_t tmax = std::max<index_t>(64, static_cast<index_t>(cfg.column_budget / row_bytes));
   index_t nt = (positions + tmax - 1) / tmax;
   if (threads > 1) {
     const index_t units = nt * other_units;
@@ -118,8 +99,8 @@ TilePlan plan_tiles(index_t krows, index_t positions, index_t other_units, std::
 }
 
 /// Threads for `units` parallel work units under the current policy.
-int plan_threads(index_t units) {
-  if (conv_threading() == ConvThreading::blas || omp_in_parallel()) return 1;
+int plan_threads(const EngineSettings& cfg, index_t units) {
+  if (cfg.threading == ConvThreading::blas || omp_in_parallel()) return 1;
   return static_cast<int>(std::max<index_t>(1, std::min<index_t>(omp_get_max_threads(), units)));
 }
 
@@ -139,10 +120,10 @@ void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) 
   if (fast_gather_conv(p, x, w, bias, y)) return;
   const bool dense_y = p.y_ext == p.out && p.y_step == Ext3{1, 1, 1} && p.y_base == Ext3{0, 0, 0};
   const bool direct = is_direct(p);
-  const int max_threads = plan_threads(p.batch * p.groups * pout);
-  const TilePlan tp = plan_tiles(krows, pout, p.batch * p.groups, sizeof(T), max_threads);
+  const int max_threads = plan_threads(p.cfg, p.batch * p.groups * pout);
+  const TilePlan tp = plan_tiles(p.cfg, krows, pout, p.batch * p.groups, sizeof(T), max_threads);
   const index_t units = p.batch * p.groups * tp.ntiles;
-  const int nth = plan_threads(units);
+  const int nth = plan_threads(p.cfg, units);
   const index_t col_n = direct ? 0 : krows * tp.tile, tmp_n = dense_y ? 0 : p.cout_g * tp.tile;
   std::vector<T> buffers(static_cast<std::size_t>(nth * (col_n + tmp_n)));
   std::optional<BlasThreadsScope> single_blas;
@@ -206,10 +187,10 @@ void weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
   if (pout == 0 || p.batch == 0 || wn == 0) return;
   if (fast_weight_grad(p, x, gy, gw)) return;
   const bool direct = is_direct(p);
-  const int max_threads = plan_threads(p.batch * p.groups * pout);
-  const TilePlan tp = plan_tiles(krows, pout, p.batch * p.groups, sizeof(T), max_threads);
+  const int max_threads = plan_threads(p.cfg, p.batch * p.groups * pout);
+  const TilePlan tp = plan_tiles(p.cfg, krows, pout, p.batch * p.groups, sizeof(T), max_threads);
   const index_t units = p.batch * p.groups * tp.ntiles;
-  const int nth = plan_threads(units);
+  const int nth = plan_threads(p.cfg, units);
   const index_t col_n = direct ? 0 : krows * tp.tile, tmp_n = p.cout_g * krows;
   std::vector<T> buffers(static_cast<std::size_t>(nth * (col_n + tmp_n)));
   std::vector<double> partial(static_cast<std::size_t>(nth * wn), 0.0);

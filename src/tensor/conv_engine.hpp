@@ -9,16 +9,28 @@
 // forward conv; strided for one phase of the backward-input / transposed conv).
 //
 // The output positions are cut into tiles so that one tile's column buffer [cin * taps, tile]
-// stays within conv_column_budget() bytes; (batch, group, tile) work units run in parallel
+// stays within the context's conv_column_budget bytes (Problem::cfg); (batch, group, tile) work units run in parallel
 // with OpenMP, each with a per-thread column buffer and single-threaded BLAS.
 #include <array>
 #include <vector>
 
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/context.hpp"
 
 namespace shard::detail::conv_engine {
 
 using Ext3 = std::array<index_t, 3>;
+
+/// Smallest and largest working-set budget per thread (all threads' buffers stay <= kColumnCap).
+inline constexpr std::size_t kMinColumnBudget = 4096;
+inline constexpr std::size_t kColumnCap = std::size_t{32} << 20;
+
+/// The engine's knobs, taken from ExecSettings by the caller (src/exec/conv_cpu.cpp).
+struct EngineSettings {
+  std::size_t column_budget = std::size_t{1} << 20;  ///< working set per thread in bytes
+  ConvThreading threading = ConvThreading::tiles;
+  ConvKernel kernel = ConvKernel::automatic;
+};
 
 /// Tap offsets per dim: input index = o * stride + off[t].
 struct Taps {
@@ -37,6 +49,7 @@ struct Problem {
   Taps taps;
   Ext3 y_ext{1, 1, 1}, y_step{1, 1, 1}, y_base{0, 0, 0};
   index_t x_batch_stride = 0, y_batch_stride = 0;  ///< elements between samples
+  EngineSettings cfg{};                             ///< kernel choice, threading, budget
 };
 
 /// y = gather_conv(x, w) (+ bias[co]); w is [groups * cout_g][cin_g * taps] with taps
@@ -50,11 +63,15 @@ template <class T>
 void weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
 
 /// The direct SIMD path (conv_fast.cpp) for stride-1 problems; false if it does not apply
-/// (strides > 1, no AVX2/AVX-512, or ConvKernel::im2col_blas selected): use the im2col path.
+/// (strides > 1, no AVX2/AVX-512, or ConvKernel::im2col_blas selected in p.cfg): use the im2col path.
 template <class T>
 bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y);
 /// The direct SIMD path for the weight gradient of a stride-1 problem with dense y; false if not applicable.
 template <class T>
 bool fast_weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
+
+/// The direct-path kernel family `kernel` selects on this CPU: "direct_avx512", "direct_avx2" or
+/// "im2col_blas".
+const char* kernel_isa(ConvKernel kernel) noexcept;
 
 }  // namespace shard::detail::conv_engine

@@ -197,7 +197,7 @@ FastPlan make_plan(const Problem& p, std::size_t elem, int threads, index_t bloc
     return static_cast<std::size_t>(fp.cin_g * fp.span[0] * (R + fp.span[1] - 1) * e2 + mpad * (R * e2 + block)) *
            elem;
   };
-  const std::size_t budget = conv_column_budget();
+  const std::size_t budget = p.cfg.column_budget;
   fp.cols = p.out[2];
   while (fp.cols > 4 * block && cost(1, fp.cols) > budget) fp.cols = (fp.cols + 1) / 2;
   fp.rows = 1;
@@ -219,8 +219,8 @@ FastPlan make_plan(const Problem& p, std::size_t elem, int threads, index_t bloc
   return fp;
 }
 
-int fast_threads(index_t units) {
-  if (conv_threading() == ConvThreading::blas || omp_in_parallel()) return 1;
+int fast_threads(const EngineSettings& cfg, index_t units) {
+  if (cfg.threading == ConvThreading::blas || omp_in_parallel()) return 1;
   return static_cast<int>(std::max<index_t>(1, std::min<index_t>(omp_get_max_threads(), units)));
 }
 
@@ -295,10 +295,10 @@ Isa detect_isa() {
   return isa;
 }
 
-/// The micro-kernel family to use now (detect_isa, lowered by set_conv_kernel).
-Isa active_isa() {
+/// The micro-kernel family to use (detect_isa, lowered by the ConvKernel setting).
+Isa active_isa(ConvKernel kernel) {
   const Isa hw = detect_isa();
-  switch (conv_kernel()) {
+  switch (kernel) {
     case ConvKernel::automatic: return hw;
     case ConvKernel::direct_avx2: return hw == Isa::none ? Isa::none : Isa::avx2;
     default: return Isa::none;
@@ -306,7 +306,7 @@ Isa active_isa() {
 }
 
 bool eligible(const Problem& p) {
-  if (active_isa() == Isa::none) return false;
+  if (active_isa(p.cfg.kernel) == Isa::none) return false;
   if (p.taps.stride != Ext3{1, 1, 1} || p.taps.count() == 0 || p.cin_g == 0 || p.cout_g == 0) return false;
   return p.batch > 0 && p.out[0] * p.out[1] * p.out[2] > 0;
 }
@@ -318,7 +318,7 @@ void run_forward(const Problem& p, const typename Vt::T* x, const typename Vt::T
                                                  FastScratch<typename Vt::T>&)) {
   using T = typename Vt::T;
   constexpr index_t NVL = Vt::NV * Vt::L;
-  const FastPlan fp = make_plan(p, sizeof(T), fast_threads(1 << 30), NVL, Vt::MR);
+  const FastPlan fp = make_plan(p, sizeof(T), fast_threads(p.cfg, 1 << 30), NVL, Vt::MR);
   std::vector<T> ap;
   {
     const index_t mblocks = (fp.cout_g + Vt::MR - 1) / Vt::MR;
@@ -329,7 +329,7 @@ void run_forward(const Problem& p, const typename Vt::T* x, const typename Vt::T
           ap[static_cast<std::size_t>(((g * mblocks + co / Vt::MR) * fp.krows + k) * Vt::MR + co % Vt::MR)] =
               w[(g * fp.cout_g + co) * fp.krows + k];
   }
-  const int nth = fast_threads(fp.units);
+  const int nth = fast_threads(p.cfg, fp.units);
   std::vector<FastScratch<T>> scratch(static_cast<std::size_t>(nth));
   for (auto& s : scratch) {
     s.P.resize(static_cast<std::size_t>(fp.p_cap));
@@ -346,9 +346,9 @@ void run_wgrad(const Problem& p, const typename Vt::T* x, const typename Vt::T* 
                void (*unit)(const FastPlan&, const FastTile&, const typename Vt::T*, const typename Vt::T*,
                             FastScratch<typename Vt::T>&, double*)) {
   using T = typename Vt::T;
-  const FastPlan fp = make_plan(p, sizeof(T), fast_threads(1 << 30), Vt::L, Vt::WM);
+  const FastPlan fp = make_plan(p, sizeof(T), fast_threads(p.cfg, 1 << 30), Vt::L, Vt::WM);
   const index_t wn = p.groups * fp.cout_g * fp.krows;
-  const int nth = fast_threads(fp.units);
+  const int nth = fast_threads(p.cfg, fp.units);
   std::vector<FastScratch<T>> scratch(static_cast<std::size_t>(nth));
   std::vector<double> partial(static_cast<std::size_t>(nth * wn), 0.0);
   for (auto& s : scratch) {
@@ -383,7 +383,7 @@ template <> struct Pick<double> {
 template <class T>
 bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) {
   if (!eligible(p)) return false;
-  if (active_isa() == Isa::avx512) {
+  if (active_isa(p.cfg.kernel) == Isa::avx512) {
     using Vt = typename Pick<T>::A512;
     run_forward<Vt>(p, x, w, bias, y, &avx512::forward_unit<Vt>);
   } else {
@@ -396,7 +396,7 @@ bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T
 template <class T>
 bool fast_weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
   if (!eligible(p) || p.y_ext != p.out || p.y_step != Ext3{1, 1, 1} || p.y_base != Ext3{0, 0, 0}) return false;
-  if (active_isa() == Isa::avx512) {
+  if (active_isa(p.cfg.kernel) == Isa::avx512) {
     using Vt = typename Pick<T>::A512;
     run_wgrad<Vt>(p, x, gy, gw, &avx512::wgrad_unit<Vt>);
   } else {
@@ -411,14 +411,16 @@ template bool fast_gather_conv<double>(const Problem&, const double*, const doub
 template bool fast_weight_grad<float>(const Problem&, const float*, const float*, float*);
 template bool fast_weight_grad<double>(const Problem&, const double*, const double*, double*);
 
-}  // namespace shard::detail::conv_engine
-
-namespace shard {
-const char* conv_kernel_isa() noexcept {
-  switch (detail::conv_engine::active_isa()) {
-    case detail::conv_engine::Isa::avx512: return "direct_avx512";
-    case detail::conv_engine::Isa::avx2: return "direct_avx2";
+const char* kernel_isa(ConvKernel kernel) noexcept {
+  switch (active_isa(kernel)) {
+    case Isa::avx512: return "direct_avx512";
+    case Isa::avx2: return "direct_avx2";
     default: return "im2col_blas";
   }
 }
+
+}  // namespace shard::detail::conv_engine
+
+namespace shard {
+const char* conv_kernel_isa(ConvKernel kernel) noexcept { return detail::conv_engine::kernel_isa(kernel); }
 }  // namespace shard

@@ -155,18 +155,17 @@ TEMPLATE_TEST_CASE("sharded conv_transpose equals the unsharded one", "[nn][conv
 }
 
 TEST_CASE("sharded conv is exact with the backward in slices and without overlap", "[nn][conv][mpi]") {
-  const std::size_t chunk = F::conv_backward_chunk_bytes();
-  F::set_conv_backward_chunk_bytes(200);  // every extended block is sliced (several slices)
+  ExecContext ctx(Device::cpu());
+  ctx.settings().halo_chunk_bytes = 200;  // every extended block is sliced (several slices)
+  ContextGuard guard(ctx);
   const Shape<4> s{2, 4, 7, 10};
   fn::check_sharded<double, 4>(conv2d_body<double>(s), s);
   fn::check_sharded<double, 4>(conv2d_modes_body<double>({2, 2, 10, 7}), {2, 2, 10, 7});
   fn::check_sharded<double, 4>(conv_transpose_body<double>({2, 4, 7, 5}), {2, 4, 7, 5});
   const Shape<5> s3{1, 2, 5, 6, 7};
   fn::check_sharded<double, 5>(conv3d_body<double>(s3), s3);
-  F::set_conv_overlap(false);
+  ctx.settings().overlap_halo = false;
   fn::check_sharded<float, 4>(conv2d_body<float>(s), s);
-  F::set_conv_overlap(true);
-  F::set_conv_backward_chunk_bytes(chunk);
 }
 
 TEST_CASE("sharded conv gradients match finite differences", "[nn][conv][fd][mpi]") {

@@ -205,13 +205,11 @@ TEST_CASE("conv: results do not depend on tiling or the threading policy", "[con
   auto w = random_tensor<double, 4>({c.cout, c.cin / 2, 3, 2}, 2);
   auto b = random_tensor<double, 1>({c.cout}, 3);
   const auto y_ref = shard::test::ref_conv(x, w, &b, c.p);
-  const auto budget = conv_column_budget();
-  const auto policy = conv_threading();
   for (std::size_t bytes : {std::size_t{4096}, std::size_t{1} << 14, std::size_t{1} << 24}) {
-    for (auto pol : {ConvThreading::tiles, ConvThreading::blas}) shard::test::for_each_conv_kernel([&] {
+    for (auto pol : {ConvThreading::tiles, ConvThreading::blas}) shard::test::for_each_conv_kernel([&](ExecContext& ctx) {
       INFO("budget " << bytes << " policy " << static_cast<int>(pol));
-      set_conv_column_budget(bytes);
-      set_conv_threading(pol);
+      ctx.settings().conv_column_budget = bytes;
+      ctx.settings().conv_threading = pol;
       auto y = conv_forward(x, w, b, c.p);
       CHECK(max_rel_diff(y, y_ref) <= 1e-12);
       auto gy = random_tensor<double, 4>(y.shape(), 4);
@@ -221,15 +219,16 @@ TEST_CASE("conv: results do not depend on tiling or the threading policy", "[con
                          shard::test::ref_conv_backward_weight(x, gy, c.kernel, c.p)) <= 1e-12);
     });
   }
-  set_conv_column_budget(budget);
-  set_conv_threading(policy);
   // Same thread count -> bitwise identical weight gradient (deterministic reduction order).
   auto gy = random_tensor<float, 4>({2, 4, 36, 15}, 5);
   auto xf = random_tensor<float, 4>({2, 6, 37, 29}, 6);
   auto g1 = conv_backward_weight(xf, gy, c.kernel, c.p);
   auto g2 = conv_backward_weight(xf, gy, c.kernel, c.p);
   CHECK(max_rel_diff(g1, g2) == 0.0);
-  CHECK_THROWS_AS(set_conv_column_budget(100), Error);
+  ExecContext tiny(Device::cpu());
+  tiny.settings().conv_column_budget = 100;  // below the 4 KiB minimum
+  ContextGuard guard(tiny);
+  CHECK_THROWS_AS(conv_forward(x, w, b, c.p), Error);
 }
 
 TEST_CASE("conv: fp64 finite differences of <conv(x, w, b), gy>", "[conv]") {
@@ -266,19 +265,17 @@ TEST_CASE("conv: a 2-D problem larger than one tile (1024-wide rows, fp32)", "[c
   auto x = random_tensor<float, 4>({1, 3, 9, 1030}, 21);
   auto w = random_tensor<float, 4>({5, 3, 3, 3}, 22);
   const auto p = ConvParams<2>::symmetric(1);
-  const auto budget = conv_column_budget();
   const auto yref = shard::test::ref_conv(x, w, nullptr, p);
   auto gy = random_tensor<float, 4>(yref.shape(), 23);
   const auto gxref = shard::test::ref_conv_backward_input(gy, w, {9, 1030}, p);
   const auto gwref = shard::test::ref_conv_backward_weight(x, gy, {3, 3}, p);
   for (std::size_t bytes : {std::size_t{1} << 15, std::size_t{1} << 20})
-    shard::test::for_each_conv_kernel([&] {
-      set_conv_column_budget(bytes);
+    shard::test::for_each_conv_kernel([&](ExecContext& ctx) {
+      ctx.settings().conv_column_budget = bytes;
       CHECK(rel_err(conv_forward(x, w, {}, p), yref) <= 1e-5);
       CHECK(rel_err(conv_backward_input(gy, w, {9, 1030}, p), gxref) <= 1e-5);
       CHECK(rel_err(conv_backward_weight(x, gy, {3, 3}, p), gwref) <= 1e-5);
     });
-  set_conv_column_budget(budget);
 }
 
 TEST_CASE("conv: bad input gives shard::Error naming the shapes", "[conv][errors]") {

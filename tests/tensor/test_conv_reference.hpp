@@ -194,17 +194,21 @@ Tensor<double, R> ref_conv_transpose(const Tensor<T, R>& x, const Tensor<T, R>& 
   return y;
 }
 
-/// Runs body() once per conv kernel selection (direct AVX-512/AVX2 where the CPU has them, and
-/// im2col + BLAS), restoring the selection afterwards.
+/// Runs body(ctx) once per conv kernel selection (direct AVX-512/AVX2 where the CPU has them, and
+/// im2col + BLAS), each under a ContextGuard'ed CPU context whose settings select the kernel
+/// (body may change ctx.settings() further; the previous current context returns afterwards).
 template <class F>
 void for_each_conv_kernel(F&& body) {
-  const auto saved = conv_kernel();
   for (auto k : {ConvKernel::automatic, ConvKernel::direct_avx2, ConvKernel::im2col_blas}) {
-    set_conv_kernel(k);
-    INFO("conv kernel " << conv_kernel_isa());
-    body();
+    ExecContext ctx(Device::cpu());
+    ctx.settings().conv_kernel = k;
+    ContextGuard guard(ctx);
+    INFO("conv kernel " << conv_kernel_isa(k));
+    if constexpr (std::is_invocable_v<F&, ExecContext&>)
+      body(ctx);
+    else
+      body();
   }
-  set_conv_kernel(saved);
 }
 
 /// max_rel_diff of a T tensor against a double reference.

@@ -22,6 +22,17 @@ struct Stream {
 /// halo plan choose (thin faces when one dim needs ghosts, else the whole extended block).
 enum class HaloTransport : unsigned char { automatic, thin, whole_block };
 
+/// CPU conv kernel choice (tensor/conv.hpp): `automatic` takes the direct SIMD path (implicit GEMM
+/// on a zero-padded input block per tile, AVX-512 or AVX2 micro-kernels) for every stride-1
+/// gather and im2col + BLAS for the rest; `direct_avx2` forces the AVX2 micro-kernels even on an
+/// AVX-512 CPU (tests, comparisons); `im2col_blas` always uses im2col + BLAS.
+enum class ConvKernel : unsigned char { automatic, direct_avx2, im2col_blas };
+
+/// How the CPU conv kernels use the cores: OpenMP over tiles with 1-thread BLAS (default, faster
+/// on the reference machine), or a serial tile loop that lets BLAS thread (the direct path, which
+/// does not call BLAS, then runs on one thread). Inside an OpenMP parallel region always serial.
+enum class ConvThreading : unsigned char { tiles, blas };
+
 /// Settings carried by a context. Defaults are the measured-best choices; tests and benchmarks
 /// change them per context instead of through process-global switches.
 struct ExecSettings {
@@ -35,12 +46,13 @@ struct ExecSettings {
   HaloTransport halo_transport = HaloTransport::automatic;
   /// Bytes per slice of the sliced halo adjoint (bounds conv backward's extra memory).
   std::size_t halo_chunk_bytes = std::size_t{2} << 20;
-  /// im2col column budget of the CPU conv engine, in bytes.
+  /// Working-set budget per thread of the CPU conv engine in bytes (4 KiB .. 32 MiB): the column
+  /// buffer of one im2col tile, or the padded input block plus output tile of one direct tile.
   std::size_t conv_column_budget = std::size_t{1} << 20;
-  /// CPU conv kernel choice: 0 automatic, 1 direct, 2 im2col+GEMM (see tensor/conv.hpp).
-  int conv_kernel = 0;
-  /// CPU conv threading: 0 tiles, 1 batch-or-channels (see tensor/conv.hpp).
-  int conv_threading = 0;
+  /// CPU conv kernel choice.
+  ConvKernel conv_kernel = ConvKernel::automatic;
+  /// CPU conv threading policy.
+  ConvThreading conv_threading = ConvThreading::tiles;
 };
 
 /// Device + stream + workspace + settings. Not copyable (it owns its workspace); cheap to create.

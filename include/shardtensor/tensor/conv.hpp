@@ -1,26 +1,31 @@
 #pragma once
 /// \file conv.hpp
-/// Local (single-process, host) N-d convolution for S = 1, 2, 3 spatial dims on contiguous
-/// Tensor<T, S + 2> in N, C, spatial layout (T = float or double): forward, gradients with
-/// respect to input, weight and bias, and the transposed convolution with its gradients.
+/// Local (single-process) N-d convolution for S = 1, 2, 3 spatial dims on Tensor<T, S + 2> in
+/// N, C, spatial layout (T = float or double), on the host or a CUDA device: forward, gradients
+/// with respect to input, weight and bias, and the transposed convolution with its gradients.
+/// These typed fronts check shapes and call the conv kernel family (exec/conv.hpp) on the
+/// calling thread's current context for the operands' device (its ExecSettings choose the CPU
+/// kernel, threading and budget, or cuDNN's determinism and TF32); outputs live on that device.
 ///
 /// Padding is zero padding given EXPLICITLY PER SIDE (pad_lo, pad_hi): the domain-parallel layer
 /// calls these kernels on halo-extended local blocks, where one side of a block has halo data
 /// (pad 0) and the other the global padding. Output extent per spatial dim:
 ///   out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1   (must be >= 1).
 ///
-/// Implementation (see ConvKernel): every stride-1 gather — the stride-1 forward conv and weight
+/// CPU implementation (see ConvKernel in exec/context.hpp): every stride-1 gather — the stride-1 forward conv and weight
 /// gradient, every input gradient (computed one stride phase at a time: for stride s, the input
 /// positions with the same residue mod s share one sub-kernel, so it is a stride-1 gather with
 /// no multiply-by-zero work and no atomics) and the transposed conv — runs on a direct
 /// implicit-GEMM path: each tile of output rows copies its input block once, zero-padded, and
 /// AVX-512 / AVX2 register-blocked micro-kernels read the shifted rows of that block directly.
 /// Strided forward / weight-gradient convs (and CPUs without AVX2) use im2col + GEMM (OpenBLAS),
-/// tiled over the output positions so the column buffer stays within conv_column_budget()
-/// bytes per thread (<= 32 MiB for all threads). Both parallelise with OpenMP over
+/// tiled over the output positions so the column buffer stays within
+/// ExecSettings::conv_column_budget bytes per thread (<= 32 MiB for all threads). Both parallelise with OpenMP over
 /// (batch, group, tile) work units with per-thread buffers (gemm.hpp has the measured
 /// threading policy). The weight gradient sums per-tile partials in double per thread and
 /// reduces the threads in a fixed order (deterministic for a given thread count).
+/// CUDA implementation: cuDNN (src/cuda/conv_cuda.cpp), algorithms found once per problem and
+/// cached, deterministic ones under ExecSettings::deterministic, TF32 only with allow_tf32.
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -28,6 +33,8 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/conv.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
@@ -61,50 +68,17 @@ struct ConvParams {
   }
 };
 
-/// How the conv kernels use the cores: OpenMP over tiles with 1-thread BLAS (default, faster
-/// on the reference machine), or a serial tile loop that lets BLAS thread (for comparison; the
-/// direct path, which does not call BLAS, then runs on one thread). Inside an enclosing OpenMP
-/// parallel region the kernels always run serially.
-enum class ConvThreading { tiles, blas };
-/// Current conv threading policy.
-ConvThreading conv_threading() noexcept;
-/// Sets the conv threading policy (process-wide).
-void set_conv_threading(ConvThreading t) noexcept;
-/// Which local kernels the convs use: `automatic` takes the direct SIMD path (implicit GEMM on a
-/// zero-padded input block per tile, AVX-512 or AVX2 micro-kernels) for every stride-1 gather
-/// (stride-1 forward and weight gradient, every input gradient and transposed conv) and
-/// im2col + BLAS for the rest; `direct_avx2` is the same with the AVX2 micro-kernels even on an
-/// AVX-512 CPU (for tests and comparisons); `im2col_blas` always uses im2col + BLAS.
-enum class ConvKernel { automatic, direct_avx2, im2col_blas };
-/// Current kernel selection.
-ConvKernel conv_kernel() noexcept;
-/// Sets the kernel selection (process-wide).
-void set_conv_kernel(ConvKernel k) noexcept;
-/// The direct-path kernel family `automatic` uses here: "direct_avx512", "direct_avx2" or "im2col_blas".
-const char* conv_kernel_isa() noexcept;
-/// Working-set budget per thread in bytes: the column buffer of one im2col tile, or the padded
-/// input block plus output tile of one direct-path tile (default 1 MiB, i.e. L2-resident).
-std::size_t conv_column_budget() noexcept;
-/// Sets the column-buffer budget per thread (4 KiB .. 32 MiB).
-void set_conv_column_budget(std::size_t bytes);
+/// The direct-path kernel family that `kernel` (ExecSettings::conv_kernel) selects on this CPU:
+/// "direct_avx512", "direct_avx2" or "im2col_blas".
+const char* conv_kernel_isa(ConvKernel kernel = ConvKernel::automatic) noexcept;
 
 namespace detail {
-/// A convolution as seen by the type-erased cores: 3 spatial dims (leading extents 1 for S < 3).
-struct ConvGeometry {
-  index_t batch = 1, in_channels = 1, out_channels = 1, groups = 1;
-  std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
-      pad_lo{0, 0, 0};
-};
-/// y[N, Cout, out] = conv(x[N, Cin, in], w[Cout, Cin/groups, kernel]) (+ bias[Cout] if non-null).
+/// Host-only raw cores (the CPU table of the conv family on the calling thread's current CPU
+/// context); kept for src/nn/conv_dist.cpp until it calls the exec/conv.hpp front directly.
 void conv_forward_core(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y);
-/// gx[N, Cin, in] = conv^T(gy[N, Cout, out]) (+ bias[Cin] if non-null; used by the transposed conv).
 void conv_backward_input_core(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias,
                               void* gx);
-/// gw[Cout, Cin/groups, kernel] = d<conv(x), gy>/dw (overwritten).
 void conv_backward_weight_core(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw);
-/// gb[C] = sum over batch and positions of gy[N, C, positions] (accumulated in double).
-void conv_backward_bias_core(DType dt, index_t batch, index_t channels, index_t positions, const void* gy,
-                             void* gb);
 
 /// Checks stride/dilation >= 1, pads >= 0, groups >= 1.
 template <int S>
@@ -122,6 +96,7 @@ template <int S>
 ConvGeometry conv_geometry(index_t batch, index_t cin, index_t cout, const Shape<S>& in, const Shape<S>& out,
                            const Shape<S>& kernel, const ConvParams<S>& p) {
   ConvGeometry g;
+  g.spatial_dims = S;
   g.batch = batch;
   g.in_channels = cin;
   g.out_channels = cout;
@@ -211,13 +186,20 @@ template <class T, int R>
 void check_conv_operands(const char* op, const Tensor<T, R>& x, const Tensor<T, R>& w, index_t groups) {
   static_assert(is_compute_type<T>, "conv supports float and double");
   static_assert(R >= 3 && R <= 5, "conv needs rank 3, 4 or 5 (N, C, 1-3 spatial dims)");
-  SHARD_CHECK(x.device().is_cpu() && w.device().is_cpu(), op, "host tensors required (got {}, {})", x.device(),
-              w.device());
+  SHARD_CHECK(x.device() == w.device(), op, "operands on different devices: input {} on {}, weight {} on {}",
+              x.shape(), x.device(), w.shape(), w.device());
   SHARD_CHECK(w.size(0) % groups == 0, op, "out channels {} (weight {}) not divisible by groups {}", w.size(0),
               w.shape(), groups);
   SHARD_CHECK(x.size(1) == w.size(1) * groups, op,
               "input channels {} (input {}) != weight in-channels {} x groups {} (weight {})", x.size(1), x.shape(),
               w.size(1), groups, w.shape());
+}
+
+/// Contiguous block of an optional bias (or nothing).
+template <class T>
+std::optional<Block> bias_block(const std::optional<Tensor<T, 1>>& bias) {
+  if (!bias) return std::nullopt;
+  return as_block(bias->contiguous());
 }
 }  // namespace detail
 
@@ -230,18 +212,16 @@ Tensor<T, R> conv_forward(const Tensor<T, R>& x, const Tensor<T, R>& w,
   detail::check_conv_operands("conv_forward", x, w, p.groups);
   const auto in = detail::spatial_of<S>(x.shape()), k = detail::spatial_of<S>(w.shape());
   const auto out = conv_output_shape<S>(in, k, p, "conv_forward");
-  if (bias) SHARD_CHECK(bias->numel() == w.size(0) && bias->device().is_cpu(), "conv_forward",
+  if (bias) SHARD_CHECK(bias->numel() == w.size(0), "conv_forward",
                         "bias shape {} != [{}] (out channels of weight {})", bias->shape(), w.size(0), w.shape());
   Shape<R> ys{};
   ys[0] = x.size(0);
   ys[1] = w.size(0);
   for (int d = 0; d < S; ++d) ys[2 + d] = out[d];
-  auto y = Tensor<T, R>::empty(ys);
-  const auto xc = x.contiguous(), wc = w.contiguous();
-  std::optional<Tensor<T, 1>> bc;
-  if (bias) bc = bias->contiguous();
-  detail::conv_forward_core(dtype_of<T>, detail::conv_geometry<S>(x.size(0), x.size(1), w.size(0), in, out, k, p),
-                            xc.data(), wc.data(), bc ? bc->data() : nullptr, y.data());
+  auto y = Tensor<T, R>::empty(ys, x.device());
+  const auto bb = detail::bias_block(bias);
+  exec::conv_forward(detail::conv_geometry<S>(x.size(0), x.size(1), w.size(0), in, out, k, p), as_block(x.contiguous()),
+                     as_block(w.contiguous()), bb ? &*bb : nullptr, as_block(y), current_context(x.device()));
   return y;
 }
 
@@ -252,7 +232,6 @@ Tensor<T, R> conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, 
                                  const ConvParams<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
-  SHARD_CHECK(gy.device().is_cpu() && w.device().is_cpu(), "conv_backward_input", "host tensors required");
   const auto k = detail::spatial_of<S>(w.shape());
   const auto out = conv_output_shape<S>(in, k, p, "conv_backward_input");
   SHARD_CHECK(w.size(0) % p.groups == 0 && gy.size(1) == w.size(0) && detail::spatial_of<S>(gy.shape()) == out,
@@ -263,11 +242,10 @@ Tensor<T, R> conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, 
   xs[0] = gy.size(0);
   xs[1] = w.size(1) * p.groups;
   for (int d = 0; d < S; ++d) xs[2 + d] = in[d];
-  auto gx = Tensor<T, R>::empty(xs);
-  const auto gc = gy.contiguous(), wc = w.contiguous();
-  detail::conv_backward_input_core(dtype_of<T>,
-                                   detail::conv_geometry<S>(gy.size(0), xs[1], w.size(0), in, out, k, p), gc.data(),
-                                   wc.data(), nullptr, gx.data());
+  auto gx = Tensor<T, R>::empty(xs, gy.device());
+  exec::conv_backward_data(detail::conv_geometry<S>(gy.size(0), xs[1], w.size(0), in, out, k, p),
+                           as_block(gy.contiguous()), as_block(w.contiguous()), nullptr, as_block(gx),
+                           current_context(gy.device()));
   return gx;
 }
 
@@ -277,7 +255,6 @@ Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy,
                                   const ConvParams<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
-  SHARD_CHECK(x.device().is_cpu() && gy.device().is_cpu(), "conv_backward_weight", "host tensors required");
   const auto in = detail::spatial_of<S>(x.shape());
   const auto out = conv_output_shape<S>(in, kernel, p, "conv_backward_weight");
   SHARD_CHECK(x.size(1) % p.groups == 0 && gy.size(1) % p.groups == 0 && gy.size(0) == x.size(0) &&
@@ -290,11 +267,10 @@ Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy,
   ws[0] = gy.size(1);
   ws[1] = x.size(1) / p.groups;
   for (int d = 0; d < S; ++d) ws[2 + d] = kernel[d];
-  auto gw = Tensor<T, R>::empty(ws);
-  const auto xc = x.contiguous(), gc = gy.contiguous();
-  detail::conv_backward_weight_core(dtype_of<T>,
-                                    detail::conv_geometry<S>(x.size(0), x.size(1), gy.size(1), in, out, kernel, p),
-                                    xc.data(), gc.data(), gw.data());
+  auto gw = Tensor<T, R>::empty(ws, x.device());
+  exec::conv_backward_filter(detail::conv_geometry<S>(x.size(0), x.size(1), gy.size(1), in, out, kernel, p),
+                             as_block(x.contiguous()), as_block(gy.contiguous()), as_block(gw),
+                             current_context(x.device()));
   return gw;
 }
 
@@ -302,12 +278,8 @@ Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy,
 template <class T, int R>
 Tensor<T, 1> conv_backward_bias(const Tensor<T, R>& gy) {
   static_assert(is_compute_type<T> && R >= 2, "conv_backward_bias: float/double, rank >= 2");
-  SHARD_CHECK(gy.device().is_cpu(), "conv_backward_bias", "host tensor required");
-  auto gb = Tensor<T, 1>::empty({gy.size(1)});
-  const auto gc = gy.contiguous();
-  index_t pos = 1;
-  for (int d = 2; d < R; ++d) pos *= gy.size(d);
-  detail::conv_backward_bias_core(dtype_of<T>, gy.size(0), gy.size(1), pos, gc.data(), gb.data());
+  auto gb = Tensor<T, 1>::empty({gy.size(1)}, gy.device());
+  exec::conv_backward_bias(as_block(gy.contiguous()), as_block(gb), current_context(gy.device()));
   return gb;
 }
 
@@ -320,26 +292,24 @@ Tensor<T, R> conv_transpose_forward(const Tensor<T, R>& x, const Tensor<T, R>& w
                                     const ConvParams<R - 2>& p, const Shape<R - 2>& output_padding = {}) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
-  SHARD_CHECK(x.device().is_cpu() && w.device().is_cpu(), "conv_transpose_forward", "host tensors required");
   SHARD_CHECK(x.size(1) == w.size(0) && w.size(0) % p.groups == 0, "conv_transpose_forward",
               "input channels {} (input {}) != weight dim 0 (weight {}) or not divisible by groups {}", x.size(1),
               x.shape(), w.shape(), p.groups);
   const auto in = detail::spatial_of<S>(x.shape()), k = detail::spatial_of<S>(w.shape());
   const auto out = conv_transpose_output_shape<S>(in, k, p, output_padding, "conv_transpose_forward");
   const index_t cout = w.size(1) * p.groups;
-  if (bias) SHARD_CHECK(bias->numel() == cout && bias->device().is_cpu(), "conv_transpose_forward",
-                        "bias shape {} != [{}] (weight {}, groups {})", bias->shape(), cout, w.shape(), p.groups);
+  if (bias) SHARD_CHECK(bias->numel() == cout, "conv_transpose_forward", "bias shape {} != [{}] (weight {}, groups {})",
+                        bias->shape(), cout, w.shape(), p.groups);
   Shape<R> ys{};
   ys[0] = x.size(0);
   ys[1] = cout;
   for (int d = 0; d < S; ++d) ys[2 + d] = out[d];
-  auto y = Tensor<T, R>::empty(ys);
-  const auto xc = x.contiguous(), wc = w.contiguous();
-  std::optional<Tensor<T, 1>> bc;
-  if (bias) bc = bias->contiguous();
+  auto y = Tensor<T, R>::empty(ys, x.device());
+  const auto bb = detail::bias_block(bias);
   // The conv from y-space (extent `out`, cout channels) to x-space (extent `in`, Cin channels).
-  detail::conv_backward_input_core(dtype_of<T>, detail::conv_geometry<S>(x.size(0), cout, x.size(1), out, in, k, p),
-                                   xc.data(), wc.data(), bc ? bc->data() : nullptr, y.data());
+  exec::conv_backward_data(detail::conv_geometry<S>(x.size(0), cout, x.size(1), out, in, k, p),
+                           as_block(x.contiguous()), as_block(w.contiguous()), bb ? &*bb : nullptr, as_block(y),
+                           current_context(x.device()));
   return y;
 }
 
@@ -359,10 +329,10 @@ Tensor<T, R> conv_transpose_backward_input(const Tensor<T, R>& gy, const Tensor<
   xs[0] = gy.size(0);
   xs[1] = w.size(0);
   for (int d = 0; d < S; ++d) xs[2 + d] = in[d];
-  auto gx = Tensor<T, R>::empty(xs);
-  const auto gc = gy.contiguous(), wc = w.contiguous();
-  detail::conv_forward_core(dtype_of<T>, detail::conv_geometry<S>(gy.size(0), gy.size(1), w.size(0), ys, in, k, p),
-                            gc.data(), wc.data(), nullptr, gx.data());
+  auto gx = Tensor<T, R>::empty(xs, gy.device());
+  exec::conv_forward(detail::conv_geometry<S>(gy.size(0), gy.size(1), w.size(0), ys, in, k, p),
+                     as_block(gy.contiguous()), as_block(w.contiguous()), nullptr, as_block(gx),
+                     current_context(gy.device()));
   return gx;
 }
 
@@ -372,7 +342,6 @@ Tensor<T, R> conv_transpose_backward_weight(const Tensor<T, R>& x, const Tensor<
                                             const ConvParams<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
-  SHARD_CHECK(x.device().is_cpu() && gy.device().is_cpu(), "conv_transpose_backward_weight", "host tensors required");
   const auto in = detail::spatial_of<S>(x.shape()), ys = detail::spatial_of<S>(gy.shape());
   const auto full = conv_output_shape<S>(ys, kernel, p, "conv_transpose_backward_weight");
   for (int d = 0; d < S; ++d)
@@ -385,11 +354,10 @@ Tensor<T, R> conv_transpose_backward_weight(const Tensor<T, R>& x, const Tensor<
   ws[0] = x.size(1);
   ws[1] = gy.size(1) / p.groups;
   for (int d = 0; d < S; ++d) ws[2 + d] = kernel[d];
-  auto gw = Tensor<T, R>::empty(ws);
-  const auto xc = x.contiguous(), gc = gy.contiguous();
-  detail::conv_backward_weight_core(dtype_of<T>,
-                                    detail::conv_geometry<S>(gy.size(0), gy.size(1), x.size(1), ys, in, kernel, p),
-                                    gc.data(), xc.data(), gw.data());
+  auto gw = Tensor<T, R>::empty(ws, x.device());
+  exec::conv_backward_filter(detail::conv_geometry<S>(gy.size(0), gy.size(1), x.size(1), ys, in, kernel, p),
+                             as_block(gy.contiguous()), as_block(x.contiguous()), as_block(gw),
+                             current_context(x.device()));
   return gw;
 }
 

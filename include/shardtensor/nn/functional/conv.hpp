@@ -36,9 +36,10 @@
 /// halos (bench/run_conv_dist.sh: 96% / 94% strong-scaling efficiency for the conv2d / conv3d
 /// cases at 2 ranks). Otherwise the halo runs on the whole extended block; in backward, when an
 /// unsharded zero-padded spatial dim exists, the ghost gradients are sent in slices along it
-/// (set_conv_backward_chunk_bytes) on one zeroed slice buffer, so only slice-sized buffers exist
-/// beyond dx. set_conv_overlap(false) finishes each exchange before the compute it overlaps
-/// (benchmarks). tests/nn/mpi_conv.cpp checks every path equals the unsharded conv at 1..4 ranks.
+/// (ExecSettings::halo_chunk_bytes of the current CPU context, default 2 MiB) on one zeroed slice
+/// buffer, so only slice-sized buffers exist beyond dx. ExecSettings::overlap_halo = false
+/// finishes each exchange before the compute it overlaps (benchmarks); results do not depend on
+/// either setting. tests/nn/mpi_conv.cpp checks every path equals the unsharded conv at 1..4 ranks.
 ///
 /// Gradients: dx is laid out like x; dW and db are this rank's sums, Partial(sum) on every mesh
 /// dim that shards x (or on which the upstream gradient is Partial), Replicate elsewhere; Var's
@@ -130,18 +131,6 @@ struct ConvTransposeOptions {
     return o;
   }
 };
-
-/// Whether conv overlaps its halo exchanges with compute (default true). A process-wide switch
-/// for benchmarks (bench_conv_dist --no-overlap); results are identical.
-void set_conv_overlap(bool on) noexcept;
-/// Current setting of set_conv_overlap.
-bool conv_overlap() noexcept;
-/// Size of the slices in which the backward of a sharded conv sends its ghost gradients when the
-/// halo runs on the whole extended block (default 2 MiB; process-wide): it bounds the memory the
-/// halo adjoint needs beyond dx (see "Halo transport" above). Results do not depend on it.
-void set_conv_backward_chunk_bytes(std::size_t bytes) noexcept;
-/// Current setting of set_conv_backward_chunk_bytes.
-std::size_t conv_backward_chunk_bytes() noexcept;
 
 namespace detail {
 

@@ -1,0 +1,50 @@
+#pragma once
+/// \file exec/conv.hpp
+/// The convolution kernel family, type-erased front: forward, backward-data, backward-filter and
+/// bias gradient of 1/2/3-D convolutions on contiguous N, C, spatial blocks (f32, f64), on the host
+/// (direct AVX-512/AVX2 kernels, im2col + BLAS; src/exec/conv_cpu.cpp) or on a CUDA device (cuDNN;
+/// src/cuda/conv_cuda.cpp). The implementation is chosen by the blocks' device; the typed fronts
+/// in tensor/conv.hpp call these. A transposed conv is backward-data used as a forward op (its
+/// adjoints are forward and backward-filter with the roles of x and y swapped).
+#include <array>
+
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/block.hpp"
+#include "shardtensor/exec/context.hpp"
+
+namespace shard {
+
+/// One convolution problem as the kernel family sees it: 3 spatial dims with leading extents 1 for
+/// fewer (spatial_dims says how many are real). Output position o of a dim reads input positions
+/// o * stride + k * dilation - pad_lo for taps k in [0, kernel); positions outside [0, in) read
+/// zero. The high-side padding is implied by `out` (every output must be listed there), so a
+/// problem may pad its two sides differently (the halo-extended blocks of the distributed conv).
+/// (Declared in shard::detail, where the legacy host cores that src/nn/conv_dist.cpp still calls
+/// are found by argument-dependent lookup; shard::ConvGeometry is the name to use.)
+namespace detail {
+struct ConvGeometry {
+  int spatial_dims = 3;  ///< 1, 2 or 3: how many of the trailing spatial entries are real
+  index_t batch = 1, in_channels = 1, out_channels = 1, groups = 1;
+  std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
+      pad_lo{0, 0, 0};
+};
+}  // namespace detail
+using detail::ConvGeometry;
+
+namespace exec {
+
+/// y[N, Cout, out] = conv(x[N, Cin, in], w[Cout, Cin/groups, kernel]) (+ bias[Cout] if non-null).
+/// All blocks contiguous, on one device, of one dtype (f32 or f64); ordered on ctx's stream.
+void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const Block* bias, const Block& y,
+                  ExecContext& ctx);
+/// gx[N, Cin, in] = conv^T(gy[N, Cout, out], w) (+ bias[Cin] if non-null: the transposed conv's bias).
+/// Every gx element is written (positions no output reads get 0, or the bias).
+void conv_backward_data(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
+                        ExecContext& ctx);
+/// gw[Cout, Cin/groups, kernel] = d<conv(x, w), gy>/dw (overwritten).
+void conv_backward_filter(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx);
+/// gb[C] = sum of gy[N, C, ...] over the batch and all positions (overwritten).
+void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx);
+
+}  // namespace exec
+}  // namespace shard

@@ -1,0 +1,113 @@
+// Front of the conv kernel family (exec/conv.hpp): operand checks (dtype, device, contiguity,
+// sizes against the geometry), then dispatch by device.
+#include "shardtensor/exec/conv.hpp"
+
+#include "exec/conv_kernels.hpp"
+#include "shardtensor/core/error.hpp"
+
+namespace shard::exec {
+namespace {
+
+index_t vol(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
+
+const ConvKernels& table(Device dev, const char* op) {
+  if (dev.is_cpu()) return cpu_conv_kernels();
+  return kernels_for<ConvKernels>(dev, op);
+}
+
+void check_geometry(const char* op, const ConvGeometry& g) {
+  SHARD_CHECK(g.spatial_dims >= 1 && g.spatial_dims <= 3, op, "spatial dims {} must be 1, 2 or 3", g.spatial_dims);
+  SHARD_CHECK(g.batch >= 0 && g.groups >= 1 && g.in_channels >= 0 && g.out_channels >= 0 &&
+                  g.in_channels % g.groups == 0 && g.out_channels % g.groups == 0,
+              op, "channels {} -> {} not divisible by groups {}", g.in_channels, g.out_channels, g.groups);
+  for (int d = 0; d < 3; ++d) {
+    SHARD_CHECK(g.in[d] >= 0 && g.out[d] >= 0 && g.kernel[d] >= 1 && g.stride[d] >= 1 && g.dilation[d] >= 1, op,
+                "bad geometry: in {} out {} kernel {} stride {} dilation {}", g.in, g.out, g.kernel, g.stride,
+                g.dilation);
+    SHARD_CHECK(d >= 3 - g.spatial_dims ||
+                    (g.in[d] == 1 && g.out[d] == 1 && g.kernel[d] == 1 && g.stride[d] == 1 && g.pad_lo[d] == 0),
+                op, "leading unused spatial entries must be 1 (in {} out {} kernel {}, {} spatial dims)", g.in, g.out,
+                g.kernel, g.spatial_dims);
+  }
+}
+
+/// Every operand: same dtype (f32/f64) and device as the first, contiguous, `numel` elements.
+void check_operand(const char* op, const char* name, const Block& b, index_t numel, const Block& first,
+                   const ExecContext& ctx) {
+  SHARD_CHECK(b.dtype == DType::f32 || b.dtype == DType::f64, op, "{} has dtype {} (conv supports f32, f64)", name,
+              b.dtype);
+  SHARD_CHECK(b.dtype == first.dtype, op, "{} has dtype {} but the first operand has {}", name, b.dtype, first.dtype);
+  SHARD_CHECK(b.device == first.device, op, "operands on different devices: {} on {}, first operand on {}", name,
+              b.device, first.device);
+  SHARD_CHECK(ctx.device() == b.device, op, "context on {} but operands on {}", ctx.device(), b.device);
+  SHARD_CHECK(b.is_contiguous(), op, "{} (shape {}) must be contiguous", name, b.shape_vec());
+  SHARD_CHECK(b.numel() == numel, op, "{} has shape {} ({} elements), geometry needs {}", name, b.shape_vec(),
+              b.numel(), numel);
+}
+
+index_t weight_numel(const ConvGeometry& g) { return g.out_channels * (g.in_channels / g.groups) * vol(g.kernel); }
+
+}  // namespace
+
+void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const Block* bias, const Block& y,
+                  ExecContext& ctx) {
+  const char* op = "conv_forward";
+  check_geometry(op, g);
+  check_operand(op, "input", x, g.batch * g.in_channels * vol(g.in), x, ctx);
+  check_operand(op, "weight", w, weight_numel(g), x, ctx);
+  if (bias) check_operand(op, "bias", *bias, g.out_channels, x, ctx);
+  check_operand(op, "output", y, g.batch * g.out_channels * vol(g.out), x, ctx);
+  table(x.device, op).forward(x.dtype, g, x.data, w.data, bias ? bias->data : nullptr, y.data, ctx);
+}
+
+void conv_backward_data(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
+                        ExecContext& ctx) {
+  const char* op = "conv_backward_data";
+  check_geometry(op, g);
+  check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), gy, ctx);
+  check_operand(op, "weight", w, weight_numel(g), gy, ctx);
+  if (bias) check_operand(op, "bias", *bias, g.in_channels, gy, ctx);
+  check_operand(op, "input gradient", gx, g.batch * g.in_channels * vol(g.in), gy, ctx);
+  table(gy.device, op).backward_data(gy.dtype, g, gy.data, w.data, bias ? bias->data : nullptr, gx.data, ctx);
+}
+
+void conv_backward_filter(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
+  const char* op = "conv_backward_filter";
+  check_geometry(op, g);
+  check_operand(op, "input", x, g.batch * g.in_channels * vol(g.in), x, ctx);
+  check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), x, ctx);
+  check_operand(op, "weight gradient", gw, weight_numel(g), x, ctx);
+  table(x.device, op).backward_filter(x.dtype, g, x.data, gy.data, gw.data, ctx);
+}
+
+void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
+  const char* op = "conv_backward_bias";
+  SHARD_CHECK(gy.rank >= 2, op, "output gradient of rank {} (needs N, C, ...)", gy.rank);
+  const index_t batch = gy.shape[0], channels = gy.shape[1];
+  const index_t positions = channels * batch == 0 ? 0 : gy.numel() / (batch * channels);
+  check_operand(op, "output gradient", gy, gy.numel(), gy, ctx);
+  check_operand(op, "bias gradient", gb, channels, gy, ctx);
+  table(gy.device, op).backward_bias(gy.dtype, batch, channels, positions, gy.data, gb.data, ctx);
+}
+
+}  // namespace shard::exec
+
+namespace shard::detail {
+
+void conv_forward_core(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+  exec::check_geometry("conv_forward", g);
+  exec::cpu_conv_kernels().forward(dt, g, x, w, bias, y, current_context(Device::cpu()));
+}
+
+void conv_backward_input_core(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias,
+                              void* gx) {
+  exec::check_geometry("conv_backward_input", g);
+  exec::cpu_conv_kernels().backward_data(dt, g, gy, w, bias, gx, current_context(Device::cpu()));
+}
+
+void conv_backward_weight_core(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw) {
+  exec::check_geometry("conv_backward_weight", g);
+  exec::cpu_conv_kernels().backward_filter(dt, g, x, gy, gw, current_context(Device::cpu()));
+}
+
+}  // namespace shard::detail
