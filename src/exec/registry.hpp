@@ -3,8 +3,9 @@
 //
 // Every kernel family has one interface (an abstract struct with a static `id`), a CPU
 // implementation compiled into libshardtensor, and a CUDA implementation compiled into
-// shardtensor::cuda, which registers its tables when it is linked (a static registrar object in
-// src/cuda/register.cpp, kept by the linker through the anchor symbol named there). The core
+// shardtensor::cuda, which registers its tables when it is linked (static registrar objects in
+// src/cuda/*.cpp; programs that link shardtensor::cuda link it --no-as-needed, so it is always
+// loaded, see src/cuda/register.cpp). The core
 // library never links cudart: a CPU-only program that consumes a CUDA-enabled install needs
 // neither the toolkit nor libcudart.
 //

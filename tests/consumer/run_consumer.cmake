@@ -131,6 +131,13 @@ elseif(MODE STREQUAL "cpu_only")
   endforeach()
   set(_path "")
   string(REPLACE ":" ";" _path_list "$ENV{PATH}")
+  # Directories holding an nvcc (or a wrapper script of it, like /usr/local/bin here) are ignored
+  # by find_program and dropped from PATH.
+  foreach(_p IN LISTS _path_list ITEMS /usr/local/bin /usr/local/sbin /usr/bin /bin /opt/bin)
+    if(EXISTS "${_p}/nvcc")
+      list(APPEND _ignore_paths "${_p}")
+    endif()
+  endforeach()
   foreach(_p IN LISTS _path_list)
     set(_keep ON)
     foreach(_r IN LISTS _hide)
@@ -146,9 +153,15 @@ elseif(MODE STREQUAL "cpu_only")
   string(REPLACE ";" ":" _path "${_path}")
   set(_env ${CMAKE_COMMAND} -E env --unset=CUDA_PATH --unset=CUDA_HOME --unset=CUDAToolkit_ROOT --unset=CUDNN_ROOT
            --unset=NCCL_ROOT --unset=LD_LIBRARY_PATH --unset=LIBRARY_PATH --unset=CPATH "PATH=${_path}")
-  step("configure consumer (CUDA toolkit hidden)" ${_env} ${CMAKE_COMMAND} -S "${_consumer_src}"
-       -B "${WORK_DIR}/consumer-build" ${_common} -DSHARDTENSOR_CONSUMER_MODE=cpu_only -DCMAKE_PREFIX_PATH=${PREFIX}
-       "-DCUDAToolkit_ROOT=${_no_cuda}" "-DCMAKE_IGNORE_PREFIX_PATH=${_hide}" "-DCMAKE_IGNORE_PATH=${_ignore_paths}")
+  # The lists go in through an initial-cache script (-C): step() would split a ;-list argument.
+  list(REMOVE_DUPLICATES _ignore_paths)
+  file(WRITE "${WORK_DIR}/hide-cuda.cmake"
+       "set(CUDAToolkit_ROOT \"${_no_cuda}\" CACHE PATH \"\")\n"
+       "set(CMAKE_IGNORE_PREFIX_PATH \"${_hide}\" CACHE STRING \"\")\n"
+       "set(CMAKE_IGNORE_PATH \"${_ignore_paths}\" CACHE STRING \"\")\n")
+  step("configure consumer (CUDA toolkit hidden)" ${_env} ${CMAKE_COMMAND} -C "${WORK_DIR}/hide-cuda.cmake"
+       -S "${_consumer_src}" -B "${WORK_DIR}/consumer-build" ${_common} -DSHARDTENSOR_CONSUMER_MODE=cpu_only
+       -DCMAKE_PREFIX_PATH=${PREFIX})
 elseif(MODE STREQUAL "subdir")
   step("configure consumer" ${CMAKE_COMMAND} -S "${_consumer_src}" -B "${WORK_DIR}/consumer-build" ${_common}
        ${_feature_flags} -DSHARDTENSOR_CONSUMER_MODE=subdir -DSHARDTENSOR_SOURCE_DIR=${SOURCE_DIR})
