@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <shardtensor/shardtensor.hpp>
+#include <shardtensor/nn/functional.hpp>
 
 namespace {
 
