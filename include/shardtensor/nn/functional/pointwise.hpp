@@ -50,7 +50,7 @@ Tensor<T, R> operand_view(const Tensor<T, Rx>& xl, const DistSpec& xs, const Dis
   const Box xb = xs.local_box(), ob = out.local_box();
   Shape<R> shape{}, strides{};
   for (int od = 0; od < R; ++od) shape[od] = ob.len[static_cast<std::size_t>(od)];
-  if (numel(shape) == 0) return Tensor<T, R>::view(nullptr, shape, strides);
+  if (numel(shape) == 0) return Tensor<T, R>::view(nullptr, shape, strides, xl.device());
   T* p = xl.data();
   for (int od = 0; od < R; ++od) {
     const int d = od - (R - Rx);
@@ -61,7 +61,7 @@ Tensor<T, R> operand_view(const Tensor<T, Rx>& xl, const DistSpec& xs, const Dis
       p += (ob.lo[static_cast<std::size_t>(od)] - xb.lo[static_cast<std::size_t>(d)]) * xl.stride(d);
     }
   }
-  return Tensor<T, R>::view(p, shape, strides);
+  return Tensor<T, R>::view(p, shape, strides, xl.device());
 }
 
 /// True when operand_view(x) is x's local block itself (same shape, nothing broadcast or sliced).
