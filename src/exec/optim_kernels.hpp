@@ -19,4 +19,8 @@ struct OptimKernels {
 /// The CPU table (optim_cpu.cpp); also registered for DeviceKind::cpu.
 const OptimKernels& cpu_optim_kernels() noexcept;
 
+/// Defined in src/cuda/optim_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
+/// table: the CUDA library's registration unit calls it so a static link keeps that file.
+void cuda_link_optim() noexcept;
+
 }  // namespace shard::exec

@@ -35,15 +35,36 @@ template <class F> void by_dtype(DType dt, F&& f) {
   else f(float{});
 }
 
+/// body(i) for i < n: an OpenMP-parallel simd loop above kParallelMin elements, else a plain simd
+/// loop (no OpenMP region at all, which keeps small ops cheap).
+template <class Body>
+inline void simd_for(index_t n, Body body) {
+  if (n > kParallelMin) {
+#pragma omp parallel for simd schedule(static)
+    for (index_t i = 0; i < n; ++i) body(i);
+  } else {
+#pragma omp simd
+    for (index_t i = 0; i < n; ++i) body(i);
+  }
+}
+/// body(r) for r < rows: OpenMP-parallel when the op has more than kParallelMin elements.
+template <class Body>
+inline void rows_for(index_t rows, index_t n, Body body) {
+  if (n > kParallelMin) {
+#pragma omp parallel for schedule(static)
+    for (index_t r = 0; r < rows; ++r) body(r);
+  } else {
+    for (index_t r = 0; r < rows; ++r) body(r);
+  }
+}
+
 template <class T, int Op>
 void unary_loop(index_t n, T a, const T* x, T* y) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (index_t i = 0; i < n; ++i) y[i] = pw::unary_fwd<Op, T>(x[i], a);
+  simd_for(n, [&](index_t i) { y[i] = pw::unary_fwd<Op, T>(x[i], a); });
 }
 template <class T, int Op>
 void unary_bwd_loop(index_t n, T a, const T* x, const T* y, const T* g, T* dx) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (index_t i = 0; i < n; ++i) dx[i] = pw::unary_bwd<Op, T>(x[i], y[i], g[i], a);
+  simd_for(n, [&](index_t i) { dx[i] = pw::unary_bwd<Op, T>(x[i], y[i], g[i], a); });
 }
 
 /// out[i] = f(a[i], b[i]) over out's shape; out contiguous, a and b any strides (0 = broadcast).
@@ -56,8 +77,7 @@ void zip_broadcast(const Block& out, const Block& a, const Block& b, Fn f) {
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
   if (a.is_contiguous() && b.is_contiguous()) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (index_t i = 0; i < n; ++i) o[i] = f(pa[i], pb[i]);
+    simd_for(n, [&](index_t i) { o[i] = f(pa[i], pb[i]); });
     return;
   }
   const int R = out.rank;
@@ -65,8 +85,7 @@ void zip_broadcast(const Block& out, const Block& a, const Block& b, Fn f) {
   const index_t inner = R ? s[R - 1] : 1;
   const index_t outer = n / inner;
   const index_t ia = R ? a.strides[R - 1] : 0, ib = R ? b.strides[R - 1] : 0;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (index_t r = 0; r < outer; ++r) {
+  rows_for(outer, n, [&](index_t r) {
     index_t rem = r, oa = 0, ob = 0;
     for (int d = R - 2; d >= 0; --d) {
       const index_t i = rem % s[d];
@@ -76,7 +95,7 @@ void zip_broadcast(const Block& out, const Block& a, const Block& b, Fn f) {
     }
     T* orow = o + r * inner;
     for (index_t i = 0; i < inner; ++i) orow[i] = f(pa[oa + i * ia], pb[ob + i * ib]);
-  }
+  });
 }
 
 /// out[i] = f(a[i], b[i], c[i]) over out's shape (out contiguous, the others any strides).
@@ -93,8 +112,7 @@ void zip3_broadcast(const Block& out, const Block& a, const Block& b, const Bloc
   const index_t inner = R ? s[R - 1] : 1;
   const index_t outer = n / inner;
   const index_t ia = R ? a.strides[R - 1] : 0, ib = R ? b.strides[R - 1] : 0, ic = R ? c.strides[R - 1] : 0;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (index_t r = 0; r < outer; ++r) {
+  rows_for(outer, n, [&](index_t r) {
     index_t rem = r, oa = 0, ob = 0, oc = 0;
     for (int d = R - 2; d >= 0; --d) {
       const index_t i = rem % s[d];
@@ -105,7 +123,7 @@ void zip3_broadcast(const Block& out, const Block& a, const Block& b, const Bloc
     }
     T* orow = o + r * inner;
     for (index_t i = 0; i < inner; ++i) orow[i] = f(pa[oa + i * ia], pb[ob + i * ib], pc[oc + i * ic]);
-  }
+  });
 }
 
 /// dst = 0; dst_view[idx] += g[idx] (accumulated in double). (Formerly the body of

@@ -28,4 +28,8 @@ struct PointwiseKernels {
 /// calls it directly for host blocks, which also keeps that file linked from a static library.
 const PointwiseKernels& cpu_pointwise_kernels() noexcept;
 
+/// Defined in src/cuda/pointwise_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
+/// table: the CUDA library's registration unit calls it so a static link keeps that file.
+void cuda_link_pointwise() noexcept;
+
 }  // namespace shard::exec

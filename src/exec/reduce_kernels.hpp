@@ -29,4 +29,8 @@ struct ReduceKernels {
 /// The CPU table (reduce_cpu.cpp); also registered for DeviceKind::cpu.
 const ReduceKernels& cpu_reduce_kernels() noexcept;
 
+/// Defined in src/cuda/reduce_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
+/// table: the CUDA library's registration unit calls it so a static link keeps that file.
+void cuda_link_reduce() noexcept;
+
 }  // namespace shard::exec
