@@ -19,9 +19,11 @@ class ParameterBase {
   virtual index_t numel() const = 0;
   /// Global shape.
   virtual std::vector<index_t> shape() const = 0;
-  /// Contiguous host data of the value (updated in place by optimisers).
+  /// The device the value and gradient live on.
+  virtual Device device() const = 0;
+  /// Contiguous data of the value on device() (updated in place by optimisers).
   virtual T* data() const = 0;
-  /// Contiguous host data of the gradient, or nullptr if backward did not reach it.
+  /// Contiguous data of the gradient on device(), or nullptr if backward did not reach it.
   virtual const T* grad() const = 0;
   virtual void zero_grad() const = 0;
   /// The mesh the parameter is replicated over.
@@ -43,19 +45,21 @@ class Parameter final : public ParameterBase<T> {
   explicit Parameter(autograd::Var<T, R> v) : var_(std::move(v)) {
     for (auto& p : var_.value().placements())
       SHARD_CHECK(p.is_replicate(), "Parameter", "parameters must be Replicate on every mesh dim, got {}", p);
-    SHARD_CHECK(var_.local().is_contiguous() && var_.local().device().is_cpu(), "Parameter",
-                "parameters must be contiguous host tensors");
+    SHARD_CHECK(var_.local().is_contiguous(), "Parameter", "parameters must be contiguous tensors");
   }
   index_t numel() const override { return var_.local().numel(); }
   std::vector<index_t> shape() const override {
     auto s = var_.value().global_shape();
     return {s.begin(), s.end()};
   }
+  Device device() const override { return var_.local().device(); }
   T* data() const override { return var_.local().data(); }
   const T* grad() const override {
     if (!var_.has_grad()) return nullptr;
     const auto& g = var_.grad().local();
     SHARD_CHECK(g.is_contiguous(), "Parameter::grad", "non-contiguous gradient");
+    SHARD_CHECK(g.device() == var_.local().device(), "Parameter::grad", "gradient on {} but the parameter on {}",
+                g.device(), var_.local().device());
     return g.data();
   }
   void zero_grad() const override { var_.zero_grad(); }

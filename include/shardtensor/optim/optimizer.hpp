@@ -4,13 +4,22 @@
 /// and a cosine learning-rate schedule with linear warm-up. Parameter gradients arrive already
 /// reduced over every mesh dim (domain and data-parallel) by the autograd tape, so each rank
 /// applies the same update and parameters stay replicated without further communication.
+/// Updates run on the parameters' device through the optim kernel family (exec/optim.hpp);
+/// optimiser state lives next to each parameter.
 #include <cmath>
 #include <memory>
 #include <vector>
 
+#include "shardtensor/exec/optim.hpp"
 #include "shardtensor/nn/parameter.hpp"
 
 namespace shard::optim {
+
+/// A contiguous 1-D Block of n elements at p on dev (no allocation).
+template <class T>
+Block param_block(const T* p, index_t n, Device dev) {
+  return Block::view(dtype_of<T>, dev, const_cast<T*>(p), &n, 1);
+}
 
 /// Base optimiser: holds parameters and a learning rate.
 template <class T>
@@ -49,29 +58,22 @@ class SGD final : public Optimizer<T> {
     SHARD_CHECK(!o.nesterov || o.momentum > 0, "SGD", "Nesterov momentum needs momentum > 0");
   }
   void step() override {
+    const exec::SgdParams sp{this->lr_, o_.momentum, o_.weight_decay, o_.nesterov};
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       auto& p = *this->params_[i];
       const T* g = p.grad();
       if (!g) continue;
-      T* w = p.data();
       const index_t n = p.numel();
-      if (o_.momentum > 0 && buf_[i].empty()) buf_[i].assign(static_cast<std::size_t>(n), T(0));
-      const T lr = static_cast<T>(this->lr_), mu = static_cast<T>(o_.momentum), wd = static_cast<T>(o_.weight_decay);
-      for (index_t k = 0; k < n; ++k) {
-        T d = g[k] + wd * w[k];
-        if (o_.momentum > 0) {
-          T& v = buf_[i][static_cast<std::size_t>(k)];
-          v = mu * v + d;
-          d = o_.nesterov ? d + mu * v : v;
-        }
-        w[k] -= lr * d;
-      }
+      const Device dev = p.device();
+      if (o_.momentum > 0 && buf_[i].numel() != n) buf_[i] = Tensor<T, 1>::zeros({n}, dev);
+      exec::sgd_update(param_block(p.data(), n, dev), param_block(g, n, dev),
+                       o_.momentum > 0 ? param_block(buf_[i].data(), n, dev) : Block{}, sp, current_context(dev));
     }
   }
 
  private:
   Options o_;
-  std::vector<std::vector<T>> buf_;
+  std::vector<Tensor<T, 1>> buf_;  // momentum buffers, on each parameter's device
 };
 
 /// Adam (decoupled = false: L2 weight decay added to the gradient) and AdamW (decoupled = true).
@@ -90,28 +92,19 @@ class Adam : public Optimizer<T> {
   void step() override {
     ++t_;
     const double bc1 = 1 - std::pow(o_.beta1, t_), bc2 = 1 - std::pow(o_.beta2, t_);
+    const exec::AdamParams ap{this->lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, bc1, bc2, decoupled_};
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       auto& p = *this->params_[i];
       const T* g = p.grad();
       if (!g) continue;
-      T* w = p.data();
       const index_t n = p.numel();
-      if (m_[i].empty()) {
-        m_[i].assign(static_cast<std::size_t>(n), 0.0);
-        v_[i].assign(static_cast<std::size_t>(n), 0.0);
+      const Device dev = p.device();
+      if (m_[i].numel() != n) {
+        m_[i] = Tensor<double, 1>::zeros({n}, dev);
+        v_[i] = Tensor<double, 1>::zeros({n}, dev);
       }
-      for (index_t k = 0; k < n; ++k) {
-        double gk = g[k];
-        double wk = w[k];
-        if (!decoupled_) gk += o_.weight_decay * wk;
-        else wk *= 1 - this->lr_ * o_.weight_decay;
-        double& m = m_[i][static_cast<std::size_t>(k)];
-        double& v = v_[i][static_cast<std::size_t>(k)];
-        m = o_.beta1 * m + (1 - o_.beta1) * gk;
-        v = o_.beta2 * v + (1 - o_.beta2) * gk * gk;
-        wk -= this->lr_ * (m / bc1) / (std::sqrt(v / bc2) + o_.eps);
-        w[k] = static_cast<T>(wk);
-      }
+      exec::adam_update(param_block(p.data(), n, dev), param_block(g, n, dev), param_block(m_[i].data(), n, dev),
+                        param_block(v_[i].data(), n, dev), ap, current_context(dev));
     }
   }
   /// Number of steps taken.
@@ -121,7 +114,7 @@ class Adam : public Optimizer<T> {
   Options o_;
   bool decoupled_;
   long t_ = 0;
-  std::vector<std::vector<double>> m_, v_;  // moments kept in double for fp32 parameters too
+  std::vector<Tensor<double, 1>> m_, v_;  // moments kept in double for fp32 parameters too, on the parameter's device
 };
 
 /// AdamW: Adam with decoupled weight decay (Loshchilov & Hutter).

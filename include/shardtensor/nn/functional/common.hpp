@@ -23,6 +23,8 @@
 
 #include "shardtensor/autograd/variable.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
+#include "shardtensor/exec/block.hpp"
+#include "shardtensor/exec/context.hpp"
 
 namespace shard::nn::functional {
 
@@ -46,7 +48,29 @@ DistTensor<T, R> align_grad(const DistTensor<T, R>& g, const DistSpec& value_spe
   return g.redistribute(want);
 }
 
-/// Throws unless x lives in host memory (the ops of this module are CPU ops).
+/// A non-owning Block viewing tensor `t` (same memory, shape, strides, device; no allocation).
+/// The caller keeps `t` alive while the kernel it is passed to may run (device memory is freed
+/// in stream order).
+template <class T, int R>
+Block block_of(const Tensor<T, R>& t) {
+  return Block::view(dtype_of<T>, t.device(), const_cast<std::remove_const_t<T>*>(t.data()), t.shape().data(), R,
+                     t.strides().data());
+}
+
+/// The first element of `t`, read on the host (copied from the device when t is not on the host).
+template <class T, int R>
+T first_value(const Tensor<T, R>& t) {
+  if (t.device().is_cpu()) return t.data()[0];
+  return t.to(Device::cpu()).data()[0];
+}
+
+/// Throws unless a and b live on one device ("operands on different devices").
+template <class T, int Ra, int Rb>
+void check_same_device(const DistTensor<T, Ra>& a, const DistTensor<T, Rb>& b, const char* op) {
+  SHARD_CHECK(a.device() == b.device(), op, "operands on different devices: {} and {}", a.device(), b.device());
+}
+
+/// Throws unless x lives in host memory (for ops that have no device implementation yet).
 template <class T, int R>
 void check_host(const DistTensor<T, R>& x, const char* op, const char* what) {
   SHARD_CHECK(x.device().is_cpu(), op, "{} is on {}; this op runs on host tensors", what, x.device());
@@ -172,7 +196,6 @@ template <class T, int R>
 Var<T, R> resolve(const Var<T, R>& x) {
   const DistSpec in_spec = x.value().spec();
   if (!in_spec.has_partial()) return x;
-  detail::check_host(x.value(), "resolve", "input");
   const DistSpec out_spec = detail::grad_spec(in_spec);
   auto y = x.value().redistribute(out_spec);
   return Var<T, R>::make(std::move(y), "resolve", {x.ref()}, [x, out_spec](const DistTensor<T, R>& g) {

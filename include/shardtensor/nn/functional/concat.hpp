@@ -4,6 +4,7 @@
 /// connections). Every input must have the same mesh, placements and global extents and layouts
 /// on all other dims (so each rank's blocks line up); no communication. Backward splits the
 /// gradient into per-input slices. Partial(sum) inputs are allowed when all inputs share them.
+/// Runs on any device (strided Tensor copies; no loops here); all inputs on one device.
 #include <initializer_list>
 #include <type_traits>
 #include <vector>
@@ -23,7 +24,9 @@ Var<T, R> concat(const std::vector<Var<T, R>>& xs, int dim = 1) {
   index_t total = 0;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const DistSpec& si = xs[i].value().spec();
-    detail::check_host(xs[i].value(), op, "input");
+    SHARD_CHECK(xs[i].value().device() == xs[0].value().device(), op,
+                "operands on different devices: input {} is on {}, input 0 on {}", i, xs[i].value().device(),
+                xs[0].value().device());
     detail::check_unsharded(si, dim, op, "input");
     SHARD_CHECK(si.mesh() == s0.mesh(), op, "input {} lives on a different mesh than input 0", i);
     SHARD_CHECK(si.placements() == s0.placements(), op, "input {} has placements {} but input 0 has {}", i, si, s0);
@@ -39,7 +42,7 @@ Var<T, R> concat(const std::vector<Var<T, R>>& xs, int dim = 1) {
   auto og = s0.global_shape();
   og[static_cast<std::size_t>(dim)] = total;
   const DistSpec out_spec = detail::derived_spec(s0, s0.placements(), og);
-  auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len));
+  auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), xs[0].value().device());
   std::vector<index_t> offsets;
   std::vector<autograd::VarRef> refs;
   index_t off = 0;

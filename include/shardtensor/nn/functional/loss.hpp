@@ -11,6 +11,7 @@
 /// norm gives inf/nan as the formula does.
 #include <cmath>
 
+#include "shardtensor/exec/reduce.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard::nn::functional {
@@ -24,8 +25,7 @@ namespace detail {
 
 template <class T, int R>
 void check_loss_args(const Var<T, R>& pred, const Var<T, R>& target, const char* op) {
-  check_host(pred.value(), op, "pred");
-  check_host(target.value(), op, "target");
+  check_same_device(pred.value(), target.value(), op);
   check_no_partial(pred.value().spec(), op, "pred");
   check_same_spec(pred.value().spec(), target.value().spec(), op, "pred", "target");
 }
@@ -49,30 +49,23 @@ Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction red
   SHARD_CHECK(reduction == Reduction::sum || count > 0, op, "mean over an empty tensor");
   const double scale = reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
   const auto pl = pred.local().contiguous(), tl = target.local().contiguous();
-  const index_t n = pl.numel();
-  double acc = 0;
-  const T* pp = pl.data();
-  const T* pt = tl.data();
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > (1 << 16))
-  for (index_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
-    acc += d * d;
-  }
+  const Device dev = pl.device();
+  const double acc = exec::sq_diff_sum(detail::block_of(pl), detail::block_of(tl), current_context(dev));
   const DistSpec ss = detail::scalar_spec(xs, detail::mesh_dims_sharding(xs, [](int) { return true; }));
-  auto v = Tensor<T, 1>::full({1}, static_cast<T>(acc * scale));
+  auto v = Tensor<T, 1>::full({1}, static_cast<T>(acc * scale), dev);
   auto part = Var<T, 1>::make(DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
                               [pred, target, pl, tl, xs, ss, scale](const DistTensor<T, 1>& gin) {
-                                const double gv = detail::align_grad(gin, ss).local().data()[0];
-                                const T c = static_cast<T>(2.0 * scale * gv);
-                                auto gp = Tensor<T, R>::empty(pl.shape());
-                                zip_into(gp, pl, tl, [c](T a, T b) { return c * (a - b); });
+                                const double gv = detail::first_value(detail::align_grad(gin, ss).local());
+                                const Device gdev = pl.device();
+                                auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
+                                Tensor<T, R> gt;
+                                if (target.requires_grad()) gt = Tensor<T, R>::empty(pl.shape(), gdev);
+                                exec::mse_backward(2.0 * scale * gv, detail::block_of(pl), detail::block_of(tl), detail::block_of(gp),
+                                                   target.requires_grad() ? detail::block_of(gt) : Block{},
+                                                   current_context(gdev));
                                 const DistSpec gs = detail::grad_spec(xs);
                                 if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
-                                if (target.requires_grad()) {
-                                  auto gt = Tensor<T, R>::empty(pl.shape());
-                                  map_into(gt, gp, [](T a) { return -a; });
-                                  target.accumulate_grad(DistTensor<T, R>(gs, gt));
-                                }
+                                if (target.requires_grad()) target.accumulate_grad(DistTensor<T, R>(gs, gt));
                               });
   return resolve(part);
 }
@@ -99,47 +92,30 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
                                       : std::vector<int>{};
   const auto pl = pred.local().contiguous(), tl = target.local().contiguous();
   const index_t nl = per_sample ? pl.size(0) : 1;
-  const index_t inner = nl > 0 ? pl.numel() / nl : 0;
-  // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (this rank's part, then global).
+  // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (this rank's part, then global; host memory).
   auto sums = std::make_shared<std::vector<double>>(static_cast<std::size_t>(2 * nl), 0.0);
-  for (index_t s = 0; s < nl; ++s) {
-    double a = 0, b = 0;
-    const T* pp = pl.data() + s * inner;
-    const T* pt = tl.data() + s * inner;
-    for (index_t i = 0; i < inner; ++i) {
-      const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
-      a += d * d;
-      b += static_cast<double>(pt[i]) * static_cast<double>(pt[i]);
-    }
-    (*sums)[2 * s] = a;
-    (*sums)[2 * s + 1] = b;
-  }
+  exec::rel_l2_sums(detail::block_of(pl), detail::block_of(tl), nl, sums->data(), current_context(pl.device()));
   detail::allreduce_sum(comm, sums->data(), 2 * nl);
   double loss = 0;
   for (index_t s = 0; s < nl; ++s) loss += std::sqrt((*sums)[2 * s]) / std::sqrt((*sums)[2 * s + 1]);
   loss /= static_cast<double>(nglobal);
   const DistSpec ss = detail::scalar_spec(xs, batch_mdims);
-  auto v = Tensor<T, 1>::full({1}, static_cast<T>(loss));
+  auto v = Tensor<T, 1>::full({1}, static_cast<T>(loss), pl.device());
   auto part = Var<T, 1>::make(
       DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
-      [pred, target, pl, tl, xs, ss, sums, nl, inner, nglobal](const DistTensor<T, 1>& gin) {
-        const double gv = detail::align_grad(gin, ss).local().data()[0] / static_cast<double>(nglobal);
-        auto gp = Tensor<T, R>::empty(pl.shape());
-        auto gt = Tensor<T, R>::empty(pl.shape());
+      [pred, target, pl, tl, xs, ss, sums, nl, nglobal](const DistTensor<T, 1>& gin) {
+        const double gv = detail::first_value(detail::align_grad(gin, ss).local()) / static_cast<double>(nglobal);
+        const Device gdev = pl.device();
+        auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
+        auto gt = Tensor<T, R>::empty(pl.shape(), gdev);
+        std::vector<double> coef(static_cast<std::size_t>(2 * nl));
         for (index_t s = 0; s < nl; ++s) {
           const double a = std::sqrt((*sums)[2 * s]), b = std::sqrt((*sums)[2 * s + 1]);
-          const double cp = a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b = (p - t) / (a b)
-          const double ct = gv * a / (b * b * b);         // d/dt adds -a t / b^3
-          const T* pp = pl.data() + s * inner;
-          const T* pt = tl.data() + s * inner;
-          T* op_ = gp.data() + s * inner;
-          T* ot = gt.data() + s * inner;
-          for (index_t i = 0; i < inner; ++i) {
-            const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
-            op_[i] = static_cast<T>(cp * d);
-            ot[i] = static_cast<T>(-cp * d - ct * static_cast<double>(pt[i]));
-          }
+          coef[2 * s] = a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b = (p - t) / (a b)
+          coef[2 * s + 1] = gv * a / (b * b * b);     // d/dt adds -a t / b^3
         }
+        exec::rel_l2_backward(detail::block_of(pl), detail::block_of(tl), nl, coef.data(), detail::block_of(gp), detail::block_of(gt),
+                              current_context(gdev));
         const DistSpec gs = detail::grad_spec(xs);
         if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
         if (target.requires_grad()) target.accumulate_grad(DistTensor<T, R>(gs, gt));

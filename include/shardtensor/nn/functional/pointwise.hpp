@@ -22,42 +22,12 @@
 #include <cmath>
 #include <type_traits>
 
+#include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard::nn::functional {
 
 namespace detail {
-
-/// out[i] = f(a[i], b[i]) over out's shape; out contiguous, a and b any strides (0 = broadcast).
-template <class T, int R, class Fn>
-void zip_broadcast(const Tensor<T, R>& out, const Tensor<T, R>& a, const Tensor<T, R>& b, Fn f) {
-  const index_t n = out.numel();
-  if (n == 0) return;
-  T* o = out.data();
-  const T* pa = a.data();
-  const T* pb = b.data();
-  if (a.is_contiguous() && b.is_contiguous() && a.shape() == out.shape() && b.shape() == out.shape()) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-    for (index_t i = 0; i < n; ++i) o[i] = f(pa[i], pb[i]);
-    return;
-  }
-  const auto& s = out.shape();
-  const index_t inner = R ? s[R - 1] : 1;
-  const index_t outer = n / inner;
-  const index_t ia = R ? a.stride(R - 1) : 0, ib = R ? b.stride(R - 1) : 0;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (index_t r = 0; r < outer; ++r) {
-    index_t rem = r, oa = 0, ob = 0;
-    for (int d = R - 2; d >= 0; --d) {
-      const index_t i = rem % s[d];
-      rem /= s[d];
-      oa += i * a.stride(d);
-      ob += i * b.stride(d);
-    }
-    T* orow = o + r * inner;
-    for (index_t i = 0; i < inner; ++i) orow[i] = f(pa[oa + i * ia], pb[ob + i * ib]);
-  }
-}
 
 /// True when operand dim d (of an operand of rank rx aligned to an output of rank R at output dim
 /// od) is broadcast: missing, or extent 1 against a larger output extent.
@@ -80,7 +50,7 @@ Tensor<T, R> operand_view(const Tensor<T, Rx>& xl, const DistSpec& xs, const Dis
   const Box xb = xs.local_box(), ob = out.local_box();
   Shape<R> shape{}, strides{};
   for (int od = 0; od < R; ++od) shape[od] = ob.len[static_cast<std::size_t>(od)];
-  if (numel(shape) == 0) return Tensor<T, R>::view(nullptr, shape, strides);
+  if (numel(shape) == 0) return Tensor<T, R>::view(nullptr, shape, strides, xl.device());
   T* p = xl.data();
   for (int od = 0; od < R; ++od) {
     const int d = od - (R - Rx);
@@ -91,7 +61,7 @@ Tensor<T, R> operand_view(const Tensor<T, Rx>& xl, const DistSpec& xs, const Dis
       p += (ob.lo[static_cast<std::size_t>(od)] - xb.lo[static_cast<std::size_t>(d)]) * xl.stride(d);
     }
   }
-  return Tensor<T, R>::view(p, shape, strides);
+  return Tensor<T, R>::view(p, shape, strides, xl.device());
 }
 
 /// True when operand_view(x) is x's local block itself (same shape, nothing broadcast or sliced).
@@ -112,50 +82,23 @@ Tensor<T, Rx> reduce_to_operand(const Tensor<T, R>& g, const DistSpec& xs, const
   const Box xb = xs.local_box();
   Shape<Rx> xshape{};
   for (int d = 0; d < Rx; ++d) xshape[d] = xb.len[static_cast<std::size_t>(d)];
-  std::vector<double> acc(static_cast<std::size_t>(numel(xshape)), 0.0);
-  auto acc_view = operand_view<double, R, Rx>(
-      Tensor<double, Rx>::view(acc.empty() ? nullptr : acc.data(), xshape), xs, out);
-  auto gc = g.contiguous();
-  const index_t n = gc.numel();
-  if (n > 0) {
-    const auto& s = gc.shape();
-    const index_t inner = R ? s[R - 1] : 1, outer = n / inner, is = R ? acc_view.stride(R - 1) : 0;
-    const T* pg = gc.data();
-    double* pa = acc_view.data();
-    for (index_t r = 0; r < outer; ++r) {
-      index_t rem = r, off = 0;
-      for (int d = R - 2; d >= 0; --d) {
-        off += (rem % s[d]) * acc_view.stride(d);
-        rem /= s[d];
-      }
-      const T* grow = pg + r * inner;
-      for (index_t i = 0; i < inner; ++i) pa[off + i * is] += static_cast<double>(grow[i]);
-    }
-  }
-  auto out_t = Tensor<T, Rx>::empty(xshape);
-  for (std::size_t i = 0; i < acc.size(); ++i) out_t.data()[i] = static_cast<T>(acc[i]);
+  auto out_t = Tensor<T, Rx>::empty(xshape, g.device());
+  const auto view = operand_view<T, R, Rx>(out_t, xs, out);
+  const auto gc = g.contiguous();
+  exec::sum_to(block_of(out_t), block_of(view), block_of(gc), current_context(g.device()));
   return out_t;
 }
 
-/// Elementwise binary op kinds.
-enum class BinaryOp { add, sub, mul, div };
-inline const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    default: return "div";
-  }
-}
+using exec::BinaryOp;
+using exec::UnaryOp;
 
 /// The broadcasting binary op behind add/sub/mul/div.
 template <class T, int Ra, int Rb>
 Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, BinaryOp op) {
   constexpr int R = std::max(Ra, Rb);
   static_assert(is_compute_type<T>, "pointwise ops support float and double");
-  const char* name = binary_name(op);
-  check_host(a.value(), name, "lhs");
-  check_host(b.value(), name, "rhs");
+  const char* name = exec::op_name(op);
+  check_same_device(a.value(), b.value(), name);
   const DistSpec& sa = a.value().spec();
   const DistSpec& sb = b.value().spec();
   const bool linear = op == BinaryOp::add || op == BinaryOp::sub;
@@ -168,15 +111,11 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
                 sa, sb);
   }
   const DistSpec out_spec = broadcast_spec(sa, sb, name);
-  auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len));
+  const Device dev = a.local().device();
+  auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
   const auto av = operand_view<T, R, Ra>(a.local(), sa, out_spec);
   const auto bv = operand_view<T, R, Rb>(b.local(), sb, out_spec);
-  switch (op) {
-    case BinaryOp::add: zip_broadcast(out, av, bv, [](T x, T y) { return x + y; }); break;
-    case BinaryOp::sub: zip_broadcast(out, av, bv, [](T x, T y) { return x - y; }); break;
-    case BinaryOp::mul: zip_broadcast(out, av, bv, [](T x, T y) { return x * y; }); break;
-    case BinaryOp::div: zip_broadcast(out, av, bv, [](T x, T y) { return x / y; }); break;
-  }
+  exec::binary(op, block_of(out), block_of(av), block_of(bv), current_context(dev));
   return Var<T, R>::make(
       DistTensor<T, R>(out_spec, out), name, {a.ref(), b.ref()}, [a, b, op, out_spec](const DistTensor<T, R>& gin) {
         const auto g = align_grad(gin, out_spec).local().contiguous();
@@ -189,7 +128,9 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
           DistSpec gs = xs.has_partial() ? grad_spec(xs) : operand_grad_spec(xs, out_spec);
           x.accumulate_grad(DistTensor<T, Rx>(gs, local));
         };
-        auto tmp = [&] { return Tensor<T, R>::empty(shape); };
+        const Device gdev = g.device();
+        auto tmp = [&] { return Tensor<T, R>::empty(shape, gdev); };
+        ExecContext& ctx = current_context(gdev);
         if (a.requires_grad()) {
           Tensor<T, R> ga;
           if (op == BinaryOp::add || op == BinaryOp::sub) {
@@ -197,8 +138,8 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
           } else {
             ga = tmp();
             const auto bv2 = operand_view<T, R, Rb>(b.local(), b.value().spec(), out_spec);
-            if (op == BinaryOp::mul) zip_broadcast(ga, g, bv2, [](T gg, T y) { return gg * y; });
-            else zip_broadcast(ga, g, bv2, [](T gg, T y) { return gg / y; });
+            exec::binary(op == BinaryOp::mul ? BinaryOp::mul : BinaryOp::div, block_of(ga), block_of(g),
+                         block_of(bv2), ctx);
           }
           push(a, ga);
         }
@@ -208,17 +149,15 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
             gb = g;
           } else if (op == BinaryOp::sub) {
             gb = tmp();
-            map_into(gb, g, [](T gg) { return -gg; });
+            exec::unary(UnaryOp::neg, 0.0, block_of(g), block_of(gb), ctx);
           } else {
             gb = tmp();
             const auto av2 = operand_view<T, R, Ra>(a.local(), a.value().spec(), out_spec);
             if (op == BinaryOp::mul) {
-              zip_broadcast(gb, g, av2, [](T gg, T x) { return gg * x; });
+              exec::binary(BinaryOp::mul, block_of(gb), block_of(g), block_of(av2), ctx);
             } else {
               const auto bv2 = operand_view<T, R, Rb>(b.local(), b.value().spec(), out_spec);
-              auto q = tmp();  // x / y^2
-              zip_broadcast(q, av2, bv2, [](T x, T y) { return x / (y * y); });
-              zip_broadcast(gb, g, q, [](T gg, T v) { return -gg * v; });
+              exec::div_rhs_backward(block_of(gb), block_of(g), block_of(av2), block_of(bv2), ctx);
             }
           }
           push(b, gb);
@@ -226,12 +165,11 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
       });
 }
 
-/// y = f(x) elementwise with gradient g * df(x, y); `linear_ok` allows Partial(sum) inputs
-/// (only for maps that are linear, f(x) = c x).
-template <class T, int R, class Fwd, class Dfn>
-Var<T, R> unary_op(const Var<T, R>& x, const char* name, Fwd f, Dfn df, bool linear_ok = false) {
+/// y = op(x; alpha) elementwise with gradient g * op'(x, y) (exec::UnaryOp); `linear_ok` allows
+/// Partial(sum) inputs (only for maps that are linear, f(x) = c x).
+template <class T, int R>
+Var<T, R> unary_op(const Var<T, R>& x, const char* name, UnaryOp op, double alpha = 0, bool linear_ok = false) {
   static_assert(is_compute_type<T>, "pointwise ops support float and double");
-  check_host(x.value(), name, "input");
   const DistSpec& s = x.value().spec();
   if (linear_ok) {
     for (const auto& p : s.placements())
@@ -241,20 +179,16 @@ Var<T, R> unary_op(const Var<T, R>& x, const char* name, Fwd f, Dfn df, bool lin
     check_no_partial(s, name, "input");
   }
   auto xl = x.local().contiguous();
-  auto y = Tensor<T, R>::empty(xl.shape());
-  map_into(y, xl, f);
+  const Device dev = xl.device();
+  auto y = Tensor<T, R>::empty(xl.shape(), dev);
+  exec::unary(op, alpha, block_of(xl), block_of(y), current_context(dev));
   DistTensor<T, R> yv(s, y);
   DistTensor<T, R> xv(s, xl);
-  return Var<T, R>::make(yv, name, {x.ref()}, [x, xv, yv, df](const DistTensor<T, R>& gin) {
+  return Var<T, R>::make(yv, name, {x.ref()}, [x, xv, yv, op, alpha](const DistTensor<T, R>& gin) {
     const auto g = align_grad(gin, xv.spec()).local().contiguous();
-    auto gx = Tensor<T, R>::empty(g.shape());
-    const T* px = xv.local().data();
-    const T* py = yv.local().data();
-    const T* pg = g.data();
-    T* po = gx.data();
-    const index_t n = g.numel();
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-    for (index_t i = 0; i < n; ++i) po[i] = df(px[i], py[i], pg[i]);
+    auto gx = Tensor<T, R>::empty(g.shape(), g.device());
+    exec::unary_backward(op, alpha, block_of(xv.local()), block_of(yv.local()), block_of(g), block_of(gx),
+                         current_context(g.device()));
     x.accumulate_grad(DistTensor<T, R>(grad_spec(xv.spec()), gx));
   });
 }
@@ -285,7 +219,7 @@ Var<T, std::max(Ra, Rb)> div(const Var<T, Ra>& a, const Var<T, Rb>& b) {
 /// x + s.
 template <class T, int R>
 Var<T, R> add(const Var<T, R>& x, std::type_identity_t<T> s) {
-  return detail::unary_op(x, "add_scalar", [s](T v) { return v + s; }, [](T, T, T g) { return g; });
+  return detail::unary_op(x, "add_scalar", exec::UnaryOp::add_scalar, static_cast<double>(s));
 }
 /// s + x.
 template <class T, int R>
@@ -295,17 +229,17 @@ Var<T, R> add(std::type_identity_t<T> s, const Var<T, R>& x) {
 /// x - s.
 template <class T, int R>
 Var<T, R> sub(const Var<T, R>& x, std::type_identity_t<T> s) {
-  return detail::unary_op(x, "sub_scalar", [s](T v) { return v - s; }, [](T, T, T g) { return g; });
+  return detail::unary_op(x, "sub_scalar", exec::UnaryOp::add_scalar, -static_cast<double>(s));
 }
 /// s - x.
 template <class T, int R>
 Var<T, R> sub(std::type_identity_t<T> s, const Var<T, R>& x) {
-  return detail::unary_op(x, "rsub_scalar", [s](T v) { return s - v; }, [](T, T, T g) { return -g; });
+  return detail::unary_op(x, "rsub_scalar", exec::UnaryOp::rsub_scalar, static_cast<double>(s));
 }
 /// x * s (Partial(sum) inputs allowed: the result stays Partial).
 template <class T, int R>
 Var<T, R> mul(const Var<T, R>& x, std::type_identity_t<T> s) {
-  return detail::unary_op(x, "mul_scalar", [s](T v) { return v * s; }, [s](T, T, T g) { return g * s; }, true);
+  return detail::unary_op(x, "mul_scalar", exec::UnaryOp::mul_scalar, static_cast<double>(s), true);
 }
 /// s * x.
 template <class T, int R>
@@ -315,38 +249,42 @@ Var<T, R> mul(std::type_identity_t<T> s, const Var<T, R>& x) {
 /// x / s (Partial(sum) inputs allowed).
 template <class T, int R>
 Var<T, R> div(const Var<T, R>& x, std::type_identity_t<T> s) {
-  return detail::unary_op(x, "div_scalar", [s](T v) { return v / s; }, [s](T, T, T g) { return g / s; }, true);
+  return detail::unary_op(x, "div_scalar", exec::UnaryOp::div_scalar, static_cast<double>(s), true);
 }
 /// s / x.
 template <class T, int R>
 Var<T, R> div(std::type_identity_t<T> s, const Var<T, R>& x) {
-  return detail::unary_op(x, "rdiv_scalar", [s](T v) { return s / v; },
-                          [](T v, T y, T g) { return -g * y / v; });
+  return detail::unary_op(x, "rdiv_scalar", exec::UnaryOp::rdiv_scalar, static_cast<double>(s));
 }
 /// -x (Partial(sum) inputs allowed).
 template <class T, int R>
 Var<T, R> neg(const Var<T, R>& x) {
-  return detail::unary_op(x, "neg", [](T v) { return -v; }, [](T, T, T g) { return -g; }, true);
+  return detail::unary_op(x, "neg", exec::UnaryOp::neg, 0.0, true);
 }
 /// x * x.
 template <class T, int R>
 Var<T, R> square(const Var<T, R>& x) {
-  return detail::unary_op(x, "square", [](T v) { return v * v; }, [](T v, T, T g) { return T(2) * v * g; });
+  return detail::unary_op(x, "square", exec::UnaryOp::square);
 }
 /// sqrt(x) (gradient g / (2 sqrt(x)); infinite at 0).
 template <class T, int R>
 Var<T, R> sqrt(const Var<T, R>& x) {
-  return detail::unary_op(x, "sqrt", [](T v) { return std::sqrt(v); }, [](T, T y, T g) { return g / (T(2) * y); });
+  return detail::unary_op(x, "sqrt", exec::UnaryOp::sqrt);
 }
 /// exp(x).
 template <class T, int R>
 Var<T, R> exp(const Var<T, R>& x) {
-  return detail::unary_op(x, "exp", [](T v) { return std::exp(v); }, [](T, T y, T g) { return g * y; });
+  return detail::unary_op(x, "exp", exec::UnaryOp::exp);
+}
+/// |x| (gradient sign(x), 0 at 0).
+template <class T, int R>
+Var<T, R> abs(const Var<T, R>& x) {
+  return detail::unary_op(x, "abs", exec::UnaryOp::abs);
 }
 /// log(x) (natural).
 template <class T, int R>
 Var<T, R> log(const Var<T, R>& x) {
-  return detail::unary_op(x, "log", [](T v) { return std::log(v); }, [](T v, T, T g) { return g / v; });
+  return detail::unary_op(x, "log", exec::UnaryOp::log);
 }
 
 /// A Replicate [C] vector viewed as [1, C, 1, ...] of rank R (differentiable; no copy), for
@@ -354,7 +292,6 @@ Var<T, R> log(const Var<T, R>& x) {
 template <int R, class T>
 Var<T, R> as_channel(const Var<T, 1>& v) {
   static_assert(R >= 2, "as_channel needs a target rank >= 2");
-  detail::check_host(v.value(), "as_channel", "input");
   const DistSpec& s = v.value().spec();
   detail::check_replicated(s, "as_channel", "the per-channel vector");
   const index_t c = s.global_shape()[0];

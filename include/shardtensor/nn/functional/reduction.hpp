@@ -13,8 +13,7 @@
 ///    (also across ranks) share it equally (like torch.amax). It costs two small allreduces over
 ///    the mesh dims that shard reduced dims (the global max and the tie count).
 ///  - Inputs may be Partial(sum) for sum/mean (linear); max refuses Partial inputs.
-#include <limits>
-
+#include "shardtensor/exec/reduce.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard::nn::functional {
@@ -33,32 +32,6 @@ std::vector<int> normalise_dims(std::vector<int> dims, const char* op) {
   return dims;
 }
 
-/// Strides that map an index of the full local shape `s` to the keepdim result (0 on reduced dims).
-template <int R>
-Shape<R> keepdim_strides(const Shape<R>& s, const std::vector<int>& dims) {
-  Shape<R> os = s;
-  for (int d : dims) os[d] = 1;
-  Shape<R> st = contiguous_strides(os);
-  for (int d : dims) st[d] = 0;
-  return st;
-}
-
-/// Calls f(i, j) for each element i of a contiguous tensor of shape s with j its offset under strides st.
-template <int R, class Fn>
-void for_each_mapped(const Shape<R>& s, const Shape<R>& st, Fn f) {
-  const index_t n = numel(s);
-  if (n == 0) return;
-  const index_t inner = R ? s[R - 1] : 1, outer = n / inner, is = R ? st[R - 1] : 0;
-  for (index_t r = 0; r < outer; ++r) {
-    index_t rem = r, off = 0;
-    for (int d = R - 2; d >= 0; --d) {
-      off += (rem % s[d]) * st[d];
-      rem /= s[d];
-    }
-    for (index_t i = 0; i < inner; ++i) f(r * inner + i, off + i * is);
-  }
-}
-
 /// Reduction kinds.
 enum class ReduceKind { sum, mean, max };
 
@@ -67,7 +40,6 @@ template <class T, int R>
 Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) {
   static_assert(is_compute_type<T>, "reductions support float and double");
   const char* name = kind == ReduceKind::sum ? "sum" : kind == ReduceKind::mean ? "mean" : "max";
-  check_host(x.value(), name, "input");
   const auto dims = normalise_dims<R>(std::move(dims_in), name);
   const DistSpec& xs = x.value().spec();
   for (const auto& p : xs.placements())
@@ -87,47 +59,35 @@ Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) 
   const DistSpec out_spec = derived_spec(xs, pl, og);
 
   const auto xl = x.local().contiguous();
-  const Shape<R> s = xl.shape();
-  const Shape<R> st = keepdim_strides<R>(s, dims);
-  const auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len));
-  const T* px = xl.data();
+  const Device dev = xl.device();
+  ExecContext& ctx = current_context(dev);
+  const auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
   if (kind == ReduceKind::max) {
-    out.fill(-std::numeric_limits<T>::infinity());
-    T* po = out.data();
-    for_each_mapped<R>(s, st, [&](index_t i, index_t j) { po[j] = std::max(po[j], px[i]); });
+    exec::reduce_max(block_of(xl), block_of(out), ctx);
   } else {
-    std::vector<double> acc(static_cast<std::size_t>(out.numel()), 0.0);
-    for_each_mapped<R>(s, st, [&](index_t i, index_t j) { acc[static_cast<std::size_t>(j)] += px[i]; });
     const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
-    for (std::size_t j = 0; j < acc.size(); ++j) out.data()[j] = static_cast<T>(acc[j] * f);
+    exec::reduce_sum(block_of(xl), block_of(out), f, ctx);
   }
   DistTensor<T, R> outv(out_spec, out);
-  return Var<T, R>::make(outv, name, {x.ref()}, [x, xs, xl, outv, dims, kind, count, red_mdims](const DistTensor<T, R>& gin) {
+  return Var<T, R>::make(outv, name, {x.ref()}, [x, xs, xl, outv, kind, count, red_mdims](const DistTensor<T, R>& gin) {
     const auto g = align_grad(gin, outv.spec()).local().contiguous();
-    const Shape<R> s = xl.shape();
-    const Shape<R> st = keepdim_strides<R>(s, dims);
-    auto gx = Tensor<T, R>::empty(s);
-    T* pgx = gx.data();
-    const T* pg = g.data();
+    const Device gdev = xl.device();
+    ExecContext& gctx = current_context(gdev);
+    auto gx = Tensor<T, R>::empty(xl.shape(), gdev);
     if (kind != ReduceKind::max) {
-      const T f = kind == ReduceKind::mean ? static_cast<T>(1.0 / static_cast<double>(count)) : T(1);
-      for_each_mapped<R>(s, st, [&](index_t i, index_t j) { pgx[i] = pg[j] * f; });
+      const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
+      exec::broadcast_scaled(block_of(g), block_of(gx), f, gctx);
     } else {
       // Global maximum and the global number of positions attaining it, per result element.
       const CommPtr comm = comm_over(xs.mesh(), red_mdims);
       auto gmax = outv.local().clone();
       if (comm && comm->size() > 1 && gmax.numel() > 0)
         comm->allreduce(gmax.data(), gmax.data(), gmax.numel(), dtype_of<T>, ReduceOp::max);
-      std::vector<double> ties(static_cast<std::size_t>(gmax.numel()), 0.0);
-      const T* px = xl.data();
-      const T* pm = gmax.data();
-      for_each_mapped<R>(s, st, [&](index_t i, index_t j) {
-        if (px[i] == pm[j]) ties[static_cast<std::size_t>(j)] += 1.0;
-      });
-      allreduce_sum(comm, ties.data(), static_cast<index_t>(ties.size()));
-      for_each_mapped<R>(s, st, [&](index_t i, index_t j) {
-        pgx[i] = px[i] == pm[j] ? static_cast<T>(pg[j] / ties[static_cast<std::size_t>(j)]) : T(0);
-      });
+      auto ties = Tensor<double, R>::empty(gmax.shape(), gdev);
+      exec::max_ties(block_of(xl), block_of(gmax), block_of(ties), gctx);
+      if (comm && comm->size() > 1 && ties.numel() > 0)
+        comm->allreduce(ties.data(), ties.data(), ties.numel(), DType::f64, ReduceOp::sum);
+      exec::max_backward(block_of(xl), block_of(gmax), block_of(g), block_of(ties), block_of(gx), gctx);
     }
     x.accumulate_grad(DistTensor<T, R>(grad_spec(xs), gx));
   });

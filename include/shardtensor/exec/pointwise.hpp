@@ -1,0 +1,58 @@
+#pragma once
+/// \file pointwise.hpp
+/// The pointwise kernel family's front: elementwise unary ops and their backward, broadcasting
+/// binary ops (stride-0 operands) and the broadcast adjoint (sum over broadcast dims). Dispatch
+/// goes by the blocks' device (CPU: src/exec/pointwise_cpu.cpp; CUDA: kernels/pointwise.cu).
+/// Every function checks that its blocks share one device and one dtype (f32 or f64) and throws
+/// shard::Error naming the op otherwise. Nothing here allocates on the host heap.
+#include "shardtensor/exec/block.hpp"
+#include "shardtensor/exec/context.hpp"
+
+namespace shard::exec {
+
+/// Elementwise unary ops; `alpha` is the op's scalar where it has one.
+enum class UnaryOp : int {
+  neg,          ///< -x
+  square,       ///< x^2
+  sqrt,         ///< sqrt(x)
+  exp,          ///< exp(x)
+  log,          ///< log(x)
+  abs,          ///< |x| (gradient sign(x), 0 at 0)
+  relu,         ///< max(x, 0)
+  leaky_relu,   ///< x > 0 ? x : alpha x
+  gelu,         ///< 0.5 x (1 + erf(x / sqrt 2))
+  gelu_tanh,    ///< 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  silu,         ///< x sigmoid(x)
+  tanh,         ///< tanh(x)
+  sigmoid,      ///< 1 / (1 + exp(-x))
+  add_scalar,   ///< x + alpha
+  rsub_scalar,  ///< alpha - x
+  mul_scalar,   ///< x * alpha
+  div_scalar,   ///< x / alpha
+  rdiv_scalar,  ///< alpha / x
+};
+/// Elementwise binary ops.
+enum class BinaryOp : int { add, sub, mul, div };
+
+/// Name of an op (for messages).
+const char* op_name(UnaryOp op) noexcept;
+const char* op_name(BinaryOp op) noexcept;
+
+/// y = op(x) elementwise; x and y contiguous with one element count (y may alias x).
+void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx);
+/// dx = dy * op'(x) elementwise, given the forward's input x and output y (either may be unused by
+/// the op but must have dx's element count); all contiguous.
+void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy, const Block& dx,
+                    ExecContext& ctx);
+/// out = a (op) b over out's shape; out contiguous, a and b of out's rank and shape with any
+/// strides (stride 0 broadcasts).
+void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx);
+/// out = -g * a / b^2 (the gradient of a / b with respect to b) over out's shape; out contiguous,
+/// g, a, b of out's shape with any strides.
+void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b, ExecContext& ctx);
+/// Broadcast adjoint: dst (contiguous, the operand's shape) = 0, then every element of g
+/// (contiguous, the result's shape) is added to dst_view at the same index. dst_view views dst's
+/// memory in the result's index space (stride 0 on broadcast dims). Sums in double.
+void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx);
+
+}  // namespace shard::exec

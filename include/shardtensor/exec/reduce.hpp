@@ -1,0 +1,43 @@
+#pragma once
+/// \file reduce.hpp
+/// The reduce kernel family's front: keepdim sum/max over dims and their backward, global
+/// sums and dot products, and the mse / relative-L2 loss kernels. Dispatch goes by the blocks'
+/// device (CPU: src/exec/reduce_cpu.cpp; CUDA: kernels/reduce.cu, deterministic: fixed-order
+/// block trees, no floating-point atomics). All blocks are contiguous, f32 or f64 unless noted,
+/// on one device; sums accumulate in double. Results returned as `double` are on the host (the
+/// call waits for the device).
+#include "shardtensor/exec/block.hpp"
+#include "shardtensor/exec/context.hpp"
+
+namespace shard::exec {
+
+/// out = scale * (sum of x over the dims where out has extent 1); out has x's rank (keepdim).
+void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx);
+/// out = max of x over the dims where out has extent 1 (keepdim; -inf over an empty extent).
+void reduce_max(const Block& x, const Block& out, ExecContext& ctx);
+/// gx[i] = g[j(i)] * scale, j(i) the keepdim index of i (backward of reduce_sum).
+void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext& ctx);
+/// ties[j] = number of i with x[i] == m[j(i)]; ties is f64 with m's shape.
+void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ctx);
+/// gx[i] = x[i] == m[j] ? g[j] / ties[j] : 0 (backward of reduce_max; ties f64).
+void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
+                  ExecContext& ctx);
+
+/// Sum of all elements of x.
+double sum_all(const Block& x, ExecContext& ctx);
+/// Sum of a[i] * b[i].
+double dot(const Block& a, const Block& b, ExecContext& ctx);
+/// Sum of (a[i] - b[i])^2.
+double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx);
+
+/// mse backward: gp = c (p - t) with c = T(scale), gt = -gp (gt may be an empty Block: skipped).
+void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx);
+/// Per-sample sums of relative L2: p and t hold `samples` equal rows; host_sums[2s] =
+/// ||p_s - t_s||^2, host_sums[2s+1] = ||t_s||^2 (host memory, 2 * samples doubles).
+void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx);
+/// Backward of relative L2 per row s: gp = cp_s (p - t), gt = -cp_s (p - t) - ct_s t with
+/// host_coef[2s] = cp_s, host_coef[2s+1] = ct_s (host memory).
+void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
+                     const Block& gt, ExecContext& ctx);
+
+}  // namespace shard::exec

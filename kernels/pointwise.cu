@@ -1,0 +1,279 @@
+// CUDA kernels of the pointwise family (launchers: src/kernels_api/pointwise.hpp). The formulas
+// are shared with the CPU implementation (src/kernels_api/pointwise_ops.hpp).
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels_api/pointwise.hpp"
+#include "kernels_api/pointwise_ops.hpp"
+
+namespace shard::kernels {
+namespace {
+
+using idx = pw_idx;
+namespace ops = pw;
+constexpr int kThreads = 256;
+
+#define SHARD_PW_LOOP(i, n) \
+  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
+
+int grid_for(idx n) {
+  const idx g = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(g < 1 ? 1 : (g > 65535 ? 65535 : g));
+}
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+int last_error() { return static_cast<int>(cudaGetLastError()); }
+
+/// Shape and up to three operand stride sets, passed by value to the kernels.
+struct Desc {
+  int rank;
+  idx shape[kPwMaxRank];
+  idx s0[kPwMaxRank], s1[kPwMaxRank], s2[kPwMaxRank];
+};
+Desc make_desc(int rank, const idx* shape, const idx* s0, const idx* s1, const idx* s2) {
+  Desc d{};
+  d.rank = rank;
+  for (int k = 0; k < rank; ++k) {
+    d.shape[k] = shape[k];
+    d.s0[k] = s0 ? s0[k] : 0;
+    d.s1[k] = s1 ? s1[k] : 0;
+    d.s2[k] = s2 ? s2[k] : 0;
+  }
+  return d;
+}
+
+template <class T, int Op> __global__ void unary_kernel(idx n, T a, const T* __restrict__ x, T* __restrict__ y) {
+  SHARD_PW_LOOP(i, n) y[i] = ops::unary_fwd<Op, T>(x[i], a);
+}
+template <class T, int Op>
+__global__ void unary_bwd_kernel(idx n, T a, const T* __restrict__ x, const T* __restrict__ y,
+                                 const T* __restrict__ g, T* __restrict__ dx) {
+  SHARD_PW_LOOP(i, n) dx[i] = ops::unary_bwd<Op, T>(x[i], y[i], g[i], a);
+}
+template <class T, int Op>
+__global__ void binary_contig_kernel(idx n, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ o) {
+  SHARD_PW_LOOP(i, n) o[i] = ops::binary_fwd<Op, T>(a[i], b[i]);
+}
+template <class T, int Op>
+__global__ void binary_strided_kernel(Desc d, idx n, const T* __restrict__ a, const T* __restrict__ b,
+                                      T* __restrict__ o) {
+  SHARD_PW_LOOP(lin, n) {
+    idx rem = lin, oa = 0, ob = 0;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      const idx i = rem % d.shape[k];
+      rem /= d.shape[k];
+      oa += i * d.s0[k];
+      ob += i * d.s1[k];
+    }
+    o[lin] = ops::binary_fwd<Op, T>(a[oa], b[ob]);
+  }
+}
+template <class T>
+__global__ void div_rhs_kernel(Desc d, idx n, const T* __restrict__ g, const T* __restrict__ a,
+                               const T* __restrict__ b, T* __restrict__ o) {
+  SHARD_PW_LOOP(lin, n) {
+    idx rem = lin, og = 0, oa = 0, ob = 0;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      const idx i = rem % d.shape[k];
+      rem /= d.shape[k];
+      og += i * d.s0[k];
+      oa += i * d.s1[k];
+      ob += i * d.s2[k];
+    }
+    o[lin] = ops::div_rhs_grad<T>(g[og], a[oa], b[ob]);
+  }
+}
+
+/// Broadcast adjoint. Destination positions enumerate the kept dims (view stride != 0); each
+/// sums the reduced dims (stride 0) of g. kept/red: dims lists; g strides contiguous.
+struct SumToDesc {
+  int nk, nr;
+  idx kshape[kPwMaxRank], kview[kPwMaxRank], kg[kPwMaxRank];  // kept dims: extent, dst stride, g stride
+  idx rshape[kPwMaxRank], rg[kPwMaxRank];                      // reduced dims: extent, g stride
+};
+__device__ __forceinline__ void kept_offsets(const SumToDesc& d, idx pos, idx& dst_off, idx& g_off) {
+  dst_off = 0;
+  g_off = 0;
+  for (int k = d.nk - 1; k >= 0; --k) {
+    const idx i = pos % d.kshape[k];
+    pos /= d.kshape[k];
+    dst_off += i * d.kview[k];
+    g_off += i * d.kg[k];
+  }
+}
+__device__ __forceinline__ idx red_offset(const SumToDesc& d, idx r) {
+  idx off = 0;
+  for (int k = d.nr - 1; k >= 0; --k) {
+    off += (r % d.rshape[k]) * d.rg[k];
+    r /= d.rshape[k];
+  }
+  return off;
+}
+/// One thread per destination position (few reduced elements): sequential sum in index order.
+template <class T>
+__global__ void sum_to_thread_kernel(SumToDesc d, idx npos, idx nred, const T* __restrict__ g, T* __restrict__ dst) {
+  SHARD_PW_LOOP(pos, npos) {
+    idx doff, goff;
+    kept_offsets(d, pos, doff, goff);
+    double s = 0;
+    for (idx r = 0; r < nred; ++r) s += static_cast<double>(g[goff + red_offset(d, r)]);
+    dst[doff] = static_cast<T>(s);
+  }
+}
+/// One block per destination position: strided per-thread sums, then a fixed shared-memory tree.
+template <class T>
+__global__ void sum_to_block_kernel(SumToDesc d, idx npos, idx nred, const T* __restrict__ g, T* __restrict__ dst) {
+  __shared__ double buf[kThreads];
+  for (idx pos = blockIdx.x; pos < npos; pos += gridDim.x) {
+    idx doff, goff;
+    kept_offsets(d, pos, doff, goff);
+    double s = 0;
+    for (idx r = threadIdx.x; r < nred; r += blockDim.x) s += static_cast<double>(g[goff + red_offset(d, r)]);
+    buf[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+      if (static_cast<int>(threadIdx.x) < w) buf[threadIdx.x] += buf[threadIdx.x + w];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) dst[doff] = static_cast<T>(buf[0]);
+    __syncthreads();
+  }
+}
+
+template <class F, int... K> void dispatch_impl(int op, F&& f, std::integer_sequence<int, K...>) {
+  ((op == K ? (f(std::integral_constant<int, K>{}), 0) : 0), ...);
+}
+template <class F> int dispatch_unary(int op, F&& f) {
+  if (op < 0 || op >= ops::u_count) return static_cast<int>(cudaErrorInvalidValue);
+  dispatch_impl(op, f, std::make_integer_sequence<int, ops::u_count>{});
+  return last_error();
+}
+template <class F> int dispatch_binary(int op, F&& f) {
+  if (op < 0 || op >= ops::b_count) return static_cast<int>(cudaErrorInvalidValue);
+  dispatch_impl(op, f, std::make_integer_sequence<int, ops::b_count>{});
+  return last_error();
+}
+template <class F> int by_type(int is_f64, F&& f) {
+  if (is_f64) return f(double{});
+  return f(float{});
+}
+bool contiguous(int rank, const idx* shape, const idx* st) {
+  idx acc = 1;
+  for (int k = rank - 1; k >= 0; --k) {
+    if (shape[k] != 1 && st[k] != acc) return false;
+    acc *= shape[k];
+  }
+  return true;
+}
+idx count(int rank, const idx* shape) {
+  idx n = 1;
+  for (int k = 0; k < rank; ++k) n *= shape[k];
+  return n;
+}
+
+}  // namespace
+
+int pw_unary(int is_f64, int op, double alpha, idx n, const void* x, void* y, void* stream) {
+  if (n <= 0) return 0;
+  return by_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatch_unary(op, [&](auto k) {
+      unary_kernel<T, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+          n, static_cast<T>(alpha), static_cast<const T*>(x), static_cast<T*>(y));
+    });
+  });
+}
+
+int pw_unary_backward(int is_f64, int op, double alpha, idx n, const void* x, const void* y, const void* dy, void* dx,
+                      void* stream) {
+  if (n <= 0) return 0;
+  return by_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatch_unary(op, [&](auto k) {
+      unary_bwd_kernel<T, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+          n, static_cast<T>(alpha), static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
+          static_cast<T*>(dx));
+    });
+  });
+}
+
+int pw_binary(int is_f64, int op, int rank, const idx* shape, void* out, const void* a, const idx* sa, const void* b,
+              const idx* sb, void* stream) {
+  if (rank < 0 || rank > kPwMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  const idx n = count(rank, shape);
+  if (n <= 0) return 0;
+  const bool contig = contiguous(rank, shape, sa) && contiguous(rank, shape, sb);
+  const Desc d = make_desc(rank, shape, sa, sb, nullptr);
+  return by_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatch_binary(op, [&](auto k) {
+      constexpr int K = decltype(k)::value;
+      if (contig)
+        binary_contig_kernel<T, K><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+            n, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+      else
+        binary_strided_kernel<T, K><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+            d, n, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+    });
+  });
+}
+
+int pw_div_rhs_backward(int is_f64, int rank, const idx* shape, void* out, const void* g, const idx* sg,
+                        const void* a, const idx* sa, const void* b, const idx* sb, void* stream) {
+  if (rank < 0 || rank > kPwMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  const idx n = count(rank, shape);
+  if (n <= 0) return 0;
+  const Desc d = make_desc(rank, shape, sg, sa, sb);
+  return by_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    div_rhs_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+        d, n, static_cast<const T*>(g), static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+    return last_error();
+  });
+}
+
+int pw_sum_to(int is_f64, idx nd, void* dst, idx base, int rank, const idx* shape, const idx* view_strides,
+              const void* g, void* stream) {
+  if (rank < 0 || rank > kPwMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  const int esz = is_f64 ? 8 : 4;
+  if (nd <= 0) return 0;
+  cudaError_t e = cudaMemsetAsync(dst, 0, static_cast<size_t>(nd) * esz, as_stream(stream));
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const idx n = count(rank, shape);
+  if (n <= 0) return 0;
+  SumToDesc d{};
+  idx gst[kPwMaxRank];
+  idx acc = 1;
+  for (int k = rank - 1; k >= 0; --k) {
+    gst[k] = acc;
+    acc *= shape[k];
+  }
+  idx npos = 1, nred = 1;
+  for (int k = 0; k < rank; ++k) {
+    if (view_strides[k] != 0 || shape[k] == 1) {
+      d.kshape[d.nk] = shape[k];
+      d.kview[d.nk] = view_strides[k];
+      d.kg[d.nk] = gst[k];
+      ++d.nk;
+      npos *= shape[k];
+    } else {
+      d.rshape[d.nr] = shape[k];
+      d.rg[d.nr] = gst[k];
+      ++d.nr;
+      nred *= shape[k];
+    }
+  }
+  return by_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(dst) + base;
+    if (nred <= 32)
+      sum_to_thread_kernel<T><<<grid_for(npos), kThreads, 0, as_stream(stream)>>>(d, npos, nred,
+                                                                                   static_cast<const T*>(g), out);
+    else
+      sum_to_block_kernel<T><<<static_cast<int>(npos < 65535 ? npos : 65535), kThreads, 0, as_stream(stream)>>>(
+          d, npos, nred, static_cast<const T*>(g), out);
+    return last_error();
+  });
+}
+
+}  // namespace shard::kernels

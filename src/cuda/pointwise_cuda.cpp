@@ -1,0 +1,64 @@
+// CUDA implementation of the pointwise kernel family: host glue from the PointwiseKernels table
+// to the launchers in kernels/pointwise.cu (firewall: src/kernels_api/pointwise.hpp). Registered
+// for DeviceKind::cuda when shardtensor::cuda is linked.
+#include <cuda_runtime.h>
+
+#include "cuda/family_util.hpp"
+#include "exec/pointwise_kernels.hpp"
+#include "kernels_api/pointwise.hpp"
+
+namespace shard::exec {
+namespace {
+
+using cuda_glue::check_rc;
+using cuda_glue::is_f64;
+using cuda_glue::DeviceScope;
+
+struct CudaPointwise final : PointwiseKernels {
+  void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext& ctx) const override {
+    DeviceScope scope(ctx, op_name(op));
+    check_rc(kernels::pw_unary(is_f64(dt), static_cast<int>(op), alpha, n, x, y, ctx.stream().handle), op_name(op),
+             ctx);
+  }
+  void unary_backward(UnaryOp op, double alpha, DType dt, index_t n, const void* x, const void* y, const void* dy,
+                      void* dx, ExecContext& ctx) const override {
+    DeviceScope scope(ctx, op_name(op));
+    check_rc(kernels::pw_unary_backward(is_f64(dt), static_cast<int>(op), alpha, n, x, y, dy, dx, ctx.stream().handle),
+             op_name(op), ctx);
+  }
+  void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx) const override {
+    DeviceScope scope(ctx, op_name(op));
+    check_rc(kernels::pw_binary(is_f64(out.dtype), static_cast<int>(op), out.rank, out.shape.data(), out.data, a.data,
+                                a.strides.data(), b.data, b.strides.data(), ctx.stream().handle),
+             op_name(op), ctx);
+  }
+  void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b,
+                        ExecContext& ctx) const override {
+    DeviceScope scope(ctx, "div_backward");
+    check_rc(kernels::pw_div_rhs_backward(is_f64(out.dtype), out.rank, out.shape.data(), out.data, g.data,
+                                          g.strides.data(), a.data, a.strides.data(), b.data, b.strides.data(),
+                                          ctx.stream().handle),
+             "div_backward", ctx);
+  }
+  void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) const override {
+    DeviceScope scope(ctx, "sum_to");
+    const index_t esz = static_cast<index_t>(dtype_size(dst.dtype));
+    const index_t base =
+        g.numel() > 0 ? (static_cast<const char*>(dst_view.data) - static_cast<const char*>(dst.data)) / esz : 0;
+    check_rc(kernels::pw_sum_to(is_f64(dst.dtype), dst.numel(), dst.data, base, g.rank, g.shape.data(),
+                                dst_view.strides.data(), g.data, ctx.stream().handle),
+             "sum_to", ctx);
+  }
+};
+
+const CudaPointwise g_cuda_pointwise;
+struct Registrar {
+  Registrar() { register_family(DeviceKind::cuda, KernelFamily::pointwise, &g_cuda_pointwise); }
+} g_registrar;
+
+}  // namespace
+
+/// Anchor: referencing it keeps this file (and its registrar) in a static link.
+void cuda_link_pointwise() noexcept {}
+
+}  // namespace shard::exec

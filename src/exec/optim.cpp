@@ -1,0 +1,49 @@
+// Front of the optim kernel family: operand checks, then dispatch by the parameter's device.
+#include "shardtensor/exec/optim.hpp"
+
+#include "exec/optim_kernels.hpp"
+#include "shardtensor/core/error.hpp"
+
+namespace shard::exec {
+namespace {
+
+const OptimKernels& table(Device dev, const char* op) {
+  if (dev.is_cpu()) return cpu_optim_kernels();
+  return kernels_for<OptimKernels>(dev, op);
+}
+void check_state(const Block& s, const Block& w, DType dt, const char* op, const char* what) {
+  SHARD_CHECK(s.device == w.device, op, "operands on different devices: {} is on {}, the parameter on {}", what,
+              s.device, w.device);
+  SHARD_CHECK(s.dtype == dt, op, "{} has dtype {}, expected {}", what, s.dtype, dt);
+  SHARD_CHECK(s.is_contiguous() && s.numel() == w.numel(), op, "{} must be contiguous with {} elements (shape {})",
+              what, w.numel(), s.shape_vec());
+}
+void check_param(const Block& w, const char* op) {
+  SHARD_CHECK(w.dtype == DType::f32 || w.dtype == DType::f64, op, "parameter dtype {} (f32 or f64 needed)", w.dtype);
+  SHARD_CHECK(w.is_contiguous(), op, "parameter must be contiguous");
+}
+
+}  // namespace
+
+void sgd_update(const Block& w, const Block& g, const Block& buf, const SgdParams& p, ExecContext& ctx) {
+  const char* op = "SGD::step";
+  check_param(w, op);
+  check_state(g, w, w.dtype, op, "gradient");
+  if (p.momentum > 0) check_state(buf, w, w.dtype, op, "momentum buffer");
+  if (w.numel() == 0) return;
+  table(w.device, op).sgd(w.dtype, w.numel(), w.data, g.data, p.momentum > 0 ? buf.data : nullptr, p, ctx);
+}
+
+void adam_update(const Block& w, const Block& g, const Block& m, const Block& v, const AdamParams& p,
+                 ExecContext& ctx) {
+  const char* op = "Adam::step";
+  check_param(w, op);
+  check_state(g, w, w.dtype, op, "gradient");
+  check_state(m, w, DType::f64, op, "first moment");
+  check_state(v, w, DType::f64, op, "second moment");
+  if (w.numel() == 0) return;
+  table(w.device, op).adam(w.dtype, w.numel(), w.data, g.data, static_cast<double*>(m.data),
+                           static_cast<double*>(v.data), p, ctx);
+}
+
+}  // namespace shard::exec

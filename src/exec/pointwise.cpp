@@ -1,0 +1,116 @@
+// Front of the pointwise kernel family: checks operands (one device, one dtype, shapes), then
+// dispatches to the table registered for the device (see pointwise_kernels.hpp).
+#include "shardtensor/exec/pointwise.hpp"
+
+#include "exec/pointwise_kernels.hpp"
+#include "shardtensor/core/error.hpp"
+
+namespace shard::exec {
+namespace {
+
+void check_dtype(const Block& b, DType dt, const char* op, const char* what) {
+  SHARD_CHECK(b.dtype == dt, op, "{} has dtype {}, expected {}", what, b.dtype, dt);
+  SHARD_CHECK(dt == DType::f32 || dt == DType::f64, op, "dtype {} is not supported (f32, f64)", dt);
+}
+void check_device(const Block& b, Device dev, const char* op, const char* what) {
+  SHARD_CHECK(b.device == dev, op, "operands on different devices: {} is on {}, the result on {}", what, b.device, dev);
+}
+void check_operand(const Block& x, const Block& out, const char* op, const char* what) {
+  check_device(x, out.device, op, what);
+  check_dtype(x, out.dtype, op, what);
+  SHARD_CHECK(x.rank == out.rank, op, "{} has rank {}, the result {}", what, x.rank, out.rank);
+  for (int d = 0; d < out.rank; ++d)
+    SHARD_CHECK(x.shape[static_cast<std::size_t>(d)] == out.shape[static_cast<std::size_t>(d)], op,
+                "{} has shape {} but the result {}", what, x.shape_vec(), out.shape_vec());
+}
+void check_flat(const Block& x, const Block& out, const char* op, const char* what) {
+  check_device(x, out.device, op, what);
+  check_dtype(x, out.dtype, op, what);
+  SHARD_CHECK(x.is_contiguous() && x.numel() == out.numel(), op,
+              "{} must be contiguous with {} elements (shape {}, strides {})", what, out.numel(), x.shape_vec(),
+              x.strides_vec());
+}
+const PointwiseKernels& table(const Block& out, const char* op) {
+  if (out.device.is_cpu()) return cpu_pointwise_kernels();
+  return kernels_for<PointwiseKernels>(out.device, op);
+}
+
+}  // namespace
+
+const char* op_name(UnaryOp op) noexcept {
+  static constexpr const char* names[] = {"neg",  "square", "sqrt",    "exp",        "log",         "abs",
+                                          "relu", "leaky_relu", "gelu", "gelu_tanh", "silu",        "tanh",
+                                          "sigmoid", "add_scalar", "rsub_scalar", "mul_scalar", "div_scalar",
+                                          "rdiv_scalar"};
+  const auto i = static_cast<unsigned>(op);
+  return i < sizeof(names) / sizeof(names[0]) ? names[i] : "?";
+}
+const char* op_name(BinaryOp op) noexcept {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+  }
+  return "?";
+}
+
+void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx) {
+  const char* name = op_name(op);
+  check_dtype(y, y.dtype, name, "output");
+  SHARD_CHECK(y.is_contiguous(), name, "output must be contiguous");
+  check_flat(x, y, name, "input");
+  if (y.numel() == 0) return;
+  table(y, name).unary(op, alpha, y.dtype, y.numel(), x.data, y.data, ctx);
+}
+
+void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy, const Block& dx,
+                    ExecContext& ctx) {
+  const char* name = op_name(op);
+  check_dtype(dx, dx.dtype, name, "gradient");
+  SHARD_CHECK(dx.is_contiguous(), name, "gradient output must be contiguous");
+  check_flat(x, dx, name, "input");
+  check_flat(y, dx, name, "output");
+  check_flat(dy, dx, name, "output gradient");
+  if (dx.numel() == 0) return;
+  table(dx, name).unary_backward(op, alpha, dx.dtype, dx.numel(), x.data, y.data, dy.data, dx.data, ctx);
+}
+
+void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx) {
+  const char* name = op_name(op);
+  check_dtype(out, out.dtype, name, "result");
+  SHARD_CHECK(out.is_contiguous(), name, "result must be contiguous");
+  check_operand(a, out, name, "lhs");
+  check_operand(b, out, name, "rhs");
+  if (out.numel() == 0) return;
+  table(out, name).binary(op, out, a, b, ctx);
+}
+
+void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b, ExecContext& ctx) {
+  const char* name = "div_backward";
+  check_dtype(out, out.dtype, name, "result");
+  SHARD_CHECK(out.is_contiguous(), name, "result must be contiguous");
+  check_operand(g, out, name, "gradient");
+  check_operand(a, out, name, "lhs");
+  check_operand(b, out, name, "rhs");
+  if (out.numel() == 0) return;
+  table(out, name).div_rhs_backward(out, g, a, b, ctx);
+}
+
+void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) {
+  const char* name = "sum_to";
+  check_dtype(dst, dst.dtype, name, "destination");
+  SHARD_CHECK(dst.is_contiguous(), name, "destination must be contiguous");
+  check_device(g, dst.device, name, "gradient");
+  check_dtype(g, dst.dtype, name, "gradient");
+  check_device(dst_view, dst.device, name, "destination view");
+  SHARD_CHECK(g.is_contiguous(), name, "gradient must be contiguous");
+  SHARD_CHECK(dst_view.rank == g.rank, name, "view rank {} != gradient rank {}", dst_view.rank, g.rank);
+  for (int d = 0; d < g.rank; ++d)
+    SHARD_CHECK(dst_view.shape[static_cast<std::size_t>(d)] == g.shape[static_cast<std::size_t>(d)], name,
+                "view shape {} != gradient shape {}", dst_view.shape_vec(), g.shape_vec());
+  if (dst.numel() == 0) return;
+  table(dst, name).sum_to(dst, dst_view, g, ctx);
+}
+
+}  // namespace shard::exec

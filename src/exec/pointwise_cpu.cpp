@@ -1,0 +1,204 @@
+// CPU implementation of the pointwise kernel family (the loops formerly in
+// nn/functional/pointwise.hpp and activation.hpp): the op is chosen outside the loop, the loops
+// are OpenMP-parallel above 2^16 elements and vectorised. Formulas: src/kernels_api/pointwise_ops.hpp.
+#include <utility>
+#include <vector>
+
+#include "exec/pointwise_kernels.hpp"
+#include "kernels_api/pointwise_ops.hpp"
+#include "shardtensor/core/error.hpp"
+
+namespace shard::exec {
+namespace {
+
+namespace pw = kernels::pw;
+constexpr index_t kParallelMin = index_t{1} << 16;
+
+template <class F, int... K>
+void dispatch_unary_impl(int op, F&& f, std::integer_sequence<int, K...>) {
+  ((op == K ? (f(std::integral_constant<int, K>{}), 0) : 0), ...);
+}
+/// Calls f(std::integral_constant<int, op>) for a runtime unary op code.
+template <class F> void dispatch_unary(UnaryOp op, F&& f) {
+  dispatch_unary_impl(static_cast<int>(op), f, std::make_integer_sequence<int, pw::u_count>{});
+}
+template <class F> void dispatch_binary(BinaryOp op, F&& f) {
+  switch (op) {
+    case BinaryOp::add: f(std::integral_constant<int, pw::b_add>{}); break;
+    case BinaryOp::sub: f(std::integral_constant<int, pw::b_sub>{}); break;
+    case BinaryOp::mul: f(std::integral_constant<int, pw::b_mul>{}); break;
+    case BinaryOp::div: f(std::integral_constant<int, pw::b_div>{}); break;
+  }
+}
+template <class F> void by_dtype(DType dt, F&& f) {
+  if (dt == DType::f64) f(double{});
+  else f(float{});
+}
+
+/// body(i) for i < n: an OpenMP-parallel simd loop above kParallelMin elements, else a plain simd
+/// loop (no OpenMP region at all, which keeps small ops cheap).
+template <class Body>
+inline void simd_for(index_t n, Body body) {
+  if (n > kParallelMin) {
+#pragma omp parallel for simd schedule(static)
+    for (index_t i = 0; i < n; ++i) body(i);
+  } else {
+#pragma omp simd
+    for (index_t i = 0; i < n; ++i) body(i);
+  }
+}
+/// body(r) for r < rows: OpenMP-parallel when the op has more than kParallelMin elements.
+template <class Body>
+inline void rows_for(index_t rows, index_t n, Body body) {
+  if (n > kParallelMin) {
+#pragma omp parallel for schedule(static)
+    for (index_t r = 0; r < rows; ++r) body(r);
+  } else {
+    for (index_t r = 0; r < rows; ++r) body(r);
+  }
+}
+
+template <class T, int Op>
+void unary_loop(index_t n, T a, const T* x, T* y) {
+  simd_for(n, [&](index_t i) { y[i] = pw::unary_fwd<Op, T>(x[i], a); });
+}
+template <class T, int Op>
+void unary_bwd_loop(index_t n, T a, const T* x, const T* y, const T* g, T* dx) {
+  simd_for(n, [&](index_t i) { dx[i] = pw::unary_bwd<Op, T>(x[i], y[i], g[i], a); });
+}
+
+/// out[i] = f(a[i], b[i]) over out's shape; out contiguous, a and b any strides (0 = broadcast).
+/// (Formerly nn::functional::detail::zip_broadcast.)
+template <class T, class Fn>
+void zip_broadcast(const Block& out, const Block& a, const Block& b, Fn f) {
+  const index_t n = out.numel();
+  if (n == 0) return;
+  T* o = static_cast<T*>(out.data);
+  const T* pa = static_cast<const T*>(a.data);
+  const T* pb = static_cast<const T*>(b.data);
+  if (a.is_contiguous() && b.is_contiguous()) {
+    simd_for(n, [&](index_t i) { o[i] = f(pa[i], pb[i]); });
+    return;
+  }
+  const int R = out.rank;
+  const auto& s = out.shape;
+  const index_t inner = R ? s[R - 1] : 1;
+  const index_t outer = n / inner;
+  const index_t ia = R ? a.strides[R - 1] : 0, ib = R ? b.strides[R - 1] : 0;
+  rows_for(outer, n, [&](index_t r) {
+    index_t rem = r, oa = 0, ob = 0;
+    for (int d = R - 2; d >= 0; --d) {
+      const index_t i = rem % s[d];
+      rem /= s[d];
+      oa += i * a.strides[d];
+      ob += i * b.strides[d];
+    }
+    T* orow = o + r * inner;
+    for (index_t i = 0; i < inner; ++i) orow[i] = f(pa[oa + i * ia], pb[ob + i * ib]);
+  });
+}
+
+/// out[i] = f(a[i], b[i], c[i]) over out's shape (out contiguous, the others any strides).
+template <class T, class Fn>
+void zip3_broadcast(const Block& out, const Block& a, const Block& b, const Block& c, Fn f) {
+  const index_t n = out.numel();
+  if (n == 0) return;
+  T* o = static_cast<T*>(out.data);
+  const T* pa = static_cast<const T*>(a.data);
+  const T* pb = static_cast<const T*>(b.data);
+  const T* pc = static_cast<const T*>(c.data);
+  const int R = out.rank;
+  const auto& s = out.shape;
+  const index_t inner = R ? s[R - 1] : 1;
+  const index_t outer = n / inner;
+  const index_t ia = R ? a.strides[R - 1] : 0, ib = R ? b.strides[R - 1] : 0, ic = R ? c.strides[R - 1] : 0;
+  rows_for(outer, n, [&](index_t r) {
+    index_t rem = r, oa = 0, ob = 0, oc = 0;
+    for (int d = R - 2; d >= 0; --d) {
+      const index_t i = rem % s[d];
+      rem /= s[d];
+      oa += i * a.strides[d];
+      ob += i * b.strides[d];
+      oc += i * c.strides[d];
+    }
+    T* orow = o + r * inner;
+    for (index_t i = 0; i < inner; ++i) orow[i] = f(pa[oa + i * ia], pb[ob + i * ib], pc[oc + i * ic]);
+  });
+}
+
+/// dst = 0; dst_view[idx] += g[idx] (accumulated in double). (Formerly the body of
+/// nn::functional::detail::reduce_to_operand.)
+template <class T>
+void sum_to_impl(const Block& dst, const Block& dst_view, const Block& g) {
+  const index_t nd = dst.numel();
+  std::vector<double> acc(static_cast<std::size_t>(nd), 0.0);
+  const index_t base = static_cast<index_t>(static_cast<const T*>(dst_view.data) - static_cast<const T*>(dst.data));
+  const index_t n = g.numel();
+  if (n > 0) {
+    const int R = g.rank;
+    const auto& s = g.shape;
+    const index_t inner = R ? s[R - 1] : 1, outer = n / inner, is = R ? dst_view.strides[R - 1] : 0;
+    const T* pg = static_cast<const T*>(g.data);
+    double* pa = acc.data() + base;
+    for (index_t r = 0; r < outer; ++r) {
+      index_t rem = r, off = 0;
+      for (int d = R - 2; d >= 0; --d) {
+        off += (rem % s[d]) * dst_view.strides[d];
+        rem /= s[d];
+      }
+      const T* grow = pg + r * inner;
+      for (index_t i = 0; i < inner; ++i) pa[off + i * is] += static_cast<double>(grow[i]);
+    }
+  }
+  T* out = static_cast<T*>(dst.data);
+  for (std::size_t i = 0; i < acc.size(); ++i) out[i] = static_cast<T>(acc[i]);
+}
+
+struct CpuPointwise final : PointwiseKernels {
+  void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext&) const override {
+    by_dtype(dt, [&](auto t) {
+      using T = decltype(t);
+      dispatch_unary(op, [&](auto k) {
+        unary_loop<T, decltype(k)::value>(n, static_cast<T>(alpha), static_cast<const T*>(x), static_cast<T*>(y));
+      });
+    });
+  }
+  void unary_backward(UnaryOp op, double alpha, DType dt, index_t n, const void* x, const void* y, const void* dy,
+                      void* dx, ExecContext&) const override {
+    by_dtype(dt, [&](auto t) {
+      using T = decltype(t);
+      dispatch_unary(op, [&](auto k) {
+        unary_bwd_loop<T, decltype(k)::value>(n, static_cast<T>(alpha), static_cast<const T*>(x),
+                                              static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx));
+      });
+    });
+  }
+  void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext&) const override {
+    by_dtype(out.dtype, [&](auto t) {
+      using T = decltype(t);
+      dispatch_binary(op, [&](auto k) {
+        zip_broadcast<T>(out, a, b, [](T x, T y) { return pw::binary_fwd<decltype(k)::value, T>(x, y); });
+      });
+    });
+  }
+  void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b, ExecContext&) const override {
+    by_dtype(out.dtype, [&](auto t) {
+      using T = decltype(t);
+      zip3_broadcast<T>(out, g, a, b, [](T gg, T x, T y) { return pw::div_rhs_grad<T>(gg, x, y); });
+    });
+  }
+  void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext&) const override {
+    by_dtype(dst.dtype, [&](auto t) { sum_to_impl<decltype(t)>(dst, dst_view, g); });
+  }
+};
+
+const CpuPointwise g_cpu_pointwise;
+struct Registrar {
+  Registrar() { register_family(DeviceKind::cpu, KernelFamily::pointwise, &g_cpu_pointwise); }
+} g_registrar;
+
+}  // namespace
+
+const PointwiseKernels& cpu_pointwise_kernels() noexcept { return g_cpu_pointwise; }
+
+}  // namespace shard::exec

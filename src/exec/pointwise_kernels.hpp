@@ -1,0 +1,35 @@
+#pragma once
+// The pointwise kernel family's interface (private): implemented by src/exec/pointwise_cpu.cpp
+// (DeviceKind::cpu) and src/cuda/pointwise_cuda.cpp (DeviceKind::cuda). The front
+// (src/exec/pointwise.cpp) checks devices, dtypes and shapes before calling a table.
+#include "exec/registry.hpp"
+#include "shardtensor/exec/pointwise.hpp"
+
+namespace shard::exec {
+
+struct PointwiseKernels {
+  static constexpr KernelFamily id = KernelFamily::pointwise;
+  virtual ~PointwiseKernels() = default;
+  /// y[i] = op(x[i]) for i < n (contiguous).
+  virtual void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext& ctx) const = 0;
+  /// dx[i] = dy[i] * op'(x[i], y[i]) for i < n (contiguous).
+  virtual void unary_backward(UnaryOp op, double alpha, DType dt, index_t n, const void* x, const void* y,
+                              const void* dy, void* dx, ExecContext& ctx) const = 0;
+  /// out = a (op) b; out contiguous, a/b strided with out's rank and shape.
+  virtual void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx) const = 0;
+  /// out = -g a / b^2; out contiguous, the others strided.
+  virtual void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b,
+                                ExecContext& ctx) const = 0;
+  /// dst = 0; dst_view[idx] += g[idx] over g's (contiguous) shape; accumulation in double.
+  virtual void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) const = 0;
+};
+
+/// The CPU table (defined in pointwise_cpu.cpp, also registered for DeviceKind::cpu). The front
+/// calls it directly for host blocks, which also keeps that file linked from a static library.
+const PointwiseKernels& cpu_pointwise_kernels() noexcept;
+
+/// Defined in src/cuda/pointwise_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
+/// table: the CUDA library's registration unit calls it so a static link keeps that file.
+void cuda_link_pointwise() noexcept;
+
+}  // namespace shard::exec

@@ -1,0 +1,152 @@
+// Front of the reduce kernel family: operand checks, then dispatch by device.
+#include "shardtensor/exec/reduce.hpp"
+
+#include "exec/reduce_kernels.hpp"
+#include "shardtensor/core/error.hpp"
+
+namespace shard::exec {
+namespace {
+
+const ReduceKernels& table(Device dev, const char* op) {
+  if (dev.is_cpu()) return cpu_reduce_kernels();
+  return kernels_for<ReduceKernels>(dev, op);
+}
+void check_main(const Block& x, const char* op, const char* what) {
+  SHARD_CHECK(x.dtype == DType::f32 || x.dtype == DType::f64, op, "{} has dtype {}; f32 or f64 needed", what, x.dtype);
+  SHARD_CHECK(x.is_contiguous(), op, "{} must be contiguous (shape {}, strides {})", what, x.shape_vec(),
+              x.strides_vec());
+}
+void check_like(const Block& y, const Block& x, DType dt, const char* op, const char* what) {
+  SHARD_CHECK(y.device == x.device, op, "operands on different devices: {} is on {}, the input on {}", what, y.device,
+              x.device);
+  SHARD_CHECK(y.dtype == dt, op, "{} has dtype {}, expected {}", what, y.dtype, dt);
+  SHARD_CHECK(y.is_contiguous(), op, "{} must be contiguous", what);
+}
+/// `k` is x's keepdim reduction: same rank, each extent equal to x's or 1.
+void check_keepdim(const Block& x, const Block& k, const char* op, const char* what) {
+  bool ok = k.rank == x.rank;
+  for (int d = 0; ok && d < x.rank; ++d) {
+    const auto e = k.shape[static_cast<std::size_t>(d)];
+    ok = e == 1 || e == x.shape[static_cast<std::size_t>(d)];
+  }
+  SHARD_CHECK(ok, op, "{} of shape {} is not a keepdim reduction of shape {}", what, k.shape_vec(), x.shape_vec());
+}
+void check_same_shape(const Block& a, const Block& b, const char* op, const char* what) {
+  SHARD_CHECK(a.numel() == b.numel(), op, "{} has {} elements, expected {} (shapes {} vs {})", what, b.numel(),
+              a.numel(), b.shape_vec(), a.shape_vec());
+}
+
+}  // namespace
+
+void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx) {
+  const char* op = "sum";
+  check_main(x, op, "input");
+  check_like(out, x, x.dtype, op, "result");
+  check_keepdim(x, out, op, "result");
+  if (out.numel() == 0) return;
+  table(x.device, op).reduce_sum(x, out, scale, ctx);
+}
+void reduce_max(const Block& x, const Block& out, ExecContext& ctx) {
+  const char* op = "max";
+  check_main(x, op, "input");
+  check_like(out, x, x.dtype, op, "result");
+  check_keepdim(x, out, op, "result");
+  if (out.numel() == 0) return;
+  table(x.device, op).reduce_max(x, out, ctx);
+}
+void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext& ctx) {
+  const char* op = "sum_backward";
+  check_main(gx, op, "input gradient");
+  check_like(g, gx, gx.dtype, op, "gradient");
+  check_keepdim(gx, g, op, "gradient");
+  if (gx.numel() == 0) return;
+  table(gx.device, op).broadcast_scaled(g, gx, scale, ctx);
+}
+void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ctx) {
+  const char* op = "max_backward";
+  check_main(x, op, "input");
+  check_like(m, x, x.dtype, op, "maximum");
+  check_like(ties, x, DType::f64, op, "tie counts");
+  check_keepdim(x, m, op, "maximum");
+  check_same_shape(m, ties, op, "tie counts");
+  if (m.numel() == 0) return;
+  table(x.device, op).max_ties(x, m, ties, ctx);
+}
+void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
+                  ExecContext& ctx) {
+  const char* op = "max_backward";
+  check_main(x, op, "input");
+  check_like(m, x, x.dtype, op, "maximum");
+  check_like(g, x, x.dtype, op, "gradient");
+  check_like(ties, x, DType::f64, op, "tie counts");
+  check_like(gx, x, x.dtype, op, "input gradient");
+  check_keepdim(x, m, op, "maximum");
+  check_same_shape(m, g, op, "gradient");
+  check_same_shape(m, ties, op, "tie counts");
+  check_same_shape(x, gx, op, "input gradient");
+  if (x.numel() == 0) return;
+  table(x.device, op).max_backward(x, m, g, ties, gx, ctx);
+}
+
+double sum_all(const Block& x, ExecContext& ctx) {
+  check_main(x, "sum", "input");
+  if (x.numel() == 0) return 0;
+  return table(x.device, "sum").global_sum(0, x.dtype, x.numel(), x.data, nullptr, ctx);
+}
+double dot(const Block& a, const Block& b, ExecContext& ctx) {
+  check_main(a, "dot", "lhs");
+  check_like(b, a, a.dtype, "dot", "rhs");
+  check_same_shape(a, b, "dot", "rhs");
+  if (a.numel() == 0) return 0;
+  return table(a.device, "dot").global_sum(1, a.dtype, a.numel(), a.data, b.data, ctx);
+}
+double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
+  check_main(a, "mse_loss", "pred");
+  check_like(b, a, a.dtype, "mse_loss", "target");
+  check_same_shape(a, b, "mse_loss", "target");
+  if (a.numel() == 0) return 0;
+  return table(a.device, "mse_loss").global_sum(2, a.dtype, a.numel(), a.data, b.data, ctx);
+}
+
+void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
+  const char* op = "mse_loss_backward";
+  check_main(p, op, "pred");
+  check_like(t, p, p.dtype, op, "target");
+  check_like(gp, p, p.dtype, op, "pred gradient");
+  check_same_shape(p, t, op, "target");
+  check_same_shape(p, gp, op, "pred gradient");
+  if (gt.data) {
+    check_like(gt, p, p.dtype, op, "target gradient");
+    check_same_shape(p, gt, op, "target gradient");
+  }
+  if (p.numel() == 0) return;
+  table(p.device, op).mse_backward(scale, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
+}
+void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx) {
+  const char* op = "rel_l2_loss";
+  check_main(p, op, "pred");
+  check_like(t, p, p.dtype, op, "target");
+  check_same_shape(p, t, op, "target");
+  SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
+              "{} elements do not split into {} samples", p.numel(), samples);
+  if (samples == 0) return;
+  table(p.device, op).rel_l2_sums(p.dtype, samples, p.numel() / samples, p.data, t.data, host_sums, ctx);
+}
+void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
+                     const Block& gt, ExecContext& ctx) {
+  const char* op = "rel_l2_loss_backward";
+  check_main(p, op, "pred");
+  check_like(t, p, p.dtype, op, "target");
+  check_like(gp, p, p.dtype, op, "pred gradient");
+  check_like(gt, p, p.dtype, op, "target gradient");
+  check_same_shape(p, t, op, "target");
+  check_same_shape(p, gp, op, "pred gradient");
+  check_same_shape(p, gt, op, "target gradient");
+  SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
+              "{} elements do not split into {} samples", p.numel(), samples);
+  if (samples == 0) return;
+  table(p.device, op).rel_l2_backward(p.dtype, samples, p.numel() / samples, p.data, t.data, host_coef, gp.data,
+                                      gt.data, ctx);
+}
+
+}  // namespace shard::exec

@@ -1,0 +1,195 @@
+// CPU implementation of the reduce kernel family: the loops formerly in
+// nn/functional/reduction.hpp and loss.hpp, moved (same order of accumulation, same threading).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "exec/reduce_kernels.hpp"
+
+namespace shard::exec {
+namespace {
+
+constexpr index_t kParallelMin = index_t{1} << 16;
+
+template <class F> void by_dtype(DType dt, F&& f) {
+  if (dt == DType::f64) f(double{});
+  else f(float{});
+}
+
+/// Strides mapping an index of x's shape to the keepdim result `out` (0 on reduced dims).
+Block::Extents keepdim_strides(const Block& x, const Block& out) {
+  Block::Extents st{};
+  index_t acc = 1;
+  for (int d = out.rank - 1; d >= 0; --d) {
+    const auto e = out.shape[static_cast<std::size_t>(d)];
+    st[static_cast<std::size_t>(d)] = (e == 1 && x.shape[static_cast<std::size_t>(d)] != 1) ? 0 : acc;
+    acc *= e;
+  }
+  return st;
+}
+
+/// Calls f(i, j) for each element i of a contiguous block of shape s with j its offset under st.
+template <class Fn>
+void for_each_mapped(const Block& x, const Block::Extents& st, Fn f) {
+  const index_t n = x.numel();
+  if (n == 0) return;
+  const int R = x.rank;
+  const auto& s = x.shape;
+  const index_t inner = R ? s[static_cast<std::size_t>(R - 1)] : 1, outer = n / inner,
+                is = R ? st[static_cast<std::size_t>(R - 1)] : 0;
+  for (index_t r = 0; r < outer; ++r) {
+    index_t rem = r, off = 0;
+    for (int d = R - 2; d >= 0; --d) {
+      off += (rem % s[static_cast<std::size_t>(d)]) * st[static_cast<std::size_t>(d)];
+      rem /= s[static_cast<std::size_t>(d)];
+    }
+    for (index_t i = 0; i < inner; ++i) f(r * inner + i, off + i * is);
+  }
+}
+
+struct CpuReduce final : ReduceKernels {
+  void reduce_sum(const Block& x, const Block& out, double scale, ExecContext&) const override {
+    by_dtype(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = static_cast<const T*>(x.data);
+      std::vector<double> acc(static_cast<std::size_t>(out.numel()), 0.0);
+      for_each_mapped(x, keepdim_strides(x, out),
+                      [&](index_t i, index_t j) { acc[static_cast<std::size_t>(j)] += px[i]; });
+      T* po = static_cast<T*>(out.data);
+      for (std::size_t j = 0; j < acc.size(); ++j) po[j] = static_cast<T>(acc[j] * scale);
+    });
+  }
+  void reduce_max(const Block& x, const Block& out, ExecContext&) const override {
+    by_dtype(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = static_cast<const T*>(x.data);
+      T* po = static_cast<T*>(out.data);
+      std::fill(po, po + out.numel(), -std::numeric_limits<T>::infinity());
+      for_each_mapped(x, keepdim_strides(x, out), [&](index_t i, index_t j) { po[j] = std::max(po[j], px[i]); });
+    });
+  }
+  void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext&) const override {
+    by_dtype(g.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T f = static_cast<T>(scale);
+      const T* pg = static_cast<const T*>(g.data);
+      T* pgx = static_cast<T*>(gx.data);
+      for_each_mapped(gx, keepdim_strides(gx, g), [&](index_t i, index_t j) { pgx[i] = pg[j] * f; });
+    });
+  }
+  void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext&) const override {
+    by_dtype(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = static_cast<const T*>(x.data);
+      const T* pm = static_cast<const T*>(m.data);
+      double* pt = static_cast<double*>(ties.data);
+      std::fill(pt, pt + ties.numel(), 0.0);
+      for_each_mapped(x, keepdim_strides(x, m), [&](index_t i, index_t j) {
+        if (px[i] == pm[j]) pt[j] += 1.0;
+      });
+    });
+  }
+  void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
+                    ExecContext&) const override {
+    by_dtype(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = static_cast<const T*>(x.data);
+      const T* pm = static_cast<const T*>(m.data);
+      const T* pg = static_cast<const T*>(g.data);
+      const double* pt = static_cast<const double*>(ties.data);
+      T* pgx = static_cast<T*>(gx.data);
+      for_each_mapped(x, keepdim_strides(x, m), [&](index_t i, index_t j) {
+        pgx[i] = px[i] == pm[j] ? static_cast<T>(pg[j] / pt[j]) : T(0);
+      });
+    });
+  }
+  double global_sum(int kind, DType dt, index_t n, const void* a, const void* b, ExecContext&) const override {
+    double s = 0;
+    by_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = static_cast<const T*>(a);
+      const T* y = static_cast<const T*>(b);
+      double acc = 0;
+      if (kind == 0) {
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kParallelMin)
+        for (index_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]);
+      } else if (kind == 1) {
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kParallelMin)
+        for (index_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(y[i]);
+      } else {
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kParallelMin)
+        for (index_t i = 0; i < n; ++i) {
+          const double d = static_cast<double>(x[i]) - static_cast<double>(y[i]);
+          acc += d * d;
+        }
+      }
+      s = acc;
+    });
+    return s;
+  }
+  void mse_backward(double scale, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
+                    ExecContext&) const override {
+    by_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      const T c = static_cast<T>(scale);
+      const T* pp = static_cast<const T*>(p);
+      const T* pt = static_cast<const T*>(t);
+      T* o = static_cast<T*>(gp);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+      for (index_t i = 0; i < n; ++i) o[i] = c * (pp[i] - pt[i]);
+      if (gt) {
+        T* ot = static_cast<T*>(gt);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+        for (index_t i = 0; i < n; ++i) ot[i] = -o[i];
+      }
+    });
+  }
+  void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* sums,
+                   ExecContext&) const override {
+    by_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      for (index_t s = 0; s < samples; ++s) {
+        double a = 0, b = 0;
+        const T* pp = static_cast<const T*>(p) + s * inner;
+        const T* pt = static_cast<const T*>(t) + s * inner;
+        for (index_t i = 0; i < inner; ++i) {
+          const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
+          a += d * d;
+          b += static_cast<double>(pt[i]) * static_cast<double>(pt[i]);
+        }
+        sums[2 * s] = a;
+        sums[2 * s + 1] = b;
+      }
+    });
+  }
+  void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t, const double* coef,
+                       void* gp, void* gt, ExecContext&) const override {
+    by_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      for (index_t s = 0; s < samples; ++s) {
+        const double cp = coef[2 * s], ct = coef[2 * s + 1];
+        const T* pp = static_cast<const T*>(p) + s * inner;
+        const T* pt = static_cast<const T*>(t) + s * inner;
+        T* op = static_cast<T*>(gp) + s * inner;
+        T* ot = static_cast<T*>(gt) + s * inner;
+        for (index_t i = 0; i < inner; ++i) {
+          const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
+          op[i] = static_cast<T>(cp * d);
+          ot[i] = static_cast<T>(-cp * d - ct * static_cast<double>(pt[i]));
+        }
+      }
+    });
+  }
+};
+
+const CpuReduce g_cpu_reduce;
+struct Registrar {
+  Registrar() { register_family(DeviceKind::cpu, KernelFamily::reduce, &g_cpu_reduce); }
+} g_registrar;
+
+}  // namespace
+
+const ReduceKernels& cpu_reduce_kernels() noexcept { return g_cpu_reduce; }
+
+}  // namespace shard::exec

@@ -1,0 +1,36 @@
+#pragma once
+// The reduce kernel family's interface (private): src/exec/reduce_cpu.cpp (DeviceKind::cpu) and
+// src/cuda/reduce_cuda.cpp (DeviceKind::cuda). The front (src/exec/reduce.cpp) checks devices,
+// dtypes and shapes; tables see contiguous blocks of one dtype (f32/f64) on one device.
+#include "exec/registry.hpp"
+#include "shardtensor/exec/reduce.hpp"
+
+namespace shard::exec {
+
+struct ReduceKernels {
+  static constexpr KernelFamily id = KernelFamily::reduce;
+  virtual ~ReduceKernels() = default;
+  virtual void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx) const = 0;
+  virtual void reduce_max(const Block& x, const Block& out, ExecContext& ctx) const = 0;
+  virtual void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext& ctx) const = 0;
+  virtual void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ctx) const = 0;
+  virtual void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
+                            ExecContext& ctx) const = 0;
+  /// kind 0: sum a; 1: sum a b; 2: sum (a - b)^2 (b unused for kind 0).
+  virtual double global_sum(int kind, DType dt, index_t n, const void* a, const void* b, ExecContext& ctx) const = 0;
+  virtual void mse_backward(double scale, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
+                            ExecContext& ctx) const = 0;
+  virtual void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* host_sums,
+                           ExecContext& ctx) const = 0;
+  virtual void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t,
+                               const double* host_coef, void* gp, void* gt, ExecContext& ctx) const = 0;
+};
+
+/// The CPU table (reduce_cpu.cpp); also registered for DeviceKind::cpu.
+const ReduceKernels& cpu_reduce_kernels() noexcept;
+
+/// Defined in src/cuda/reduce_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
+/// table: the CUDA library's registration unit calls it so a static link keeps that file.
+void cuda_link_reduce() noexcept;
+
+}  // namespace shard::exec
