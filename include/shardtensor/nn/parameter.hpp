@@ -28,8 +28,6 @@ class ParameterBase {
   virtual void zero_grad() const = 0;
   /// The mesh the parameter is replicated over.
   virtual const DeviceMesh& mesh() const = 0;
-  /// The device of the value.
-  virtual Device device() const = 0;
   /// Moves the value (and drops any gradient) to `dev`.
   virtual void to(Device dev) const = 0;
   /// The value as a flat rank-1 view on its device.
@@ -64,7 +62,6 @@ class Parameter final : public ParameterBase<T> {
   }
   void zero_grad() const override { var_.zero_grad(); }
   const DeviceMesh& mesh() const override { return var_.value().mesh(); }
-  Device device() const override { return var_.value().device(); }
   void to(Device dev) const override {
     if (dev == device()) return;
     var_.zero_grad();
