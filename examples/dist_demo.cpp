@@ -85,7 +85,8 @@ struct Demo {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     mesh.comm()->allreduce_inplace(&ms, 1, ReduceOp::max);
     std::string plan_s;
-    for (const auto& p : plan) plan_s += (plan_s.empty() ? "" : "+") + p;
+    for (auto k : plan->kinds()) plan_s += (plan_s.empty() ? "" : "+") + std::string(detail::redist_step_name(k));
+    if (plan_s.empty()) plan_s = "none";
     check(out, fmt::format("{} -> {}", placements_str(t.placements()), placements_str(target)), plan_s, ms);
     return out;
   }

@@ -69,7 +69,9 @@ void copy_elems(void* dst, const void* src, index_t count, DType dt, ExecContext
 }
 }  // namespace
 
-void SelfComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp, ExecContext* ctx) {
+void SelfComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  SHARD_CHECK(!is_complex(dt) || op == ReduceOp::sum || op == ReduceOp::avg, "SelfComm::allreduce",
+              "{} reduction of {}: complex numbers have no order (sum and avg only)", reduce_op_name(op), dt);
   copy_elems(recv, send, count, dt, ctx);
 }
 void SelfComm::broadcast(void*, index_t, DType, int root, ExecContext*) {
@@ -84,8 +86,10 @@ void SelfComm::allgatherv(const void* send, index_t count, void* recv, std::span
               "counts do not match send count {}", count);
   copy_elems(static_cast<char*>(recv) + displs[0] * static_cast<index_t>(dtype_size(dt)), send, count, dt, ctx);
 }
-void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp,
+void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
                                ExecContext* ctx) {
+  SHARD_CHECK(!is_complex(dt) || op == ReduceOp::sum || op == ReduceOp::avg, "SelfComm::reduce_scatterv",
+              "{} reduction of {}: complex numbers have no order (sum and avg only)", reduce_op_name(op), dt);
   SHARD_CHECK(counts.size() == 1, "SelfComm::reduce_scatterv", "expected 1 count, got {}", counts.size());
   copy_elems(recv, send, counts[0], dt, ctx);
 }

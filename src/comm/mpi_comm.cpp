@@ -48,6 +48,8 @@ MPI_Datatype mpi_type(DType dt) {
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
     case DType::u8: return MPI_UINT8_T;
+    case DType::c64: return MPI_C_FLOAT_COMPLEX;
+    case DType::c128: return MPI_C_DOUBLE_COMPLEX;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -55,6 +57,8 @@ MPI_Datatype mpi_type(DType dt) {
 MPI_Op mpi_op(ReduceOp op, DType dt) {
   SHARD_CHECK(dt != DType::bf16 && dt != DType::f16 && dt != DType::u8, "mpi", "reductions on {} are not supported",
               dt);
+  SHARD_CHECK(!is_complex(dt) || op == ReduceOp::sum || op == ReduceOp::avg, "mpi",
+              "{} reduction of {}: complex numbers have no order (sum and avg only)", reduce_op_name(op), dt);
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg: return MPI_SUM;
@@ -71,6 +75,10 @@ void divide(void* buf, index_t count, DType dt, int p) {
     case DType::f64: for (index_t i = 0; i < count; ++i) static_cast<double*>(buf)[i] /= p; break;
     case DType::i32: for (index_t i = 0; i < count; ++i) static_cast<std::int32_t*>(buf)[i] /= p; break;
     case DType::i64: for (index_t i = 0; i < count; ++i) static_cast<std::int64_t*>(buf)[i] /= p; break;
+    case DType::c64:
+      for (index_t i = 0; i < count; ++i) static_cast<std::complex<float>*>(buf)[i] /= static_cast<float>(p);
+      break;
+    case DType::c128: for (index_t i = 0; i < count; ++i) static_cast<std::complex<double>*>(buf)[i] /= p; break;
     default: SHARD_FAIL("mpi", "avg on {} is not supported", dt);
   }
 }

@@ -28,6 +28,8 @@ kernels::BoxAddType add_type(DType dt) {
     case DType::f64: return kernels::box_f64;
     case DType::i32: return kernels::box_i32;
     case DType::i64: return kernels::box_i64;
+    case DType::c64: return kernels::box_c64;
+    case DType::c128: return kernels::box_c128;
     default: SHARD_FAIL("box_add", "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)", dt);
   }
 }

@@ -23,14 +23,19 @@ struct HaloTransfer::Impl {
   std::size_t es = 0;
   std::vector<index_t> lo, len, ext;
   Block buf, result;
-  std::vector<Stage> stages;  // in execution order (the adjoint's is reversed)
-  std::size_t next = 0;       // first stage not yet posted
+  std::shared_ptr<const HaloPlan> plan;
+  std::vector<CommPtr> comms;  // per stage of the plan (null: local padding)
+  Block staging;               // from the plan's pool: every message of one stage
+  std::size_t next = 0;        // first stage (in execution order) not yet posted
   bool inflight = false, done = false;
   int tag = 0;
   std::vector<Request> reqs;
-  std::vector<Block> recv_bufs, send_bufs;
+  std::vector<char*> recv_at;  // per receiving peer of the posted stage: its staging region
 
   bool fwd() const { return dir == Direction::forward; }
+  std::size_t count() const { return plan->stages.size(); }
+  /// Plan index of the i-th executed stage (the adjoint runs them in reverse).
+  std::size_t stage_index(std::size_t i) const { return fwd() ? i : count() - 1 - i; }
 
   /// The slab box of run r of stage st in the buffer: at the ghost positions or (src=true) at the
   /// source positions (walked backwards along d for a reflected run: a negative stride).
@@ -45,34 +50,40 @@ struct HaloTransfer::Impl {
     if (src) b.strides[ud] *= r.step;
     return b;
   }
-  /// Copies (or adds) between the slabs of `runs` in the buffer and a contiguous staging buffer.
-  void stage_io(const Stage& st, const std::vector<Run>& runs, bool src_side, char* staging, bool to_staging,
+  /// Copies (or adds) between the slabs of `runs` in the buffer and a contiguous staging region.
+  void stage_io(const Stage& st, const std::vector<Run>& runs, bool src_side, char* region, bool to_staging,
                 bool add) {
     for (const auto& r : runs) {
       const Block b = box(st, r, src_side);
-      const Block s = Block::view(dt, buf.device, staging, b.shape.data(), b.rank);
+      const Block s = Block::view(dt, buf.device, region, b.shape.data(), b.rank);
       if (to_staging) exec::box_copy(s, b);
       else if (add) exec::box_add(b, s);
       else exec::box_copy(b, s);
-      staging += b.numel() * static_cast<index_t>(es);
+      region += b.numel() * static_cast<index_t>(es);
     }
   }
 
-  void post(const Stage& st) {
+  void post(std::size_t k) {
+    const Stage& st = plan->stages[k];
+    const auto& comm = comms[k];
     const int t = tag + st.d;
     // Forward: receive my ghosts from their owners, send the ghosts I own. Adjoint: the reverse.
     const auto& recv_from = fwd() ? st.in : st.out;
     const auto& send_to = fwd() ? st.out : st.in;
     if (st.cross > 0) {
+      char* region = static_cast<char*>(staging.data);
+      // TODO(comm): device blocks need the Communicator calls that take an ExecContext* (pass the
+      // context of buf.device); today's calls take host memory.
       for (const auto& p : recv_from) {
-        recv_bufs.push_back(Block::allocate(dt, buf.device, {p.positions * st.cross}));
-        reqs.push_back(st.comm->irecv(recv_bufs.back().data, p.positions * st.cross, dt, p.peer, t));
+        recv_at.push_back(region);
+        reqs.push_back(comm->irecv(region, p.positions * st.cross, dt, p.peer, t));
+        region += p.positions * st.cross * static_cast<index_t>(es);
       }
       for (const auto& p : send_to) {
-        send_bufs.push_back(Block::allocate(dt, buf.device, {p.positions * st.cross}));
         // Forward packs the owner's sources; the adjoint packs the ghost cells' gradients.
-        stage_io(st, p.runs, fwd(), static_cast<char*>(send_bufs.back().data), true, false);
-        reqs.push_back(st.comm->isend(send_bufs.back().data, p.positions * st.cross, dt, p.peer, t));
+        stage_io(st, p.runs, fwd(), region, true, false);
+        reqs.push_back(comm->isend(region, p.positions * st.cross, dt, p.peer, t));
+        region += p.positions * st.cross * static_cast<index_t>(es);
       }
     }
     for (const auto& r : st.self) {
@@ -84,28 +95,27 @@ struct HaloTransfer::Impl {
       for (const auto& r : st.zero) exec::box_zero(box(st, r, false));
   }
 
-  void complete(const Stage& st) {
+  void complete(std::size_t k) {
+    const Stage& st = plan->stages[k];
     wait_all(reqs);  // receives complete in any order; unpacking below is in peer order
     if (st.cross > 0) {
       const auto& recv_from = fwd() ? st.in : st.out;
-      for (std::size_t i = 0; i < recv_from.size(); ++i)
-        stage_io(st, recv_from[i].runs, !fwd(), static_cast<char*>(recv_bufs[i].data), false, !fwd());
+      for (std::size_t i = 0; i < recv_from.size(); ++i) stage_io(st, recv_from[i].runs, !fwd(), recv_at[i], false, !fwd());
     }
     reqs.clear();
-    recv_bufs.clear();
-    send_bufs.clear();
+    recv_at.clear();
   }
 
   /// Runs stages up to the first one that talks to other ranks, which is left posted.
   void advance() {
-    while (next < stages.size()) {
-      const Stage& st = stages[next++];
-      post(st);
-      if (st.comm) {
+    while (next < count()) {
+      const std::size_t k = stage_index(next++);
+      post(k);
+      if (comms[k]) {
         inflight = true;
         return;
       }
-      complete(st);
+      complete(k);
     }
   }
 
@@ -113,12 +123,12 @@ struct HaloTransfer::Impl {
     if (done) return;
     if (inflight) {
       inflight = false;
-      complete(stages[next - 1]);
+      complete(stage_index(next - 1));
     }
-    while (next < stages.size()) {
-      const Stage& st = stages[next++];
-      post(st);
-      complete(st);
+    while (next < count()) {
+      const std::size_t k = stage_index(next++);
+      post(k);
+      complete(k);
     }
     if (fwd()) {
       result = buf;
@@ -127,16 +137,25 @@ struct HaloTransfer::Impl {
       exec::box_copy(result, exec::sub_box(buf, lo, len));
     }
     buf = fwd() ? buf : Block{};
+    if (staging.data) plan->release_staging(std::move(staging));
+    staging = Block{};
     done = true;
   }
 };
+
+namespace {
+bool halo_accumulable(DType dt) {
+  return dt == DType::f32 || dt == DType::f64 || dt == DType::c64 || dt == DType::c128 || dt == DType::i32 ||
+         dt == DType::i64;
+}
+}  // namespace
 
 HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo, Direction dir, const Block& in,
                            bool consume_input)
     : impl_(std::make_unique<Impl>()) {
   const char* op = dir == Direction::forward ? "halo_exchange" : "halo_exchange_adjoint";
-  validate_halo(spec, halo, op);
   auto& m = *impl_;
+  m.plan = halo_plan(spec, halo, op);  // validates
   m.dt = dt;
   m.dir = dir;
   m.es = dtype_size(dt);
@@ -146,8 +165,8 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
   m.ext = halo_extended_shape(spec, halo);
   if (dir == Direction::forward) {
     SHARD_CHECK(dt == in.dtype, op, "block of dtype {} passed as {}", in.dtype, dt);
-    SHARD_CHECK(in.shape_vec() == m.len, op, "local block of shape {} does not match {} (expects {} on this rank)", in.shape_vec(),
-                spec, m.len);
+    SHARD_CHECK(in.shape_vec() == m.len, op, "local block of shape {} does not match {} (expects {} on this rank)",
+                in.shape_vec(), spec, m.len);
   } else {
     const bool ok = in.shape_vec() == m.ext && in.dtype == dt;
     spec.mesh().comm()->check_all(
@@ -155,11 +174,17 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
         ok ? std::string()
            : fmt::format("gradient of the extended block has shape {} ({}), expected {} ({}) (local {} + {}) for {}",
                          in.shape_vec(), in.dtype, m.ext, dt, m.len, halo, spec));
-    SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || dt == DType::i32 || dt == DType::i64, op,
-                "dtype {} cannot be accumulated (f32, f64, i32, i64)", dt);
+    SHARD_CHECK(halo_accumulable(dt), op, "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)", dt);
   }
-  m.stages = plan_halo_stages(spec, halo);
-  if (dir == Direction::adjoint) std::reverse(m.stages.begin(), m.stages.end());
+  // Communicators of the stages, in plan order (the same on every rank: dims_comm is collective
+  // on first use of a set of mesh dims).
+  const auto& mesh = spec.mesh();
+  for (const auto& st : m.plan->stages)
+    m.comms.push_back(st.mesh_dims.empty()       ? CommPtr{}
+                      : st.mesh_dims.size() == 1 ? mesh.dim_comm(st.mesh_dims[0])
+                                                 : mesh.dims_comm(st.mesh_dims));
+  if (m.plan->staging_elements > 0)
+    m.staging = m.plan->acquire_staging(static_cast<std::size_t>(m.plan->staging_elements) * m.es, in.device);
   if (dir == Direction::adjoint && consume_input && in.is_contiguous()) {
     m.buf = in;  // the caller handed the gradient over: work in place
   } else {

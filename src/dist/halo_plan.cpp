@@ -64,13 +64,13 @@ HaloStage build_stage(const DistSpec& spec, const HaloSpec& h, int d) {
   const auto& L = spec.layout(d);
   const auto& mesh = spec.mesh();
   const index_t me = spec.part_of(d, mesh.coords());
-  const auto mdims = spec.sharding_mesh_dims(d);
   if (L.parts() > 1) {
-    // Part index == rank in these communicators (row-major over ascending mesh dims).
-    st.comm = mdims.size() == 1 ? mesh.dim_comm(mdims[0]) : mesh.dims_comm(mdims);
-    SHARD_CHECK(st.comm->size() == L.parts() && st.comm->rank() == me, "halo_exchange",
-                "dim communicator (rank {} of {}) does not match part {} of {} along dim {}", st.comm->rank(),
-                st.comm->size(), me, L.parts(), d);
+    // Part index == rank in the communicator of these mesh dims (row-major, ascending mesh dims).
+    st.mesh_dims = spec.sharding_mesh_dims(d);
+    int n = 1;
+    for (int m : st.mesh_dims) n *= mesh.size(m);
+    SHARD_CHECK(n == L.parts(), "halo_exchange", "mesh dims {} ({} ranks) do not match the {} parts of dim {}",
+                st.mesh_dims, n, L.parts(), d);
   }
   std::map<int, HaloPeerRuns> in, out;
   auto push = [](std::map<int, HaloPeerRuns>& m, int peer, const HaloRun& r) {
@@ -84,7 +84,7 @@ HaloStage build_stage(const DistSpec& spec, const HaloSpec& h, int d) {
     else if (q == me) st.self.push_back(r);
     else push(in, static_cast<int>(q), r);
   }
-  if (st.comm) {
+  if (!st.mesh_dims.empty()) {
     // What every other part needs from me (everyone computes the same runs, so both ends agree).
     for (index_t p = 0; p < L.parts(); ++p) {
       if (p == me) continue;
@@ -156,4 +156,78 @@ std::vector<index_t> halo_extended_shape(const DistSpec& spec, const HaloSpec& h
   for (std::size_t d = 0; d < s.size(); ++d) s[d] += h.lo[d] + h.hi[d];
   return s;
 }
+
+// ---------------------------------------------------------------- the plan cache
+Block HaloPlan::acquire_staging(std::size_t bytes, Device dev) const {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = pool_.begin(); it != pool_.end(); ++it)
+      if (it->device == dev && it->bytes() >= bytes) {
+        Block b = std::move(*it);
+        pool_.erase(it);
+        return b;
+      }
+  }
+  const index_t n = static_cast<index_t>(std::max<std::size_t>(bytes, 1));
+  return Block::allocate(DType::u8, dev, &n, 1);
+}
+
+void HaloPlan::release_staging(Block b) const {
+  constexpr std::size_t kMaxPooled = 4;  // concurrent transfers of one plan worth keeping buffers for
+  std::lock_guard lock(mu_);
+  if (pool_.size() < kMaxPooled) pool_.push_back(std::move(b));
+}
+
+namespace {
+struct HaloCacheEntry {
+  std::weak_ptr<Communicator> comm;  // the mesh's; an expired entry is dropped
+  std::shared_ptr<const HaloPlan> plan;
+};
+struct HaloCache {
+  std::mutex mu;
+  std::map<std::vector<index_t>, HaloCacheEntry> map;
+};
+HaloCache& halo_cache() {
+  static HaloCache* c = new HaloCache;  // never destroyed: usable during static destruction
+  return *c;
+}
+constexpr std::size_t kMaxCachedHaloPlans = 512;
+}  // namespace
+
+std::shared_ptr<const HaloPlan> halo_plan(const DistSpec& spec, const HaloSpec& halo, const char* op) {
+  validate_halo(spec, halo, op);
+  const auto& mesh = spec.mesh();
+  std::vector<index_t> key;
+  key.reserve(64);
+  key.push_back(static_cast<index_t>(reinterpret_cast<std::uintptr_t>(mesh.comm().get())));
+  key.push_back(mesh.rank());
+  key.insert(key.end(), mesh.shape().begin(), mesh.shape().end());
+  key.insert(key.end(), spec.global_shape().begin(), spec.global_shape().end());
+  for (const auto& p : spec.placements()) {
+    key.push_back(static_cast<index_t>(p.kind));
+    key.push_back(p.is_shard() ? p.dim : -1);
+  }
+  for (const auto& l : spec.layouts())
+    for (index_t p = 0; p < l.parts(); ++p) key.push_back(l.size(p));
+  key.insert(key.end(), halo.lo.begin(), halo.lo.end());
+  key.insert(key.end(), halo.hi.begin(), halo.hi.end());
+  for (auto m : halo.modes) key.push_back(static_cast<index_t>(m));
+  auto& cache = halo_cache();
+  {
+    std::lock_guard lock(cache.mu);
+    auto it = cache.map.find(key);
+    if (it != cache.map.end() && !it->second.comm.expired()) return it->second.plan;
+  }
+  auto plan = std::make_shared<HaloPlan>();
+  plan->stages = plan_halo_stages(spec, halo);
+  for (const auto& st : plan->stages) plan->staging_elements = std::max(plan->staging_elements, st.staged_elements());
+  std::lock_guard lock(cache.mu);
+  if (cache.map.size() >= kMaxCachedHaloPlans) {
+    std::erase_if(cache.map, [](const auto& kv) { return kv.second.comm.expired(); });
+    if (cache.map.size() >= kMaxCachedHaloPlans) cache.map.clear();
+  }
+  cache.map[std::move(key)] = HaloCacheEntry{mesh.comm(), plan};
+  return plan;
+}
+
 }  // namespace shard::detail

@@ -1,39 +1,66 @@
-// Redistribution between placements. Three steps (DESIGN.md §3):
-//  A. resolve Partial mesh dims that the target does not keep: reduce-scatter-v straight into a
-//     Shard when possible, else allreduce to Replicate;
-//  B. move Shard/Replicate data: no communication when every rank's target box lies in its
-//     current box (Replicate->Shard is a local slice); one allgatherv for a plain Shard->Replicate;
-//     otherwise one alltoallv of box intersections over the mesh dims that change;
-//  C. turn Replicate into the target's Partial (sum keeps the value on coordinate 0 only).
+// Redistribution between placements: the planner (pure algebra over DistSpecs, cached) and the
+// executor (box engine + one collective per communicating step). See redistribute.hpp.
 #include "shardtensor/dist/redistribute.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 #include "shardtensor/exec/box.hpp"
 
 namespace shard::detail {
-namespace {
 
-index_t prod(const std::vector<index_t>& v) {
-  return std::accumulate(v.begin(), v.end(), index_t{1}, std::multiplies<>());
+const char* redist_step_name(RedistStepKind k) noexcept {
+  switch (k) {
+    case RedistStepKind::local: return "local";
+    case RedistStepKind::allgatherv: return "allgatherv";
+    case RedistStepKind::alltoallv: return "alltoallv";
+    case RedistStepKind::reduce_scatterv: return "reduce_scatterv";
+    case RedistStepKind::allreduce: return "allreduce";
+    case RedistStepKind::create_partial: return "create_partial";
+  }
+  return "?";
 }
 
-// Element offset (in elements) of local index `lo` in block b.
-index_t offset_of(const Block& b, const std::vector<index_t>& lo) {
+std::vector<RedistStepKind> RedistributePlan::kinds() const {
+  std::vector<RedistStepKind> k;
+  for (const auto& s : steps) k.push_back(s.kind);
+  return k;
+}
+
+int RedistributePlan::collectives() const {
+  int n = 0;
+  for (const auto& s : steps) n += s.kind != RedistStepKind::local && s.kind != RedistStepKind::create_partial;
+  return n;
+}
+
+namespace {
+
+// ================================================================ planning (no data, no comms)
+
+std::vector<index_t> contiguous_strides(const std::vector<index_t>& shape) {
+  std::vector<index_t> st(shape.size());
+  index_t acc = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    st[d] = acc;
+    acc *= shape[d];
+  }
+  return st;
+}
+
+index_t offset_in(const std::vector<index_t>& strides, const std::vector<index_t>& lo) {
   index_t o = 0;
-  for (std::size_t d = 0; d < lo.size(); ++d) o += lo[d] * b.strides[d];
+  for (std::size_t d = 0; d < lo.size(); ++d) o += lo[d] * strides[d];
   return o;
 }
 
-// True if the box (lo, len) of contiguous block b is one contiguous run of memory.
-bool box_is_contiguous_run(const Block& b, const std::vector<index_t>& len) {
-  if (!b.is_contiguous()) return false;
-  // After the first dim with len > 1, every later dim must be full.
+/// True if the box of extents `len` is one contiguous run of a contiguous block of `shape`.
+bool is_contiguous_run(const std::vector<index_t>& shape, const std::vector<index_t>& len) {
   std::size_t d = 0;
   while (d < len.size() && len[d] == 1) ++d;
   for (std::size_t k = d + 1; k < len.size(); ++k)
-    if (len[k] != b.shape[k]) return false;
+    if (len[k] != shape[k]) return false;
   return true;
 }
 
@@ -43,94 +70,62 @@ Box local_of(const Box& global_box, const Box& owner) {
   return r;
 }
 
-/// A contiguous block of `shape` at `data` (dtype and device of `like`), sharing like's owner.
-Block contiguous_view(const Block& like, void* data, const std::vector<index_t>& shape) {
-  return Block::view(like.dtype, like.device, data, shape.data(), static_cast<int>(shape.size()), nullptr, like.owner);
-}
+Box empty_box(std::size_t rank) { return Box{std::vector<index_t>(rank, 0), std::vector<index_t>(rank, 0)}; }
 
-/// A fresh contiguous block of `shape` with the dtype and device of `like`.
-Block allocate_like(const Block& like, const std::vector<index_t>& shape) {
-  return Block::allocate(like.dtype, like.device, shape);
-}
-
-/// dst[dst_lo + box] = src[src_lo + box] (local coordinates).
-void copy_box(const Block& src, const std::vector<index_t>& src_lo, const Block& dst, const std::vector<index_t>& dst_lo,
-              const std::vector<index_t>& len) {
-  exec::box_copy(exec::sub_box(dst, dst_lo, len), exec::sub_box(src, src_lo, len));
-}
-
-std::vector<index_t> zeros_like(const std::vector<index_t>& v) { return std::vector<index_t>(v.size(), 0); }
-
-void apply_replicate_to_partial(const Block& b, const DistSpec& spec, int m) {
-  // sum: the value stays on coordinate 0 and the others hold zeros; avg/max/min keep the value.
-  if (spec.placement(m).op != ReduceOp::sum || spec.mesh().coord(m) == 0) return;
-  exec::box_zero(b);
-}
-
-}  // namespace
-
-namespace {
-
-// ---------------------------------------------------------------- step A
-struct State {
+struct PlanState {
   DistSpec spec;
-  Block block;
+  std::vector<index_t> shape;  // this rank's block under spec
 };
 
-void resolve_partials(State& st, const DistSpec& dst, std::vector<std::string>* plan) {
+// ---------------------------------------------------------------- step A
+void plan_partials(PlanState& st, const DistSpec& dst, RedistributePlan& plan) {
   const auto& mesh = st.spec.mesh();
   for (int m = 0; m < mesh.ndim(); ++m) {
     const Placement cur = st.spec.placement(m), tgt = dst.placement(m);
     if (!cur.is_partial() || cur == tgt) continue;
     auto placements = st.spec.placements();
+    RedistStep s;
+    s.mesh_dims = {m};
+    s.op = cur.op;
+    s.in_shape = st.shape;
     // Reduce-scatter straight into Shard(d) when d is sharded by nobody else before and after.
-    bool rs = tgt.is_shard() && st.spec.sharding_mesh_dims(tgt.dim).empty() &&
-              dst.sharding_mesh_dims(tgt.dim) == std::vector<int>{m};
+    const bool rs = tgt.is_shard() && st.spec.sharding_mesh_dims(tgt.dim).empty() &&
+                    dst.sharding_mesh_dims(tgt.dim) == std::vector<int>{m};
     if (rs) {
       placements[static_cast<std::size_t>(m)] = tgt;
       ShardSizes sizes = st.spec.sizes();
       sizes[static_cast<std::size_t>(tgt.dim)] = dst.layout(tgt.dim).sizes();
       DistSpec next(mesh, placements, st.spec.global_shape(), sizes);
-      if (plan) { plan->push_back("reduce_scatterv"); st.spec = next; continue; }
       const int d = tgt.dim;
+      const auto ud = static_cast<std::size_t>(d);
       const auto& lay = next.layout(d);
-      const index_t P = lay.parts();
-      // Pack per-part slabs along d so that each part's data is contiguous.
-      const auto& in = st.block;
-      std::vector<index_t> counts(static_cast<std::size_t>(P));
-      index_t slab = 1;
-      for (int k = 0; k < in.rank; ++k)
-        if (k != d) slab *= in.shape[static_cast<std::size_t>(k)];
-      for (index_t p = 0; p < P; ++p) counts[static_cast<std::size_t>(p)] = lay.size(p) * slab;
-      Block send = allocate_like(in, {in.numel()});
-      char* w = static_cast<char*>(send.data);
-      const auto es = static_cast<index_t>(in.element_bytes());
-      for (index_t p = 0; p < P; ++p) {
-        std::vector<index_t> lo(static_cast<std::size_t>(in.rank), 0), len = in.shape_vec();
-        lo[static_cast<std::size_t>(d)] = lay.offset(p);
-        len[static_cast<std::size_t>(d)] = lay.size(p);
-        copy_box(in, lo, contiguous_view(send, w, len), zeros_like(len), len);
-        w += prod(len) * es;
+      s.kind = RedistStepKind::reduce_scatterv;
+      s.tensor_dim = d;
+      index_t off = 0;
+      for (index_t p = 0; p < lay.parts(); ++p) {  // per-part slabs along d, packed contiguously
+        Box b{std::vector<index_t>(st.shape.size(), 0), st.shape};
+        b.lo[ud] = lay.offset(p);
+        b.len[ud] = lay.size(p);
+        s.send_boxes.push_back(b);
+        s.send_counts.push_back(b.numel());
+        s.send_displs.push_back(off);
+        off += b.numel();
       }
-      auto out_shape = in.shape_vec();
-      out_shape[static_cast<std::size_t>(d)] = lay.size(mesh.coord(m));
-      Block out = allocate_like(in, out_shape);
-      mesh.dim_comm(m)->reduce_scatterv(send.data, out.data, counts, in.dtype, cur.op);
-      st = State{next, out};
+      s.out_shape = st.shape;
+      s.out_shape[ud] = lay.size(mesh.coord(m));
+      st = PlanState{next, s.out_shape};
     } else {
       placements[static_cast<std::size_t>(m)] = Replicate();
-      DistSpec next(mesh, placements, st.spec.global_shape(), st.spec.sizes());
-      if (plan) { plan->push_back("allreduce"); st.spec = next; continue; }
-      Block out = allocate_like(st.block, st.block.shape_vec());
-      exec::box_copy(out, st.block);
-      mesh.dim_comm(m)->allreduce(out.data, out.data, out.numel(), out.dtype, cur.op);
-      st = State{next, out};
+      s.kind = RedistStepKind::allreduce;
+      s.out_shape = st.shape;
+      st.spec = DistSpec(mesh, placements, st.spec.global_shape(), st.spec.sizes());
     }
+    plan.steps.push_back(std::move(s));
   }
 }
 
 // ---------------------------------------------------------------- step B
-void move_data(State& st, const DistSpec& tgt, std::vector<std::string>* plan) {
+void plan_move(PlanState& st, const DistSpec& tgt, RedistributePlan& plan) {
   const auto& mesh = st.spec.mesh();
   const int P = mesh.size();
   // Mesh dims whose placement or layout changes.
@@ -151,20 +146,23 @@ void move_data(State& st, const DistSpec& tgt, std::vector<std::string>* plan) {
   changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
   if (changed.empty()) return;
 
+  const Box my_cur = st.spec.local_box(), my_tgt = tgt.local_box();
+  const std::size_t R = my_tgt.len.size();
+  RedistStep s;
+  s.in_shape = st.shape;
+  s.out_shape = my_tgt.len;
   // No communication when every rank's target box lies inside its current box.
   bool local_only = true;
   for (int r = 0; r < P && local_only; ++r) local_only = st.spec.box_of(r).contains(tgt.box_of(r));
-  const Box my_cur = st.spec.local_box(), my_tgt = tgt.local_box();
   if (local_only) {
-    if (plan) { plan->push_back("local"); st.spec = tgt; return; }
-    Block out = allocate_like(st.block, my_tgt.len);
-    copy_box(st.block, local_of(my_tgt, my_cur).lo, out, zeros_like(my_tgt.len), my_tgt.len);
-    st = State{tgt, out};
+    s.kind = RedistStepKind::local;
+    s.local_src = local_of(my_tgt, my_cur);
+    s.local_dst = Box{std::vector<index_t>(R, 0), my_tgt.len};
+    plan.steps.push_back(std::move(s));
+    st = PlanState{tgt, my_tgt.len};
     return;
   }
-
-  // Group of the ranks that vary over `changed` (mesh.dims_comm is collective on first use, so the
-  // plan-only mode below never creates it).
+  s.mesh_dims = changed;
   int G = 1;
   for (int m : changed) G *= mesh.size(m);
   // Group rank g -> mesh rank (ranks varying over `changed`, row-major over them).
@@ -182,57 +180,39 @@ void move_data(State& st, const DistSpec& tgt, std::vector<std::string>* plan) {
     }
   }
 
-  // Fast path: one mesh dim m going Shard(d) -> Replicate with d sharded by m alone: allgatherv.
+  // One mesh dim m going Shard(d) -> Replicate with d sharded by m alone: one allgatherv.
   if (changed.size() == 1) {
     const int m = changed[0];
     const auto &a = st.spec.placement(m), &b = tgt.placement(m);
     if (a.is_shard() && b.is_replicate() && st.spec.sharding_mesh_dims(a.dim) == std::vector<int>{m}) {
-      if (plan) { plan->push_back("allgatherv"); st.spec = tgt; return; }
-      const auto comm = mesh.dims_comm(changed);
       const int d = a.dim;
+      const auto ud = static_cast<std::size_t>(d);
       const auto& lay = st.spec.layout(d);
+      s.kind = RedistStepKind::allgatherv;
+      s.tensor_dim = d;
       index_t slab = 1;  // elements per unit of dim d in the gathered block
-      for (int k = 0; k < tgt.ndim(); ++k)
-        if (k != d) slab *= my_tgt.len[static_cast<std::size_t>(k)];
-      std::vector<index_t> counts(static_cast<std::size_t>(G)), displs(static_cast<std::size_t>(G));
+      for (std::size_t k = 0; k < R; ++k)
+        if (k != ud) slab *= my_tgt.len[k];
+      bool outer_trivial = true;  // all dims before d have extent 1: parts land contiguously
+      for (std::size_t k = 0; k < ud; ++k) outer_trivial = outer_trivial && my_tgt.len[k] == 1;
+      s.recv_direct = outer_trivial;
       for (int g = 0; g < G; ++g) {
-        counts[static_cast<std::size_t>(g)] = lay.size(g) * slab;
-        displs[static_cast<std::size_t>(g)] = lay.offset(g) * slab;
+        s.recv_counts.push_back(lay.size(g) * slab);
+        s.recv_displs.push_back(lay.offset(g) * slab);
+        Box part{std::vector<index_t>(R, 0), my_tgt.len};
+        part.lo[ud] = lay.offset(g);
+        part.len[ud] = lay.size(g);
+        s.recv_boxes.push_back(part);
       }
-      const DType dt = st.block.dtype;
-      Block out = allocate_like(st.block, my_tgt.len);
-      Block send = st.block;
-      if (!send.is_contiguous()) {
-        send = allocate_like(st.block, st.block.shape_vec());
-        exec::box_copy(send, st.block);
-      }
-      bool outer_trivial = true;  // all dims before d have extent 1: blocks land contiguously
-      for (int k = 0; k < d; ++k) outer_trivial = outer_trivial && my_tgt.len[static_cast<std::size_t>(k)] == 1;
-      if (outer_trivial) {
-        comm->allgatherv(send.data, send.numel(), out.data, counts, displs, dt);
-      } else {
-        Block tmp = allocate_like(out, {out.numel()});
-        comm->allgatherv(send.data, send.numel(), tmp.data, counts, displs, dt);
-        const auto es = static_cast<index_t>(out.element_bytes());
-        for (int g = 0; g < G; ++g) {
-          auto shape = my_tgt.len;
-          shape[static_cast<std::size_t>(d)] = lay.size(g);
-          const Block part =
-              contiguous_view(tmp, static_cast<char*>(tmp.data) + displs[static_cast<std::size_t>(g)] * es, shape);
-          std::vector<index_t> lo(shape.size(), 0);
-          lo[static_cast<std::size_t>(d)] = lay.offset(g);
-          copy_box(part, zeros_like(shape), out, lo, shape);
-        }
-      }
-      st = State{tgt, out};
+      plan.steps.push_back(std::move(s));
+      st = PlanState{tgt, my_tgt.len};
       return;
     }
   }
 
   // General path: one alltoallv of box intersections over the group. For mesh dims in `changed`
   // where the source is replicated, the sender is the replica with the receiver's coordinate.
-  if (plan) { plan->push_back("alltoallv"); st.spec = tgt; return; }
-  const auto comm = mesh.dims_comm(changed);
+  s.kind = RedistStepKind::alltoallv;
   auto is_sender_for = [&](int sender_mesh, int receiver_mesh) {
     const auto cs = mesh.coords_of(sender_mesh), cr = mesh.coords_of(receiver_mesh);
     for (int m : changed)
@@ -241,126 +221,267 @@ void move_data(State& st, const DistSpec& tgt, std::vector<std::string>* plan) {
     return true;
   };
   const int me = mesh.rank();
-  std::vector<Box> send_boxes(static_cast<std::size_t>(G)), recv_boxes(static_cast<std::size_t>(G));
-  std::vector<index_t> sc(static_cast<std::size_t>(G)), sd(static_cast<std::size_t>(G)),
-      rc(static_cast<std::size_t>(G)), rd(static_cast<std::size_t>(G));
-  for (int g = 0; g < G; ++g) {
-    const int peer = group_to_mesh[static_cast<std::size_t>(g)];
-    auto& sb = send_boxes[static_cast<std::size_t>(g)];
-    auto& rb = recv_boxes[static_cast<std::size_t>(g)];
-    sb = is_sender_for(me, peer) ? Box::intersect(my_cur, tgt.box_of(peer)) : Box{my_cur.lo, std::vector<index_t>(my_cur.lo.size(), 0)};
-    rb = is_sender_for(peer, me) ? Box::intersect(st.spec.box_of(peer), my_tgt) : Box{my_tgt.lo, std::vector<index_t>(my_tgt.lo.size(), 0)};
-    sc[static_cast<std::size_t>(g)] = sb.numel();
-    rc[static_cast<std::size_t>(g)] = rb.numel();
-  }
-  const DType dt = st.block.dtype;
-  Block out = allocate_like(st.block, my_tgt.len);
-  const auto es = static_cast<index_t>(out.element_bytes());
-  // This rank's own part moves with one local copy instead of through the send buffer and MPI:
-  // its counts become 0, so it is neither packed nor sent (its send and receive boxes are equal).
-  for (int g = 0; g < G; ++g) {
-    const auto gi = static_cast<std::size_t>(g);
-    if (group_to_mesh[gi] != me || sc[gi] == 0) continue;
-    copy_box(st.block, local_of(send_boxes[gi], my_cur).lo, out, local_of(recv_boxes[gi], my_tgt).lo,
-             send_boxes[gi].len);
-    sc[gi] = rc[gi] = 0;
-  }
-  // Send side: zero-copy when every outgoing box is a contiguous run of the local block.
-  bool send_direct = st.block.is_contiguous();
-  for (int g = 0; g < G && send_direct; ++g)
-    send_direct = sc[static_cast<std::size_t>(g)] == 0 ||
-                  box_is_contiguous_run(st.block, send_boxes[static_cast<std::size_t>(g)].len);
-  Block sendbuf;
-  if (send_direct) {
-    sendbuf = st.block;
-    for (int g = 0; g < G; ++g)
-      sd[static_cast<std::size_t>(g)] = sc[static_cast<std::size_t>(g)] ? offset_of(st.block, local_of(send_boxes[static_cast<std::size_t>(g)], my_cur).lo) : 0;
-  } else {
-    sendbuf = allocate_like(st.block, {std::accumulate(sc.begin(), sc.end(), index_t{0})});
-    index_t off = 0;
-    for (int g = 0; g < G; ++g) {
-      const auto& b = send_boxes[static_cast<std::size_t>(g)];
-      sd[static_cast<std::size_t>(g)] = off;
-      if (sc[static_cast<std::size_t>(g)] == 0) continue;
-      copy_box(st.block, local_of(b, my_cur).lo, contiguous_view(sendbuf, static_cast<char*>(sendbuf.data) + off * es, b.len),
-               zeros_like(b.len), b.len);
-      off += sc[static_cast<std::size_t>(g)];
+  const auto Gs = static_cast<std::size_t>(G);
+  s.send_boxes.assign(Gs, empty_box(R));
+  s.recv_boxes.assign(Gs, empty_box(R));
+  s.send_counts.assign(Gs, 0);
+  s.recv_counts.assign(Gs, 0);
+  for (std::size_t g = 0; g < Gs; ++g) {
+    const int peer = group_to_mesh[g];
+    if (is_sender_for(me, peer)) s.send_boxes[g] = local_of(Box::intersect(my_cur, tgt.box_of(peer)), my_cur);
+    if (is_sender_for(peer, me)) s.recv_boxes[g] = local_of(Box::intersect(st.spec.box_of(peer), my_tgt), my_tgt);
+    s.send_counts[g] = s.send_boxes[g].numel();
+    s.recv_counts[g] = s.recv_boxes[g].numel();
+    // This rank's own part moves with one local copy instead of through the send buffer and MPI:
+    // its counts become 0, so it is neither packed nor sent (its send and receive boxes are equal).
+    if (peer == me && s.send_counts[g] > 0) {
+      s.has_self = true;
+      s.local_src = s.send_boxes[g];
+      s.local_dst = s.recv_boxes[g];
+      s.send_counts[g] = s.recv_counts[g] = 0;
     }
+  }
+  // Send side: zero-copy when every outgoing box is a contiguous run of a contiguous input.
+  const auto in_strides = contiguous_strides(st.shape);
+  s.send_direct = true;
+  for (std::size_t g = 0; g < Gs && s.send_direct; ++g)
+    s.send_direct = s.send_counts[g] == 0 || is_contiguous_run(st.shape, s.send_boxes[g].len);
+  s.send_displs.assign(Gs, 0);
+  s.send_direct_displs.assign(Gs, 0);
+  index_t off = 0;
+  for (std::size_t g = 0; g < Gs; ++g) {
+    s.send_displs[g] = off;
+    off += s.send_counts[g];
+    if (s.send_counts[g]) s.send_direct_displs[g] = offset_in(in_strides, s.send_boxes[g].lo);
   }
   // Receive side: straight into the output when every incoming box is a contiguous run of it.
-  bool recv_direct = true;
-  for (int g = 0; g < G && recv_direct; ++g)
-    recv_direct = rc[static_cast<std::size_t>(g)] == 0 || box_is_contiguous_run(out, recv_boxes[static_cast<std::size_t>(g)].len);
-  if (recv_direct) {
-    for (int g = 0; g < G; ++g)
-      rd[static_cast<std::size_t>(g)] = rc[static_cast<std::size_t>(g)] ? offset_of(out, local_of(recv_boxes[static_cast<std::size_t>(g)], my_tgt).lo) : 0;
-    comm->alltoallv(sendbuf.data, sc, sd, out.data, rc, rd, dt);
-  } else {
-    Block recvbuf = allocate_like(out, {std::accumulate(rc.begin(), rc.end(), index_t{0})});
-    index_t off = 0;
-    for (int g = 0; g < G; ++g) {
-      rd[static_cast<std::size_t>(g)] = off;
-      off += rc[static_cast<std::size_t>(g)];
-    }
-    comm->alltoallv(sendbuf.data, sc, sd, recvbuf.data, rc, rd, dt);
-    for (int g = 0; g < G; ++g) {
-      if (rc[static_cast<std::size_t>(g)] == 0) continue;
-      const auto& b = recv_boxes[static_cast<std::size_t>(g)];
-      const Block view =
-          contiguous_view(recvbuf, static_cast<char*>(recvbuf.data) + rd[static_cast<std::size_t>(g)] * es, b.len);
-      copy_box(view, zeros_like(b.len), out, local_of(b, my_tgt).lo, b.len);
+  const auto out_strides = contiguous_strides(my_tgt.len);
+  s.recv_direct = true;
+  for (std::size_t g = 0; g < Gs && s.recv_direct; ++g)
+    s.recv_direct = s.recv_counts[g] == 0 || is_contiguous_run(my_tgt.len, s.recv_boxes[g].len);
+  s.recv_displs.assign(Gs, 0);
+  off = 0;
+  for (std::size_t g = 0; g < Gs; ++g) {
+    if (s.recv_direct) {
+      if (s.recv_counts[g]) s.recv_displs[g] = offset_in(out_strides, s.recv_boxes[g].lo);
+    } else {
+      s.recv_displs[g] = off;
+      off += s.recv_counts[g];
     }
   }
-  st = State{tgt, out};
+  plan.steps.push_back(std::move(s));
+  st = PlanState{tgt, my_tgt.len};
 }
 
-Block run(const DistSpec& src, const Block& in, const DistSpec& dst,
-               std::vector<std::string>* plan) {
-  SHARD_CHECK(src.mesh() == dst.mesh(), "redistribute", "source and target live on different meshes");
-  SHARD_CHECK(src.global_shape() == dst.global_shape(), "redistribute", "global shapes differ: {} vs {}",
-              src.global_shape(), dst.global_shape());
-  if (!plan) {
-    SHARD_CHECK(in.shape_vec() == src.local_box().len, "redistribute", "local block shape {} != expected {} for {}",
-                in.shape, src.local_box().len, src);
-  }
-  if (src == dst) {
-    if (plan) plan->push_back("none");
-    return in;
-  }
-  State st{src, in};
-  resolve_partials(st, dst, plan);
+std::shared_ptr<RedistributePlan> build_plan(const DistSpec& src, const DistSpec& dst) {
+  auto plan = std::make_shared<RedistributePlan>();
+  plan->in_shape = src.local_box().len;
+  plan->out_shape = dst.local_box().len;
+  if (src == dst) return plan;
+  PlanState st{src, plan->in_shape};
+  plan_partials(st, dst, *plan);
   // Target with Partial dims that are not yet Partial treated as Replicate (step C adds them).
   auto mid = dst.placements();
   for (int m = 0; m < dst.mesh().ndim(); ++m)
     if (mid[static_cast<std::size_t>(m)].is_partial() && !(st.spec.placement(m) == mid[static_cast<std::size_t>(m)]))
       mid[static_cast<std::size_t>(m)] = Replicate();
   const DistSpec mid_spec(dst.mesh(), mid, dst.global_shape(), dst.sizes());
-  move_data(st, mid_spec, plan);
+  plan_move(st, mid_spec, *plan);
   for (int m = 0; m < dst.mesh().ndim(); ++m) {
     if (!dst.placement(m).is_partial() || st.spec.placement(m) == dst.placement(m)) continue;
-    if (plan) { plan->push_back("local"); continue; }
-    if (st.block.owner.get() == in.owner.get() && st.block.data == in.data) {  // never write the input
-      Block c = allocate_like(st.block, st.block.shape_vec());
-      exec::box_copy(c, st.block);
-      st.block = c;
-    }
-    apply_replicate_to_partial(st.block, dst, m);
+    RedistStep s;
+    s.kind = RedistStepKind::create_partial;
+    s.mesh_dims = {m};
+    s.op = dst.placement(m).op;
+    s.in_shape = s.out_shape = st.shape;
+    // sum: the value stays on coordinate 0 and the others hold zeros; avg/max/min keep the value.
+    s.zero = s.op == ReduceOp::sum && dst.mesh().coord(m) != 0;
+    plan->steps.push_back(std::move(s));
   }
-  if (plan && plan->empty()) plan->push_back("none");
-  return st.block;
+  return plan;
+}
+
+// ---------------------------------------------------------------- the cache
+void append_spec_key(std::vector<index_t>& k, const DistSpec& s) {
+  k.push_back(s.ndim());
+  k.insert(k.end(), s.global_shape().begin(), s.global_shape().end());
+  for (const auto& p : s.placements()) {
+    k.push_back(static_cast<index_t>(p.kind));
+    k.push_back(p.is_shard() ? p.dim : -1);
+    k.push_back(p.is_partial() ? static_cast<index_t>(p.op) : -1);
+  }
+  for (const auto& l : s.layouts()) {
+    k.push_back(l.parts());
+    for (index_t p = 0; p < l.parts(); ++p) k.push_back(l.size(p));
+  }
+}
+
+struct CacheEntry {
+  std::weak_ptr<Communicator> comm;  // the mesh's; an expired entry is dropped
+  std::shared_ptr<const RedistributePlan> plan;
+};
+struct PlanCache {
+  std::mutex mu;
+  std::map<std::vector<index_t>, CacheEntry> map;
+};
+PlanCache& plan_cache() {
+  static PlanCache* c = new PlanCache;  // never destroyed: usable during static destruction
+  return *c;
+}
+constexpr std::size_t kMaxCachedPlans = 1024;
+
+// ================================================================ execution
+
+Block allocate_like(const Block& like, const std::vector<index_t>& shape) {
+  return Block::allocate(like.dtype, like.device, shape);
+}
+
+/// A contiguous block of `shape` at element offset `offset` of contiguous block `buf`.
+Block part_of(const Block& buf, index_t offset, const std::vector<index_t>& shape) {
+  return Block::view(buf.dtype, buf.device, static_cast<char*>(buf.data) + offset * static_cast<index_t>(buf.element_bytes()),
+                     shape.data(), static_cast<int>(shape.size()), nullptr, buf.owner);
+}
+
+Block sub(const Block& b, const Box& box) { return exec::sub_box(b, box.lo, box.len); }
+
+CommPtr comm_of(const DeviceMesh& mesh, const std::vector<int>& dims) {
+  return dims.size() == 1 ? mesh.dim_comm(dims[0]) : mesh.dims_comm(dims);
+}
+
+Block run_step(const RedistStep& s, const DeviceMesh& mesh, const Block& in, const Block& original) {
+  const DType dt = in.dtype;
+  switch (s.kind) {
+    case RedistStepKind::local: {
+      Block out = allocate_like(in, s.out_shape);
+      exec::box_copy(out, sub(in, s.local_src));
+      return out;
+    }
+    case RedistStepKind::create_partial: {
+      if (!s.zero) {
+        if (in.data != original.data || in.owner != original.owner) return in;
+        Block out = allocate_like(in, s.out_shape);  // never write (or alias) the input
+        exec::box_copy(out, in);
+        return out;
+      }
+      Block out = in.data != original.data || in.owner != original.owner ? in : allocate_like(in, s.out_shape);
+      exec::box_zero(out);
+      return out;
+    }
+    case RedistStepKind::allreduce: {
+      Block out = allocate_like(in, s.out_shape);
+      exec::box_copy(out, in);
+      comm_of(mesh, s.mesh_dims)->allreduce(out.data, out.data, out.numel(), dt, s.op);
+      return out;
+    }
+    case RedistStepKind::reduce_scatterv: {
+      Block send = allocate_like(in, {in.numel()});
+      for (std::size_t p = 0; p < s.send_boxes.size(); ++p)
+        exec::box_copy(part_of(send, s.send_displs[p], s.send_boxes[p].len), sub(in, s.send_boxes[p]));
+      Block out = allocate_like(in, s.out_shape);
+      comm_of(mesh, s.mesh_dims)->reduce_scatterv(send.data, out.data, s.send_counts, dt, s.op);
+      return out;
+    }
+    case RedistStepKind::allgatherv: {
+      Block send = in;
+      if (!in.is_contiguous()) {
+        send = allocate_like(in, s.in_shape);
+        exec::box_copy(send, in);
+      }
+      Block out = allocate_like(in, s.out_shape);
+      const auto comm = comm_of(mesh, s.mesh_dims);
+      if (s.recv_direct) {
+        comm->allgatherv(send.data, send.numel(), out.data, s.recv_counts, s.recv_displs, dt);
+      } else {
+        Block tmp = allocate_like(in, {out.numel()});
+        comm->allgatherv(send.data, send.numel(), tmp.data, s.recv_counts, s.recv_displs, dt);
+        for (std::size_t g = 0; g < s.recv_boxes.size(); ++g)
+          exec::box_copy(sub(out, s.recv_boxes[g]), part_of(tmp, s.recv_displs[g], s.recv_boxes[g].len));
+      }
+      return out;
+    }
+    case RedistStepKind::alltoallv: {
+      const auto comm = comm_of(mesh, s.mesh_dims);
+      Block out = allocate_like(in, s.out_shape);
+      if (s.has_self) exec::box_copy(sub(out, s.local_dst), sub(in, s.local_src));
+      const bool direct = s.send_direct && in.is_contiguous();
+      Block sendbuf = in;
+      if (!direct) {
+        sendbuf = allocate_like(in, {std::accumulate(s.send_counts.begin(), s.send_counts.end(), index_t{0})});
+        for (std::size_t g = 0; g < s.send_boxes.size(); ++g)
+          if (s.send_counts[g])
+            exec::box_copy(part_of(sendbuf, s.send_displs[g], s.send_boxes[g].len), sub(in, s.send_boxes[g]));
+      }
+      const auto& sd = direct ? s.send_direct_displs : s.send_displs;
+      if (s.recv_direct) {
+        comm->alltoallv(sendbuf.data, s.send_counts, sd, out.data, s.recv_counts, s.recv_displs, dt);
+      } else {
+        Block recvbuf = allocate_like(in, {std::accumulate(s.recv_counts.begin(), s.recv_counts.end(), index_t{0})});
+        comm->alltoallv(sendbuf.data, s.send_counts, sd, recvbuf.data, s.recv_counts, s.recv_displs, dt);
+        for (std::size_t g = 0; g < s.recv_boxes.size(); ++g)
+          if (s.recv_counts[g])
+            exec::box_copy(sub(out, s.recv_boxes[g]), part_of(recvbuf, s.recv_displs[g], s.recv_boxes[g].len));
+      }
+      return out;
+    }
+  }
+  return in;
 }
 
 }  // namespace
 
-Block redistribute(const DistSpec& src, const Block& in, const DistSpec& dst) {
-  return run(src, in, dst, nullptr);
+std::shared_ptr<const RedistributePlan> redistribute_plan(const DistSpec& src, const DistSpec& dst) {
+  SHARD_CHECK(src.mesh() == dst.mesh(), "redistribute", "source and target live on different meshes");
+  SHARD_CHECK(src.global_shape() == dst.global_shape(), "redistribute", "global shapes differ: {} vs {}",
+              src.global_shape(), dst.global_shape());
+  const auto& mesh = src.mesh();
+  std::vector<index_t> key;
+  key.reserve(64);
+  key.push_back(static_cast<index_t>(reinterpret_cast<std::uintptr_t>(mesh.comm().get())));
+  key.push_back(mesh.rank());
+  key.insert(key.end(), mesh.shape().begin(), mesh.shape().end());
+  append_spec_key(key, src);
+  append_spec_key(key, dst);
+  auto& cache = plan_cache();
+  {
+    std::lock_guard lock(cache.mu);
+    auto it = cache.map.find(key);
+    if (it != cache.map.end() && !it->second.comm.expired()) return it->second.plan;
+  }
+  std::shared_ptr<const RedistributePlan> plan = build_plan(src, dst);
+  std::lock_guard lock(cache.mu);
+  if (cache.map.size() >= kMaxCachedPlans) {
+    std::erase_if(cache.map, [](const auto& kv) { return kv.second.comm.expired(); });
+    if (cache.map.size() >= kMaxCachedPlans) cache.map.clear();
+  }
+  cache.map[std::move(key)] = CacheEntry{mesh.comm(), plan};
+  return plan;
 }
 
-std::vector<std::string> redistribute_plan(const DistSpec& src, const DistSpec& dst) {
-  std::vector<std::string> plan;
-  Block none;
-  run(src, none, dst, &plan);
-  return plan;
+std::size_t redistribute_plan_cache_size() noexcept {
+  auto& cache = plan_cache();
+  std::lock_guard lock(cache.mu);
+  return cache.map.size();
+}
+
+Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh, const Block& in) {
+  SHARD_CHECK(in.shape_vec() == plan.in_shape, "redistribute", "local block shape {} != expected {} of the plan",
+              in.shape_vec(), plan.in_shape);
+  for (const auto& s : plan.steps)
+    SHARD_CHECK(!is_complex(in.dtype) ||
+                    !((s.kind == RedistStepKind::allreduce || s.kind == RedistStepKind::reduce_scatterv) &&
+                      (s.op == ReduceOp::max || s.op == ReduceOp::min)),
+                "redistribute", "Partial({}) of a {} tensor: complex numbers have no order (use sum or avg)",
+                reduce_op_name(s.op), in.dtype);
+  Block cur = in;
+  for (const auto& s : plan.steps) cur = run_step(s, mesh, cur, in);
+  return cur;
+}
+
+Block redistribute(const DistSpec& src, const Block& in, const DistSpec& dst) {
+  const auto plan = redistribute_plan(src, dst);
+  SHARD_CHECK(in.shape_vec() == plan->in_shape, "redistribute", "local block shape {} != expected {} for {}",
+              in.shape_vec(), plan->in_shape, src);
+  return execute_redistribute(*plan, src.mesh(), in);
 }
 
 }  // namespace shard::detail

@@ -129,6 +129,11 @@ struct CpuBoxKernels final : BoxKernels {
         return add_typed(b, static_cast<std::int32_t*>(dst.data), static_cast<const std::int32_t*>(src.data));
       case DType::i64:
         return add_typed(b, static_cast<std::int64_t*>(dst.data), static_cast<const std::int64_t*>(src.data));
+      case DType::c64:
+        return add_typed(b, static_cast<std::complex<float>*>(dst.data), static_cast<const std::complex<float>*>(src.data));
+      case DType::c128:
+        return add_typed(b, static_cast<std::complex<double>*>(dst.data),
+                         static_cast<const std::complex<double>*>(src.data));
       default: SHARD_FAIL("box_add", "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)", dst.dtype);
     }
   }

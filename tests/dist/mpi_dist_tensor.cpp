@@ -226,35 +226,44 @@ TEST_CASE("redistribute_plan and counted communication per transition", "[dist][
         auto counting = std::make_shared<CountingComm>(comm);
         DeviceMesh mesh(counting);
         const auto full = global_tensor<double>({9, 7}, 101);
+        using K = detail::RedistStepKind;
         struct Case {
           Placement src, dst;
-          std::vector<std::string> plan;
+          std::vector<K> plan;
           std::map<std::string, int> calls;  // communication the redistribute itself performs
         };
         const std::vector<Case> cases = {
-            {Replicate(), Shard(0), {"local"}, {}},
-            {Replicate(), Shard(1), {"local"}, {}},
-            {Replicate(), Partial(ReduceOp::sum), {"local"}, {}},
-            {Replicate(), Partial(ReduceOp::avg), {"local"}, {}},
-            {Shard(0), Replicate(), {"allgatherv"}, {{"allgatherv", 1}}},
-            {Shard(1), Replicate(), {"allgatherv"}, {{"allgatherv", 1}}},
-            {Shard(0), Shard(1), {"alltoallv"}, {{"alltoallv", 1}}},
-            {Shard(1), Shard(0), {"alltoallv"}, {{"alltoallv", 1}}},
-            {Partial(ReduceOp::sum), Shard(0), {"reduce_scatterv"}, {{"reduce_scatterv", 1}}},
-            {Partial(ReduceOp::max), Shard(1), {"reduce_scatterv"}, {{"reduce_scatterv", 1}}},
-            {Partial(ReduceOp::sum), Replicate(), {"allreduce"}, {{"allreduce", 1}}},
-            {Partial(ReduceOp::avg), Replicate(), {"allreduce"}, {{"allreduce", 1}}},
-            {Shard(0), Shard(0), {"none"}, {}},
+            {Replicate(), Shard(0), {K::local}, {}},
+            {Replicate(), Shard(1), {K::local}, {}},
+            {Replicate(), Partial(ReduceOp::sum), {K::create_partial}, {}},
+            {Replicate(), Partial(ReduceOp::avg), {K::create_partial}, {}},
+            {Shard(0), Replicate(), {K::allgatherv}, {{"allgatherv", 1}}},
+            {Shard(1), Replicate(), {K::allgatherv}, {{"allgatherv", 1}}},
+            {Shard(0), Shard(1), {K::alltoallv}, {{"alltoallv", 1}}},
+            {Shard(1), Shard(0), {K::alltoallv}, {{"alltoallv", 1}}},
+            {Partial(ReduceOp::sum), Shard(0), {K::reduce_scatterv}, {{"reduce_scatterv", 1}}},
+            {Partial(ReduceOp::max), Shard(1), {K::reduce_scatterv}, {{"reduce_scatterv", 1}}},
+            {Partial(ReduceOp::sum), Replicate(), {K::allreduce}, {{"allreduce", 1}}},
+            {Partial(ReduceOp::avg), Replicate(), {K::allreduce}, {{"allreduce", 1}}},
+            {Shard(0), Shard(0), {}, {}},
         };
         for (const auto& c : cases) {
           INFO(fmt::format("{} -> {} on {} ranks", c.src, c.dst, comm->size()));
           auto a = DistTensor<double, 2>::distribute(full, mesh, {c.src});
           const DistSpec target = a.spec().with_placements({c.dst});
           counting->reset();
-          CHECK(detail::redistribute_plan(a.spec(), target) == c.plan);
+          const auto plan = detail::redistribute_plan(a.spec(), target);
+          CHECK(plan->kinds() == c.plan);
+          CHECK(plan->collectives() == static_cast<int>(c.calls.size()));
+          CHECK(plan->in_shape == a.spec().local_box().len);
+          CHECK(plan->out_shape == target.local_box().len);
           CHECK(counting->total() == 0);  // planning never communicates
+          CHECK(detail::redistribute_plan(a.spec(), target) == plan);  // cached: the same plan object
+          CHECK(!fmt::format("{}", *plan).empty());
           auto b = a.redistribute({c.dst});
           CHECK(counting->counts() == c.calls);
+          auto b2 = a.redistribute({c.dst});  // a repeated redistribute plans nothing and moves the same
+          CHECK(max_rel_diff(b2.local(), b.local()) == 0.0);
           CHECK(max_rel_diff(b.full_tensor(), full) <= allowed_error<double>({c.src, c.dst}));
         }
       },
@@ -267,12 +276,29 @@ TEST_CASE("redistribute_plan and counted communication per transition", "[dist][
         DistSpec s01(mesh, {Shard(0), Shard(1)}, {9, 7}), s10(mesh, {Shard(1), Shard(0)}, {9, 7});
         DistSpec rr(mesh, {Replicate(), Replicate()}, {9, 7}), s00(mesh, {Shard(0), Shard(0)}, {9, 7});
         DistSpec pp(mesh, {Partial(), Partial(ReduceOp::max)}, {9, 7});
-        CHECK(detail::redistribute_plan(s01, s10) == std::vector<std::string>{"alltoallv"});
-        CHECK(detail::redistribute_plan(rr, s01) == std::vector<std::string>{"local"});
-        CHECK(detail::redistribute_plan(rr, s00) == std::vector<std::string>{"local"});
-        CHECK(detail::redistribute_plan(pp, rr) == std::vector<std::string>{"allreduce", "allreduce"});
-        CHECK(detail::redistribute_plan(s00, s01) == std::vector<std::string>{"alltoallv"});
-        CHECK(detail::redistribute_plan(rr, pp) == std::vector<std::string>{"local", "local"});
+        using K = detail::RedistStepKind;
+        using Ks = std::vector<K>;
+        const auto t = detail::redistribute_plan(s01, s10);
+        CHECK(t->kinds() == Ks{K::alltoallv});
+        CHECK(t->steps[0].mesh_dims == std::vector<int>{0, 1});  // one alltoallv over both mesh dims
+        CHECK(t->steps[0].send_counts.size() == 4);
+        index_t sent = t->steps[0].has_self ? t->steps[0].local_src.numel() : 0, got = sent;
+        for (auto c : t->steps[0].send_counts) sent += c;
+        for (auto c : t->steps[0].recv_counts) got += c;
+        CHECK(sent == s01.local_box().numel());  // every cell of my block goes somewhere, once
+        CHECK(got == s10.local_box().numel());   // every cell of my target block arrives, once
+        CHECK(detail::redistribute_plan(rr, s01)->kinds() == Ks{K::local});
+        CHECK(detail::redistribute_plan(rr, s00)->kinds() == Ks{K::local});
+        const auto r = detail::redistribute_plan(pp, rr);
+        CHECK(r->kinds() == Ks{K::allreduce, K::allreduce});
+        CHECK(r->steps[0].mesh_dims == std::vector<int>{0});
+        CHECK(r->steps[1].mesh_dims == std::vector<int>{1});
+        CHECK(r->steps[1].op == ReduceOp::max);
+        CHECK(detail::redistribute_plan(s00, s01)->kinds() == Ks{K::alltoallv});
+        const auto c = detail::redistribute_plan(rr, pp);
+        CHECK(c->kinds() == Ks{K::create_partial, K::create_partial});
+        CHECK(c->steps[0].zero == (mesh.coord(0) != 0));  // sum: zeros off coordinate 0
+        CHECK(!c->steps[1].zero);                         // max keeps the value everywhere
       },
       4, 4);
 }

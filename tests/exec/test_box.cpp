@@ -138,7 +138,7 @@ void check_dtype(std::mt19937_64& rng, bool big) {
 
 }  // namespace
 
-TEST_CASE("box engine: copy/add/fill/zero match element loops for every dtype and layout", "[exec][box]") {
+TEST_CASE("box engine: copy/add/fill/zero match element loops for every dtype (c64, c128 too) and layout", "[exec][box]") {
   std::mt19937_64 rng(42);
   for (bool big : {false, true}) {
     check_dtype<float>(rng, big);
@@ -146,6 +146,8 @@ TEST_CASE("box engine: copy/add/fill/zero match element loops for every dtype an
     check_dtype<std::int32_t>(rng, big);
     check_dtype<std::int64_t>(rng, big);
     check_dtype<std::uint8_t>(rng, big);
+    check_dtype<std::complex<float>>(rng, big);
+    check_dtype<std::complex<double>>(rng, big);
   }
 }
 

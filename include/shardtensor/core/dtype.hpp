@@ -1,6 +1,8 @@
 #pragma once
 /// \file dtype.hpp
-/// Element types: f32 and f64 for compute, bf16/f16 as storage types.
+/// Element types: f32 and f64 for compute, bf16/f16 as storage types, c64/c128 (complex) for data
+/// that moves through the box engine, redistribution, halo exchange and the communicators.
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <fmt/format.h>
@@ -9,7 +11,7 @@
 namespace shard {
 
 /// Element type tag used by the type-erased layers (communication, kernels).
-enum class DType : std::uint8_t { f32, f64, bf16, f16, i32, i64, u8 };
+enum class DType : std::uint8_t { f32, f64, bf16, f16, i32, i64, u8, c64, c128 };
 
 /// Size of one element of `dt` in bytes.
 constexpr std::size_t dtype_size(DType dt) {
@@ -21,6 +23,8 @@ constexpr std::size_t dtype_size(DType dt) {
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::u8: return 1;
+    case DType::c64: return 8;
+    case DType::c128: return 16;
   }
   return 0;
 }
@@ -35,6 +39,8 @@ constexpr const char* dtype_name(DType dt) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::c64: return "c64";
+    case DType::c128: return "c128";
   }
   return "?";
 }
@@ -74,6 +80,11 @@ template <> struct dtype_traits<f16> { static constexpr DType value = DType::f16
 template <> struct dtype_traits<std::int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_traits<std::int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_traits<std::uint8_t> { static constexpr DType value = DType::u8; };
+template <> struct dtype_traits<std::complex<float>> { static constexpr DType value = DType::c64; };
+template <> struct dtype_traits<std::complex<double>> { static constexpr DType value = DType::c128; };
+
+/// True for the complex dtypes (c64, c128): no order, so no max/min reductions.
+constexpr bool is_complex(DType dt) { return dt == DType::c64 || dt == DType::c128; }
 
 /// DType of a C++ element type.
 template <class T> inline constexpr DType dtype_of = dtype_traits<std::remove_cv_t<T>>::value;
