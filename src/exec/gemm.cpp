@@ -8,8 +8,13 @@
 #include "exec/gemm_kernels.hpp"
 
 namespace shard::exec {
+
+/// Keeps src/exec/gemm_cpu.cpp (and its registrar) in every link of the front: an external
+/// definition the compiler must emit, whose initialiser references the CPU anchor.
+extern const int* const gemm_cpu_keep;
+const int* const gemm_cpu_keep = &gemm_cpu_anchor;
+
 namespace {
-[[maybe_unused]] const int* const g_keep_cpu = &gemm_cpu_anchor;  // links the CPU registrar
 
 void check_sizes(const char* op, Trans ta, Trans tb, index_t m, index_t n, index_t k, index_t lda, index_t ldb,
                  index_t ldc) {

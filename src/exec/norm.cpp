@@ -5,8 +5,13 @@
 #include "exec/norm_kernels.hpp"
 
 namespace shard::exec {
+
+/// Keeps src/exec/norm_cpu.cpp (and its registrar) in every link of the front: an external
+/// definition the compiler must emit, whose initialiser references the CPU anchor.
+extern const int* const norm_cpu_keep;
+const int* const norm_cpu_keep = &norm_cpu_anchor;
+
 namespace {
-[[maybe_unused]] const int* const g_keep_cpu = &norm_cpu_anchor;  // links the CPU registrar
 const NormKernels& table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
   return detail::front_table<NormKernels>(op, dt, dev, ctx);
 }

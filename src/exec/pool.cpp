@@ -5,8 +5,13 @@
 #include "exec/pool_kernels.hpp"
 
 namespace shard::exec {
+
+/// Keeps src/exec/pool_cpu.cpp (and its registrar) in every link of the front: an external
+/// definition the compiler must emit, whose initialiser references the CPU anchor.
+extern const int* const pool_cpu_keep;
+const int* const pool_cpu_keep = &pool_cpu_anchor;
+
 namespace {
-[[maybe_unused]] const int* const g_keep_cpu = &pool_cpu_anchor;  // links the CPU registrar
 const PoolKernels& table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
   return detail::front_table<PoolKernels>(op, dt, dev, ctx);
 }

@@ -5,8 +5,13 @@
 #include "exec/resize_kernels.hpp"
 
 namespace shard::exec {
+
+/// Keeps src/exec/resize_cpu.cpp (and its registrar) in every link of the front: an external
+/// definition the compiler must emit, whose initialiser references the CPU anchor.
+extern const int* const resize_cpu_keep;
+const int* const resize_cpu_keep = &resize_cpu_anchor;
+
 namespace {
-[[maybe_unused]] const int* const g_keep_cpu = &resize_cpu_anchor;  // links the CPU registrar
 }  // namespace
 
 void resize_forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y, Device dev,
