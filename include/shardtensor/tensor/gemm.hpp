@@ -1,6 +1,7 @@
 #pragma once
 /// \file gemm.hpp
-/// Row-major GEMM on host memory (a thin wrapper over OpenBLAS cblas_sgemm / cblas_dgemm) and
+/// Row-major GEMM on host memory (a thin wrapper over OpenBLAS cblas_sgemm / cblas_dgemm; the CPU
+/// implementation of the GEMM kernel family, whose device-generic front is exec/gemm.hpp) and
 /// control of the BLAS thread pool.
 ///
 /// Threading policy (measured on the 2-core reference machine with bench/bench_conv_local,
@@ -25,12 +26,10 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/gemm.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
-
-/// Whether a GEMM operand is used as stored (no) or transposed (yes).
-enum class Trans : bool { no = false, yes = true };
 
 namespace detail {
 /// Type-erased row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C on host memory

@@ -1,6 +1,7 @@
 #pragma once
 /// \file pool.hpp
-/// Local (host) average and max pooling, forward and backward, for S = 1, 2, 3 spatial dims on
+/// Local average and max pooling (on the tensor's device, through the pool kernel family of
+/// exec/pool.hpp), forward and backward, for S = 1, 2, 3 spatial dims on
 /// Tensor<T, S + 2> in N, C, spatial layout (T = float or double). Padding is explicit per side
 /// (pad_lo / pad_hi), as for conv.hpp, so the domain-parallel layer can pool halo-extended
 /// blocks: the padded cells are zeros for avg (counted in the divisor only with
@@ -12,6 +13,7 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/pool.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
@@ -45,17 +47,8 @@ struct MaxPoolResult {
 };
 
 namespace detail {
-/// Pooling as seen by the type-erased cores: `planes` = N * C independent planes, 3 spatial
-/// dims (leading extents 1 for S < 3).
-struct PoolGeometry {
-  index_t planes = 1;
-  std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad_lo{0, 0, 0};
-  bool count_include_pad = true;
-};
-void avg_pool_forward_core(DType dt, const PoolGeometry& g, const void* x, void* y);
-void avg_pool_backward_core(DType dt, const PoolGeometry& g, const void* gy, void* gx);
-void max_pool_forward_core(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx);
-void max_pool_backward_core(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx);
+/// Pooling as seen by the type-erased kernels (see exec/pool.hpp).
+using PoolGeometry = exec::PoolGeometry;
 
 template <int S>
 PoolGeometry pool_geometry(index_t planes, const Shape<S>& in, const Shape<S>& out, const PoolParams<S>& p) {
@@ -97,7 +90,6 @@ template <class T, int R>
 Shape<R> pooled_shape(const char* op, const Tensor<T, R>& x, const PoolParams<R - 2>& p) {
   static_assert(is_compute_type<T>, "pooling supports float and double");
   static_assert(R >= 3 && R <= 5, "pooling needs rank 3, 4 or 5 (N, C, 1-3 spatial dims)");
-  SHARD_CHECK(x.device().is_cpu(), op, "host tensor required (got {})", x.device());
   Shape<R - 2> in{};
   for (int d = 0; d < R - 2; ++d) in[d] = x.size(2 + d);
   const auto out = pool_output_shape<R - 2>(in, p, op);
@@ -117,12 +109,12 @@ Shape<R - 2> spatial_shape(const Shape<R>& s) {
 template <class T, int R>
 Tensor<T, R> avg_pool_forward(const Tensor<T, R>& x, const PoolParams<R - 2>& p) {
   const auto ys = detail::pooled_shape("avg_pool_forward", x, p);
-  auto y = Tensor<T, R>::empty(ys);
+  auto y = Tensor<T, R>::empty(ys, x.device());
   const auto xc = x.contiguous();
-  detail::avg_pool_forward_core(
+  exec::avg_pool_forward(
       dtype_of<T>,
       detail::pool_geometry<R - 2>(ys[0] * ys[1], detail::spatial_shape<R>(x.shape()), detail::spatial_shape<R>(ys), p),
-      xc.data(), y.data());
+      xc.data(), y.data(), x.device(), current_context(x.device()));
   return y;
 }
 
@@ -131,14 +123,13 @@ template <class T, int R>
 Tensor<T, R> avg_pool_backward(const Tensor<T, R>& gy, const Shape<R - 2>& in, const PoolParams<R - 2>& p) {
   Shape<R> xs = gy.shape();
   for (int d = 0; d < R - 2; ++d) xs[2 + d] = in[d];
-  auto gx = Tensor<T, R>::empty(xs);
+  auto gx = Tensor<T, R>::empty(xs, gy.device());
   const auto ys = detail::pooled_shape("avg_pool_backward", gx, p);
-  SHARD_CHECK(ys == gy.shape() && gy.device().is_cpu(), "avg_pool_backward",
-              "output gradient {} does not match input extent {} (expected {})", gy.shape(), in, ys);
+  SHARD_CHECK(ys == gy.shape(), "avg_pool_backward", "output gradient {} does not match input extent {} (expected {})",
+              gy.shape(), in, ys);
   const auto gc = gy.contiguous();
-  detail::avg_pool_backward_core(dtype_of<T>,
-                                 detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
-                                 gc.data(), gx.data());
+  exec::avg_pool_backward(dtype_of<T>, detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
+                          gc.data(), gx.data(), gy.device(), current_context(gy.device()));
   return gx;
 }
 
@@ -146,12 +137,12 @@ Tensor<T, R> avg_pool_backward(const Tensor<T, R>& gy, const Shape<R - 2>& in, c
 template <class T, int R>
 MaxPoolResult<T, R> max_pool_forward(const Tensor<T, R>& x, const PoolParams<R - 2>& p) {
   const auto ys = detail::pooled_shape("max_pool_forward", x, p);
-  MaxPoolResult<T, R> r{Tensor<T, R>::empty(ys), Tensor<std::int64_t, R>::empty(ys)};
+  MaxPoolResult<T, R> r{Tensor<T, R>::empty(ys, x.device()), Tensor<std::int64_t, R>::empty(ys, x.device())};
   const auto xc = x.contiguous();
-  detail::max_pool_forward_core(
+  exec::max_pool_forward(
       dtype_of<T>,
       detail::pool_geometry<R - 2>(ys[0] * ys[1], detail::spatial_shape<R>(x.shape()), detail::spatial_shape<R>(ys), p),
-      xc.data(), r.values.data(), r.indices.data());
+      xc.data(), r.values.data(), r.indices.data(), x.device(), current_context(x.device()));
   return r;
 }
 
@@ -161,16 +152,17 @@ Tensor<T, R> max_pool_backward(const Tensor<T, R>& gy, const Tensor<std::int64_t
                                const PoolParams<R - 2>& p) {
   Shape<R> xs = gy.shape();
   for (int d = 0; d < R - 2; ++d) xs[2 + d] = in[d];
-  auto gx = Tensor<T, R>::empty(xs);
+  auto gx = Tensor<T, R>::empty(xs, gy.device());
   const auto ys = detail::pooled_shape("max_pool_backward", gx, p);
-  SHARD_CHECK(ys == gy.shape() && indices.shape() == ys && gy.device().is_cpu() && indices.device().is_cpu(),
-              "max_pool_backward", "output gradient {} / indices {} do not match input extent {} (expected {})",
-              gy.shape(), indices.shape(), in, ys);
+  SHARD_CHECK(ys == gy.shape() && indices.shape() == ys, "max_pool_backward",
+              "output gradient {} / indices {} do not match input extent {} (expected {})", gy.shape(),
+              indices.shape(), in, ys);
+  SHARD_CHECK(indices.device() == gy.device(), "max_pool_backward",
+              "operands on different devices: output gradient on {}, indices on {}", gy.device(), indices.device());
   const auto gc = gy.contiguous();
   const auto ic = indices.contiguous();
-  detail::max_pool_backward_core(dtype_of<T>,
-                                 detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
-                                 gc.data(), ic.data(), gx.data());
+  exec::max_pool_backward(dtype_of<T>, detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
+                          gc.data(), ic.data(), gx.data(), gy.device(), current_context(gy.device()));
   return gx;
 }
 

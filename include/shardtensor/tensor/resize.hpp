@@ -1,6 +1,7 @@
 #pragma once
 /// \file resize.hpp
-/// Local (host) upsampling by integer scale factors, nearest and linear (1-D linear, 2-D
+/// Local upsampling (on the tensor's device, through the resize kernel family of exec/resize.hpp)
+/// by integer scale factors, nearest and linear (1-D linear, 2-D
 /// bilinear, 3-D trilinear) with PyTorch's align_corners=false semantics, forward and adjoint,
 /// for Tensor<T, S + 2> in N, C, spatial layout (T = float or double).
 ///
@@ -24,12 +25,10 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/resize.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
-
-/// Interpolation of the upsampling.
-enum class ResizeMode { nearest, linear };
 
 /// Which part of a global upsampling a block computes (all indices global, per spatial dim).
 template <int S>
@@ -56,16 +55,8 @@ std::pair<index_t, index_t> resize_input_range(ResizeMode mode, index_t scale, i
                                                index_t out_len);
 
 namespace detail {
-/// Resize as seen by the type-erased cores: `planes` = N * C, 3 spatial dims (leading 1s).
-struct ResizeGeometry {
-  index_t planes = 1;
-  std::array<index_t, 3> scale{1, 1, 1}, global_in{1, 1, 1}, in_lo{0, 0, 0}, in_len{1, 1, 1}, out_lo{0, 0, 0},
-      out_len{1, 1, 1};
-};
-/// y[planes, out_len] from x[planes, in_len]; checks the block holds every input it reads.
-void resize_forward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y);
-/// gx[planes, in_len] = adjoint of resize_forward_core applied to gy[planes, out_len] (overwrites gx).
-void resize_backward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx);
+/// Resize as seen by the type-erased kernels (see exec/resize.hpp).
+using ResizeGeometry = exec::ResizeGeometry;
 
 template <int S>
 ResizeGeometry resize_geometry(index_t planes, const ResizeBlock<S>& b, const Shape<S>& in_len) {
@@ -89,17 +80,16 @@ ResizeGeometry resize_geometry(index_t planes, const ResizeBlock<S>& b, const Sh
 template <class T, int R>
 Tensor<T, R> resize_forward(const Tensor<T, R>& x, ResizeMode mode, const ResizeBlock<R - 2>& b) {
   static_assert(is_compute_type<T> && R >= 3 && R <= 5, "resize: float/double, rank 3-5");
-  SHARD_CHECK(x.device().is_cpu(), "resize_forward", "host tensor required");
   Shape<R - 2> in_len{};
   Shape<R> ys = x.shape();
   for (int d = 0; d < R - 2; ++d) {
     in_len[d] = x.size(2 + d);
     ys[2 + d] = b.out_len[d];
   }
-  auto y = Tensor<T, R>::empty(ys);
+  auto y = Tensor<T, R>::empty(ys, x.device());
   const auto xc = x.contiguous();
-  detail::resize_forward_core(dtype_of<T>, mode, detail::resize_geometry<R - 2>(x.size(0) * x.size(1), b, in_len),
-                              xc.data(), y.data());
+  exec::resize_forward(dtype_of<T>, mode, detail::resize_geometry<R - 2>(x.size(0) * x.size(1), b, in_len), xc.data(),
+                       y.data(), x.device(), current_context(x.device()));
   return y;
 }
 
@@ -109,17 +99,16 @@ template <class T, int R>
 Tensor<T, R> resize_backward(const Tensor<T, R>& gy, ResizeMode mode, const ResizeBlock<R - 2>& b,
                              const Shape<R - 2>& in_len) {
   static_assert(is_compute_type<T> && R >= 3 && R <= 5, "resize: float/double, rank 3-5");
-  SHARD_CHECK(gy.device().is_cpu(), "resize_backward", "host tensor required");
   Shape<R> xs = gy.shape();
   for (int d = 0; d < R - 2; ++d) {
     SHARD_CHECK(gy.size(2 + d) == b.out_len[d], "resize_backward", "output gradient {} != output block {}",
                 gy.shape(), b.out_len);
     xs[2 + d] = in_len[d];
   }
-  auto gx = Tensor<T, R>::empty(xs);
+  auto gx = Tensor<T, R>::empty(xs, gy.device());
   const auto gc = gy.contiguous();
-  detail::resize_backward_core(dtype_of<T>, mode, detail::resize_geometry<R - 2>(gy.size(0) * gy.size(1), b, in_len),
-                               gc.data(), gx.data());
+  exec::resize_backward(dtype_of<T>, mode, detail::resize_geometry<R - 2>(gy.size(0) * gy.size(1), b, in_len),
+                        gc.data(), gx.data(), gy.device(), current_context(gy.device()));
   return gx;
 }
 

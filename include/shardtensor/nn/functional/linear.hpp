@@ -1,6 +1,7 @@
 #pragma once
 /// \file linear.hpp
-/// Differentiable channel mixing with replicated weights, on GEMM (OpenBLAS via tensor/gemm.hpp):
+/// Differentiable channel mixing with replicated weights, on the GEMM kernel family (exec/gemm.hpp:
+/// OpenBLAS on the host, cuBLAS on CUDA), on the device of the operands:
 ///  - channel_linear: 1x1 "pointwise convolution" on N, C, spatial... activations,
 ///    y[n,o,s...] = sum_c W[o,c] x[n,c,s...] + b[o];
 ///  - linear: on the last dim of token-like tensors [..., C] (torch.nn.functional.linear),
@@ -13,7 +14,7 @@
 #include <type_traits>
 
 #include "shardtensor/nn/functional/common.hpp"
-#include "shardtensor/tensor/gemm.hpp"
+#include "shardtensor/exec/gemm.hpp"
 
 namespace shard::nn::functional {
 
@@ -23,8 +24,9 @@ namespace detail {
 template <class T, int R>
 index_t check_linear_args(const Var<T, R>& x, const Var<T, 2>& w, const std::optional<Var<T, 1>>& b, int cdim,
                           const char* op) {
-  check_host(x.value(), op, "input");
-  check_host(w.value(), op, "weight");
+  const Device dev = x.value().device();
+  SHARD_CHECK(w.value().device() == dev, op, "operands on different devices: weight on {} but the input on {}",
+              w.value().device(), dev);
   const DistSpec& xs = x.value().spec();
   check_no_partial(xs, op, "input");
   check_unsharded(xs, cdim, op, "input");
@@ -35,7 +37,8 @@ index_t check_linear_args(const Var<T, R>& x, const Var<T, 2>& w, const std::opt
   SHARD_CHECK(ws[1] == cin, op, "weight of shape {} expects {} input channels but the input {} has {} along dim {}", ws,
               ws[1], xs.global_shape(), cin, cdim);
   if (b) {
-    check_host(b->value(), op, "bias");
+    SHARD_CHECK(b->value().device() == dev, op, "operands on different devices: bias on {} but the input on {}",
+                b->value().device(), dev);
     SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes");
     check_replicated(b->value().spec(), op, "bias");
     SHARD_CHECK(b->value().global_shape()[0] == ws[0], op, "bias of shape {} for a weight of shape {} ({} outputs)",
@@ -45,51 +48,41 @@ index_t check_linear_args(const Var<T, R>& x, const Var<T, 2>& w, const std::opt
 }
 
 /// Channel-mixing core on a contiguous local block viewed as [A, C, S] (cdim = 1: A = N, S =
-/// spatial; cdim = last: A = leading dims, S = 1). Forward / backward pieces.
+/// spatial; cdim = last: A = leading dims, S = 1), on `dev`. Forward / backward pieces.
 template <class T>
-void mix_forward(const T* x, const T* w, const T* b, T* y, index_t A, index_t cin, index_t cout, index_t S) {
+void mix_forward(const T* x, const T* w, const T* b, T* y, index_t A, index_t cin, index_t cout, index_t S, Device dev,
+                 ExecContext& ctx) {
   if (A == 0 || S == 0) return;
+  const DType dt = dtype_of<T>;
   if (S == 1) {  // tokens: Y[A, cout] = X[A, cin] W^T
-    gemm<T>(Trans::no, Trans::yes, A, cout, cin, T(1), x, cin, w, cin, T(0), y, cout);
-    if (b)
-      for (index_t a = 0; a < A; ++a)
-        for (index_t o = 0; o < cout; ++o) y[a * cout + o] += b[o];
-    return;
+    exec::gemm(dt, Trans::no, Trans::yes, A, cout, cin, 1.0, x, cin, w, cin, 0.0, y, cout, dev, ctx);
+  } else {  // per sample: Y_a[cout, S] = W[cout, cin] X_a[cin, S]
+    exec::gemm_strided_batched(dt, Trans::no, Trans::no, cout, S, cin, 1.0, w, cin, 0, x, S, cin * S, 0.0, y, S,
+                               cout * S, A, dev, ctx);
   }
-  for (index_t a = 0; a < A; ++a) {
-    T* ya = y + a * cout * S;
-    gemm<T>(Trans::no, Trans::no, cout, S, cin, T(1), w, cin, x + a * cin * S, S, T(0), ya, S);
-    if (b)
-      for (index_t o = 0; o < cout; ++o)
-        for (index_t s = 0; s < S; ++s) ya[o * S + s] += b[o];
-  }
+  if (b) exec::add_bias(dt, A, cout, S, b, y, dev, ctx);
 }
 
+/// dx, dw (accumulated over the samples; must be zero on entry) and db (rounded from double sums);
+/// each may be null.
 template <class T>
-void mix_backward(const T* x, const T* w, const T* g, T* dx, T* dw, double* db, index_t A, index_t cin, index_t cout,
-                  index_t S) {
-  if (dw) std::fill_n(dw, cout * cin, T(0));
-  if (db) std::fill_n(db, cout, 0.0);
+void mix_backward(const T* x, const T* w, const T* g, T* dx, T* dw, T* db, index_t A, index_t cin, index_t cout,
+                  index_t S, Device dev, ExecContext& ctx) {
+  const DType dt = dtype_of<T>;
+  if (db) exec::bias_grad(dt, A, cout, S, g, db, dev, ctx);
   if (A == 0 || S == 0) return;
   if (S == 1) {
-    if (dx) gemm<T>(Trans::no, Trans::no, A, cin, cout, T(1), g, cout, w, cin, T(0), dx, cin);
-    if (dw) gemm<T>(Trans::yes, Trans::no, cout, cin, A, T(1), g, cout, x, cin, T(0), dw, cin);
-    if (db)
-      for (index_t a = 0; a < A; ++a)
-        for (index_t o = 0; o < cout; ++o) db[o] += g[a * cout + o];
+    if (dx) exec::gemm(dt, Trans::no, Trans::no, A, cin, cout, 1.0, g, cout, w, cin, 0.0, dx, cin, dev, ctx);
+    if (dw) exec::gemm(dt, Trans::yes, Trans::no, cout, cin, A, 1.0, g, cout, x, cin, 0.0, dw, cin, dev, ctx);
     return;
   }
-  for (index_t a = 0; a < A; ++a) {
-    const T* ga = g + a * cout * S;
-    if (dx) gemm<T>(Trans::yes, Trans::no, cin, S, cout, T(1), w, cin, ga, S, T(0), dx + a * cin * S, S);
-    if (dw) gemm<T>(Trans::no, Trans::yes, cout, cin, S, T(1), ga, S, x + a * cin * S, S, T(1), dw, cin);
-    if (db)
-      for (index_t o = 0; o < cout; ++o) {
-        double acc = 0;
-        for (index_t s = 0; s < S; ++s) acc += ga[o * S + s];
-        db[o] += acc;
-      }
-  }
+  if (dx)
+    exec::gemm_strided_batched(dt, Trans::yes, Trans::no, cin, S, cout, 1.0, w, cin, 0, g, S, cout * S, 0.0, dx, S,
+                               cin * S, A, dev, ctx);
+  if (dw)  // one GEMM per sample, accumulated in sample order (as a sum over the batch)
+    for (index_t a = 0; a < A; ++a)
+      exec::gemm(dt, Trans::no, Trans::yes, cout, cin, S, 1.0, g + a * cout * S, S, x + a * cin * S, S, 1.0, dw, cin,
+                 dev, ctx);
 }
 
 /// Shared front of channel_linear (cdim = 1) and linear (cdim = R - 1).
@@ -109,27 +102,27 @@ Var<T, R> mix_channels(const Var<T, R>& x, const Var<T, 2>& w, const std::option
   index_t A = 1, S = 1;
   for (int d = 0; d < cdim; ++d) A *= xl.size(d);
   for (int d = cdim + 1; d < R; ++d) S *= xl.size(d);
-  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len));
-  mix_forward<T>(xl.data(), wl.data(), b ? bl.data() : nullptr, y.data(), A, cin, cout, S);
+  const Device dev = xl.device();
+  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
+  mix_forward<T>(xl.data(), wl.data(), b ? bl.data() : nullptr, y.data(), A, cin, cout, S, dev, current_context(dev));
   std::optional<Var<T, 1>> bb = b;
   return Var<T, R>::make(
       DistTensor<T, R>(out_spec, y), op, {x.ref(), w.ref(), b ? b->ref() : autograd::VarRef{}},
-      [x, w, bb, xs, xl, wl, out_spec, A, S, cin, cout](const DistTensor<T, R>& gin) {
+      [x, w, bb, xs, xl, wl, out_spec, A, S, cin, cout, dev](const DistTensor<T, R>& gin) {
         const auto g = align_grad(gin, out_spec).local().contiguous();
+        const bool need_b = bb && bb->requires_grad();
         Tensor<T, R> dx;
-        if (x.requires_grad()) dx = Tensor<T, R>::empty(xl.shape());
+        if (x.requires_grad()) dx = Tensor<T, R>::empty(xl.shape(), dev);
         Tensor<T, 2> dw;
-        if (w.requires_grad()) dw = Tensor<T, 2>::empty({cout, cin});
-        std::vector<double> db(bb && bb->requires_grad() ? static_cast<std::size_t>(cout) : 0);
+        if (w.requires_grad()) dw = Tensor<T, 2>::zeros({cout, cin}, dev);
+        Tensor<T, 1> db;
+        if (need_b) db = Tensor<T, 1>::empty({cout}, dev);
         mix_backward<T>(xl.data(), wl.data(), g.data(), x.requires_grad() ? dx.data() : nullptr,
-                        w.requires_grad() ? dw.data() : nullptr, db.empty() ? nullptr : db.data(), A, cin, cout, S);
+                        w.requires_grad() ? dw.data() : nullptr, need_b ? db.data() : nullptr, A, cin, cout, S, dev,
+                        current_context(dev));
         if (x.requires_grad()) x.accumulate_grad(DistTensor<T, R>(xs, dx));
         if (w.requires_grad()) w.accumulate_grad(DistTensor<T, 2>(param_grad_spec(w.value().spec(), xs), dw));
-        if (!db.empty()) {
-          auto dbt = Tensor<T, 1>::empty({cout});
-          for (index_t o = 0; o < cout; ++o) dbt.data()[o] = static_cast<T>(db[static_cast<std::size_t>(o)]);
-          bb->accumulate_grad(DistTensor<T, 1>(param_grad_spec(bb->value().spec(), xs), dbt));
-        }
+        if (need_b) bb->accumulate_grad(DistTensor<T, 1>(param_grad_spec(bb->value().spec(), xs), db));
       });
 }
 

@@ -15,48 +15,30 @@
 /// doubles; BatchNorm adds its 2C weight/bias sums to the same message, so its dW and db come back
 /// Replicate). Other norms return dW and db as local sums, Partial(sum) over the mesh dims that shard
 /// x (reduced by Var's leaf finalisation). Normalisation uses the biased variance; BatchNorm's
-/// running variance uses the unbiased one (as PyTorch).
+/// running variance uses the unbiased one (as PyTorch). The local work runs in the norm kernel
+/// family (exec/norm.hpp) on the input's device; the statistics are small host arrays of doubles,
+/// reduced across ranks here.
 #include <memory>
 #include <optional>
 #include <type_traits>
 
+#include "shardtensor/exec/norm.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard::nn::functional {
 
 namespace detail {
 
-/// Which statistic index set a normalisation uses (see src/nn/norm.cpp).
-enum class NormKind : std::uint8_t { batch, group, layer };
-
-/// A contiguous local block viewed as [A, C, S] with G groups (group kind).
-struct NormGeom {
-  NormKind kind = NormKind::batch;
-  index_t A = 0, C = 0, S = 0, G = 1;
-  /// Number of statistics K.
-  index_t stats() const;
-};
-
-/// out[k] = sum of x (mean == null) or of (x - mean[k])^2 over the elements of statistic k.
-void norm_sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out);
-/// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b may be null).
-void norm_apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
-                const void* b, void* y);
-/// sg[k] = sum gy w[c], sgx[k] = sum gy w[c] xhat, dw[c] = sum gy xhat, db[c] = sum gy (each may be null).
-void norm_backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                        const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db);
-/// dx = invstd (gy w - sg/n - xhat sgx/n) with n = 1/inv_count; with sg == null (fixed statistics)
-/// dx = invstd gy w.
-void norm_backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                      const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
-                      void* dx);
+using exec::NormGeom;
+using exec::NormKind;
 
 /// Checks an optional per-channel parameter of a norm op.
 template <class T>
-void check_channel_param(const std::optional<Var<T, 1>>& p, index_t C, const DistSpec& xs, const char* op,
-                         const char* what) {
+void check_channel_param(const std::optional<Var<T, 1>>& p, index_t C, const DistSpec& xs, Device xs_dev,
+                         const char* op, const char* what) {
   if (!p) return;
-  check_host(p->value(), op, what);
+  SHARD_CHECK(p->value().device() == xs_dev, op, "operands on different devices: {} on {} but the input on {}", what,
+              p->value().device(), xs_dev);
   SHARD_CHECK(p->value().mesh() == xs.mesh(), op, "{} and input live on different meshes", what);
   check_replicated(p->value().spec(), op, what);
   SHARD_CHECK(p->value().global_shape()[0] == C, op, "{} has {} entries but the input {} has {} channels", what,
@@ -77,22 +59,23 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
                     const std::optional<Var<T, 1>>& b, double eps, const char* op, const RunningStats<T>& rs = {},
                     bool training = true) {
   static_assert(is_compute_type<T>, "norms support float and double");
-  check_host(x.value(), op, "input");
+  const Device dev = x.value().device();
   const DistSpec& xs = x.value().spec();
   check_no_partial(xs, op, "input");
   SHARD_CHECK(cdim >= 0 && cdim < R, op, "dim {} out of range for a rank-{} input", cdim, R);
   check_unsharded(xs, cdim, op, "input");
   const auto gshape = x.value().global_shape();
   const index_t C = gshape[static_cast<std::size_t>(cdim)];
-  check_channel_param(w, C, xs, op, "weight");
-  check_channel_param(b, C, xs, op, "bias");
+  check_channel_param(w, C, xs, dev, op, "weight");
+  check_channel_param(b, C, xs, dev, op, "bias");
   SHARD_CHECK(eps >= 0, op, "eps must be >= 0 (got {})", eps);
   if (kind == NormKind::group)
     SHARD_CHECK(groups >= 1 && C % groups == 0, op, "{} channels cannot be split into {} groups", C, groups);
   const bool batch_eval = kind == NormKind::batch && !training;
   for (DistTensor<T, 1>* r : {rs.mean, rs.var}) {
     if (!r) continue;
-    check_host(*r, op, "running statistic");
+    SHARD_CHECK(r->device() == dev, op, "operands on different devices: running statistic on {} but the input on {}",
+                r->device(), dev);
     check_replicated(r->spec(), op, "running statistic");
     SHARD_CHECK(r->global_shape()[0] == C, op, "running statistic of shape {} for {} channels", r->global_shape(), C);
   }
@@ -118,33 +101,41 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   auto mean = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
   auto invstd = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
   const DType dt = dtype_of<T>;
+  ExecContext& ctx = current_context(dev);
+  // Statistics live in host doubles (K values); the kernels read and write tensor data on `dev`.
   if (batch_eval) {
-    for (index_t k = 0; k < K; ++k) {
-      (*mean)[k] = static_cast<double>(rs.mean->local().data()[k]);
-      (*invstd)[k] = 1.0 / std::sqrt(static_cast<double>(rs.var->local().data()[k]) + eps);
-    }
+    exec::load_f64(dt, K, rs.mean->local().contiguous().data(), mean->data(), dev, ctx);
+    exec::load_f64(dt, K, rs.var->local().contiguous().data(), invstd->data(), dev, ctx);
+    for (auto& v : *invstd) v = 1.0 / std::sqrt(v + eps);
   } else {
-    norm_sums(dt, geo, xl.data(), nullptr, mean->data());
+    exec::norm_sums(dt, geo, xl.data(), nullptr, mean->data(), dev, ctx);
     allreduce_sum(comm, mean->data(), K);
     for (auto& v : *mean) v /= static_cast<double>(count);
-    norm_sums(dt, geo, xl.data(), mean->data(), invstd->data());
+    exec::norm_sums(dt, geo, xl.data(), mean->data(), invstd->data(), dev, ctx);
     allreduce_sum(comm, invstd->data(), K);
+    const bool update = kind == NormKind::batch && (rs.mean || rs.var);
+    std::vector<double> rmean(update && rs.mean ? static_cast<std::size_t>(K) : 0);
+    std::vector<double> rvar(update && rs.var ? static_cast<std::size_t>(K) : 0);
+    if (!rmean.empty()) exec::load_f64(dt, K, rs.mean->local().data(), rmean.data(), dev, ctx);
+    if (!rvar.empty()) exec::load_f64(dt, K, rs.var->local().data(), rvar.data(), dev, ctx);
+    const double mom = rs.momentum;
     for (index_t k = 0; k < K; ++k) {
-      const double var = (*invstd)[k] / static_cast<double>(count);
-      if (kind == NormKind::batch) {
-        const double mom = rs.momentum;
-        const double unbiased = count > 1 ? var * static_cast<double>(count) / static_cast<double>(count - 1) : var;
-        if (rs.mean) rs.mean->local().data()[k] = static_cast<T>((1 - mom) * rs.mean->local().data()[k] + mom * (*mean)[k]);
-        if (rs.var) rs.var->local().data()[k] = static_cast<T>((1 - mom) * rs.var->local().data()[k] + mom * unbiased);
-      }
-      (*invstd)[k] = 1.0 / std::sqrt(var + eps);
+      const auto u = static_cast<std::size_t>(k);
+      const double var = (*invstd)[u] / static_cast<double>(count);
+      const double unbiased = count > 1 ? var * static_cast<double>(count) / static_cast<double>(count - 1) : var;
+      // Rounded to T as the running statistic itself is stored (then widened back for the store).
+      if (!rmean.empty()) rmean[u] = static_cast<double>(static_cast<T>((1 - mom) * rmean[u] + mom * (*mean)[u]));
+      if (!rvar.empty()) rvar[u] = static_cast<double>(static_cast<T>((1 - mom) * rvar[u] + mom * unbiased));
+      (*invstd)[u] = 1.0 / std::sqrt(var + eps);
     }
+    if (!rmean.empty()) exec::store_f64(dt, K, rmean.data(), rs.mean->local().data(), dev, ctx);
+    if (!rvar.empty()) exec::store_f64(dt, K, rvar.data(), rs.var->local().data(), dev, ctx);
   }
   const auto wl = w ? w->local().contiguous() : Tensor<T, 1>();
   const auto bl = b ? b->local().contiguous() : Tensor<T, 1>();
-  auto y = Tensor<T, R>::empty(xl.shape());
-  norm_apply(dt, geo, xl.data(), mean->data(), invstd->data(), w ? wl.data() : nullptr, b ? bl.data() : nullptr,
-             y.data());
+  auto y = Tensor<T, R>::empty(xl.shape(), dev);
+  exec::norm_apply(dt, geo, xl.data(), mean->data(), invstd->data(), w ? wl.data() : nullptr,
+                   b ? bl.data() : nullptr, y.data(), dev, ctx);
 
   const bool stats_grad = !batch_eval;
   const bool reduce_params = kind == NormKind::batch && training;  // dW, db ride on the stats allreduce
@@ -153,6 +144,8 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
       [x, w, b, xs, xl, wl, geo, mean, invstd, comm, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
         const auto g = align_grad(gin, xs).local().contiguous();
         const index_t K = geo.stats(), C = geo.C;
+        const Device dev = xl.device();
+        ExecContext& ctx = current_context(dev);
         const bool need_x = x.requires_grad(), need_w = w && w->requires_grad(), need_b = b && b->requires_grad();
         const bool sums = need_x && stats_grad;
         std::vector<double> buf(static_cast<std::size_t>(2 * K + 2 * C), 0.0);
@@ -160,21 +153,21 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
         double* sgx = sg + K;
         double* dw = sgx + K;
         double* db = dw + C;
-        norm_backward_sums(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
-                           w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
-                           need_w ? dw : nullptr, need_b ? db : nullptr);
+        exec::norm_backward_sums(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
+                                 w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
+                                 need_w ? dw : nullptr, need_b ? db : nullptr, dev, ctx);
         if (reduce_params) allreduce_sum(comm, buf.data(), static_cast<index_t>(buf.size()));
         else if (sums) allreduce_sum(comm, buf.data(), 2 * K);
         if (need_x) {
-          auto dx = Tensor<T, R>::empty(xl.shape());
-          norm_backward_dx(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
-                           w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
-                           1.0 / static_cast<double>(count), dx.data());
+          auto dx = Tensor<T, R>::empty(xl.shape(), dev);
+          exec::norm_backward_dx(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
+                                 w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
+                                 1.0 / static_cast<double>(count), dx.data(), dev, ctx);
           x.accumulate_grad(DistTensor<T, R>(xs, dx));
         }
         auto push = [&](const std::optional<Var<T, 1>>& p, const double* v) {
-          auto t = Tensor<T, 1>::empty({C});
-          for (index_t c = 0; c < C; ++c) t.data()[c] = static_cast<T>(v[c]);
+          auto t = Tensor<T, 1>::empty({C}, dev);
+          exec::store_f64(dtype_of<T>, C, v, t.data(), dev, ctx);
           const DistSpec& ps = p->value().spec();
           p->accumulate_grad(DistTensor<T, 1>(reduce_params ? ps : param_grad_spec(ps, xs), t));
         };

@@ -30,7 +30,7 @@ namespace detail {
 struct PoolRun {
   WindowPlan plan;
   std::vector<Range> box;
-  shard::detail::PoolGeometry geom;
+  exec::PoolGeometry geom;
   bool compute = false;
 };
 
@@ -92,7 +92,7 @@ Tensor<T, R> pool_input(const PoolRun& r, const DistTensor<T, R>& x) {
 
 /// The input gradient from the gradient of this rank's box (halo adjoint; collective when needed).
 template <class T, int R>
-Tensor<T, R> pool_input_grad(const PoolRun& r, const DistSpec& xs, const Tensor<T, R>& gbox) {
+Tensor<T, R> pool_input_grad(const PoolRun& r, const DistSpec& xs, const Tensor<T, R>& gbox, Device dev) {
   const auto br = pool_base(r);
   Shape<R> full = DistTensor<T, R>::from_vec(xs.local_box().len), lo{};
   bool whole = r.compute;
@@ -102,7 +102,7 @@ Tensor<T, R> pool_input_grad(const PoolRun& r, const DistSpec& xs, const Tensor<
     lo[2 + d] = r.box[u].lo - br[u].lo;
     whole = whole && r.box[u] == br[u];
   }
-  Tensor<T, R> g = whole ? gbox : Tensor<T, R>::zeros(full);
+  Tensor<T, R> g = whole ? gbox : Tensor<T, R>::zeros(full, dev);
   if (r.compute && !whole) g.slice(lo, gbox.shape()).copy_from(gbox);
   return r.plan.exchange ? halo_exchange_adjoint(xs, g, r.plan.halo, true) : g;
 }
@@ -115,26 +115,26 @@ Var<T, R> avg_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "avg_pool: 1-3 spatial dims, float or double");
   const char* op = S == 1 ? "avg_pool1d" : S == 2 ? "avg_pool2d" : "avg_pool3d";
-  detail::check_host(input.value(), op, "input");
   const auto x = resolve(input);
+  const Device dev = x.value().device();
   const DistSpec xs = x.value().spec();
   auto [run, ys] = detail::make_pool_run<S>(op, xs, p);
   auto r = std::make_shared<const detail::PoolRun>(std::move(run));
-  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len));
+  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
   const Tensor<T, R> in = detail::pool_input(*r, x.value());
-  if (r->compute) shard::detail::avg_pool_forward_core(dtype_of<T>, r->geom, in.data(), y.data());
-  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r](const DistTensor<T, R>& g) {
+  if (r->compute) exec::avg_pool_forward(dtype_of<T>, r->geom, in.data(), y.data(), dev, current_context(dev));
+  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, dev](const DistTensor<T, R>& g) {
     const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
     const Tensor<T, R> gy = gn.local().contiguous();
     Tensor<T, R> gbox;
     if (r->compute) {
       Shape<R> bs = gy.shape();
       for (int d = 0; d < R - 2; ++d) bs[2 + d] = r->box[static_cast<std::size_t>(d)].len;
-      gbox = Tensor<T, R>::empty(bs);
-      shard::detail::avg_pool_backward_core(dtype_of<T>, r->geom, gy.data(), gbox.data());
+      gbox = Tensor<T, R>::empty(bs, dev);
+      exec::avg_pool_backward(dtype_of<T>, r->geom, gy.data(), gbox.data(), dev, current_context(dev));
     }
     x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
-                                       detail::pool_input_grad(*r, xs, gbox)));
+                                       detail::pool_input_grad(*r, xs, gbox, dev)));
   });
 }
 
@@ -145,28 +145,29 @@ Var<T, R> max_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "max_pool: 1-3 spatial dims, float or double");
   const char* op = S == 1 ? "max_pool1d" : S == 2 ? "max_pool2d" : "max_pool3d";
-  detail::check_host(input.value(), op, "input");
   const auto x = resolve(input);
+  const Device dev = x.value().device();
   const DistSpec xs = x.value().spec();
   auto [run, ys] = detail::make_pool_run<S>(op, xs, p);
   auto r = std::make_shared<const detail::PoolRun>(std::move(run));
   const Shape<R> yshape = DistTensor<T, R>::from_vec(ys.local_box().len);
-  auto y = Tensor<T, R>::empty(yshape);
-  auto idx = Tensor<std::int64_t, R>::empty(yshape);
+  auto y = Tensor<T, R>::empty(yshape, dev);
+  auto idx = Tensor<std::int64_t, R>::empty(yshape, dev);
   const Tensor<T, R> in = detail::pool_input(*r, x.value());
-  if (r->compute) shard::detail::max_pool_forward_core(dtype_of<T>, r->geom, in.data(), y.data(), idx.data());
-  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, idx](const DistTensor<T, R>& g) {
+  if (r->compute)
+    exec::max_pool_forward(dtype_of<T>, r->geom, in.data(), y.data(), idx.data(), dev, current_context(dev));
+  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, idx, dev](const DistTensor<T, R>& g) {
     const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
     const Tensor<T, R> gy = gn.local().contiguous();
     Tensor<T, R> gbox;
     if (r->compute) {
       Shape<R> bs = gy.shape();
       for (int d = 0; d < R - 2; ++d) bs[2 + d] = r->box[static_cast<std::size_t>(d)].len;
-      gbox = Tensor<T, R>::empty(bs);
-      shard::detail::max_pool_backward_core(dtype_of<T>, r->geom, gy.data(), idx.data(), gbox.data());
+      gbox = Tensor<T, R>::empty(bs, dev);
+      exec::max_pool_backward(dtype_of<T>, r->geom, gy.data(), idx.data(), gbox.data(), dev, current_context(dev));
     }
     x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
-                                       detail::pool_input_grad(*r, xs, gbox)));
+                                       detail::pool_input_grad(*r, xs, gbox, dev)));
   });
 }
 

@@ -81,24 +81,24 @@ Var<T, R> upsample(const Var<T, R>& input, ResizeMode mode, const Shape<R - 2>& 
   constexpr int S = R - 2;
   static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "upsample: 1-3 spatial dims, float or double");
   const char* op = "upsample";
-  detail::check_host(input.value(), op, "input");
   const auto x = resolve(input);
+  const Device dev = x.value().device();
   const DistSpec xs = x.value().spec();
   auto r = std::make_shared<const detail::UpsampleRun<S>>(detail::make_upsample_run<S>(op, xs, mode, scale));
   const DistSpec ys = r->out;
   const Tensor<T, R> base = r->exchange ? halo_exchange(x.value(), r->halo) : x.local();
   Tensor<T, R> y = r->compute ? resize_forward(base, mode, r->block)
-                              : Tensor<T, R>::zeros(DistTensor<T, R>::from_vec(ys.local_box().len));
+                              : Tensor<T, R>::zeros(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
   Shape<S> base_len{};
   for (int d = 0; d < S; ++d) base_len[d] = base.size(2 + d);
   return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()},
-                         [x, xs, ys, r, mode, base_len](const DistTensor<T, R>& g) {
+                         [x, xs, ys, r, mode, base_len, dev](const DistTensor<T, R>& g) {
                            const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
                            const Tensor<T, R> gy = gn.local().contiguous();
                            Shape<R> gs = gy.shape();
                            for (int d = 0; d < S; ++d) gs[2 + d] = base_len[d];
                            Tensor<T, R> gb = r->compute ? resize_backward(gy, mode, r->block, base_len)
-                                                        : Tensor<T, R>::zeros(gs);
+                                                        : Tensor<T, R>::zeros(gs, dev);
                            if (r->exchange) gb = halo_exchange_adjoint(xs, gb, r->halo, true);
                            x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()), gb));
                          });

@@ -1,12 +1,14 @@
-// Type-erased pooling cores (avg / max, forward / backward) on 3-D-viewed planes.
-#include "shardtensor/tensor/pool.hpp"
-
+// CPU implementation of the pool kernel family (exec/pool.hpp): avg / max, forward / backward on
+// 3-D-viewed planes; moved unchanged from src/tensor/pool.cpp.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
-namespace shard::detail {
+#include "exec/pool_kernels.hpp"
+#include "shardtensor/core/error.hpp"
+
+namespace shard::exec {
 namespace {
 
 index_t vol(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
@@ -134,42 +136,47 @@ void max_backward(const PoolGeometry& g, const T* gy, const std::int64_t* idx, T
   SHARD_CHECK(!bad, "max_pool_backward", "argmax index outside the input plane of {} cells", pin);
 }
 
-void check_dtype(const char* op, DType dt) {
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64, op, "dtype {} not supported (f32, f64 only)", dt);
+template <class Fn>
+void dispatch(DType dt, Fn f) {
+  if (dt == DType::f32)
+    f(float{});
+  else
+    f(double{});
 }
+
+struct CpuPool final : PoolKernels {
+  void avg_forward(DType dt, const PoolGeometry& g, const void* x, void* y, ExecContext&) const override {
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      shard::exec::avg_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y));
+    });
+  }
+  void avg_backward(DType dt, const PoolGeometry& g, const void* gy, void* gx, ExecContext&) const override {
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      shard::exec::avg_backward<T>(g, static_cast<const T*>(gy), static_cast<T*>(gx));
+    });
+  }
+  void max_forward(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx,
+                   ExecContext&) const override {
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      shard::exec::max_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y), idx);
+    });
+  }
+  void max_backward(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx,
+                    ExecContext&) const override {
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      shard::exec::max_backward<T>(g, static_cast<const T*>(gy), idx, static_cast<T*>(gx));
+    });
+  }
+};
+
+const CpuPool g_cpu_pool;
 
 }  // namespace
 
-void avg_pool_forward_core(DType dt, const PoolGeometry& g, const void* x, void* y) {
-  check_dtype("avg_pool_forward", dt);
-  if (dt == DType::f32)
-    avg_forward<float>(g, static_cast<const float*>(x), static_cast<float*>(y));
-  else
-    avg_forward<double>(g, static_cast<const double*>(x), static_cast<double*>(y));
-}
+const int pool_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::pool, &g_cpu_pool), 1);
 
-void avg_pool_backward_core(DType dt, const PoolGeometry& g, const void* gy, void* gx) {
-  check_dtype("avg_pool_backward", dt);
-  if (dt == DType::f32)
-    avg_backward<float>(g, static_cast<const float*>(gy), static_cast<float*>(gx));
-  else
-    avg_backward<double>(g, static_cast<const double*>(gy), static_cast<double*>(gx));
-}
-
-void max_pool_forward_core(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx) {
-  check_dtype("max_pool_forward", dt);
-  if (dt == DType::f32)
-    max_forward<float>(g, static_cast<const float*>(x), static_cast<float*>(y), idx);
-  else
-    max_forward<double>(g, static_cast<const double*>(x), static_cast<double*>(y), idx);
-}
-
-void max_pool_backward_core(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx) {
-  check_dtype("max_pool_backward", dt);
-  if (dt == DType::f32)
-    max_backward<float>(g, static_cast<const float*>(gy), idx, static_cast<float*>(gx));
-  else
-    max_backward<double>(g, static_cast<const double*>(gy), idx, static_cast<double*>(gx));
-}
-
-}  // namespace shard::detail
+}  // namespace shard::exec

@@ -1,29 +1,22 @@
-// Type-erased nearest / (bi,tri)linear upsampling cores on blocks of a global grid.
-#include "shardtensor/tensor/resize.hpp"
-
+// CPU implementation of the resize kernel family (exec/resize.hpp): nearest / (bi,tri)linear
+// upsampling on blocks of a global grid; moved unchanged from src/tensor/resize.cpp (with
+// resize_input_range and the geometry checks, shared with the front).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "exec/resize_kernels.hpp"
+#include "shardtensor/core/error.hpp"
+#include "shardtensor/tensor/resize.hpp"
+
 namespace shard {
+namespace exec {
 namespace {
 
-/// Source taps of global output o in one dim: x[i0] * w0 + x[i1] * w1 (nearest: w1 = 0).
-struct Tap {
-  index_t i0, i1;
-  double w0, w1;
-};
-
-Tap source_tap(ResizeMode mode, index_t f, index_t G, index_t o) {
-  if (mode == ResizeMode::nearest) return {o / f, o / f, 1.0, 0.0};
-  const double src = std::max(0.0, (static_cast<double>(o) + 0.5) / static_cast<double>(f) - 0.5);
-  const index_t i0 = std::min<index_t>(static_cast<index_t>(src), G - 1);
-  const index_t i1 = std::min<index_t>(i0 + 1, G - 1);
-  const double l1 = src - static_cast<double>(i0);
-  return {i0, i1, 1.0 - l1, l1};
-}
+using Tap = ResizeTap;
+inline Tap source_tap(ResizeMode mode, index_t f, index_t G, index_t o) { return resize_source_tap(mode, f, G, o); }
 
 void check_out_range(const char* op, index_t f, index_t G, index_t out_lo, index_t out_len) {
   SHARD_CHECK(f >= 1 && G >= 1, op, "scale {} and global input extent {} must be >= 1", f, G);
@@ -32,7 +25,7 @@ void check_out_range(const char* op, index_t f, index_t G, index_t out_lo, index
 }
 
 /// Per-dim tap tables relative to the block start; checks the block holds the inputs needed.
-std::array<std::vector<Tap>, 3> tap_tables(const char* op, ResizeMode mode, const detail::ResizeGeometry& g) {
+std::array<std::vector<Tap>, 3> tap_tables(const char* op, ResizeMode mode, const ResizeGeometry& g) {
   std::array<std::vector<Tap>, 3> t;
   for (int d = 0; d < 3; ++d) {
     check_out_range(op, g.scale[d], g.global_in[d], g.out_lo[d], g.out_len[d]);
@@ -55,7 +48,7 @@ std::array<std::vector<Tap>, 3> tap_tables(const char* op, ResizeMode mode, cons
 }
 
 template <class T>
-void forward(ResizeMode mode, const detail::ResizeGeometry& g, const T* x, T* y) {
+void forward_impl(ResizeMode mode, const ResizeGeometry& g, const T* x, T* y) {
   const auto t = tap_tables("resize_forward", mode, g);
   const index_t pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
   const index_t rows = g.planes * g.out_len[0] * g.out_len[1];
@@ -87,7 +80,7 @@ void forward(ResizeMode mode, const detail::ResizeGeometry& g, const T* x, T* y)
 }
 
 template <class T>
-void backward(ResizeMode mode, const detail::ResizeGeometry& g, const T* gy, T* gx) {
+void backward_impl(ResizeMode mode, const ResizeGeometry& g, const T* gy, T* gx) {
   const auto t = tap_tables("resize_backward", mode, g);
   const index_t pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
   const auto& n1 = g.in_len[1];
@@ -123,38 +116,52 @@ void backward(ResizeMode mode, const detail::ResizeGeometry& g, const T* gy, T* 
   }
 }
 
-void check_dtype(const char* op, DType dt) {
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64, op, "dtype {} not supported (f32, f64 only)", dt);
-}
+struct CpuResize final : ResizeKernels {
+  void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
+               ExecContext&) const override {
+    if (dt == DType::f32)
+      forward_impl<float>(mode, g, static_cast<const float*>(x), static_cast<float*>(y));
+    else
+      forward_impl<double>(mode, g, static_cast<const double*>(x), static_cast<double*>(y));
+  }
+  void backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx,
+                ExecContext&) const override {
+    if (dt == DType::f32)
+      backward_impl<float>(mode, g, static_cast<const float*>(gy), static_cast<float*>(gx));
+    else
+      backward_impl<double>(mode, g, static_cast<const double*>(gy), static_cast<double*>(gx));
+  }
+};
+
+const CpuResize g_cpu_resize;
 
 }  // namespace
 
+const int resize_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::resize, &g_cpu_resize), 1);
+
+void check_resize_geometry(const char* op, ResizeMode mode, const ResizeGeometry& g) {
+  for (int d = 0; d < 3; ++d) {
+    check_out_range(op, g.scale[d], g.global_in[d], g.out_lo[d], g.out_len[d]);
+    if (g.out_len[d] > 0) {
+      const auto [a, b] = resize_input_range(mode, g.scale[d], g.global_in[d], g.out_lo[d], g.out_len[d]);
+      SHARD_CHECK(g.in_lo[d] <= a && b <= g.in_lo[d] + g.in_len[d], op,
+                  "spatial dim {}: outputs [{}, {}) need global inputs [{}, {}) but the block holds [{}, {}) "
+                  "(scale {}, global input extent {})",
+                  d, g.out_lo[d], g.out_lo[d] + g.out_len[d], a, b, g.in_lo[d], g.in_lo[d] + g.in_len[d], g.scale[d],
+                  g.global_in[d]);
+    }
+  }
+}
+
+}  // namespace exec
+
 std::pair<index_t, index_t> resize_input_range(ResizeMode mode, index_t scale, index_t global_in, index_t out_lo,
                                                index_t out_len) {
-  check_out_range("resize_input_range", scale, global_in, out_lo, out_len);
+  exec::check_out_range("resize_input_range", scale, global_in, out_lo, out_len);
   if (out_len == 0) return {0, 0};
-  const Tap first = source_tap(mode, scale, global_in, out_lo);
-  const Tap last = source_tap(mode, scale, global_in, out_lo + out_len - 1);
+  const exec::Tap first = exec::source_tap(mode, scale, global_in, out_lo);
+  const exec::Tap last = exec::source_tap(mode, scale, global_in, out_lo + out_len - 1);
   return {first.i0, (mode == ResizeMode::nearest ? last.i0 : last.i1) + 1};
 }
 
-namespace detail {
-
-void resize_forward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y) {
-  check_dtype("resize_forward", dt);
-  if (dt == DType::f32)
-    forward<float>(mode, g, static_cast<const float*>(x), static_cast<float*>(y));
-  else
-    forward<double>(mode, g, static_cast<const double*>(x), static_cast<double*>(y));
-}
-
-void resize_backward_core(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx) {
-  check_dtype("resize_backward", dt);
-  if (dt == DType::f32)
-    backward<float>(mode, g, static_cast<const float*>(gy), static_cast<float*>(gx));
-  else
-    backward<double>(mode, g, static_cast<const double*>(gy), static_cast<double*>(gx));
-}
-
-}  // namespace detail
 }  // namespace shard

@@ -1,12 +1,15 @@
-// Local kernels of the normalisation ops (nn/functional/norm.hpp), type-erased over f32/f64.
+// CPU implementation of the norm kernel family (exec/norm.hpp), type-erased over f32/f64; moved
+// unchanged from src/nn/norm.cpp.
 // The local block is viewed as a contiguous [A, C, S]; the statistic of element (a, c, s) is
 //   batch: k = c;   group: k = a * G + c / (C / G);   layer: k = a * S + s.
 // All sums accumulate in double. Each OpenMP loop is split so that one thread owns each statistic.
-#include "shardtensor/nn/functional/norm.hpp"
-
+#include <algorithm>
 #include <cmath>
 
-namespace shard::nn::functional::detail {
+#include "exec/norm_kernels.hpp"
+#include "shardtensor/core/error.hpp"
+
+namespace shard::exec {
 namespace {
 
 template <class T>
@@ -185,14 +188,13 @@ void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* 
   });
 }
 
-}  // namespace
-
-index_t NormGeom::stats() const {
-  switch (kind) {
-    case NormKind::batch: return C;
-    case NormKind::group: return A * G;
-    default: return A * S;
-  }
+template <class T>
+void load_impl(index_t n, const T* src, double* host) {
+  for (index_t i = 0; i < n; ++i) host[i] = static_cast<double>(src[i]);
+}
+template <class T>
+void store_impl(index_t n, const double* host, T* dst) {
+  for (index_t i = 0; i < n; ++i) dst[i] = static_cast<T>(host[i]);
 }
 
 #define SHARD_NORM_DISPATCH(dt, CALL)                                                 \
@@ -202,29 +204,41 @@ index_t NormGeom::stats() const {
     default: SHARD_FAIL("norm", "unsupported dtype {} (f32 and f64 only)", dt);       \
   }
 
-void norm_sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out) {
-  SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
-}
-
-void norm_apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
-                const void* b, void* y) {
-  SHARD_NORM_DISPATCH(dt, apply_impl<T>(g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w),
-                                        static_cast<const T*>(b), static_cast<T*>(y)));
-}
-
-void norm_backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                        const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db) {
-  SHARD_NORM_DISPATCH(dt, backward_sums_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
-                                                static_cast<const T*>(w), sg, sgx, dw, db));
-}
-
-void norm_backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                      const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
-                      void* dx) {
-  SHARD_NORM_DISPATCH(dt, backward_dx_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
-                                              static_cast<const T*>(w), sg, sgx, inv_count, static_cast<T*>(dx)));
-}
+struct CpuNorm final : NormKernels {
+  void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out, ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
+  }
+  void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
+             const void* b, void* y, ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, apply_impl<T>(g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w),
+                                          static_cast<const T*>(b), static_cast<T*>(y)));
+  }
+  void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                     const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db,
+                     ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, backward_sums_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
+                                                  static_cast<const T*>(w), sg, sgx, dw, db));
+  }
+  void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                   const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
+                   void* dx, ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, backward_dx_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
+                                                static_cast<const T*>(w), sg, sgx, inv_count, static_cast<T*>(dx)));
+  }
+  void load_f64(DType dt, index_t n, const void* src, double* host, ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, load_impl<T>(n, static_cast<const T*>(src), host));
+  }
+  void store_f64(DType dt, index_t n, const double* host, void* dst, ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, store_impl<T>(n, host, static_cast<T*>(dst)));
+  }
+};
 
 #undef SHARD_NORM_DISPATCH
 
-}  // namespace shard::nn::functional::detail
+const CpuNorm g_cpu_norm;
+
+}  // namespace
+
+const int norm_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::norm, &g_cpu_norm), 1);
+
+}  // namespace shard::exec

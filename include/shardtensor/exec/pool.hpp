@@ -1,0 +1,40 @@
+#pragma once
+/// \file pool.hpp
+/// Pool kernel family front: average and max pooling forward and backward on contiguous
+/// [planes, in...] blocks (3 spatial dims; leading extents 1 for 1-D and 2-D pooling), on the
+/// device of the data (CPU: src/exec/pool_cpu.cpp; CUDA: kernels/pool.cu). Semantics as
+/// tensor/pool.hpp: explicit padding per side, padded cells never selected by max and counted
+/// by avg only with count_include_pad; max's argmax is a flat index into the input plane.
+/// Backward passes gather (each input cell sums over the outputs that read it, in output order):
+/// deterministic on every device.
+#include <array>
+#include <cstdint>
+
+#include "shardtensor/core/device.hpp"
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/context.hpp"
+
+namespace shard::exec {
+
+/// Pooling as seen by the type-erased kernels: `planes` = N * C independent planes, 3 spatial
+/// dims (leading extents 1 for S < 3).
+struct PoolGeometry {
+  index_t planes = 1;
+  std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad_lo{0, 0, 0};
+  bool count_include_pad = true;
+};
+
+/// y[planes, out] = average pooling of x[planes, in] (dt = f32 or f64; both on `dev`).
+void avg_pool_forward(DType dt, const PoolGeometry& g, const void* x, void* y, Device dev, ExecContext& ctx);
+/// gx[planes, in] = adjoint of avg_pool_forward applied to gy[planes, out] (overwrites gx).
+void avg_pool_backward(DType dt, const PoolGeometry& g, const void* gy, void* gx, Device dev, ExecContext& ctx);
+/// y[planes, out] = max pooling of x, idx = flat input-plane index of each max (ties: first in
+/// window order; NaN wins over numbers).
+void max_pool_forward(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx, Device dev,
+                      ExecContext& ctx);
+/// gx[planes, in] = gy added at the argmax positions idx (overwrites gx).
+void max_pool_backward(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx, Device dev,
+                       ExecContext& ctx);
+
+}  // namespace shard::exec

@@ -1,0 +1,39 @@
+#pragma once
+/// \file resize.hpp
+/// Resize kernel family front: nearest and (bi/tri)linear upsampling by integer factors on blocks
+/// of a global grid, forward and adjoint, on the device of the data (CPU: src/exec/resize_cpu.cpp;
+/// CUDA: kernels/resize.cu). Index maps and block semantics as tensor/resize.hpp. The adjoint
+/// accumulates in double (CPU: scatter per plane; CUDA: gather per input cell; both fixed-order).
+#include <array>
+
+#include "shardtensor/core/device.hpp"
+#include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/context.hpp"
+
+namespace shard {
+
+/// Interpolation of the upsampling.
+enum class ResizeMode { nearest, linear };
+
+namespace exec {
+
+/// Resize as seen by the type-erased kernels: `planes` = N * C, 3 spatial dims (leading 1s); all
+/// indices global per dim: the block holds inputs [in_lo, in_lo + in_len) and produces outputs
+/// [out_lo, out_lo + out_len) of the upsampling of a global extent global_in by scale.
+struct ResizeGeometry {
+  index_t planes = 1;
+  std::array<index_t, 3> scale{1, 1, 1}, global_in{1, 1, 1}, in_lo{0, 0, 0}, in_len{1, 1, 1}, out_lo{0, 0, 0},
+      out_len{1, 1, 1};
+};
+
+/// y[planes, out_len] from x[planes, in_len]; throws shard::Error unless the block holds every
+/// input the outputs read.
+void resize_forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y, Device dev,
+                    ExecContext& ctx);
+/// gx[planes, in_len] = adjoint of resize_forward applied to gy[planes, out_len] (overwrites gx).
+void resize_backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx, Device dev,
+                     ExecContext& ctx);
+
+}  // namespace exec
+}  // namespace shard

@@ -1,0 +1,260 @@
+// Norm kernel family on CUDA (fp32 and fp64): per-statistic sums, apply, backward sums and dx
+// for batch / group / layer normalisation of a contiguous [A, C, S] block (see
+// src/kernels_api/norm.hpp). Every sum accumulates in double; one block per statistic (or per
+// channel) reduces with a fixed-order shared-memory tree, so results are deterministic.
+#include <cuda_runtime.h>
+
+#include "kernels_api/norm.hpp"
+
+namespace shard::kernels::norm {
+namespace {
+
+constexpr int kBlock = 256;
+
+/// Number of elements of statistic k.
+__host__ __device__ inline idx stat_len(const Geom& g) {
+  if (g.kind == 0) return g.A * g.S;
+  if (g.kind == 1) return (g.C / g.G) * g.S;
+  return g.C;
+}
+__host__ __device__ inline idx stat_count(const Geom& g) {
+  if (g.kind == 0) return g.C;
+  if (g.kind == 1) return g.A * g.G;
+  return g.A * g.S;
+}
+/// Offset and channel of element j of statistic k.
+__device__ inline idx stat_elem(const Geom& g, idx k, idx j, idx* c) {
+  if (g.kind == 0) {
+    const idx a = j / g.S, s = j % g.S;
+    *c = k;
+    return (a * g.C + k) * g.S + s;
+  }
+  if (g.kind == 1) {
+    const idx cg = g.C / g.G;
+    *c = (k % g.G) * cg + j / g.S;
+    return k * cg * g.S + j;
+  }
+  const idx a = k / g.S, s = k % g.S;
+  *c = j;
+  return (a * g.C + j) * g.S + s;
+}
+/// Statistic of the element at offset off (channel c).
+__device__ inline idx stat_of(const Geom& g, idx off, idx* c) {
+  const idx s = off % g.S, r = off / g.S, cc = r % g.C, a = r / g.C;
+  *c = cc;
+  if (g.kind == 0) return cc;
+  if (g.kind == 1) return a * g.G + cc / (g.C / g.G);
+  return a * g.S + s;
+}
+
+/// Fixed-order tree reduction of two values over the block; thread 0 gets the totals.
+__device__ inline void block_reduce2(double& u, double& v) {
+  __shared__ double su[kBlock], sv[kBlock];
+  su[threadIdx.x] = u;
+  sv[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) {
+      su[threadIdx.x] += su[threadIdx.x + w];
+      sv[threadIdx.x] += sv[threadIdx.x + w];
+    }
+    __syncthreads();
+  }
+  u = su[0];
+  v = sv[0];
+  __syncthreads();
+}
+
+template <class T>
+__global__ void sums_kernel(Geom g, const T* __restrict__ x, const double* __restrict__ mean, double* out) {
+  const idx K = stat_count(g), n = stat_len(g);
+  for (idx k = blockIdx.x; k < K; k += gridDim.x) {
+    double acc = 0, unused = 0;
+    for (idx j = threadIdx.x; j < n; j += blockDim.x) {
+      idx c;
+      const double v = static_cast<double>(x[stat_elem(g, k, j, &c)]);
+      if (mean) {
+        const double d = v - mean[k];
+        acc += d * d;
+      } else {
+        acc += v;
+      }
+    }
+    block_reduce2(acc, unused);
+    if (threadIdx.x == 0) out[k] = acc;
+  }
+}
+
+template <class T>
+__global__ void backward_stat_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
+                                     const double* __restrict__ mean, const double* __restrict__ invstd,
+                                     const T* __restrict__ w, double* sg, double* sgx) {
+  const idx K = stat_count(g), n = stat_len(g);
+  for (idx k = blockIdx.x; k < K; k += gridDim.x) {
+    double a1 = 0, a2 = 0;
+    for (idx j = threadIdx.x; j < n; j += blockDim.x) {
+      idx c;
+      const idx off = stat_elem(g, k, j, &c);
+      const double wc = w ? static_cast<double>(w[c]) : 1.0;
+      const double d = static_cast<double>(gy[off]) * wc;
+      a1 += d;
+      a2 += d * (static_cast<double>(x[off]) - mean[k]) * invstd[k];
+    }
+    block_reduce2(a1, a2);
+    if (threadIdx.x == 0) {
+      sg[k] = a1;
+      sgx[k] = a2;
+    }
+  }
+}
+
+template <class T>
+__global__ void backward_channel_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
+                                        const double* __restrict__ mean, const double* __restrict__ invstd, double* dw,
+                                        double* db) {
+  const idx n = g.A * g.S;
+  for (idx c = blockIdx.x; c < g.C; c += gridDim.x) {
+    double aw = 0, ab = 0;
+    for (idx j = threadIdx.x; j < n; j += blockDim.x) {
+      const idx a = j / g.S, s = j % g.S, off = (a * g.C + c) * g.S + s;
+      idx cc;
+      const idx k = stat_of(g, off, &cc);
+      const double gv = static_cast<double>(gy[off]);
+      aw += gv * (static_cast<double>(x[off]) - mean[k]) * invstd[k];
+      ab += gv;
+    }
+    block_reduce2(aw, ab);
+    if (threadIdx.x == 0) {
+      if (dw) dw[c] = aw;
+      if (db) db[c] = ab;
+    }
+  }
+}
+
+template <class T>
+__global__ void apply_kernel(Geom g, idx total, const T* __restrict__ x, const double* __restrict__ mean,
+                             const double* __restrict__ invstd, const T* __restrict__ w, const T* __restrict__ b,
+                             T* __restrict__ y) {
+  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+    idx c;
+    const idx k = stat_of(g, i, &c);
+    const double wc = w ? static_cast<double>(w[c]) : 1.0, bc = b ? static_cast<double>(b[c]) : 0.0;
+    y[i] = static_cast<T>((static_cast<double>(x[i]) - mean[k]) * invstd[k] * wc + bc);
+  }
+}
+
+template <class T>
+__global__ void dx_kernel(Geom g, idx total, const T* __restrict__ x, const T* __restrict__ gy,
+                          const double* __restrict__ mean, const double* __restrict__ invstd, const T* __restrict__ w,
+                          const double* __restrict__ sg, const double* __restrict__ sgx, double inv_count,
+                          T* __restrict__ dx) {
+  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+    idx c;
+    const idx k = stat_of(g, i, &c);
+    const double wc = w ? static_cast<double>(w[c]) : 1.0;
+    const double d = static_cast<double>(gy[i]) * wc;
+    if (!sg) {
+      dx[i] = static_cast<T>(d * invstd[k]);
+      continue;
+    }
+    const double xhat = (static_cast<double>(x[i]) - mean[k]) * invstd[k];
+    dx[i] = static_cast<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
+  }
+}
+
+template <class S, class D>
+__global__ void convert_kernel(idx n, const S* __restrict__ src, D* __restrict__ dst) {
+  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<idx>(gridDim.x) * blockDim.x)
+    dst[i] = static_cast<D>(src[i]);
+}
+
+unsigned blocks_for(idx n) {
+  const idx b = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
+}
+unsigned grid_for_stats(idx K) { return static_cast<unsigned>(K < 1 ? 1 : (K > (1 << 30) ? (1 << 30) : K)); }
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+int done() { return static_cast<int>(cudaGetLastError()); }
+
+template <class T>
+int sums_t(Geom g, const void* x, const double* mean, double* out, void* stream) {
+  const idx K = stat_count(g);
+  if (K == 0) return 0;
+  sums_kernel<T><<<grid_for_stats(K), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(x), mean, out);
+  return done();
+}
+template <class T>
+int apply_t(Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b, void* y,
+            void* stream) {
+  const idx total = g.A * g.C * g.S;
+  if (total == 0) return 0;
+  apply_kernel<T><<<blocks_for(total), kBlock, 0, as_stream(stream)>>>(
+      g, total, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w), static_cast<const T*>(b),
+      static_cast<T*>(y));
+  return done();
+}
+template <class T>
+int backward_sums_t(Geom g, const void* x, const void* gy, const double* mean, const double* invstd, const void* w,
+                    double* sg, double* sgx, double* dw, double* db, void* stream) {
+  const auto s = as_stream(stream);
+  if ((dw || db) && g.C > 0)
+    backward_channel_kernel<T><<<grid_for_stats(g.C), kBlock, 0, s>>>(g, static_cast<const T*>(x),
+                                                                       static_cast<const T*>(gy), mean, invstd, dw, db);
+  const idx K = stat_count(g);
+  if (sg && sgx && K > 0)
+    backward_stat_kernel<T><<<grid_for_stats(K), kBlock, 0, s>>>(g, static_cast<const T*>(x), static_cast<const T*>(gy),
+                                                                  mean, invstd, static_cast<const T*>(w), sg, sgx);
+  return done();
+}
+template <class T>
+int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, const double* invstd, const void* w,
+                  const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
+  const idx total = g.A * g.C * g.S;
+  if (total == 0) return 0;
+  dx_kernel<T><<<blocks_for(total), kBlock, 0, as_stream(stream)>>>(
+      g, total, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w), sg, sgx,
+      inv_count, static_cast<T*>(dx));
+  return done();
+}
+
+}  // namespace
+
+int sums(int is_f64, Geom g, const void* x, const double* mean, double* out, void* stream) {
+  return is_f64 ? sums_t<double>(g, x, mean, out, stream) : sums_t<float>(g, x, mean, out, stream);
+}
+int apply(int is_f64, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
+          void* y, void* stream) {
+  return is_f64 ? apply_t<double>(g, x, mean, invstd, w, b, y, stream)
+                : apply_t<float>(g, x, mean, invstd, w, b, y, stream);
+}
+int backward_sums(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
+                  const void* w, double* sg, double* sgx, double* dw, double* db, void* stream) {
+  return is_f64 ? backward_sums_t<double>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, stream)
+                : backward_sums_t<float>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, stream);
+}
+int backward_dx(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
+                const void* w, const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
+  return is_f64 ? backward_dx_t<double>(g, x, gy, mean, invstd, w, sg, sgx, inv_count, dx, stream)
+                : backward_dx_t<float>(g, x, gy, mean, invstd, w, sg, sgx, inv_count, dx, stream);
+}
+int to_f64(int is_f64, idx n, const void* src, double* dst, void* stream) {
+  if (n == 0) return 0;
+  if (is_f64)
+    convert_kernel<double, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, static_cast<const double*>(src), dst);
+  else
+    convert_kernel<float, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, static_cast<const float*>(src), dst);
+  return done();
+}
+int from_f64(int is_f64, idx n, const double* src, void* dst, void* stream) {
+  if (n == 0) return 0;
+  if (is_f64)
+    convert_kernel<double, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<double*>(dst));
+  else
+    convert_kernel<double, float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<float*>(dst));
+  return done();
+}
+
+}  // namespace shard::kernels::norm

@@ -1,0 +1,190 @@
+// Pool kernel family on CUDA (fp32 and fp64): average / max pooling forward and backward over
+// `planes` planes of 3 spatial dims (see src/kernels_api/pool.hpp). One thread per output
+// (forward) or per input cell (backward, gather form): each thread sums in the same order as the
+// CPU kernels (src/exec/pool_cpu.cpp), no atomics, deterministic.
+#include <cuda_runtime.h>
+
+#include "kernels_api/pool.hpp"
+
+namespace shard::kernels::pool {
+namespace {
+
+constexpr int kBlock = 256;
+
+struct Win {
+  idx lo, hi;
+};
+/// Window of output o in dim d, clipped to the input.
+__device__ inline Win window(const Geom& g, int d, idx o) {
+  const idx a = o * g.stride[d] - g.pad_lo[d];
+  const idx b = a + g.kernel[d];
+  return {a > 0 ? a : 0, b < g.in[d] ? b : g.in[d]};
+}
+/// Outputs whose window covers input i in dim d: [lo, hi) clipped to [0, out).
+__device__ inline Win covering(const Geom& g, int d, idx i) {
+  const idx s = g.stride[d], t = i + g.pad_lo[d];
+  const idx a = t - g.kernel[d] + 1;
+  const idx first = a <= 0 ? 0 : (a + s - 1) / s;
+  const idx last = t / s + 1;
+  return {first, last < g.out[d] ? last : g.out[d]};
+}
+
+#define SHARD_POOL_LOOP(i, n) \
+  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
+
+template <class T>
+__global__ void avg_forward_kernel(Geom g, const T* __restrict__ x, T* __restrict__ y) {
+  const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
+  const double full = static_cast<double>(g.kernel[0] * g.kernel[1] * g.kernel[2]);
+  SHARD_POOL_LOOP(t, g.planes * pout) {
+    const idx pl = t / pout, r = t % pout, o0 = r / (g.out[1] * g.out[2]), o1 = (r / g.out[2]) % g.out[1],
+              o2 = r % g.out[2];
+    const T* xp = x + pl * pin;
+    const Win w0 = window(g, 0, o0), w1 = window(g, 1, o1), w2 = window(g, 2, o2);
+    double s = 0;
+    for (idx i0 = w0.lo; i0 < w0.hi; ++i0)
+      for (idx i1 = w1.lo; i1 < w1.hi; ++i1) {
+        const T* xr = xp + (i0 * g.in[1] + i1) * g.in[2];
+        for (idx i2 = w2.lo; i2 < w2.hi; ++i2) s += static_cast<double>(xr[i2]);
+      }
+    const double div = g.count_include_pad
+                           ? full
+                           : static_cast<double>((w0.hi - w0.lo) * (w1.hi - w1.lo) * (w2.hi - w2.lo));
+    y[t] = static_cast<T>(s / div);
+  }
+}
+
+template <class T>
+__global__ void avg_backward_kernel(Geom g, const T* __restrict__ gy, T* __restrict__ gx) {
+  const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
+  const double full = static_cast<double>(g.kernel[0] * g.kernel[1] * g.kernel[2]);
+  SHARD_POOL_LOOP(t, g.planes * pin) {
+    const idx pl = t / pin, r = t % pin, i0 = r / (g.in[1] * g.in[2]), i1 = (r / g.in[2]) % g.in[1], i2 = r % g.in[2];
+    const T* gp = gy + pl * pout;
+    const Win c0 = covering(g, 0, i0), c1 = covering(g, 1, i1), c2 = covering(g, 2, i2);
+    double s = 0;
+    for (idx o0 = c0.lo; o0 < c0.hi; ++o0)
+      for (idx o1 = c1.lo; o1 < c1.hi; ++o1) {
+        const T* gr = gp + (o0 * g.out[1] + o1) * g.out[2];
+        for (idx o2 = c2.lo; o2 < c2.hi; ++o2) {
+          double div = full;
+          if (!g.count_include_pad) {
+            const Win w0 = window(g, 0, o0), w1 = window(g, 1, o1), w2 = window(g, 2, o2);
+            div = static_cast<double>(w0.hi - w0.lo) * static_cast<double>(w1.hi - w1.lo) *
+                  static_cast<double>(w2.hi - w2.lo);
+          }
+          s += static_cast<double>(gr[o2]) / div;
+        }
+      }
+    gx[t] = static_cast<T>(s);
+  }
+}
+
+template <class T>
+__device__ inline bool is_nan(T v) {
+  return v != v;
+}
+
+template <class T>
+__global__ void max_forward_kernel(Geom g, const T* __restrict__ x, T* __restrict__ y, std::int64_t* __restrict__ ix) {
+  const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
+  SHARD_POOL_LOOP(t, g.planes * pout) {
+    const idx pl = t / pout, r = t % pout, o0 = r / (g.out[1] * g.out[2]), o1 = (r / g.out[2]) % g.out[1],
+              o2 = r % g.out[2];
+    const T* xp = x + pl * pin;
+    const Win w0 = window(g, 0, o0), w1 = window(g, 1, o1), w2 = window(g, 2, o2);
+    idx best = (w0.lo * g.in[1] + w1.lo) * g.in[2] + w2.lo;
+    T bv = xp[best];
+    for (idx i0 = w0.lo; i0 < w0.hi; ++i0)
+      for (idx i1 = w1.lo; i1 < w1.hi; ++i1) {
+        const idx rowi = (i0 * g.in[1] + i1) * g.in[2];
+        for (idx i2 = w2.lo; i2 < w2.hi; ++i2) {
+          const T v = xp[rowi + i2];
+          if (v > bv || (is_nan(v) && !is_nan(bv))) {
+            bv = v;
+            best = rowi + i2;
+          }
+        }
+      }
+    y[t] = bv;
+    ix[t] = best;
+  }
+}
+
+template <class T>
+__global__ void max_backward_kernel(Geom g, const T* __restrict__ gy, const std::int64_t* __restrict__ ix,
+                                    T* __restrict__ gx) {
+  const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
+  SHARD_POOL_LOOP(t, g.planes * pin) {
+    const idx pl = t / pin, r = t % pin, i0 = r / (g.in[1] * g.in[2]), i1 = (r / g.in[2]) % g.in[1], i2 = r % g.in[2];
+    const idx base = pl * pout;
+    const Win c0 = covering(g, 0, i0), c1 = covering(g, 1, i1), c2 = covering(g, 2, i2);
+    T s = T(0);  // added in increasing output order, in T: the CPU scatter's order and precision
+    for (idx o0 = c0.lo; o0 < c0.hi; ++o0)
+      for (idx o1 = c1.lo; o1 < c1.hi; ++o1)
+        for (idx o2 = c2.lo; o2 < c2.hi; ++o2) {
+          const idx o = base + (o0 * g.out[1] + o1) * g.out[2] + o2;
+          if (ix[o] == r) s += gy[o];
+        }
+    gx[t] = s;
+  }
+}
+
+unsigned blocks_for(idx n) {
+  const idx b = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
+}
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+idx vol(const idx* e) { return e[0] * e[1] * e[2]; }
+
+}  // namespace
+
+int avg_forward(int is_f64, const Geom& g, const void* x, void* y, void* stream) {
+  const idx n = g.planes * vol(g.out);
+  if (n == 0) return 0;
+  if (is_f64)
+    avg_forward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(x),
+                                                                               static_cast<double*>(y));
+  else
+    avg_forward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(x),
+                                                                              static_cast<float*>(y));
+  return static_cast<int>(cudaGetLastError());
+}
+
+int avg_backward(int is_f64, const Geom& g, const void* gy, void* gx, void* stream) {
+  const idx n = g.planes * vol(g.in);
+  if (n == 0) return 0;
+  if (is_f64)
+    avg_backward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(gy),
+                                                                                static_cast<double*>(gx));
+  else
+    avg_backward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(gy),
+                                                                               static_cast<float*>(gx));
+  return static_cast<int>(cudaGetLastError());
+}
+
+int max_forward(int is_f64, const Geom& g, const void* x, void* y, std::int64_t* idx_out, void* stream) {
+  const idx n = g.planes * vol(g.out);
+  if (n == 0) return 0;
+  if (is_f64)
+    max_forward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(x),
+                                                                               static_cast<double*>(y), idx_out);
+  else
+    max_forward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(x),
+                                                                              static_cast<float*>(y), idx_out);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int max_backward(int is_f64, const Geom& g, const void* gy, const std::int64_t* idx_in, void* gx, void* stream) {
+  const idx n = g.planes * vol(g.in);
+  if (n == 0) return 0;
+  if (is_f64)
+    max_backward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(gy),
+                                                                                idx_in, static_cast<double*>(gx));
+  else
+    max_backward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(gy),
+                                                                               idx_in, static_cast<float*>(gx));
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace shard::kernels::pool

@@ -1,0 +1,25 @@
+#pragma once
+// GEMM kernel family (private interface; see include/shardtensor/exec/gemm.hpp for the contract).
+// Sizes are checked by the front.
+#include "exec/registry.hpp"
+#include "shardtensor/exec/gemm.hpp"
+
+namespace shard::exec {
+
+struct GemmKernels {
+  static constexpr KernelFamily id = KernelFamily::gemm;
+  virtual ~GemmKernels() = default;
+  virtual void gemm_strided_batched(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, double alpha,
+                                    const void* a, index_t lda, index_t stride_a, const void* b, index_t ldb,
+                                    index_t stride_b, double beta, void* c, index_t ldc, index_t stride_c,
+                                    index_t batch, ExecContext& ctx) const = 0;
+  virtual void add_bias(DType dt, index_t A, index_t cout, index_t S, const void* bias, void* y,
+                        ExecContext& ctx) const = 0;
+  virtual void bias_grad(DType dt, index_t A, index_t cout, index_t S, const void* g, void* db,
+                         ExecContext& ctx) const = 0;
+};
+
+/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
+extern const int gemm_cpu_anchor;
+
+}  // namespace shard::exec

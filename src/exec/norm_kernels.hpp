@@ -1,0 +1,29 @@
+#pragma once
+// Norm kernel family (private interface; see include/shardtensor/exec/norm.hpp for the contract).
+// Device pointers for tensor data, host pointers for the statistics.
+#include "exec/registry.hpp"
+#include "shardtensor/exec/norm.hpp"
+
+namespace shard::exec {
+
+struct NormKernels {
+  static constexpr KernelFamily id = KernelFamily::norm;
+  virtual ~NormKernels() = default;
+  virtual void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out,
+                    ExecContext& ctx) const = 0;
+  virtual void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd,
+                     const void* w, const void* b, void* y, ExecContext& ctx) const = 0;
+  virtual void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                             const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db,
+                             ExecContext& ctx) const = 0;
+  virtual void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
+                           const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
+                           void* dx, ExecContext& ctx) const = 0;
+  virtual void load_f64(DType dt, index_t n, const void* src, double* host, ExecContext& ctx) const = 0;
+  virtual void store_f64(DType dt, index_t n, const double* host, void* dst, ExecContext& ctx) const = 0;
+};
+
+/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
+extern const int norm_cpu_anchor;
+
+}  // namespace shard::exec

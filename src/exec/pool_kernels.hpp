@@ -1,0 +1,22 @@
+#pragma once
+// Pool kernel family (private interface; see include/shardtensor/exec/pool.hpp for the contract).
+#include "exec/registry.hpp"
+#include "shardtensor/exec/pool.hpp"
+
+namespace shard::exec {
+
+struct PoolKernels {
+  static constexpr KernelFamily id = KernelFamily::pool;
+  virtual ~PoolKernels() = default;
+  virtual void avg_forward(DType dt, const PoolGeometry& g, const void* x, void* y, ExecContext& ctx) const = 0;
+  virtual void avg_backward(DType dt, const PoolGeometry& g, const void* gy, void* gx, ExecContext& ctx) const = 0;
+  virtual void max_forward(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx,
+                           ExecContext& ctx) const = 0;
+  virtual void max_backward(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx,
+                            ExecContext& ctx) const = 0;
+};
+
+/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
+extern const int pool_cpu_anchor;
+
+}  // namespace shard::exec

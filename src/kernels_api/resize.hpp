@@ -1,0 +1,22 @@
+#pragma once
+// Kernel firewall of the resize family (kernels/resize.cu): plain C++17, no shardtensor headers.
+// Launchers enqueue on `stream`, return a cudaError_t code (0 = success), do not synchronise.
+// Device pointers; is_f64: 0 float, 1 double; linear: 0 nearest, 1 (bi/tri)linear. Geometry as
+// include/shardtensor/exec/resize.hpp (checked by the caller). The adjoint gathers per input
+// cell in double (no atomics).
+#include <cstdint>
+
+namespace shard::kernels::resize {
+
+using idx = std::int64_t;
+
+/// Block geometry of an upsampling launch.
+struct Geom {
+  idx planes;
+  idx scale[3], global_in[3], in_lo[3], in_len[3], out_lo[3], out_len[3];
+};
+
+int forward(int is_f64, int linear, const Geom& g, const void* x, void* y, void* stream);
+int backward(int is_f64, int linear, const Geom& g, const void* gy, void* gx, void* stream);
+
+}  // namespace shard::kernels::resize
