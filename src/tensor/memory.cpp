@@ -11,6 +11,7 @@
 
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
+#include "small_block_pool.hpp"
 #if SHARDTENSOR_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -129,13 +130,18 @@ std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
         HostCache::get().give(q, got);
       });
     }
-    void* p = std::aligned_alloc(64, n);
+    // Small blocks: per-thread free lists, control block from the same pool (small_block_pool.hpp).
+    int cls = 0;
+    void* p = detail::SmallBlockPool::allocate(n, cls);
     SHARD_CHECK(p != nullptr, "allocate", "host allocation of {} bytes failed", n);
     counter(DeviceKind::cpu).add(n);
-    return std::shared_ptr<void>(p, [n](void* q) {
-      std::free(q);
-      counter(DeviceKind::cpu).sub(n);
-    });
+    return std::shared_ptr<void>(
+        p,
+        [n, cls](void* q) {
+          detail::SmallBlockPool::deallocate(q, cls);
+          counter(DeviceKind::cpu).sub(n);
+        },
+        detail::SmallBlockAllocator<void>{});
   }
 #if SHARDTENSOR_HAS_CUDA
   int prev = 0;
@@ -159,7 +165,10 @@ MemoryStats memory_stats(DeviceKind kind) noexcept {
   return {c.current.load(), c.peak.load(), kind == DeviceKind::cpu ? HostCache::get().bytes() : 0};
 }
 
-void release_cached_memory() noexcept { HostCache::get().clear(); }
+void release_cached_memory() noexcept {
+  HostCache::get().clear();
+  detail::SmallBlockPool::release_thread_cache();
+}
 
 void reset_peak_memory(DeviceKind kind) noexcept {
   auto& c = counter(kind);
