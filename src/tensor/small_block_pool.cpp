@@ -14,31 +14,38 @@ constexpr std::size_t bin_cap(int c) {
   return by_bytes < 1 ? 1 : (by_bytes > 64 ? 64 : by_bytes);
 }
 
-// 0: not yet created on this thread, 1: live, 2: destroyed (thread exiting): no more parking.
-thread_local unsigned char t_state = 0;
-
 struct ThreadBins {
-  void* head[num_classes] = {};
-  std::size_t count[num_classes] = {};
-  void drain() noexcept {
-    for (int c = 0; c < num_classes; ++c) {
-      while (head[c]) {
-        void* p = head[c];
-        head[c] = *static_cast<void**>(p);
-        std::free(p);
-      }
-      count[c] = 0;
+  void* head[num_classes];
+  std::size_t count[num_classes];
+};
+void drain(ThreadBins& b) noexcept {
+  for (int c = 0; c < num_classes; ++c) {
+    while (b.head[c]) {
+      void* p = b.head[c];
+      b.head[c] = *static_cast<void**>(p);
+      std::free(p);
     }
+    b.count[c] = 0;
   }
-  ~ThreadBins() {
-    drain();
+}
+
+// The bins are trivial (zero-initialised, no TLS init call on access); a separate object, touched
+// once per thread, returns the parked blocks at thread exit and stops further parking.
+thread_local ThreadBins t_bins{};
+// 0: no block parked yet on this thread, 1: live, 2: thread exiting (no more parking).
+thread_local unsigned char t_state = 0;
+struct ThreadDrain {
+  ~ThreadDrain() {
+    drain(t_bins);
     t_state = 2;
   }
 };
-thread_local ThreadBins t_bins;
+thread_local ThreadDrain t_drain;
 
 ThreadBins* bins() noexcept {
+  if (t_state == 1) [[likely]] return &t_bins;
   if (t_state == 2) return nullptr;
+  [[maybe_unused]] ThreadDrain* d = &t_drain;  // constructs it (registers its destructor)
   t_state = 1;
   return &t_bins;
 }
@@ -70,7 +77,7 @@ void SmallBlockPool::deallocate(void* p, int cls) noexcept {
 }
 
 void SmallBlockPool::release_thread_cache() noexcept {
-  if (ThreadBins* b = bins()) b->drain();
+  if (ThreadBins* b = bins()) drain(*b);
 }
 
 }  // namespace shard::detail
