@@ -6,6 +6,8 @@
 // and how; exits non-zero on any mismatch (on every rank).
 //
 //   mpiexec -n 4 ./dist_demo [rows cols [mesh_rows mesh_cols]]     (default 97 130, mesh auto)
+//   mpiexec -n 4 ./dist_demo --rows 97 --cols 130 --mesh 2x2        (the same with flags; --help)
+// Bad flags or sizes exit with code 2 and a message, a failed check with 1.
 #include <shardtensor/shardtensor.hpp>
 
 #include <chrono>
@@ -15,6 +17,8 @@
 #include <exception>
 #include <string>
 #include <vector>
+
+#include "cli_common.hpp"
 
 namespace {
 
@@ -92,10 +96,49 @@ struct Demo {
   }
 };
 
-int run(int argc, char** argv) {
-  const index_t rows = argc > 2 ? std::atol(argv[1]) : 97, cols = argc > 2 ? std::atol(argv[2]) : 130;
+namespace cli = examples::cli;
+
+struct Args {
+  index_t rows = 97, cols = 130;
+  std::vector<int> mesh;  // empty: auto_mesh
+};
+
+/// Flags (CLI11): rows and cols as positionals or --rows/--cols, the mesh as two positionals or
+/// --mesh AxB. Every extent >= 1; the mesh must hold the ranks started. Empty shards are fine
+/// here (every step of the tour works with them), so rows/cols may be smaller than the mesh.
+Args parse_args(int argc, char** argv, int ranks, bool print, int* exit_code) {
+  Args a;
+  std::string mesh;
+  std::vector<int> mesh_pos;
+  CLI::App app{"DistTensor tour: a 2-D field through a chain of placements, checked against the full field.",
+               "dist_demo"};
+  auto extent = [](CLI::Option* o) {
+    return o->check(cli::decimal_integer())->check(CLI::Range(index_t{1}, index_t{1} << 28))->capture_default_str();
+  };
+  extent(app.add_option("rows,--rows", a.rows, "global rows of the field"));
+  extent(app.add_option("cols,--cols", a.cols, "global columns of the field"));
+  app.add_option("mesh_dims", mesh_pos, "mesh_rows mesh_cols (as --mesh)")
+      ->expected(2)
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--mesh", mesh, "mesh AxB (default: the most square factorisation of the ranks)")
+      ->check(cli::mesh_check(2, 2));
+  *exit_code = cli::parse(app, argc, argv, print);
+  if (*exit_code >= 0) return a;
+  if (!mesh.empty() && !mesh_pos.empty()) throw cli::UsageError("give the mesh either as --mesh or as two positionals");
+  a.mesh = !mesh.empty() ? cli::parse_mesh(mesh, 2, 2) : mesh_pos.empty() ? auto_mesh(ranks) : mesh_pos;
+  cli::check_mesh_ranks(a.mesh, 1, ranks, "mesh");
+  return a;
+}
+
+int run(int argc, char** argv, bool& print) {
   auto comm = default_comm();  // a duplicate of MPI_COMM_WORLD (MPI initialised if needed), or SelfComm
-  const auto mshape = argc > 4 ? std::vector<int>{std::atoi(argv[3]), std::atoi(argv[4])} : auto_mesh(comm->size());
+  print = comm->rank() == 0;
+  int exit_code = -1;
+  const Args args = parse_args(argc, argv, comm->size(), print, &exit_code);
+  if (exit_code >= 0) return exit_code;
+  const index_t rows = args.rows, cols = args.cols;
+  const auto& mshape = args.mesh;
   Demo demo{DeviceMesh(comm, mshape, {"y", "x"}), make_field(rows, cols)};
   if (demo.root())
     fmt::print("shardtensor {} dist_demo: field {}x{} (fp64) on a {}x{} mesh of {} rank(s), backend '{}'\n\n",
@@ -155,10 +198,6 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dist_demo: %s\n", e.what());
-    return 2;
-  }
+  bool print = true;
+  return cli::run_main("dist_demo", print, [&] { return run(argc, argv, print); });
 }

@@ -18,87 +18,82 @@
 #include <shardtensor/nn/unet.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include "cli_common.hpp"
 #include "heat_data.hpp"
 
 using namespace shard;
 namespace F = shard::nn::functional;
 using T = float;
 using autograd::Var;
+namespace cli = examples::cli;
 
 namespace {
 
 struct Args {
-  int steps = 200;
-  index_t grid = 64;
-  std::uint64_t seed = 1;
-  std::vector<int> mesh;  // spatial mesh (H x W); default: all ranks on H
-  int data = 1;           // data-parallel groups
-  index_t batch = 4;      // global batch (split over data groups)
+  cli::CommonArgs common;  // --steps --grid --seed --mesh --device
+  std::vector<int> mesh;   // spatial mesh (H x W); default: all ranks on H
+  int data = 1;            // data-parallel groups
+  index_t batch = 4;       // global batch (split over data groups)
   index_t train_samples = 32;
   index_t width = 8;
   int depth = 2;
   double lr = 3e-3;
   int log_every = 10;
   std::string save;
-  std::string device = "cpu";  // cpu | cuda (one GPU per rank: local rank modulo the visible GPUs)
 };
 
-[[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "error: %s\nusage: unet_surrogate [--steps N] [--grid G] [--seed S] [--mesh AxB] [--data D]\n"
-               "       [--batch B] [--samples N] [--width C] [--depth L] [--lr LR] [--log-every K] [--save FILE]\n"
-               "       [--device cpu|cuda]\n",
-               msg);
-  std::exit(2);
+/// The flags (CLI11): typed values with ranges; combinations are checked by validate().
+void add_flags(CLI::App& app, Args& a) {
+  cli::add_common(app, a.common, {.min_grid = 4});
+  app.add_option("--data", a.data, "data-parallel groups (ranks = data x mesh)")
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--batch", a.batch, "global batch (a multiple of --data)")
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(index_t{1}, index_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--samples", a.train_samples, "training pairs (at least --batch)")
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(index_t{1}, index_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--width", a.width, "U-Net base width (channels at full resolution)")
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(index_t{1}, index_t{4096}))
+      ->capture_default_str();
+  app.add_option("--depth", a.depth, "U-Net down/up steps")
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  app.add_option("--lr", a.lr, "peak learning rate (AdamW, cosine warm-up)")
+      ->check(CLI::Range(1e-12, 10.0))
+      ->capture_default_str();
+  app.add_option("--log-every", a.log_every, "print a progress line every K steps")
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--save", a.save, "write the trained parameters to FILE");
 }
 
-Args parse_flags(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value for " + k).c_str());
-      return argv[++i];
-    };
-    if (k == "--steps") a.steps = std::stoi(val());
-    else if (k == "--grid") a.grid = std::stol(val());
-    else if (k == "--seed") a.seed = std::stoull(val());
-    else if (k == "--data") a.data = std::stoi(val());
-    else if (k == "--batch") a.batch = std::stol(val());
-    else if (k == "--samples") a.train_samples = std::stol(val());
-    else if (k == "--width") a.width = std::stol(val());
-    else if (k == "--depth") a.depth = std::stoi(val());
-    else if (k == "--lr") a.lr = std::stod(val());
-    else if (k == "--log-every") a.log_every = std::stoi(val());
-    else if (k == "--save") a.save = val();
-    else if (k == "--device") {
-      a.device = val();
-      if (a.device != "cpu" && a.device != "cuda") usage("--device takes cpu or cuda");
-    }
-    else if (k == "--mesh") {
-      std::string s = val();
-      a.mesh.clear();
-      std::size_t pos = 0;
-      while (pos <= s.size()) {
-        const auto x = s.find('x', pos);
-        a.mesh.push_back(std::stoi(s.substr(pos, x == std::string::npos ? std::string::npos : x - pos)));
-        if (x == std::string::npos) break;
-        pos = x + 1;
-      }
-      if (a.mesh.size() != 2) usage("--mesh takes AxB (ranks along H x ranks along W)");
-    } else usage(("unknown flag " + k).c_str());
+/// Checks the combinations against the rank count P (cli::UsageError, exit code 2): the mesh
+/// holds P ranks, the batch splits over the data groups, and no rank is left without cells of
+/// the field at any level of the U-Net.
+void validate(Args& a, int P) {
+  if (!a.common.mesh.empty()) a.mesh = cli::parse_mesh(a.common.mesh, 2, 2);
+  if (a.mesh.empty()) {
+    if (P % a.data != 0)
+      throw cli::UsageError("--data " + std::to_string(a.data) + " does not divide the " + std::to_string(P) +
+                            " ranks started");
+    a.mesh = {P / a.data, 1};
   }
-  if (a.steps < 1 || a.grid < 4 || a.batch < 1 || a.data < 1 || a.train_samples < a.batch) usage("bad sizes");
-  return a;
-}
-
-/// parse_flags with malformed numbers (--steps abc) reported as a usage error, not an abort.
-Args parse(int argc, char** argv) {
-  try {
-    return parse_flags(argc, argv);
-  } catch (const std::logic_error& e) {  // std::invalid_argument / std::out_of_range from stoi & co.
-    usage((std::string("malformed number (") + e.what() + ")").c_str());
-  }
+  cli::check_mesh_ranks(a.mesh, a.data, P, "--mesh");
+  if (a.batch % a.data != 0)
+    throw cli::UsageError("--batch " + std::to_string(a.batch) + " is not a multiple of --data " + std::to_string(a.data));
+  if (a.train_samples < a.batch)
+    throw cli::UsageError("--samples " + std::to_string(a.train_samples) + " is smaller than --batch " +
+                          std::to_string(a.batch));
+  cli::check_no_empty_parts(a.common.grid, a.mesh[0], a.depth, "--grid (H) over --mesh rows");
+  cli::check_no_empty_parts(a.common.grid, a.mesh[1], a.depth, "--grid (W) over --mesh columns");
 }
 
 /// This rank's device: the CPU, or GPU (node-local rank modulo the visible GPUs) for --device cuda.
@@ -118,24 +113,21 @@ double mib(std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+/// The example; `print` is set once this rank is known (usage messages from rank 0 only).
+int run(int argc, char** argv, bool& print) {
   mpi_init_if_needed(&argc, &argv);
   auto world = MpiComm::world();
-  const Args args = parse(argc, argv);
+  print = world->rank() == 0;
+  Args args;
+  CLI::App app{"Trains a U-Net surrogate of the 2-D heat equation, domain-parallel (run under mpiexec).",
+               "unet_surrogate"};
+  add_flags(app, args);
+  if (const int rc = cli::parse(app, argc, argv, print); rc >= 0) return rc;
   const int P = world->size();
-  std::vector<int> spatial = args.mesh.empty() ? std::vector<int>{P / args.data, 1} : args.mesh;
-  if (spatial[0] * spatial[1] * args.data != P) {
-    if (world->rank() == 0)
-      std::fprintf(stderr, "error: --data %d x --mesh %dx%d = %d ranks, but mpiexec started %d\n", args.data,
-                   spatial[0], spatial[1], args.data * spatial[0] * spatial[1], P);
-    return 2;
-  }
-  if (args.batch % args.data != 0) {
-    if (world->rank() == 0) std::fprintf(stderr, "error: --batch must be a multiple of --data\n");
-    return 2;
-  }
-  try {
-    const Device dev = pick_device(args.device, world);
+  validate(args, P);
+  const std::vector<int>& spatial = args.mesh;
+  {
+    const Device dev = pick_device(args.common.device, world);
     // Mesh data x H x W; activations [N, C, H, W] with N over data, H and W over the spatial dims.
     // On GPUs the mesh communicates through NCCL, or through MPI (staged in pinned buffers) when
     // ranks share a GPU, which NCCL refuses (make_device_comm decides, the same on every rank).
@@ -143,16 +135,16 @@ int main(int argc, char** argv) {
     DeviceMesh mesh(comm, {args.data, spatial[0], spatial[1]}, {"data", "h", "w"});
     const std::vector<Placement> placements{Shard(0), Shard(2), Shard(3)};
     heat::Config hc;
-    hc.grid = args.grid;
+    hc.grid = args.common.grid;
 
     auto t0 = std::chrono::steady_clock::now();
     const index_t nbatches = args.train_samples / args.batch;
     std::vector<std::pair<DistTensor<T, 4>, DistTensor<T, 4>>> train;
     for (index_t b = 0; b < nbatches; ++b) {
-      auto [x, y] = heat::make_batch<T>(mesh, placements, args.seed, b * args.batch, args.batch, hc);
+      auto [x, y] = heat::make_batch<T>(mesh, placements, args.common.seed, b * args.batch, args.batch, hc);
       train.emplace_back(x.to(dev), y.to(dev));
     }
-    auto val = heat::make_batch<T>(mesh, placements, args.seed + 7919, 0, args.batch, hc);
+    auto val = heat::make_batch<T>(mesh, placements, args.common.seed + 7919, 0, args.batch, hc);
     val = {val.first.to(dev), val.second.to(dev)};
     const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -161,15 +153,15 @@ int main(int argc, char** argv) {
     uopt.out_channels = 1;
     uopt.base_width = args.width;
     uopt.depth = args.depth;
-    nn::UNet<T, 2> model(mesh, uopt, args.seed);
+    nn::UNet<T, 2> model(mesh, uopt, args.common.seed);
     model.to(dev);  // before the optimiser, whose state lives on the parameters' device
     optim::AdamW<T> opt(model.parameters(), {.lr = args.lr, .weight_decay = 1e-4});
-    optim::CosineWarmup sched(args.lr, std::max(1, args.steps / 20), args.steps, args.lr * 0.05);
+    optim::CosineWarmup sched(args.lr, std::max(1, args.common.steps / 20), args.common.steps, args.lr * 0.05);
 
     if (world->rank() == 0) {
       std::printf("unet_surrogate: device %s, %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld training "
                   "pairs (generated in %.2f s by the domain-parallel heat solver), %ld parameters\n",
-                  fmt::format("{}", dev).c_str(), P, args.data, spatial[0], spatial[1], static_cast<long>(args.grid), static_cast<long>(args.grid),
+                  fmt::format("{}", dev).c_str(), P, args.data, spatial[0], spatial[1], static_cast<long>(args.common.grid), static_cast<long>(args.common.grid),
                   static_cast<long>(args.batch), static_cast<long>(args.train_samples), gen_s,
                   static_cast<long>(model.num_parameters()));
       std::fflush(stdout);
@@ -188,7 +180,7 @@ int main(int argc, char** argv) {
     auto t_last = t_start;
     double loss_sum = 0;
     int loss_n = 0;
-    for (int step = 0; step < args.steps; ++step) {
+    for (int step = 0; step < args.common.steps; ++step) {
       opt.set_lr(sched(step));
       const auto& [x, y] = train[static_cast<std::size_t>(step % nbatches)];
       opt.zero_grad();
@@ -197,7 +189,7 @@ int main(int argc, char** argv) {
       opt.step();
       loss_sum += static_cast<double>(loss.value().full_tensor().to(Device::cpu()).data()[0]);
       ++loss_n;
-      if ((step + 1) % args.log_every == 0 || step + 1 == args.steps) {
+      if ((step + 1) % args.log_every == 0 || step + 1 == args.common.steps) {
         const auto now = std::chrono::steady_clock::now();
         const double dt = std::chrono::duration<double>(now - t_last).count();
         t_last = now;
@@ -210,7 +202,7 @@ int main(int argc, char** argv) {
           std::printf("step %5d  loss %.6e  lr %.2e  %.2f samples/s  %.2f Mpoints/s  peak/rank: tensors %.1f MiB, "
                       "rss %.1f MiB%s\n",
                       step + 1, loss_sum / loss_n, opt.lr(), samples_s,
-                      samples_s * static_cast<double>(args.grid * args.grid) / 1e6, mem[0], mem[1],
+                      samples_s * static_cast<double>(args.common.grid * args.common.grid) / 1e6, mem[0], mem[1],
                       dev.is_cuda() ? fmt::format(", gpu {:.1f} MiB", mem[2]).c_str() : "");
           std::fflush(stdout);
         }
@@ -224,12 +216,14 @@ int main(int argc, char** argv) {
     const double final_loss = static_cast<double>(vloss.value().full_tensor().to(Device::cpu()).data()[0]);
     if (!args.save.empty()) model.save(args.save);
     if (world->rank() == 0) {
-      std::printf("trained %d steps in %.2f s (%.3f s/step)\n", args.steps, train_s, train_s / args.steps);
+      std::printf("trained %d steps in %.2f s (%.3f s/step)\n", args.common.steps, train_s, train_s / args.common.steps);
       std::printf("final_loss=%.8e\n", final_loss);
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  bool print = true;
+  return cli::run_main("unet_surrogate", print, [&] { return run(argc, argv, print); });
 }

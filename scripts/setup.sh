@@ -12,7 +12,7 @@ esac
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-main_pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libfmt-dev
+main_pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libfmt-dev libcli11-dev
            libbenchmark-dev libopenblas-dev gnuplot-nox)
 for p in "${main_pkgs[@]}"; do have "$p" || need+=("$p"); done
 catch_ok=1

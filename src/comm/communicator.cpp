@@ -1,5 +1,7 @@
 #include "shardtensor/comm/communicator.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "shardtensor/config.hpp"
@@ -38,6 +40,21 @@ std::vector<std::vector<index_t>> Communicator::allgather_vectors(const std::vec
   for (std::size_t i = 0; i < lens.size(); ++i)
     out[i].assign(flat.begin() + displs[i], flat.begin() + displs[i] + lens[i]);
   return out;
+}
+
+double Communicator::env_comm_timeout() {
+  static const double t = [] {
+    const char* e = std::getenv("SHARDTENSOR_COMM_TIMEOUT");
+    if (!e || !*e) return 0.0;
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end == e || *end != '\0' || !(v >= 0) || v > 1e9) {
+      std::fprintf(stderr, "shardtensor: ignoring SHARDTENSOR_COMM_TIMEOUT='%s' (expected seconds >= 0)\n", e);
+      return 0.0;
+    }
+    return v;
+  }();
+  return t;
 }
 
 void Communicator::check_all(bool ok, const char* op, const std::string& message_if_not_ok) {

@@ -1,10 +1,13 @@
 #include "shardtensor/comm/mpi_comm.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -83,6 +86,51 @@ void divide(void* buf, index_t count, DType dt, int p) {
   }
 }
 
+// ------------------------------- collective watchdog -------------------------------
+
+// What a watched wait needs to say who is stuck where (copied into requests, which may outlive
+// the call that made them).
+struct WatchInfo {
+  double timeout = 0;  // seconds; 0 = unwatched (plain MPI_Wait)
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  std::string name;
+};
+
+[[noreturn]] void watchdog_abort(const WatchInfo& w, const char* op, double waited) {
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::fprintf(stderr,
+               "shardtensor watchdog: rank %d of communicator '%s' (MPI, %d ranks; MPI_COMM_WORLD rank %d) has been "
+               "blocked in %s for %.1f s, past the collective timeout of %g s (SHARDTENSOR_COMM_TIMEOUT / "
+               "Communicator::set_timeout / ExecSettings::comm_timeout): another rank of the communicator has not "
+               "entered it (stalled, deadlocked, or in a different call). Aborting the job.\n",
+               w.rank, w.name.empty() ? "unnamed" : w.name.c_str(), w.size, world_rank, op, waited, w.timeout);
+  std::fflush(stderr);
+  MPI_Abort(w.comm != MPI_COMM_NULL ? w.comm : MPI_COMM_WORLD, 124);
+  std::abort();  // MPI_Abort does not return; in case an implementation does
+}
+
+// Completes `n` requests: MPI_Waitall when unwatched; else MPI_Testall until done or the
+// deadline (spinning for the first 200 us, then sleeping 50 us between tests).
+void complete(MPI_Request* reqs, int n, const WatchInfo& w, const char* op) {
+  if (w.timeout <= 0) {
+    mpi_check(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE), op);
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(w.timeout));
+  for (long it = 0;; ++it) {
+    int flag = 0;
+    mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), op);
+    if (flag) return;
+    const auto now = clock::now();
+    if (now >= deadline) watchdog_abort(w, op, std::chrono::duration<double>(now - start).count());
+    if (now - start > std::chrono::microseconds(200)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 // A pinned staging buffer leased from an MpiComm's pool; goes back to the pool when destroyed.
 class Lease {
  public:
@@ -102,11 +150,14 @@ class Lease {
 
 struct MpiRequestState : Request::State {
   MPI_Request req = MPI_REQUEST_NULL;
+  WatchInfo watch;                     // timeout 0 = plain MPI_Wait
+  const char* op = "MPI_Wait";
   std::function<void()> done;          // completion step (avg division, staged copy-back), may be empty
   std::vector<int> keep[4];            // int count arrays that must outlive the request
   std::vector<Lease> leases;           // staging buffers that must outlive the request
   void wait() override {
-    mpi_check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait");
+    if (watch.timeout > 0) complete(&req, 1, watch, op);
+    else mpi_check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait");
     if (done) done();
     leases.clear();
   }
@@ -233,6 +284,51 @@ void copy_back_segments(const DevCall& d, void* dev_base, const char* host_base,
 
 std::vector<index_t> to_vec(std::span<const index_t> s) { return {s.begin(), s.end()}; }
 
+// The watchdog settings of one call on `c`: the context's comm_timeout if it sets one (>= 0), else
+// the communicator's. The label is only built when the watchdog is on.
+WatchInfo watch_of(const MpiComm& c, const ExecContext* ctx) {
+  WatchInfo w;
+  w.timeout = ctx && ctx->settings().comm_timeout >= 0 ? ctx->settings().comm_timeout : c.timeout();
+  if (w.timeout > 0) {
+    w.comm = c.native();
+    w.rank = c.rank();
+    w.size = c.size();
+    w.name = c.name();
+  }
+  return w;
+}
+
+std::shared_ptr<MpiRequestState> make_state(const MpiComm& c, const ExecContext* ctx) {
+  auto s = std::make_shared<MpiRequestState>();
+  s->watch = watch_of(c, ctx);
+  return s;
+}
+
+// MPI_Sendrecv as two non-blocking calls (for the watched path; MPI_Isendrecv is MPI-4).
+int isendrecv(const void* sb, int sc, MPI_Datatype st, int dest, int stag, void* rb, int rc, MPI_Datatype rt, int src,
+              int rtag, MPI_Comm comm, MPI_Request* r) {
+  const int e = MPI_Irecv(rb, rc, rt, src, rtag, comm, &r[0]);
+  return e != MPI_SUCCESS ? e : MPI_Isend(sb, sc, st, dest, stag, comm, &r[1]);
+}
+
+}  // namespace
+
+// A blocking collective: the blocking MPI call itself when the watchdog is off (no overhead),
+// else its non-blocking form (writing requests r_[0], r_[1]) completed under the watchdog.
+#define SHARD_MPI_BLOCKING(ctx, name, blocking, nonblocking)              \
+  do {                                                                     \
+    const WatchInfo w_ = watch_of(*this, ctx);                             \
+    if (w_.timeout > 0) {                                                  \
+      MPI_Request r_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};            \
+      mpi_check(nonblocking, name);                                        \
+      complete(r_, 2, w_, name);                                           \
+    } else {                                                               \
+      mpi_check(blocking, name);                                           \
+    }                                                                      \
+  } while (0)
+
+namespace {
+
 }  // namespace
 
 bool mpi_cuda_aware() {
@@ -263,7 +359,19 @@ MpiComm::MpiComm(MPI_Comm comm) {
   MPI_Initialized(&init);
   SHARD_CHECK(init, "MpiComm", "MPI is not initialised (call shard::mpi_init_if_needed or MPI_Init first)");
   SHARD_CHECK(comm != MPI_COMM_NULL, "MpiComm", "MPI_COMM_NULL given");
-  mpi_check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  if (timeout() > 0) {  // watched: MPI_Comm_idup, completed under the watchdog
+    MPI_Request r = MPI_REQUEST_NULL;
+    mpi_check(MPI_Comm_idup(comm, &comm_, &r), "MPI_Comm_idup");
+    WatchInfo w;
+    w.timeout = timeout();
+    w.comm = comm;
+    MPI_Comm_rank(comm, &w.rank);
+    MPI_Comm_size(comm, &w.size);
+    w.name = "the user's communicator (MpiComm constructor)";
+    complete(&r, 1, w, "MPI_Comm_idup");
+  } else {
+    mpi_check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  }
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
@@ -277,7 +385,9 @@ MpiComm::~MpiComm() {
 
 std::shared_ptr<MpiComm> MpiComm::world() {
   mpi_init_if_needed();
-  return std::make_shared<MpiComm>(MPI_COMM_WORLD);
+  auto c = std::make_shared<MpiComm>(MPI_COMM_WORLD);
+  c->set_name("world");
+  return c;
 }
 
 bool MpiComm::passes_device_pointers() const {
@@ -304,7 +414,8 @@ void MpiComm::allreduce(const void* send, void* recv, index_t count, DType dt, R
   if (!on_device(ctx) || (passes_device_pointers() && op != ReduceOp::avg)) {
     if (on_device(ctx)) DevCall(*ctx, "allreduce").sync();
     const void* s = send == recv ? MPI_IN_PLACE : send;
-    mpi_check(MPI_Allreduce(s, recv, n, mpi_type(dt), mop, comm_), "MPI_Allreduce");
+    SHARD_MPI_BLOCKING(ctx, "MPI_Allreduce", (MPI_Allreduce(s, recv, n, mpi_type(dt), mop, comm_)),
+                       (MPI_Iallreduce(s, recv, n, mpi_type(dt), mop, comm_, r_)));
     if (op == ReduceOp::avg) divide(recv, count, dt, size_);
     return;
   }
@@ -313,7 +424,8 @@ void MpiComm::allreduce(const void* send, void* recv, index_t count, DType dt, R
   const auto bytes = nbytes(count, dt);
   auto buf = acquire(pool, bytes);
   d.to_host(buf.get(), send, bytes);
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf.get(), n, mpi_type(dt), mop, comm_), "MPI_Allreduce");
+  SHARD_MPI_BLOCKING(ctx, "MPI_Allreduce", (MPI_Allreduce(MPI_IN_PLACE, buf.get(), n, mpi_type(dt), mop, comm_)),
+                     (MPI_Iallreduce(MPI_IN_PLACE, buf.get(), n, mpi_type(dt), mop, comm_, r_)));
   if (op == ReduceOp::avg) divide(buf.get(), count, dt, size_);
   d.to_dev(recv, buf.get(), bytes);
 }
@@ -323,7 +435,8 @@ void MpiComm::broadcast(void* buf, index_t count, DType dt, int root, ExecContex
   const int n = to_int(count, "broadcast");
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "broadcast").sync();
-    mpi_check(MPI_Bcast(buf, n, mpi_type(dt), root, comm_), "MPI_Bcast");
+    SHARD_MPI_BLOCKING(ctx, "MPI_Bcast", (MPI_Bcast(buf, n, mpi_type(dt), root, comm_)),
+                       (MPI_Ibcast(buf, n, mpi_type(dt), root, comm_, r_)));
     return;
   }
   const DevCall d(*ctx, "broadcast");
@@ -331,7 +444,8 @@ void MpiComm::broadcast(void* buf, index_t count, DType dt, int root, ExecContex
   const auto bytes = nbytes(count, dt);
   auto h = acquire(pool, bytes);
   if (rank_ == root) d.to_host(h.get(), buf, bytes);
-  mpi_check(MPI_Bcast(h.get(), n, mpi_type(dt), root, comm_), "MPI_Bcast");
+  SHARD_MPI_BLOCKING(ctx, "MPI_Bcast", (MPI_Bcast(h.get(), n, mpi_type(dt), root, comm_)),
+                     (MPI_Ibcast(h.get(), n, mpi_type(dt), root, comm_, r_)));
   if (rank_ != root) d.to_dev(buf, h.get(), bytes);
 }
 
@@ -339,7 +453,8 @@ void MpiComm::allgather(const void* send, index_t count, void* recv, DType dt, E
   const int c = to_int(count, "allgather");
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "allgather").sync();
-    mpi_check(MPI_Allgather(send, c, mpi_type(dt), recv, c, mpi_type(dt), comm_), "MPI_Allgather");
+    SHARD_MPI_BLOCKING(ctx, "MPI_Allgather", (MPI_Allgather(send, c, mpi_type(dt), recv, c, mpi_type(dt), comm_)),
+                       (MPI_Iallgather(send, c, mpi_type(dt), recv, c, mpi_type(dt), comm_, r_)));
     return;
   }
   const DevCall d(*ctx, "allgather");
@@ -348,7 +463,8 @@ void MpiComm::allgather(const void* send, index_t count, void* recv, DType dt, E
   auto hs = acquire(pool, bytes);
   auto hr = acquire(pool, bytes * static_cast<std::size_t>(size_));
   d.to_host(hs.get(), send, bytes);
-  mpi_check(MPI_Allgather(hs.get(), c, mpi_type(dt), hr.get(), c, mpi_type(dt), comm_), "MPI_Allgather");
+  SHARD_MPI_BLOCKING(ctx, "MPI_Allgather", (MPI_Allgather(hs.get(), c, mpi_type(dt), hr.get(), c, mpi_type(dt), comm_)),
+                     (MPI_Iallgather(hs.get(), c, mpi_type(dt), hr.get(), c, mpi_type(dt), comm_, r_)));
   d.to_dev(recv, hr.get(), bytes * static_cast<std::size_t>(size_));
 }
 
@@ -360,8 +476,9 @@ void MpiComm::allgatherv(const void* send, index_t count, void* recv, std::span<
   const int n = to_int(count, "allgatherv");
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "allgatherv").sync();
-    mpi_check(MPI_Allgatherv(send, n, mpi_type(dt), recv, c.data(), dsp.data(), mpi_type(dt), comm_),
-              "MPI_Allgatherv");
+    SHARD_MPI_BLOCKING(ctx, "MPI_Allgatherv",
+                       (MPI_Allgatherv(send, n, mpi_type(dt), recv, c.data(), dsp.data(), mpi_type(dt), comm_)),
+                       (MPI_Iallgatherv(send, n, mpi_type(dt), recv, c.data(), dsp.data(), mpi_type(dt), comm_, r_)));
     return;
   }
   const DevCall d(*ctx, "allgatherv");
@@ -369,8 +486,10 @@ void MpiComm::allgatherv(const void* send, index_t count, void* recv, std::span<
   auto hs = acquire(pool, nbytes(count, dt));
   auto hr = acquire(pool, nbytes(extent(counts, displs), dt));
   d.to_host(hs.get(), send, nbytes(count, dt));
-  mpi_check(MPI_Allgatherv(hs.get(), n, mpi_type(dt), hr.get(), c.data(), dsp.data(), mpi_type(dt), comm_),
-            "MPI_Allgatherv");
+  SHARD_MPI_BLOCKING(
+      ctx, "MPI_Allgatherv",
+      (MPI_Allgatherv(hs.get(), n, mpi_type(dt), hr.get(), c.data(), dsp.data(), mpi_type(dt), comm_)),
+      (MPI_Iallgatherv(hs.get(), n, mpi_type(dt), hr.get(), c.data(), dsp.data(), mpi_type(dt), comm_, r_)));
   copy_back_segments(d, recv, hr.get(), to_vec(counts), to_vec(displs), dt);
 }
 
@@ -383,7 +502,8 @@ void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const inde
   const index_t mine = counts[static_cast<std::size_t>(rank_)];
   if (!on_device(ctx) || (passes_device_pointers() && op != ReduceOp::avg)) {
     if (on_device(ctx)) DevCall(*ctx, "reduce_scatterv").sync();
-    mpi_check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dt), mop, comm_), "MPI_Reduce_scatter");
+    SHARD_MPI_BLOCKING(ctx, "MPI_Reduce_scatter", (MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dt), mop, comm_)),
+                       (MPI_Ireduce_scatter(send, recv, c.data(), mpi_type(dt), mop, comm_, r_)));
     if (op == ReduceOp::avg) divide(recv, mine, dt, size_);
     return;
   }
@@ -394,7 +514,9 @@ void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const inde
   auto hs = acquire(pool, nbytes(total, dt));
   auto hr = acquire(pool, nbytes(mine, dt));
   d.to_host(hs.get(), send, nbytes(total, dt));
-  mpi_check(MPI_Reduce_scatter(hs.get(), hr.get(), c.data(), mpi_type(dt), mop, comm_), "MPI_Reduce_scatter");
+  SHARD_MPI_BLOCKING(ctx, "MPI_Reduce_scatter",
+                     (MPI_Reduce_scatter(hs.get(), hr.get(), c.data(), mpi_type(dt), mop, comm_)),
+                     (MPI_Ireduce_scatter(hs.get(), hr.get(), c.data(), mpi_type(dt), mop, comm_, r_)));
   if (op == ReduceOp::avg) divide(hr.get(), mine, dt, size_);
   d.to_dev(recv, hr.get(), nbytes(mine, dt));
 }
@@ -408,8 +530,10 @@ void MpiComm::alltoallv(const void* send, std::span<const index_t> sc, std::span
        e = to_ints(rd, "alltoallv");
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "alltoallv").sync();
-    mpi_check(MPI_Alltoallv(send, a.data(), b.data(), mpi_type(dt), recv, c.data(), e.data(), mpi_type(dt), comm_),
-              "MPI_Alltoallv");
+    SHARD_MPI_BLOCKING(
+        ctx, "MPI_Alltoallv",
+        (MPI_Alltoallv(send, a.data(), b.data(), mpi_type(dt), recv, c.data(), e.data(), mpi_type(dt), comm_)),
+        (MPI_Ialltoallv(send, a.data(), b.data(), mpi_type(dt), recv, c.data(), e.data(), mpi_type(dt), comm_, r_)));
     return;
   }
   const DevCall d(*ctx, "alltoallv");
@@ -418,9 +542,11 @@ void MpiComm::alltoallv(const void* send, std::span<const index_t> sc, std::span
   auto hs = acquire(pool, send_bytes);
   auto hr = acquire(pool, nbytes(extent(rc, rd), dt));
   d.to_host(hs.get(), send, send_bytes);
-  mpi_check(MPI_Alltoallv(hs.get(), a.data(), b.data(), mpi_type(dt), hr.get(), c.data(), e.data(), mpi_type(dt),
-                          comm_),
-            "MPI_Alltoallv");
+  SHARD_MPI_BLOCKING(
+      ctx, "MPI_Alltoallv",
+      (MPI_Alltoallv(hs.get(), a.data(), b.data(), mpi_type(dt), hr.get(), c.data(), e.data(), mpi_type(dt), comm_)),
+      (MPI_Ialltoallv(hs.get(), a.data(), b.data(), mpi_type(dt), hr.get(), c.data(), e.data(), mpi_type(dt), comm_,
+                      r_)));
   copy_back_segments(d, recv, hr.get(), to_vec(rc), to_vec(rd), dt);
 }
 
@@ -432,9 +558,10 @@ void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* rec
   const int to = dest < 0 ? MPI_PROC_NULL : dest, from = source < 0 ? MPI_PROC_NULL : source;
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "sendrecv").sync();
-    mpi_check(MPI_Sendrecv(send, ns, mpi_type(dt), to, tag, recv, nr, mpi_type(dt), from, tag, comm_,
-                           MPI_STATUS_IGNORE),
-              "MPI_Sendrecv");
+    SHARD_MPI_BLOCKING(ctx, "MPI_Sendrecv",
+                       (MPI_Sendrecv(send, ns, mpi_type(dt), to, tag, recv, nr, mpi_type(dt), from, tag, comm_,
+                                     MPI_STATUS_IGNORE)),
+                       (isendrecv(send, ns, mpi_type(dt), to, tag, recv, nr, mpi_type(dt), from, tag, comm_, r_)));
     return;
   }
   const DevCall d(*ctx, "sendrecv");
@@ -443,21 +570,23 @@ void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* rec
   auto hr = acquire(pool, source >= 0 ? nbytes(recv_count, dt) : 0);
   if (dest >= 0) d.to_host(hs.get(), send, nbytes(send_count, dt));
   // No staging buffer for a missing peer: MPI still rejects a null buffer with a nonzero count.
-  mpi_check(MPI_Sendrecv(hs.get(), dest >= 0 ? ns : 0, mpi_type(dt), to, tag, hr.get(), source >= 0 ? nr : 0,
-                         mpi_type(dt), from, tag, comm_, MPI_STATUS_IGNORE),
-            "MPI_Sendrecv");
+  const int sn = dest >= 0 ? ns : 0, rn = source >= 0 ? nr : 0;
+  SHARD_MPI_BLOCKING(ctx, "MPI_Sendrecv",
+                     (MPI_Sendrecv(hs.get(), sn, mpi_type(dt), to, tag, hr.get(), rn, mpi_type(dt), from, tag, comm_,
+                                   MPI_STATUS_IGNORE)),
+                     (isendrecv(hs.get(), sn, mpi_type(dt), to, tag, hr.get(), rn, mpi_type(dt), from, tag, comm_, r_)));
   if (source >= 0) d.to_dev(recv, hr.get(), nbytes(recv_count, dt));
 }
 
 void MpiComm::barrier(ExecContext* ctx) {
   if (on_device(ctx)) DevCall(*ctx, "barrier").sync();
-  mpi_check(MPI_Barrier(comm_), "MPI_Barrier");
+  SHARD_MPI_BLOCKING(ctx, "MPI_Barrier", (MPI_Barrier(comm_)), (MPI_Ibarrier(comm_, r_)));
 }
 
 Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int tag, ExecContext* ctx) {
   SHARD_CHECK(dest >= 0 && dest < size_, "isend", "dest {} out of range for {} ranks", dest, size_);
   const int n = to_int(count, "isend");
-  auto s = std::make_shared<MpiRequestState>();
+  auto s = make_state(*this, ctx);
   if (on_device(ctx)) {
     const DevCall d(*ctx, "isend");
     if (passes_device_pointers()) {
@@ -469,6 +598,7 @@ Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int t
       buf = s->leases.back().get();
     }
   }
+  s->op = "wait() on MPI_Isend";
   mpi_check(MPI_Isend(buf, n, mpi_type(dt), dest, tag, comm_, &s->req), "MPI_Isend");
   return Request(s);
 }
@@ -476,7 +606,7 @@ Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int t
 Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag, ExecContext* ctx) {
   SHARD_CHECK(source >= 0 && source < size_, "irecv", "source {} out of range for {} ranks", source, size_);
   const int n = to_int(count, "irecv");
-  auto s = std::make_shared<MpiRequestState>();
+  auto s = make_state(*this, ctx);
   void* target = buf;
   if (on_device(ctx)) {
     const DevCall d(*ctx, "irecv");
@@ -490,6 +620,7 @@ Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag, 
       s->done = [d, buf, target, bytes] { d.to_dev(buf, target, bytes); };
     }
   }
+  s->op = "wait() on MPI_Irecv";
   mpi_check(MPI_Irecv(target, n, mpi_type(dt), source, tag, comm_, &s->req), "MPI_Irecv");
   return Request(s);
 }
@@ -497,8 +628,9 @@ Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag, 
 Request MpiComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
   const int n = to_int(count, "iallreduce");
   const MPI_Op mop = mpi_op(op, dt);
-  auto s = std::make_shared<MpiRequestState>();
+  auto s = make_state(*this, ctx);
   const int p = size_;
+  s->op = "wait() on MPI_Iallreduce";
   if (on_device(ctx) && !(passes_device_pointers() && op != ReduceOp::avg)) {
     const DevCall d(*ctx, "iallreduce");
     SHARD_STAGING_POOL(d);
@@ -524,7 +656,8 @@ Request MpiComm::iallgatherv(const void* send, index_t count, void* recv, std::s
                              std::span<const index_t> displs, DType dt, ExecContext* ctx) {
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_) && displs.size() == counts.size(), "iallgatherv",
               "need {} counts and displacements", size_);
-  auto s = std::make_shared<MpiRequestState>();
+  auto s = make_state(*this, ctx);
+  s->op = "wait() on MPI_Iallgatherv";
   s->keep[0] = to_ints(counts, "iallgatherv");
   s->keep[1] = to_ints(displs, "iallgatherv");
   const int n = to_int(count, "iallgatherv");
@@ -554,7 +687,8 @@ Request MpiComm::ialltoallv(const void* send, std::span<const index_t> sc, std::
   const auto p = static_cast<std::size_t>(size_);
   SHARD_CHECK(sc.size() == p && sd.size() == p && rc.size() == p && rd.size() == p, "ialltoallv",
               "need {} counts/displacements per side", p);
-  auto s = std::make_shared<MpiRequestState>();
+  auto s = make_state(*this, ctx);
+  s->op = "wait() on MPI_Ialltoallv";
   s->keep[0] = to_ints(sc, "ialltoallv");
   s->keep[1] = to_ints(sd, "ialltoallv");
   s->keep[2] = to_ints(rc, "ialltoallv");
@@ -582,14 +716,19 @@ Request MpiComm::ialltoallv(const void* send, std::span<const index_t> sc, std::
 }
 
 #undef SHARD_STAGING_POOL
+#undef SHARD_MPI_BLOCKING
 
 std::shared_ptr<Communicator> MpiComm::split(int color, int key) {
+  // MPI_Comm_split has no non-blocking form: with the watchdog on, a watched barrier first makes
+  // sure every rank has arrived.
+  if (timeout() > 0) barrier();
   MPI_Comm nc = MPI_COMM_NULL;
   mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &nc), "MPI_Comm_split");
   if (nc == MPI_COMM_NULL) return nullptr;
   auto out = std::make_shared<MpiComm>(nc);  // duplicates nc
   MPI_Comm_free(&nc);
   out->transport_ = transport_;
+  out->set_timeout(timeout());
   return out;
 }
 

@@ -80,21 +80,28 @@ int DeviceMesh::rank_of(const std::vector<int>& c) const {
 }
 
 CommPtr DeviceMesh::dims_comm(std::vector<int> dims) const {
-  unsigned mask = 0;
+  // The cache key is the sorted set of mesh dims (any number of dims: no bit masks, which would
+  // overflow at 32+ mesh dims and alias dim m with dim m mod 32).
+  std::vector<char> in_set(static_cast<std::size_t>(ndim()), 0);
   for (int m : dims) {
     SHARD_CHECK(m >= 0 && m < ndim(), "DeviceMesh::dims_comm", "mesh dim {} out of range for {}-D mesh", m, ndim());
-    mask |= 1u << m;
+    in_set[static_cast<std::size_t>(m)] = 1;
   }
-  auto it = impl_->set_comms.find(mask);
+  std::vector<int> key_dims;
+  for (int m = 0; m < ndim(); ++m)
+    if (in_set[static_cast<std::size_t>(m)]) key_dims.push_back(m);
+  auto it = impl_->set_comms.find(key_dims);
   if (it != impl_->set_comms.end()) return it->second;
   int color = 0, key = 0;
   for (int m = 0; m < ndim(); ++m) {
     const int c = impl_->coords[static_cast<std::size_t>(m)];
-    if (mask & (1u << m)) key = key * size(m) + c;
+    if (in_set[static_cast<std::size_t>(m)]) key = key * size(m) + c;
     else color = color * size(m) + c;
   }
-  CommPtr sub = mask == (1u << ndim()) - 1 ? impl_->comm : impl_->comm->split(color, key);
-  impl_->set_comms[mask] = sub;
+  const bool whole = static_cast<int>(key_dims.size()) == ndim();
+  CommPtr sub = whole ? impl_->comm : impl_->comm->split(color, key);
+  if (!whole) sub->set_name(fmt::format("mesh {} dims {}", impl_->shape, key_dims));
+  impl_->set_comms.emplace(std::move(key_dims), sub);
   return sub;
 }
 

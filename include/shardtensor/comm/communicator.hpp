@@ -104,8 +104,25 @@ class Communicator {
                              std::span<const index_t> send_displs, void* recv, std::span<const index_t> recv_counts,
                              std::span<const index_t> recv_displs, DType dt, ExecContext* ctx = nullptr) = 0;
 
-  /// New communicator of the ranks with the same `color`, ordered by `key` (collective).
+  /// New communicator of the ranks with the same `color`, ordered by `key` (collective). It
+  /// inherits this communicator's watchdog timeout (not its name).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+
+  // ---- identity and collective watchdog ----
+  /// A label for messages (DeviceMesh names its sub-communicators "mesh [2, 2] dims [0]");
+  /// empty by default.
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  /// Collective watchdog timeout in seconds; 0 = off (the default). When on, a rank blocked in
+  /// one of this communicator's collectives, or in a wait() on one of its requests, for longer
+  /// than this aborts the whole job (MPI_Abort) with a message on stderr that names the
+  /// operation, the communicator (name(), size) and the rank, instead of waiting forever. The
+  /// initial value comes from the environment variable SHARDTENSOR_COMM_TIMEOUT (seconds, read
+  /// once per process; unset, empty or 0 = off); a call's ExecContext can override it
+  /// (ExecSettings::comm_timeout). Backends without blocking waits (SelfComm) ignore it. Off, it
+  /// costs nothing: the MPI backend then calls the blocking MPI functions as before.
+  double timeout() const { return timeout_s_; }
+  void set_timeout(double seconds) { timeout_s_ = seconds > 0 ? seconds : 0.0; }
 
   // ---- conveniences built on the primitives (non-virtual) ----
   /// reduce_scatterv with equal counts.
@@ -135,6 +152,11 @@ class Communicator {
  protected:
   /// DType used to move raw bytes.
   static constexpr DType byte_dtype() { return DType::u8; }
+
+ private:
+  std::string name_;
+  double timeout_s_ = env_comm_timeout();
+  static double env_comm_timeout();
 };
 
 /// Shared handle to a communicator.

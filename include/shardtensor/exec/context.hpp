@@ -53,6 +53,10 @@ struct ExecSettings {
   ConvKernel conv_kernel = ConvKernel::automatic;
   /// CPU conv threading policy.
   ConvThreading conv_threading = ConvThreading::tiles;
+  /// Collective watchdog timeout in seconds for communication calls made with this context
+  /// (see Communicator::timeout()): < 0 = the communicator's own setting (default; from
+  /// SHARDTENSOR_COMM_TIMEOUT or set_timeout), 0 = off, > 0 = this many seconds.
+  double comm_timeout = -1.0;
 };
 
 /// Device + stream + workspace + settings. Not copyable (it owns its workspace); cheap to create.

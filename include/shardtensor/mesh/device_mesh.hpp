@@ -62,7 +62,7 @@ class DeviceMesh {
     std::vector<std::string> names;
     std::vector<int> coords;
     std::vector<CommPtr> dim_comms;
-    mutable std::map<unsigned, CommPtr> set_comms;
+    mutable std::map<std::vector<int>, CommPtr> set_comms;  ///< key: sorted mesh dims (any count)
   };
   std::shared_ptr<Impl> impl_;
 };

@@ -171,12 +171,6 @@ inline DistSpec window_param_grad_spec(const DistSpec& param, const DistSpec& xs
   return param.with_placements(p);
 }
 
-/// Gradient spec of a window op's input x given the op's output spec and upstream gradient.
-inline DistSpec window_input_grad_spec(const DistSpec& xs, const DistSpec& out, const DistSpec& grad_out) {
-  return xs.with_placements(
-      autograd::local_op_input_grad_placements(xs.placements(), out.placements(), grad_out.placements()), xs.sizes());
-}
-
 /// Shared checks of the conv family (spec-only, so every rank throws alike): host tensors, one
 /// mesh, C unsharded, Replicate weight / bias, channel counts against `groups`.
 /// `w_in_dim` is the weight dim that holds C_in / groups (1 for conv, 0 holds C_in for transpose).

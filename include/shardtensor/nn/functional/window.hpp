@@ -109,6 +109,13 @@ struct WindowPlan {
 /// spatial dims over the same mesh dims.
 WindowPlan make_window_plan(const char* op, const DistSpec& in, const DistSpec& out, std::vector<WindowDim> dims);
 
+/// Gradient spec of a window op's input x given the op's output spec and upstream gradient
+/// (shared by conv, pool and upsample).
+inline DistSpec window_input_grad_spec(const DistSpec& xs, const DistSpec& out, const DistSpec& grad_out) {
+  return xs.with_placements(
+      autograd::local_op_input_grad_placements(xs.placements(), out.placements(), grad_out.placements()), xs.sizes());
+}
+
 }  // namespace detail
 
 /// `a` laid out like `target`: target's placements, and target's layout on every tensor dim

@@ -1,0 +1,314 @@
+// Randomized bad-input fuzz (issue 8, scope 8): random meshes (1..5 dims, and up to 40 dims of
+// mostly extent 1), tensor shapes (with zero extents), placements (valid and invalid), explicit
+// uneven sizes (valid, with empty parts, and invalid), redistribute round trips, and conv / pool
+// forward + every gradient. Each case must either
+//  - succeed on every rank with the right result (full_tensor equal to the global tensor after
+//    every redistribute; conv / pool outputs and gradients equal to the unsharded computation
+//    within 1e-10, fp64), or
+//  - throw shard::Error on every rank (the ranks' outcomes are compared with an allreduce);
+// never another exception, a mismatch, or a hang (the case communicators run with the collective
+// watchdog on, so a hang aborts with a message instead of waiting for ctest's timeout).
+//
+// Bounded: stops after SHARDTENSOR_FUZZ_CASES cases (default 400) or SHARDTENSOR_FUZZ_SECONDS
+// seconds (default 25, decided on rank 0 and broadcast). Seeded: SHARDTENSOR_FUZZ_SEED (default
+// fixed, so CI is reproducible); each case's draws depend only on (seed, case index), and
+// SHARDTENSOR_FUZZ_CASE=k runs only case k. The seed and every failing case are printed.
+#include <catch2/catch_test_macros.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+
+#include "support/mpi_harness.hpp"
+#define SHARD_FN_ORACLE_MPI
+#include "nn/functional_oracle.hpp"
+
+using namespace shard;
+using namespace shard::test;
+using fn::Body;
+using fn::Ctx;
+using fn::Layout;
+
+namespace {
+
+std::uint64_t env_u64(const char* name, std::uint64_t dflt) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::strtoull(e, nullptr, 10) : dflt;
+}
+
+/// Uniform integer in [lo, hi].
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(std::uint64_t seed) : g(seed) {}
+  int uni(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(g); }
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(g) < p; }
+};
+
+/// A random mesh shape with product p: 1..5 dims, or (1 in 8) 30..40 dims of mostly extent 1.
+std::vector<int> random_mesh(Rng& r, int p) {
+  const int nd = r.chance(0.125) ? r.uni(30, 40) : r.uni(1, 5);
+  std::vector<int> s(static_cast<std::size_t>(nd), 1);
+  int rest = p;
+  for (int f = 2; f <= rest;) {  // spread the prime factors of p over random dims
+    if (rest % f == 0) {
+      s[static_cast<std::size_t>(r.uni(0, nd - 1))] *= f;
+      rest /= f;
+    } else {
+      ++f;
+    }
+  }
+  return s;
+}
+
+/// A random placement for a rank-R tensor; `bad_ok` allows invalid ones (Shard of a missing dim).
+Placement random_placement(Rng& r, int R, bool bad_ok, bool partial_ok) {
+  const int k = r.uni(0, 9);
+  if (k <= 3) return Replicate();
+  if (k <= 7) return Shard(r.uni(0, R - 1));
+  if (k == 8 && partial_ok) return Partial(r.chance(0.7) ? ReduceOp::sum : ReduceOp::avg);
+  if (bad_ok) return r.chance(0.5) ? Shard(R + r.uni(0, 1)) : Shard(-1);
+  return Replicate();
+}
+
+/// Random explicit sizes for the sharded dims of `pl` (or none): parts of the right count summing
+/// to the extent (some empty); with `bad_ok`, sometimes a wrong sum, a negative or a wrong count.
+ShardSizes random_sizes(Rng& r, const std::vector<int>& mesh, const std::vector<Placement>& pl,
+                        const std::vector<index_t>& shape, bool bad_ok) {
+  if (!r.chance(0.4)) return {};
+  ShardSizes s(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    int parts = 1;
+    for (std::size_t m = 0; m < pl.size(); ++m)
+      if (pl[m].is_shard() && pl[m].dim == static_cast<int>(d)) parts *= mesh[m];
+    if (parts == 1 || !r.chance(0.7)) continue;
+    std::vector<index_t> v(static_cast<std::size_t>(parts), 0);
+    for (index_t i = 0; i < shape[d]; ++i) ++v[static_cast<std::size_t>(r.uni(0, parts - 1))];
+    if (bad_ok && r.chance(0.15)) {
+      switch (r.uni(0, 2)) {
+        case 0: v[0] += 1; break;
+        case 1: v.back() = -1 - v.back(); break;
+        default: v.push_back(0); break;
+      }
+    }
+    s[d] = v;
+  }
+  return s;
+}
+
+std::string describe_sizes(const ShardSizes& s) { return s.empty() ? "balanced" : fmt::format("{}", s); }
+
+/// Outcome of one case on this rank: 0 ok, 1 shard::Error, 2 another exception.
+struct Outcome {
+  int code = 0;
+  std::string what;
+};
+template <class F> Outcome attempt(F&& f) {
+  try {
+    f();
+  } catch (const shard::Error& e) {
+    return {1, e.what()};
+  } catch (const std::exception& e) {
+    return {2, e.what()};
+  }
+  return {};
+}
+
+/// Checks that every rank of `comm` had the same outcome class (and none a foreign exception).
+/// Returns the agreed code (0 ok, 1 shard::Error).
+int agree(Communicator& comm, const Outcome& o, const std::string& desc) {
+  int v[2] = {o.code, -o.code};
+  comm.allreduce(v, v, 2, DType::i32, ReduceOp::max);
+  INFO(desc);
+  INFO("this rank: " << (o.code ? o.what : std::string("no error")));
+  CHECK(o.code != 2);                 // never anything but shard::Error
+  CHECK(v[0] == -v[1]);               // every rank agrees (error on all or on none)
+  return v[0] == -v[1] ? o.code : -1;
+}
+
+/// Redistribute round trips of a random rank-R tensor on a random mesh.
+template <int R>
+void redistribute_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors) {
+  const int p = comm->size();
+  const auto mesh_shape = random_mesh(r, p);
+  std::vector<index_t> shape(R);
+  Shape<R> gshape{};
+  for (int d = 0; d < R; ++d) gshape[d] = shape[static_cast<std::size_t>(d)] = r.chance(0.1) ? 0 : r.uni(1, 9);
+  const int nd = static_cast<int>(mesh_shape.size());
+  const bool bad = r.chance(0.3);
+  std::vector<std::vector<Placement>> pls;
+  std::vector<ShardSizes> szs;
+  for (int k = 0; k < 3; ++k) {
+    std::vector<Placement> pl;
+    for (int m = 0; m < nd; ++m) pl.push_back(random_placement(r, R, bad && r.chance(0.1), k > 0));
+    szs.push_back(random_sizes(r, mesh_shape, pl, shape, bad));
+    pls.push_back(std::move(pl));
+  }
+  const std::string desc = fmt::format("{} redistribute: global {} on mesh {} ({} ranks): {} {} -> {} {} -> {} {}", tag,
+                                       shape, mesh_shape, p, pls[0], describe_sizes(szs[0]), pls[1],
+                                       describe_sizes(szs[1]), pls[2], describe_sizes(szs[2]));
+  auto full = Tensor<double, R>::empty(gshape);
+  full.fill_random(r.g());
+  double err = 0;
+  const Outcome o = attempt([&] {
+    DeviceMesh mesh(comm, mesh_shape);
+    auto cmp = [&](const DistTensor<double, R>& t) {
+      const auto got = t.full_tensor();
+      SHARD_CHECK(got.shape() == full.shape(), "fuzz", "full_tensor shape {} != {}", got.shape(), full.shape());
+      for (index_t i = 0; i < full.numel(); ++i)
+        err = std::max(err, std::abs(got.data()[i] - full.data()[i]) / std::max(1.0, std::abs(full.data()[i])));
+    };
+    auto x = DistTensor<double, R>::distribute(full, mesh, pls[0], -1, szs[0]);
+    cmp(x);
+    auto y = x.redistribute(pls[1], szs[1]);
+    cmp(y);
+    auto z = y.redistribute(pls[2], szs[2]);
+    cmp(z);
+    cmp(z.redistribute(pls[0], szs[0]));  // back
+  });
+  const int code = agree(*comm, o, desc);
+  if (code == 0) {
+    INFO(desc);
+    CHECK(err <= 1e-13);
+  }
+  if (code == 1) ++*errors;
+  if (code < 0 || (code == 0 && err > 1e-13)) std::fprintf(stderr, "fuzz FAILED: %s\n", desc.c_str());
+}
+
+/// conv (+ pool) of a random rank-(S+2) activation under a random layout, against the unsharded
+/// run of the same body (a case the unsharded run refuses must be refused sharded too).
+template <int S>
+void window_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors, int* refused_sharded_only) {
+  constexpr int R = S + 2;
+  const int p = comm->size();
+  const auto mesh_shape = random_mesh(r, p);
+  const int nd = static_cast<int>(mesh_shape.size());
+  Shape<R> xs{};
+  xs[0] = r.uni(1, 2);
+  xs[1] = r.uni(1, 3);
+  for (int d = 2; d < R; ++d) xs[d] = r.chance(0.05) ? 0 : r.uni(1, 10);
+  std::vector<Placement> act;
+  for (int m = 0; m < nd; ++m) {
+    const int k = r.uni(0, 9);
+    if (k <= 2) act.push_back(Replicate());
+    else if (k <= 7) act.push_back(Shard(r.uni(2, R - 1)));
+    else if (k == 8) act.push_back(Shard(0));
+    else act.push_back(r.chance(0.5) ? Shard(1) : Partial());  // C sharded: refused; Partial: resolved
+  }
+  std::vector<index_t> shape(xs.begin(), xs.end());
+  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  // conv parameters
+  const index_t groups = xs[1] % 2 == 0 && r.chance(0.3) ? 2 : 1;
+  const index_t cout = groups * r.uni(1, 2);
+  Shape<R> ws{};
+  ws[0] = cout;
+  ws[1] = xs[1] / groups;
+  F::ConvOptions<S> co;
+  co.groups = groups;
+  for (int d = 0; d < S; ++d) {
+    ws[2 + d] = r.uni(1, 4);
+    co.stride[d] = r.uni(1, 2);
+    co.dilation[d] = r.chance(0.2) ? 2 : 1;
+    co.pad_lo[d] = r.uni(0, 2);
+    co.pad_hi[d] = r.chance(0.1) ? -1 : r.uni(0, 2);  // negative padding: refused
+    co.padding_mode[d] = static_cast<Boundary>(r.uni(0, 3));
+  }
+  const bool pool_max = r.chance(0.5);
+  PoolParams<S> pp;
+  for (int d = 0; d < S; ++d) {
+    pp.kernel[d] = r.uni(1, 3);
+    pp.stride[d] = r.uni(0, 2);
+    pp.pad_lo[d] = r.uni(0, static_cast<int>(pp.kernel[d]) - 1);
+    pp.pad_hi[d] = r.chance(0.05) ? pp.kernel[d] : r.uni(0, static_cast<int>(pp.kernel[d]) - 1);  // == kernel: bad
+  }
+  const bool bias = r.chance(0.5);
+  const std::string desc =
+      fmt::format("{} conv{}d+{}pool: x {} on mesh {} ({} ranks) as {} {}; weight {} stride {} dilation {} pad {}/{} "
+                  "modes {} groups {} bias {}; pool kernel {} stride {} pad {}/{}",
+                  tag, S, pool_max ? "max" : "avg", shape, mesh_shape, p, act, describe_sizes(sizes),
+                  std::vector<index_t>(ws.begin(), ws.end()), co.stride, co.dilation, co.pad_lo, co.pad_hi,
+                  std::vector<int>(co.padding_mode.begin(), co.padding_mode.end()), groups, bias, pp.kernel, pp.stride,
+                  pp.pad_lo, pp.pad_hi);
+  const Body<double> body = [=](Ctx<double>& c) {
+    auto x = c.template act<R>(xs);
+    auto w = c.template param<R>(ws);
+    auto y = bias ? F::conv(x, w, c.template param<1>({cout}), co) : F::conv(x, w, std::nullopt, co);
+    c.output(y);
+    c.output(pool_max ? F::max_pool(y, pp) : F::avg_pool(y, pp));
+  };
+  fn::Result ref;
+  const Outcome ro = attempt([&] { ref = fn::reference<double>(body); });
+  INFO(desc);
+  CHECK(ro.code != 2);
+  fn::Result got;
+  const Outcome o = attempt([&] {
+    DeviceMesh mesh(comm, mesh_shape);
+    got = fn::run_case<double>(mesh, Layout{"fuzz", mesh_shape, act, sizes}, body);
+  });
+  const int code = agree(*comm, o, desc);
+  if (code == 1) {
+    ++*errors;
+    if (ro.code == 0) ++*refused_sharded_only;
+  }
+  if (code == 0) {
+    // the unsharded run refused what the sharded run accepted: a check that depends on sharding
+    INFO("unsharded: " << (ro.code ? ro.what : std::string("ok")));
+    CHECK(ro.code == 0);
+    if (ro.code == 0) fn::require_match(got, ref, 1e-10);
+  }
+  if (code < 0) std::fprintf(stderr, "fuzz FAILED: %s\n", desc.c_str());
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool: right results or shard::Error on every "
+          "rank",
+          "[fuzz][mpi]") {
+  auto world = MpiComm::world();
+  const int W = world->size();
+  const std::uint64_t seed = env_u64("SHARDTENSOR_FUZZ_SEED", 20261122);
+  const std::uint64_t max_cases = env_u64("SHARDTENSOR_FUZZ_CASES", 400);
+  const double budget = static_cast<double>(env_u64("SHARDTENSOR_FUZZ_SECONDS", 25));
+  const char* only = std::getenv("SHARDTENSOR_FUZZ_CASE");
+  if (world->rank() == 0)
+    std::printf("fuzz: seed %llu (reproduce: SHARDTENSOR_FUZZ_SEED=%llu; one case: SHARDTENSOR_FUZZ_CASE=k), up to %llu "
+                "cases or %.0f s at %d ranks\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed),
+                static_cast<unsigned long long>(max_cases), budget, W);
+  // One communicator per size 1..W (ranks >= p sit a case out); watched, so a hang aborts loudly.
+  std::vector<CommPtr> comms;
+  for (int p = 1; p <= W; ++p) {
+    auto c = world->split(world->rank() < p ? 0 : -1, world->rank());
+    if (c) c->set_timeout(120);
+    comms.push_back(c);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int ran = 0, errors = 0, sharded_only = 0;
+  for (std::uint64_t k = only ? std::strtoull(only, nullptr, 10) : 0; k < max_cases; ++k) {
+    int go = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < budget ? 1 : 0;
+    world->broadcast(&go, 1, DType::i32, 0);
+    if (!go) break;
+    Rng r(seed * 1000003u + k);
+    const int p = r.uni(1, W);
+    const int kind = r.uni(0, 3);
+    const auto& comm = comms[static_cast<std::size_t>(p - 1)];
+    const std::string tag = fmt::format("case {}", k);
+    if (comm) {
+      switch (kind) {
+        case 0: redistribute_case<2>(r, comm, tag, &errors); break;
+        case 1: redistribute_case<3>(r, comm, tag, &errors); break;
+        case 2: window_case<1>(r, comm, tag, &errors, &sharded_only); break;
+        default: window_case<2>(r, comm, tag, &errors, &sharded_only); break;
+      }
+    }
+    ++ran;
+    if (only) break;
+  }
+  int stats[3] = {ran, errors, sharded_only};
+  world->allreduce(stats + 1, stats + 1, 2, DType::i32, ReduceOp::max);
+  if (world->rank() == 0)
+    std::printf("fuzz: %d cases in %.1f s (seed %llu); %d refused with shard::Error (on every rank), %d of them only "
+                "when sharded\n",
+                stats[0], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                static_cast<unsigned long long>(seed), stats[1], stats[2]);
+  CHECK(ran > 0);
+}
