@@ -24,6 +24,7 @@
 ///   });
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -68,13 +69,14 @@ inline std::vector<int> parse_mesh(const std::string& s, int min_dims, int max_d
       }
     }
     if (!ok || used != part.size() || v < 1 || v > INT_MAX)
-      throw UsageError(flag + " '" + s + "': expected " + form + " with positive integer extents, got '" + part + "'");
+      throw UsageError((flag.empty() ? "" : flag + " ") + "'" + s + "': expected " + form +
+                       " with positive integer extents, got '" + part + "'");
     out.push_back(static_cast<int>(v));
     if (x == std::string::npos) break;
     pos = x + 1;
   }
   if (static_cast<int>(out.size()) < min_dims || static_cast<int>(out.size()) > max_dims)
-    throw UsageError(flag + " '" + s + "': expected " + form + " (" + std::to_string(min_dims) +
+    throw UsageError((flag.empty() ? "" : flag + " ") + "'" + s + "': expected " + form + " (" + std::to_string(min_dims) +
                      (max_dims == min_dims ? "" : " to " + std::to_string(max_dims)) + " extents), got " +
                      std::to_string(out.size()));
   return out;
@@ -90,7 +92,7 @@ inline CLI::Validator decimal_integer(bool allow_negative = true) {
           return std::string(allow_negative ? "'" + s + "' is not an integer" : "'" + s + "' is not a non-negative integer");
         return std::string();
       },
-      "INT");
+      "");
 }
 
 /// A CLI11 check for a mesh string (see parse_mesh).
@@ -98,7 +100,7 @@ inline CLI::Validator mesh_check(int min_dims, int max_dims) {
   return CLI::Validator(
       [=](std::string& s) {
         try {
-          parse_mesh(s, min_dims, max_dims, "mesh");
+          parse_mesh(s, min_dims, max_dims, "");
         } catch (const UsageError& e) {
           return std::string(e.what());
         }
@@ -181,16 +183,18 @@ inline std::vector<shard::index_t> balanced_bounds(shard::index_t n, int p) {
   return b;
 }
 
-/// Refuses an extent `n` split over `parts` ranks (balanced) that leaves a rank with no cell, at
-/// the full resolution or after any of `halvings` 2x downsamplings that map part boundaries g to
-/// ceil(g / 2) and the extent to floor(n / 2) (avg-pool U-Nets: nn/unet.hpp). `what` names the
-/// flag or dim. Throws UsageError.
+/// For models that cannot take a rank without cells (the U-Net can, so unet_surrogate does not
+/// use it): refuses an extent `n` split over `parts` ranks (balanced) that leaves a rank with no
+/// cell, at the full resolution or after any of `halvings` 2x downsamplings that map part
+/// boundaries g to ceil(g / 2) and the extent to floor(n / 2). `what` names the flag or dim.
+/// Throws UsageError.
 inline void check_no_empty_parts(shard::index_t n, int parts, int halvings, const std::string& what) {
+  const shard::index_t n0 = n;
   auto b = balanced_bounds(n, parts);
   for (int level = 0; level <= halvings; ++level) {
     for (int i = 0; i < parts; ++i) {
       if (b[static_cast<std::size_t>(i) + 1] <= b[static_cast<std::size_t>(i)])
-        throw UsageError(what + ": extent " + std::to_string(n) + " over " + std::to_string(parts) +
+        throw UsageError(what + ": extent " + std::to_string(n0) + " over " + std::to_string(parts) +
                          " ranks leaves rank " + std::to_string(i) + " of that dim with no cells" +
                          (level ? " after " + std::to_string(level) + " halving(s) (extent " +
                                       std::to_string(b.back()) + ")"
@@ -201,6 +205,20 @@ inline void check_no_empty_parts(shard::index_t n, int parts, int halvings, cons
     n /= 2;
     for (auto& g : b) g = std::min((g + 1) / 2, n);
   }
+}
+
+/// Refuses an extent `n` too small for `halvings` 2x downsamplings of a U-Net (nn/unet.hpp: every
+/// level must hold at least 2 cells before it is halved, extent n -> floor(n / 2)). Throws
+/// UsageError naming both flags.
+inline void check_halvings(shard::index_t n, int halvings, const std::string& extent_flag,
+                           const std::string& halvings_flag) {
+  shard::index_t e = n;
+  for (int level = 0; level < halvings; ++level, e /= 2)
+    if (e < 2)
+      throw UsageError(extent_flag + " " + std::to_string(n) + " is too small for " + halvings_flag + " " +
+                       std::to_string(halvings) + ": extent " + std::to_string(e) + " at level " + std::to_string(level) +
+                       " cannot be halved (the grid needs at least 2^" + std::to_string(halvings) + " = " +
+                       std::to_string(shard::index_t{1} << std::min(halvings, 62)) + " points per side)");
 }
 
 /// Runs `body` (returns the exit code) and turns every exception into a message and an exit
