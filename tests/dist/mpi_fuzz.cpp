@@ -221,12 +221,14 @@ void window_case(Rng& r, const CommPtr& comm, const std::string& tag, int* error
     pp.pad_hi[d] = r.chance(0.05) ? pp.kernel[d] : r.uni(0, static_cast<int>(pp.kernel[d]) - 1);  // == kernel: bad
   }
   const bool bias = r.chance(0.5);
+  std::vector<int> modes;
+  for (auto m : co.padding_mode) modes.push_back(static_cast<int>(m));
   const std::string desc =
       fmt::format("{} conv{}d+{}pool: x {} on mesh {} ({} ranks) as {} {}; weight {} stride {} dilation {} pad {}/{} "
                   "modes {} groups {} bias {}; pool kernel {} stride {} pad {}/{}",
                   tag, S, pool_max ? "max" : "avg", shape, mesh_shape, p, act, describe_sizes(sizes),
                   std::vector<index_t>(ws.begin(), ws.end()), co.stride, co.dilation, co.pad_lo, co.pad_hi,
-                  std::vector<int>(co.padding_mode.begin(), co.padding_mode.end()), groups, bias, pp.kernel, pp.stride,
+                  modes, groups, bias, pp.kernel, pp.stride,
                   pp.pad_lo, pp.pad_hi);
   const Body<double> body = [=](Ctx<double>& c) {
     auto x = c.template act<R>(xs);
