@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "exec/attention_kernels.hpp"
@@ -161,7 +162,8 @@ void forward_t(const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, const AttnMask& 
   const T scale = static_cast<T>(m.scale), ninf = -std::numeric_limits<T>::infinity();
   const index_t ntq = (g.Nq + Bq - 1) / Bq, units = g.B * g.H * ntq;
   const int nth = plan_threads(units);
-  BlasThreadsScope single_blas(1);
+  std::optional<BlasThreadsScope> single_blas;  // the BLAS setting is process-wide: not from inside a region
+  if (!omp_in_parallel()) single_blas.emplace(1);
 #pragma omp parallel num_threads(nth)
   {
     Buf<T> sbuf, obuf, mbuf, lbuf;
@@ -244,7 +246,8 @@ void backward_t(const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, AttnIn out, Att
   const bool partial_dq = dQ && C > 1;
   std::vector<T> dq_part(partial_dq ? static_cast<std::size_t>(units * g.Nq * g.D) : 0);
   std::vector<T> delta(static_cast<std::size_t>(BH * g.Nq));
-  BlasThreadsScope single_blas(1);
+  std::optional<BlasThreadsScope> single_blas;
+  if (!omp_in_parallel()) single_blas.emplace(1);
 #pragma omp parallel num_threads(nth)
   {
 #pragma omp for schedule(static)
