@@ -237,10 +237,8 @@ void backward_t(const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, AttnIn out, Att
   // Key tiles of one head split over C units when the heads alone do not balance the threads;
   // unit c takes tiles c, c + C, ... (balanced under a causal mask). dQ then goes to one partial
   // buffer per unit, summed at the end.
-  index_t C = 1;
-  if (dQ && max_threads > 1 && BH % max_threads != 0 && BH < 4 * max_threads)
-    C = std::min<index_t>(ntk, (4 * max_threads + BH - 1) / BH);
-  if (!dQ && BH < 4 * max_threads) C = std::min<index_t>(ntk, (4 * max_threads + BH - 1) / BH);
+  const bool split = max_threads > 1 && BH < 4 * max_threads && (!dQ || BH % max_threads != 0);
+  const index_t C = split ? std::min<index_t>(ntk, (4 * max_threads + BH - 1) / BH) : 1;
   const index_t units = BH * C;
   const int nth = plan_threads(units);
   const bool partial_dq = dQ && C > 1;
