@@ -33,10 +33,12 @@ int main(int argc, char** argv) {
       if (staller) nap();
       world->allreduce(&v, &v, 1, DType::f64, ReduceOp::sum);
     } else if (mode == "wait") {
+      // Every other rank waits on a receive from the stalled rank (none leaves early: a rank that
+      // finalises before the abort can keep Open MPI from ending the job promptly).
       if (staller) {
         nap();
-        world->isend(&v, 1, DType::f64, 0, 5).wait();
-      } else if (r == 0) {
+        for (int q = 0; q + 1 < p; ++q) world->isend(&v, 1, DType::f64, q, 5).wait();
+      } else {
         world->irecv(&v, 1, DType::f64, p - 1, 5).wait();
       }
     } else if (mode == "context") {
