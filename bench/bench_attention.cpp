@@ -4,11 +4,12 @@
 //
 //   OMP_NUM_THREADS=2 build/bench/bench_attention [--n 4096] [--heads 8] [--dim 64] [--reps 3]
 //                                                 [--causal 0|1] [--dtype f32|f64] [--peak 1|0]
+//                                                 [--warmup 1|0]
 //
 // One case per process (so that the peak-RSS delta belongs to it): B = 1, H heads, N tokens,
 // head dim D, operands token-major [1, N, H, D] (the local block of a DistTensor), forward then
 // backward (dq, dk, dv). Prints the median / minimum of each phase over --reps repetitions (after
-// one warm-up), GFLOP/s, the fraction of the sgemm peak (one large sgemm on 2 BLAS threads), and
+// one warm-up unless --warmup 0), GFLOP/s, the fraction of the sgemm peak (one large sgemm on 2 BLAS threads), and
 // the peak resident memory growth from before the operands were allocated (getrusage max RSS).
 // FLOPs counted: forward 4 N^2 D H (Q K^T and P V), backward 10 N^2 D H (S recomputed, dV, dP,
 // dQ, dK) -- the GEMM work actually executed; "model" FLOPs (no recompute) are 12 N^2 D H.
@@ -69,7 +70,7 @@ double sgemm_gflops(index_t n, int reps, double* per_cpu_second) {
 }
 
 template <class T>
-int run(index_t N, index_t H, index_t D, int reps, bool causal, bool peak) {
+int run(index_t N, index_t H, index_t D, int reps, bool causal, bool peak, int warmup) {
   const double rss0 = max_rss_mb();
   const index_t n = N * H * D;
   std::vector<T> q(static_cast<std::size_t>(n)), k(q.size()), v(q.size()), out(q.size()), dout(q.size()),
@@ -91,7 +92,7 @@ int run(index_t N, index_t H, index_t D, int reps, bool causal, bool peak) {
   m.causal = causal;
   auto& ctx = current_context(Device::cpu());
   std::vector<double> fwd, bwd, tot, cpu;
-  for (int r = 0; r < reps + 1; ++r) {
+  for (int r = 1 - warmup; r < reps + 1; ++r) {
     std::fill(dq.begin(), dq.end(), T(0));
     std::fill(dk.begin(), dk.end(), T(0));
     std::fill(dv.begin(), dv.end(), T(0));
@@ -141,7 +142,7 @@ int run(index_t N, index_t H, index_t D, int reps, bool causal, bool peak) {
 
 int main(int argc, char** argv) {
   index_t N = 4096, H = 8, D = 64;
-  int reps = 3;
+  int reps = 3, warmup = 1;
   bool causal = false, peak = true;
   std::string dt = "f32";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -153,10 +154,11 @@ int main(int argc, char** argv) {
     else if (a == "--causal") causal = v == "1";
     else if (a == "--dtype") dt = v;
     else if (a == "--peak") peak = v == "1";
+    else if (a == "--warmup") warmup = v == "0" ? 0 : 1;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
     }
   }
-  return dt == "f64" ? run<double>(N, H, D, reps, causal, peak) : run<float>(N, H, D, reps, causal, peak);
+  return dt == "f64" ? run<double>(N, H, D, reps, causal, peak, warmup) : run<float>(N, H, D, reps, causal, peak, warmup);
 }

@@ -46,7 +46,7 @@ __device__ inline A neg_inf() { return -static_cast<A>(INFINITY); }
 /// Keys per shared-memory tile: two tiles of BK x DM accumulation values, 32 KiB.
 template <class A, int DM>
 struct KeyTile {
-  static constexpr int value = 4096 / (DM * static_cast<int>(sizeof(A)));
+  static constexpr int value = 16384 / (DM * static_cast<int>(sizeof(A)));
 };
 
 template <class T, class A>

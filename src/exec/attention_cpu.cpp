@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "exec/attention_kernels.hpp"
@@ -161,7 +162,8 @@ void forward_t(const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, const AttnMask& 
   const T scale = static_cast<T>(m.scale), ninf = -std::numeric_limits<T>::infinity();
   const index_t ntq = (g.Nq + Bq - 1) / Bq, units = g.B * g.H * ntq;
   const int nth = plan_threads(units);
-  BlasThreadsScope single_blas(1);
+  std::optional<BlasThreadsScope> single_blas;  // the BLAS setting is process-wide: not from inside a region
+  if (!omp_in_parallel()) single_blas.emplace(1);
 #pragma omp parallel num_threads(nth)
   {
     Buf<T> sbuf, obuf, mbuf, lbuf;
@@ -235,16 +237,15 @@ void backward_t(const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, AttnIn out, Att
   // Key tiles of one head split over C units when the heads alone do not balance the threads;
   // unit c takes tiles c, c + C, ... (balanced under a causal mask). dQ then goes to one partial
   // buffer per unit, summed at the end.
-  index_t C = 1;
-  if (dQ && max_threads > 1 && BH % max_threads != 0 && BH < 4 * max_threads)
-    C = std::min<index_t>(ntk, (4 * max_threads + BH - 1) / BH);
-  if (!dQ && BH < 4 * max_threads) C = std::min<index_t>(ntk, (4 * max_threads + BH - 1) / BH);
+  const bool split = max_threads > 1 && BH < 4 * max_threads && (!dQ || BH % max_threads != 0);
+  const index_t C = split ? std::min<index_t>(ntk, (4 * max_threads + BH - 1) / BH) : 1;
   const index_t units = BH * C;
   const int nth = plan_threads(units);
   const bool partial_dq = dQ && C > 1;
   std::vector<T> dq_part(partial_dq ? static_cast<std::size_t>(units * g.Nq * g.D) : 0);
   std::vector<T> delta(static_cast<std::size_t>(BH * g.Nq));
-  BlasThreadsScope single_blas(1);
+  std::optional<BlasThreadsScope> single_blas;
+  if (!omp_in_parallel()) single_blas.emplace(1);
 #pragma omp parallel num_threads(nth)
   {
 #pragma omp for schedule(static)
