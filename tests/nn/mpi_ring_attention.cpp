@@ -65,7 +65,7 @@ Body<T> attn_body(AttnCase a, Shape<R> sq, Shape<R> sk) {
 
 /// Token-sharded layouts of [B, S..., H, D] tensors at P ranks (token extents `s`): each token dim
 /// on a 1-D mesh, uneven with an empty first shard, and at 2 / 4 ranks 2-D meshes: a 2-D token
-/// domain, data x tokens, two mesh dims on one token dim.
+/// domain, data x tokens, two mesh dims on one token dim, a replicated mesh dim x tokens.
 template <int R>
 std::vector<Layout> attn_layouts(int P, const Shape<R>& s, bool causal) {
   std::vector<Layout> out;
@@ -82,6 +82,7 @@ std::vector<Layout> attn_layouts(int P, const Shape<R>& s, bool causal) {
     if (R >= 5 && !causal) out.push_back({"2x2-token-domain", {2, 2}, {Shard(1), Shard(2)}, {}});
     out.push_back({"2x2-data-tokens", {2, 2}, {Shard(0), Shard(1)}, {}});
     out.push_back({"2x2-same-dim", {2, 2}, {Shard(1), Shard(1)}, {}});
+    out.push_back({"2x2-replica-tokens", {2, 2}, {Replicate(), Shard(1)}, {}});
   }
   if (P == 2) {
     if (R >= 5 && !causal) out.push_back({"1x2-token-domain", {1, 2}, {Shard(1), Shard(2)}, {}});
