@@ -26,7 +26,8 @@
 /// rank count. Unsharded spatial dims are not exchanged: the local kernel clips (zero) or wraps
 /// (periodic) them. The local kernel (exec/neighborhood.hpp) excludes keys outside the global
 /// domain by a valid range per dim. Backward: dq is local; dk and dv of the extended blocks go
-/// back through the halo ADJOINT (ghost gradients added on their owners).
+/// back through the halo ADJOINT (ghost gradients added on their owners), which is in flight
+/// while the dq kernel runs. The forward exchanges k and v together (no compute overlap yet).
 ///
 /// Bad input (shard::Error on every rank, before any communication): option vectors of the wrong
 /// length, non-positive window or dilation, a window larger than the domain (see above), q/k/v with
@@ -147,17 +148,23 @@ Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, c
         if (gq) oq = detail::nbhd_out(dq);
         if (gk) ok = detail::nbhd_out(dk);
         if (gv) ov = detail::nbhd_out(dv);
-        exec::nbhd_attention_backward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx),
-                                      detail::nbhd_in(vx), detail::nbhd_in(out), detail::nbhd_in(gout), lse.data(), oq,
-                                      ok, ov, dev, current_context(dev));
+        auto kernel = [&](exec::NbhdOut a, exec::NbhdOut b, exec::NbhdOut c) {
+          exec::nbhd_attention_backward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx),
+                                        detail::nbhd_in(vx), detail::nbhd_in(out), detail::nbhd_in(gout), lse.data(),
+                                        a, b, c, dev, current_context(dev));
+        };
         const DistSpec& xs = q.value().spec();
         const DistSpec gs = xs.with_placements(
             autograd::local_op_input_grad_placements(xs.placements(), plan->out_spec.placements(), gn.placements()),
             xs.sizes());
-        // The two adjoints are in flight together (same posting order on every rank).
+        const bool overlap = plan->exchange && (gk || gv);
+        // With halos: dk and dv first, then their adjoints (both in flight together, posted in the
+        // same order on every rank) overlap the dq kernel.
+        kernel(overlap ? exec::NbhdOut{} : oq, ok, ov);
         HaloExchange<T, R> ak, av;
         if (plan->exchange && gk) ak = halo_exchange_adjoint_start(k.value().spec(), dk, plan->halo, true);
         if (plan->exchange && gv) av = halo_exchange_adjoint_start(v.value().spec(), dv, plan->halo, true);
+        if (overlap && gq) kernel(oq, exec::NbhdOut{}, exec::NbhdOut{});
         if (plan->exchange && gk) dk = ak.finish();
         if (plan->exchange && gv) dv = av.finish();
         if (gq) q.accumulate_grad(DistTensor<T, R>(gs, dq));
