@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "shardtensor/config.hpp"
 #include "shardtensor/dist/gather.hpp"
@@ -68,6 +69,11 @@ std::uint64_t box_checksum(DType dt, const std::vector<index_t>& global_shape, c
 
 }  // namespace detail
 
+
+#if SHARDTENSOR_HAS_HDF5
+
+bool hdf5_available() noexcept { return true; }
+
 namespace {
 /// The sum (mod 2^64) of every rank's value.
 std::uint64_t sum_over_ranks(Communicator& comm, std::uint64_t v) {
@@ -76,10 +82,6 @@ std::uint64_t sum_over_ranks(Communicator& comm, std::uint64_t v) {
   return s;
 }
 }  // namespace
-
-#if SHARDTENSOR_HAS_HDF5
-
-bool hdf5_available() noexcept { return true; }
 
 namespace {
 

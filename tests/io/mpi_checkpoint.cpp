@@ -195,7 +195,7 @@ TEST_CASE("checkpoints refuse truncated and corrupted files on every rank", "[io
       if (comm->rank() == 0) std::ofstream(t, std::ios::binary) << bytes.substr(0, static_cast<std::size_t>(bytes.size() * frac));
       comm->barrier();
       INFO("truncated to " << frac);
-      refused(t, "load_checkpoint");
+      refused(t, "truncated file");
     }
     // One flipped byte inside the first parameter's data.
     {
