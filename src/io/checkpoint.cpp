@@ -94,7 +94,18 @@ void save_checkpoint(const std::string& path, const nn::Module<T>& model,
   }
   for (auto& [k, v] : state.ints) manifest += fmt::format("int\t{}\n", k);
   for (auto& [k, v] : state.bytes) manifest += fmt::format("bytes\t{}\n", k);
-  // Rank 0's manifest is what is written; the maps come from rank 0 too.
+  // Rank 0's values are written, but every rank must have the same entries: each entry is one
+  // collective dataset write.
+  {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : manifest) h = (h ^ c) * 0x100000001b3ull;
+    const auto all = comm->allgather_value(static_cast<std::int64_t>(h));
+    for (std::size_t r = 0; r < all.size() && err.empty(); ++r)
+      if (all[r] != all[0])
+        err = fmt::format("rank {} has other parameters, optimiser buffers or state keys than rank 0 (every rank must "
+                          "pass the same entries)", r);
+    comm->check_all(err.empty(), "save_checkpoint", err);
+  }
   const std::string tmp = path + ".tmp";
   try {
     H5File f(tmp, comm, H5File::Mode::create);

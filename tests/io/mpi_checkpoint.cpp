@@ -215,6 +215,12 @@ TEST_CASE("checkpoints refuse truncated and corrupted files on every rank", "[io
     }
     // Not a checkpoint at all / missing.
     refused(dir + "/missing.h5", "cannot open");
+    // Ranks passing different state keys: refused on every rank before anything is written.
+    if (comm->size() > 1) {
+      io::TrainingState odd = state_at(1);
+      if (comm->rank() == 1) odd.ints["only.on.rank1"] = 1;
+      CHECK_THAT(error_of([&] { io::save_checkpoint(path, *a, &oa, odd); }), ContainsSubstring("same entries"));
+    }
     // The good file still loads, everywhere.
     const auto st = io::load_checkpoint(path, *b, &ob);
     CHECK(st == state_at(1));
