@@ -58,9 +58,12 @@ Block gather_to(const DistSpec& spec, const Block& local, int root) {
   }
   const std::vector<index_t>& gshape = np.global_shape();
   Block full = Block::allocate(dt, Device::cpu(), gshape);
+  // Boxes that are one contiguous run of the result (row bands) are received in place; the
+  // others through a staging buffer of the largest such box.
   index_t biggest = 0;
   for (int r = 0; r < P; ++r)
-    if (r != root && is_box_writer(np, r)) biggest = std::max(biggest, np.box_of(r).numel());
+    if (r != root && is_box_writer(np, r) && !exec::sub_box(full, np.box_of(r).lo, np.box_of(r).len).is_contiguous())
+      biggest = std::max(biggest, np.box_of(r).numel());
   Block staging = biggest > 0 ? Block::allocate(dt, Device::cpu(), {biggest}) : Block{};
   for (int r = 0; r < P; ++r) {
     if (!is_box_writer(np, r)) continue;
@@ -69,6 +72,10 @@ Block gather_to(const DistSpec& spec, const Block& local, int root) {
     const Block dst = exec::sub_box(full, b.lo, b.len);
     if (r == root) {
       exec::box_copy(dst, mine);
+      continue;
+    }
+    if (dst.is_contiguous()) {
+      comm->irecv(dst.data, b.numel(), dt, r, kGatherTag).wait();
       continue;
     }
     comm->irecv(staging.data, b.numel(), dt, r, kGatherTag).wait();
@@ -93,9 +100,14 @@ Block scatter_from(const DistSpec& spec, const Block& full, int root, DType dt, 
   const Box& mybox = np.local_box();
   Block mine = Block::allocate(dt, Device::cpu(), mybox.len);
   if (me == root) {
+    // Host boxes that are one contiguous run of `full` are sent in place, the others staged.
+    auto in_place = [&](int r) {
+      const Box& b = np.box_of(r);
+      return full.device.is_cpu() && exec::sub_box(full, b.lo, b.len).is_contiguous();
+    };
     index_t biggest = 0;
     for (int r = 0; r < P; ++r)
-      if (r != root) biggest = std::max(biggest, np.box_of(r).numel());
+      if (r != root && !in_place(r)) biggest = std::max(biggest, np.box_of(r).numel());
     Block staging = biggest > 0 ? Block::allocate(dt, Device::cpu(), {biggest}) : Block{};
     for (int r = 0; r < P; ++r) {
       const Box& b = np.box_of(r);
@@ -103,6 +115,10 @@ Block scatter_from(const DistSpec& spec, const Block& full, int root, DType dt, 
       const Block src = exec::sub_box(full, b.lo, b.len);
       if (r == root) {
         exec::box_copy(mine, src);
+        continue;
+      }
+      if (in_place(r)) {
+        comm->isend(src.data, b.numel(), dt, r, kScatterTag).wait();
         continue;
       }
       exec::box_copy(Block::view(dt, Device::cpu(), staging.data, b.len.data(), static_cast<int>(b.len.size())), src);
