@@ -121,11 +121,13 @@ struct StorageDeleter {
   int index = 0;
   std::size_t bytes = 0;
   const exec::DeviceRuntime* rt = nullptr;
+  const void* owner = nullptr;  ///< host_small: the allocating thread's pool tag
   std::atomic<std::uint64_t> version{0};
   StorageDeleter(Kind k, int c, int i, std::size_t b, const exec::DeviceRuntime* r)
       : kind(k), cls(c), index(i), bytes(b), rt(r) {}
   StorageDeleter(const StorageDeleter& o)
-      : kind(o.kind), cls(o.cls), index(o.index), bytes(o.bytes), rt(o.rt), version(o.version.load()) {}
+      : kind(o.kind), cls(o.cls), index(o.index), bytes(o.bytes), rt(o.rt), owner(o.owner),
+        version(o.version.load()) {}
   void operator()(void* q) const noexcept {
     switch (kind) {
       case Kind::host_large:
@@ -133,7 +135,7 @@ struct StorageDeleter {
         HostCache::get().give(q, bytes);
         break;
       case Kind::host_small:
-        detail::SmallBlockPool::deallocate(q, cls);
+        detail::SmallBlockPool::deallocate(q, cls, owner);
         counter(DeviceKind::cpu).sub(bytes);
         break;
       case Kind::device:
@@ -176,11 +178,13 @@ std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
     }
     // Small blocks: per-thread free lists, control block from the same pool (small_block_pool.hpp).
     int cls = 0;
-    void* p = detail::SmallBlockPool::allocate(n, cls);
+    const void* owner = nullptr;
+    void* p = detail::SmallBlockPool::allocate(n, cls, &owner);
     SHARD_CHECK(p != nullptr, "allocate", "host allocation of {} bytes failed", n);
     counter(DeviceKind::cpu).add(n);
-    return std::shared_ptr<void>(p, StorageDeleter(StorageDeleter::Kind::host_small, cls, 0, n, nullptr),
-                                 detail::SmallBlockAllocator<void>{});
+    StorageDeleter d(StorageDeleter::Kind::host_small, cls, 0, n, nullptr);
+    d.owner = owner;
+    return std::shared_ptr<void>(p, std::move(d), detail::SmallBlockAllocator<void>{});
   }
   // Device memory: the backend's runtime (shardtensor::cuda caches freed blocks in a
   // stream-ordered pool, see src/cuda/runtime_cuda.cpp); counted here by the bytes handed out.

@@ -167,11 +167,13 @@ HostPoolCounters small_pool_counters() noexcept {
   return s;
 }
 
-void* SmallBlockPool::allocate(std::size_t bytes, int& cls) {
+void* SmallBlockPool::allocate(std::size_t bytes, int& cls, const void** owner) {
   const int c = class_of(bytes);
   cls = c;
   g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (ThreadBins* b = bins(); b && b->head[c]) {
+  ThreadBins* b = bins();
+  if (owner) *owner = b;
+  if (b && b->head[c]) {
     --b->count[c];
     g_hits.fetch_add(1, std::memory_order_relaxed);
     return pop(b->head[c]);
@@ -179,9 +181,9 @@ void* SmallBlockPool::allocate(std::size_t bytes, int& cls) {
   return global_take(c);
 }
 
-void SmallBlockPool::deallocate(void* p, int cls) noexcept {
+void SmallBlockPool::deallocate(void* p, int cls, const void* owner) noexcept {
   ThreadBins* b = bins();
-  if (!b || b->count[cls] >= front_cap(cls)) {
+  if (!b || (owner && owner != b) || b->count[cls] >= front_cap(cls)) {
     global_give(cls, p);
     return;
   }

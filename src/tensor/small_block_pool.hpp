@@ -13,7 +13,8 @@
 // to 1 MiB (at most 25% rounding). Blocks of classes <= 32 KiB are carved from 1 MiB slabs (kept
 // for the process lifetime); larger blocks are mapped one by one. Freed blocks go to a per-thread
 // front (no lock; at most 64 blocks / 256 KiB per class) and overflow to a global per-class list
-// (one mutex). Cached mapped-one-by-one blocks are bounded by SHARDTENSOR_HOST_POOL_CACHE_MB
+// (one mutex); a block freed on another thread than the one that allocated it goes to the global
+// list (it would otherwise strand in that thread's front). Cached mapped-one-by-one blocks are bounded by SHARDTENSOR_HOST_POOL_CACHE_MB
 // (default 256; beyond it they are unmapped). A thread's front is returned to the global lists
 // when the thread exits. Statistics: see shard::host_allocator_stats().
 #include <cstddef>
@@ -48,10 +49,12 @@ struct SmallBlockPool {
     return (std::size_t{1} << lo) + q * (std::size_t{1} << (lo - 2));
   }
   /// A block of at least `bytes` (0 < bytes < max_bytes) from size class `cls` (set here);
-  /// null when the system is out of memory.
-  static void* allocate(std::size_t bytes, int& cls);
-  /// Returns a block of size class `cls` to the pool.
-  static void deallocate(void* p, int cls) noexcept;
+  /// null when the system is out of memory. `owner` (if given) receives the calling thread's tag.
+  static void* allocate(std::size_t bytes, int& cls, const void** owner = nullptr);
+  /// Returns a block of size class `cls` to the pool: to the calling thread's front when `owner`
+  /// is null or the calling thread's tag, else (freed on another thread than the one that
+  /// allocated it) to the global list, so blocks do not strand in one thread's front.
+  static void deallocate(void* p, int cls, const void* owner = nullptr) noexcept;
   /// Moves the calling thread's parked blocks to the global lists and unmaps every cached
   /// one-by-one mapped block (slab memory stays mapped).
   static void release_thread_cache() noexcept;
