@@ -95,7 +95,7 @@ TEST_CASE("an optimizer step between forward and backward is refused", "[autogra
   optim::SGD<double> opt({p}, {.lr = 0.1});
   conv_loss(x, w, target(m)).backward();  // a gradient to step with
   auto loss = conv_loss(x, w, target(m));
-  opt.step();  // updates w in place while the second graph still needs the old w (for dx... and dw's x is fine)
+  opt.step();  // updates w in place while the second graph still holds the old w
   CHECK_THROWS_WITH(loss.backward(), ContainsSubstring("conv2d") && ContainsSubstring("input 1"));
 }
 
