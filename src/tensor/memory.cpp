@@ -88,7 +88,7 @@ class HostCache {
   /// Frees every cached block.
   void clear() {
     std::unique_lock<std::mutex> lk(mu_);
-    std::list<std::pair<std::size_t, void*>> all;
+    Lru all;
     all.swap(lru_);
     by_size_.clear();
     bytes_ = 0;
@@ -105,8 +105,13 @@ class HostCache {
     if (const char* e = std::getenv("SHARDTENSOR_HOST_CACHE_MB")) limit_ = std::strtoull(e, nullptr, 10) << 20;
   }
   std::mutex mu_;
-  std::list<std::pair<std::size_t, void*>> lru_;  // parked blocks, least recently parked first
-  std::multimap<std::size_t, std::list<std::pair<std::size_t, void*>>::iterator> by_size_;
+  // The bookkeeping nodes come from the small-block pool too (no malloc in allocate_bytes).
+  using Entry = std::pair<std::size_t, void*>;
+  using Lru = std::list<Entry, detail::SmallBlockAllocator<Entry>>;
+  using BySize = std::multimap<std::size_t, Lru::iterator, std::less<std::size_t>,
+                               detail::SmallBlockAllocator<std::pair<const std::size_t, Lru::iterator>>>;
+  Lru lru_;  // parked blocks, least recently parked first
+  BySize by_size_;
   std::size_t bytes_ = 0;
   std::size_t limit_ = std::size_t{1024} << 20;
 };
