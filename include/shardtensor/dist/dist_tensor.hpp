@@ -249,4 +249,11 @@ class DistTensor {
   Local local_;
 };
 
+/// Declares that this rank's block of `t` was modified through a pointer shardtensor does not see
+/// (see Tensor::bump_version): a backward that saved it then throws on every rank.
+template <class T, int Rank>
+void mark_modified(const DistTensor<T, Rank>& t) noexcept {
+  t.local().bump_version();
+}
+
 }  // namespace shard

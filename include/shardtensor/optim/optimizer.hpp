@@ -113,6 +113,7 @@ class SGD final : public Optimizer<T> {
       if (o_.momentum > 0 && buf_[i].numel() != n) buf_[i] = Tensor<T, 1>::zeros({n}, dev);
       exec::sgd_update(param_block(p.data(), n, dev), param_block(g, n, dev),
                        o_.momentum > 0 ? param_block(buf_[i].data(), n, dev) : Block{}, sp, current_context(dev));
+      p.value_flat().bump_version();  // updated in place: a graph that saved it can no longer backward
     }
   }
   OptimizerState state() const override {
@@ -165,6 +166,7 @@ class Adam : public Optimizer<T> {
       }
       exec::adam_update(param_block(p.data(), n, dev), param_block(g, n, dev), param_block(m_[i].data(), n, dev),
                         param_block(v_[i].data(), n, dev), ap, current_context(dev));
+      p.value_flat().bump_version();
     }
   }
   /// Number of steps taken.
