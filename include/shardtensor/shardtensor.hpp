@@ -30,3 +30,6 @@
 #include "shardtensor/nn/parameter.hpp"
 #include "shardtensor/optim/optimizer.hpp"
 #include "shardtensor/nn/layers.hpp"
+#include "shardtensor/dist/gather.hpp"
+#include "shardtensor/io/hdf5.hpp"
+#include "shardtensor/io/checkpoint.hpp"

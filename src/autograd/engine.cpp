@@ -19,7 +19,18 @@ void at_backward_end(std::function<void()> f) {
   else t_outside.push_back(std::move(f));
 }
 
-void run_backward(const std::shared_ptr<Node>& root) {
+std::string Node::saved_version_error() const {
+  std::uint64_t now = 0;
+  const SavedVersion* v = saved.first_changed(now);
+  if (!v) return {};
+  const std::string which = v->index < 0 ? std::string("its output") : fmt::format("its input {}", v->index);
+  return fmt::format(
+      "a tensor saved for the gradient of '{}' ({}) was modified in place after the op recorded it: its storage "
+      "is at version {}, expected {}. Run the forward again after modifying it, or modify a copy",
+      name, which, now, v->version);
+}
+
+void run_backward(const std::shared_ptr<Node>& root, Communicator* comm) {
   if (!root) {
     std::vector<std::function<void()>> fs;
     std::swap(fs, t_outside);
@@ -67,6 +78,18 @@ void run_backward(const std::shared_ptr<Node>& root) {
       stack.pop_back();
     }
   }
+  // Saved-tensor safety: every node's recorded versions are checked before the first node runs,
+  // and with a communicator the verdict is agreed on (one allgather): a tensor modified on one
+  // rank makes every rank throw the same error instead of leaving the others in the graph's
+  // collectives.
+  std::string err;
+  for (Node* n : order) {
+    if (n->released) continue;
+    err = n->saved_version_error();
+    if (!err.empty()) break;
+  }
+  if (comm && comm->size() > 1) comm->check_all(err.empty(), "backward", err);
+  else SHARD_CHECK(err.empty(), "backward", "{}", err);
   std::vector<std::function<void()>> finalizers;
   std::swap(finalizers, t_outside);  // the seed's leaf registration, if the loss is a leaf
   auto* prev_finalizers = t_finalizers;

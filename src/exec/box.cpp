@@ -5,6 +5,7 @@
 #include <array>
 
 #include "exec/box_kernels.hpp"
+#include "shardtensor/tensor/memory.hpp"
 #include "exec/device_runtime.hpp"
 
 namespace shard::exec {
@@ -49,6 +50,7 @@ void copy_across(const Block& dst, const Block& src, ExecContext& ctx) {
 void box_copy(const Block& dst, const Block& src, ExecContext& ctx) {
   check_pair(dst, src, "box_copy");
   if (dst.numel() == 0) return;
+  shard::detail::bump_version(dst.owner);  // an in-place write: saved tensors see it
   if (dst.device == src.device) return table(dst.device, "box_copy").copy(dst, src, context_for(dst.device, ctx));
   copy_across(dst, src, ctx);
 }
@@ -60,12 +62,14 @@ void box_add(const Block& dst, const Block& src, ExecContext& ctx) {
   SHARD_CHECK(box_addable(dst.dtype), "box_add", "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)",
               dst.dtype);
   if (dst.numel() == 0) return;
+  shard::detail::bump_version(dst.owner);
   table(dst.device, "box_add").add(dst, src, context_for(dst.device, ctx));
 }
 
 void box_fill(const Block& dst, const void* value, ExecContext& ctx) {
   SHARD_CHECK(value != nullptr, "box_fill", "null fill value for a {} box of shape {}", dst.dtype, dst.shape_vec());
   if (dst.numel() == 0) return;
+  shard::detail::bump_version(dst.owner);
   table(dst.device, "box_fill").fill(dst, value, context_for(dst.device, ctx));
 }
 

@@ -3,6 +3,7 @@
 #include "shardtensor/exec/pointwise.hpp"
 
 #include "exec/pointwise_kernels.hpp"
+#include "shardtensor/tensor/memory.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
@@ -61,6 +62,7 @@ void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext
   SHARD_CHECK(y.is_contiguous(), name, "output must be contiguous");
   check_flat(x, y, name, "input");
   if (y.numel() == 0) return;
+  shard::detail::bump_version(y.owner);  // in-place writes (y may alias x) are seen by saved tensors
   table(y, name).unary(op, alpha, y.dtype, y.numel(), x.data, y.data, ctx);
 }
 
@@ -83,6 +85,7 @@ void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecC
   check_operand(a, out, name, "lhs");
   check_operand(b, out, name, "rhs");
   if (out.numel() == 0) return;
+  shard::detail::bump_version(out.owner);
   table(out, name).binary(op, out, a, b, ctx);
 }
 
@@ -110,6 +113,7 @@ void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext
     SHARD_CHECK(dst_view.shape[static_cast<std::size_t>(d)] == g.shape[static_cast<std::size_t>(d)], name,
                 "view shape {} != gradient shape {}", dst_view.shape_vec(), g.shape_vec());
   if (dst.numel() == 0) return;
+  shard::detail::bump_version(dst.owner);
   table(dst, name).sum_to(dst, dst_view, g, ctx);
 }
 

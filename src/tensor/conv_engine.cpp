@@ -9,10 +9,24 @@
 
 #include "shardtensor/tensor/conv.hpp"
 #include "shardtensor/tensor/gemm.hpp"
+#include "shardtensor/tensor/memory.hpp"
 
 namespace shard {
 namespace detail::conv_engine {
 namespace {
+
+/// Scratch memory from the host caching allocator (see the users below).
+template <class T>
+struct Scratch {
+  std::shared_ptr<void> mem;
+  T* data() const { return static_cast<T*>(mem.get()); }
+};
+template <class T>
+Scratch<T> zeroed_scratch(std::size_t n) {
+  Scratch<T> s{allocate_bytes(n * sizeof(T), Device::cpu())};
+  if (n) std::memset(s.mem.get(), 0, n * sizeof(T));
+  return s;
+}
 
 index_t floor_div(index_t a, index_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 index_t ceil_div(index_t a, index_t b) { return -floor_div(-a, b); }
@@ -125,7 +139,9 @@ void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) 
   const index_t units = p.batch * p.groups * tp.ntiles;
   const int nth = plan_threads(p.cfg, units);
   const index_t col_n = direct ? 0 : krows * tp.tile, tmp_n = dense_y ? 0 : p.cout_g * tp.tile;
-  std::vector<T> buffers(static_cast<std::size_t>(nth * (col_n + tmp_n)));
+  // Per-thread scratch from the host caching allocator (not malloc: no heap growth and trim,
+  // hence no page faults, per call at steady state), zeroed like the vector it replaces.
+  const auto buffers = zeroed_scratch<T>(static_cast<std::size_t>(nth * (col_n + tmp_n)));
   std::optional<BlasThreadsScope> single_blas;
   if (nth > 1) single_blas.emplace(1);
 #pragma omp parallel num_threads(nth)
@@ -192,7 +208,9 @@ void weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
   const index_t units = p.batch * p.groups * tp.ntiles;
   const int nth = plan_threads(p.cfg, units);
   const index_t col_n = direct ? 0 : krows * tp.tile, tmp_n = p.cout_g * krows;
-  std::vector<T> buffers(static_cast<std::size_t>(nth * (col_n + tmp_n)));
+  // Per-thread scratch from the host caching allocator (not malloc: no heap growth and trim,
+  // hence no page faults, per call at steady state), zeroed like the vector it replaces.
+  const auto buffers = zeroed_scratch<T>(static_cast<std::size_t>(nth * (col_n + tmp_n)));
   std::vector<double> partial(static_cast<std::size_t>(nth * wn), 0.0);
   std::optional<BlasThreadsScope> single_blas;
   if (nth > 1) single_blas.emplace(1);

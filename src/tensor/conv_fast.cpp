@@ -14,6 +14,7 @@
 
 #include "conv_engine.hpp"
 #include "shardtensor/tensor/conv.hpp"
+#include "shardtensor/tensor/memory.hpp"
 
 namespace shard::detail::conv_engine {
 namespace {
@@ -40,24 +41,23 @@ struct TileGeom {
 template <class T>
 class AlignedBuf {
  public:
-  T* data() { return p_.get(); }
-  T& operator[](std::size_t i) { return p_.get()[i]; }
+  T* data() { return p_; }
+  T& operator[](std::size_t i) { return p_[i]; }
   void resize(std::size_t n) {
     if (n <= n_) return;
-    p_.reset(static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)));
-    SHARD_CHECK(p_ != nullptr, "conv", "scratch allocation of {} bytes failed", n * sizeof(T));
+    // From the host caching allocator (not malloc): steady-state calls reuse cached blocks.
+    mem_ = allocate_bytes(n * sizeof(T), Device::cpu());
+    p_ = static_cast<T*>(mem_.get());
     n_ = n;
   }
   void assign(std::size_t n, T v) {
     resize(n);
-    std::fill_n(p_.get(), n, v);
+    std::fill_n(p_, n, v);
   }
 
  private:
-  struct Free {
-    void operator()(T* q) const { std::free(q); }
-  };
-  std::unique_ptr<T, Free> p_;
+  std::shared_ptr<void> mem_;
+  T* p_ = nullptr;
   std::size_t n_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <sys/resource.h>
+#include <typeinfo>
 #include <vector>
 
 #include "exec/device_runtime.hpp"
@@ -33,7 +34,11 @@ Counter& counter(DeviceKind k) { return g_counters[k == DeviceKind::cpu ? 0 : 1]
 // results step after step. So host blocks of >= 1 MiB are parked here when their last owner drops
 // them and handed out again for a request of the same size (up to 1/8 larger). Bounded by
 // SHARDTENSOR_HOST_CACHE_MB (default 1024; 0 disables); least recently parked blocks go first.
-// Cached bytes are not counted in current_bytes/peak_bytes (they are not in use).
+// Cached bytes are not counted in current_bytes/peak_bytes (they are not in use). Blocks are
+// mapped with mmap (page-rounded), never through malloc: glibc's free of an mmapped chunk raises
+// its dynamic mmap threshold, which would change how the host program's allocations are served.
+constexpr std::size_t page_round(std::size_t n) { return (n + 4095) / 4096 * 4096; }
+std::atomic<std::uint64_t> g_large_allocs{0}, g_large_hits{0};
 class HostCache {
  public:
   static constexpr std::size_t min_bytes = std::size_t{1} << 20;
@@ -59,10 +64,11 @@ class HostCache {
     std::unique_lock<std::mutex> lk(mu_);
     if (n > limit_) {
       lk.unlock();
-      std::free(p);
+      detail::os_unmap(p, page_round(n));
       return;
     }
     std::vector<void*> evicted;
+    std::vector<std::size_t> evicted_sizes;
     while (bytes_ + n > limit_) {
       auto& [sz, q] = lru_.front();
       auto range = by_size_.equal_range(sz);
@@ -70,23 +76,24 @@ class HostCache {
         if (it->second == lru_.begin()) { by_size_.erase(it); break; }
       bytes_ -= sz;
       evicted.push_back(q);
+      evicted_sizes.push_back(sz);
       lru_.pop_front();
     }
     lru_.emplace_back(n, p);
     by_size_.emplace(n, std::prev(lru_.end()));
     bytes_ += n;
     lk.unlock();
-    for (void* q : evicted) std::free(q);
+    for (std::size_t i = 0; i < evicted.size(); ++i) detail::os_unmap(evicted[i], page_round(evicted_sizes[i]));
   }
   /// Frees every cached block.
   void clear() {
     std::unique_lock<std::mutex> lk(mu_);
-    std::list<std::pair<std::size_t, void*>> all;
+    Lru all;
     all.swap(lru_);
     by_size_.clear();
     bytes_ = 0;
     lk.unlock();
-    for (auto& e : all) std::free(e.second);
+    for (auto& e : all) detail::os_unmap(e.second, page_round(e.first));
   }
   std::size_t bytes() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -98,10 +105,52 @@ class HostCache {
     if (const char* e = std::getenv("SHARDTENSOR_HOST_CACHE_MB")) limit_ = std::strtoull(e, nullptr, 10) << 20;
   }
   std::mutex mu_;
-  std::list<std::pair<std::size_t, void*>> lru_;  // parked blocks, least recently parked first
-  std::multimap<std::size_t, std::list<std::pair<std::size_t, void*>>::iterator> by_size_;
+  // The bookkeeping nodes come from the small-block pool too (no malloc in allocate_bytes).
+  using Entry = std::pair<std::size_t, void*>;
+  using Lru = std::list<Entry, detail::SmallBlockAllocator<Entry>>;
+  using BySize = std::multimap<std::size_t, Lru::iterator, std::less<std::size_t>,
+                               detail::SmallBlockAllocator<std::pair<const std::size_t, Lru::iterator>>>;
+  Lru lru_;  // parked blocks, least recently parked first
+  BySize by_size_;
   std::size_t bytes_ = 0;
   std::size_t limit_ = std::size_t{1024} << 20;
+};
+
+/// The deleter of every block allocate_bytes hands out. It lives in the shared_ptr's control
+/// block, so it also carries the storage's version counter: every view, reshape and Block that
+/// shares the owner finds the same counter through std::get_deleter.
+struct StorageDeleter {
+  enum class Kind : unsigned char { host_large, host_small, device, user_token };
+  Kind kind = Kind::host_small;
+  int cls = 0;
+  int index = 0;
+  std::size_t bytes = 0;
+  const exec::DeviceRuntime* rt = nullptr;
+  const void* owner = nullptr;  ///< host_small: the allocating thread's pool tag
+  std::atomic<std::uint64_t> version{0};
+  StorageDeleter(Kind k, int c, int i, std::size_t b, const exec::DeviceRuntime* r)
+      : kind(k), cls(c), index(i), bytes(b), rt(r) {}
+  StorageDeleter(const StorageDeleter& o)
+      : kind(o.kind), cls(o.cls), index(o.index), bytes(o.bytes), rt(o.rt), owner(o.owner),
+        version(o.version.load()) {}
+  void operator()(void* q) const noexcept {
+    switch (kind) {
+      case Kind::host_large:
+        counter(DeviceKind::cpu).sub(bytes);
+        HostCache::get().give(q, bytes);
+        break;
+      case Kind::host_small:
+        detail::SmallBlockPool::deallocate(q, cls, owner);
+        counter(DeviceKind::cpu).sub(bytes);
+        break;
+      case Kind::device:
+        rt->deallocate(q, index);
+        counter(DeviceKind::cuda).sub(bytes);
+        break;
+      case Kind::user_token:
+        break;
+    }
+  }
 };
 
 /// The runtime of `dev`'s backend (throws naming `op` and the device when it is not linked or
@@ -118,42 +167,68 @@ std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
   if (dev.is_cpu()) {
     if (n >= HostCache::min_bytes) {
       std::size_t got = 0;
+      g_large_allocs.fetch_add(1, std::memory_order_relaxed);
       void* p = HostCache::get().take(n, got);
-      if (!p) {
-        p = std::aligned_alloc(64, n);
+      if (p) {
+        g_large_hits.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        p = detail::os_map(page_round(n));
         got = n;
       }
       SHARD_CHECK(p != nullptr, "allocate", "host allocation of {} bytes failed", n);
       counter(DeviceKind::cpu).add(got);
-      return std::shared_ptr<void>(p, [got](void* q) {
-        counter(DeviceKind::cpu).sub(got);
-        HostCache::get().give(q, got);
-      });
+      // (If the control block cannot be allocated, shared_ptr calls the deleter: nothing leaks.)
+      return std::shared_ptr<void>(p, StorageDeleter(StorageDeleter::Kind::host_large, 0, 0, got, nullptr),
+                                   detail::SmallBlockAllocator<void>{});
     }
     // Small blocks: per-thread free lists, control block from the same pool (small_block_pool.hpp).
     int cls = 0;
-    void* p = detail::SmallBlockPool::allocate(n, cls);
+    const void* owner = nullptr;
+    void* p = detail::SmallBlockPool::allocate(n, cls, &owner);
     SHARD_CHECK(p != nullptr, "allocate", "host allocation of {} bytes failed", n);
     counter(DeviceKind::cpu).add(n);
-    return std::shared_ptr<void>(
-        p,
-        [n, cls](void* q) {
-          detail::SmallBlockPool::deallocate(q, cls);
-          counter(DeviceKind::cpu).sub(n);
-        },
-        detail::SmallBlockAllocator<void>{});
+    StorageDeleter d(StorageDeleter::Kind::host_small, cls, 0, n, nullptr);
+    d.owner = owner;
+    return std::shared_ptr<void>(p, std::move(d), detail::SmallBlockAllocator<void>{});
   }
   // Device memory: the backend's runtime (shardtensor::cuda caches freed blocks in a
   // stream-ordered pool, see src/cuda/runtime_cuda.cpp); counted here by the bytes handed out.
   const auto& rt = runtime_for(dev, "allocate");
   void* p = rt.allocate(n, dev.index);
-  auto& c = counter(dev.kind);
-  c.add(n);
-  return std::shared_ptr<void>(p, [&rt, &c, n, index = dev.index](void* q) {
-    rt.deallocate(q, index);
-    c.sub(n);
-  });
+  counter(dev.kind).add(n);
+  return std::shared_ptr<void>(p, StorageDeleter(StorageDeleter::Kind::device, 0, dev.index, n, &rt),
+                               detail::SmallBlockAllocator<void>{});
 }
+
+HostAllocatorStats host_allocator_stats() noexcept {
+  const auto c = detail::small_pool_counters();
+  HostAllocatorStats s;
+  s.allocs = c.allocs;
+  s.cache_hits = c.hits;
+  s.large_allocs = g_large_allocs.load(std::memory_order_relaxed);
+  s.large_cache_hits = g_large_hits.load(std::memory_order_relaxed);
+  s.os_maps = c.os_maps;
+  s.os_mapped_bytes = c.os_mapped_bytes;
+  s.os_unmaps = c.os_unmaps;
+  s.pool_cached_bytes = c.cached_bytes;
+  s.slab_bytes = c.slab_bytes;
+  return s;
+}
+
+namespace detail {
+std::atomic<std::uint64_t>* version_counter(const std::shared_ptr<void>& s) noexcept {
+  auto* d = std::get_deleter<StorageDeleter>(s);
+  return d ? &d->version : nullptr;
+}
+std::shared_ptr<void> user_memory_token(void* p) {
+  return std::shared_ptr<void>(p, StorageDeleter(StorageDeleter::Kind::user_token, 0, 0, 0, nullptr),
+                               SmallBlockAllocator<void>{});
+}
+bool is_user_memory_token(const std::shared_ptr<void>& s) noexcept {
+  auto* d = std::get_deleter<StorageDeleter>(s);
+  return d && d->kind == StorageDeleter::Kind::user_token;
+}
+}  // namespace detail
 
 MemoryStats memory_stats(DeviceKind kind) noexcept {
   auto& c = counter(kind);

@@ -4,6 +4,7 @@
 /// gradient and the Node that produced it; nodes hold backward closures; backward() walks the
 /// graph in reverse topological order and frees it.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,6 +62,50 @@ class NodeParents {
   std::size_t n_ = 0;
 };
 
+/// The version of one tensor's storage when an op recorded it (see Node::saved).
+struct SavedVersion {
+  std::weak_ptr<void> storage;                         ///< the storage (expired: freed, nothing to check)
+  const std::atomic<std::uint64_t>* counter = nullptr;  ///< its version counter (in the control block)
+  std::uint64_t version = 0;                           ///< the version at record time
+  int index = -1;                                      ///< input index, or -1 for the op's output
+};
+
+/// The versions an op recorded: two inline (most ops), more on the heap.
+class SavedVersions {
+ public:
+  void record(const std::shared_ptr<void>& storage, int index) {
+    if (!storage) return;
+    auto* c = shard::detail::version_counter(storage);
+    if (!c) return;
+    SavedVersion v{storage, c, c->load(std::memory_order_relaxed), index};
+    if (n_ < kInline) inline_[n_] = std::move(v);
+    else heap_.push_back(std::move(v));
+    ++n_;
+  }
+  /// The first record whose storage is alive and changed, or null.
+  const SavedVersion* first_changed(std::uint64_t& now) const {
+    for (std::size_t i = 0; i < n_; ++i) {
+      const SavedVersion& v = i < kInline ? inline_[i] : heap_[i - kInline];
+      if (auto alive = v.storage.lock()) {
+        now = v.counter->load(std::memory_order_relaxed);
+        if (now != v.version) return &v;
+      }
+    }
+    return nullptr;
+  }
+  void clear() {
+    for (auto& v : inline_) v = {};
+    heap_.clear();
+    n_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kInline = 3;
+  std::array<SavedVersion, kInline> inline_;
+  std::vector<SavedVersion> heap_;
+  std::size_t n_ = 0;
+};
+
 /// A recorded operation: its parents (nodes of inputs that require grad) and its backward step.
 /// Var::make records a typed node: the output's gradient slot and the op's closure live inside it
 /// (one allocation per recorded op).
@@ -73,6 +118,12 @@ struct Node {
   NodeParents parents;
   bool released = false;    ///< set once backward ran (the closure is freed)
   std::uint64_t visit = 0;  ///< traversal stamp of the engine
+  /// Versions of the op's inputs' and output's storages when it was recorded. backward refuses to
+  /// run (shard::Error, on every rank) when any of them changed since: the op may have saved the
+  /// tensor, and a gradient computed from modified data would be silently wrong.
+  SavedVersions saved;
+  /// The message for a changed saved tensor, or empty.
+  std::string saved_version_error() const;
   /// Pulls the output's gradient and pushes input gradients (nothing once released).
   virtual void apply() = 0;
   /// Frees the backward closure and what it captured.
@@ -95,14 +146,18 @@ class NoGradGuard {
 
 /// Runs the recorded graph below `root` (may be null for a leaf loss) in reverse topological
 /// order, finalises the leaves' gradients, then frees the graph.
-void run_backward(const std::shared_ptr<Node>& root);
+/// Before running any node, the versions every node recorded are checked (see Node::saved); with
+/// `comm` the check is collective over it (every rank throws the same shard::Error, no rank is left
+/// in the graph's collectives), without it a mismatch throws on this rank only.
+void run_backward(const std::shared_ptr<Node>& root, Communicator* comm = nullptr);
 /// Registers a step to run once the current backward pass has finished (leaf finalisation).
 void at_backward_end(std::function<void()> f);
 
 /// A lightweight reference to a Var's place in the graph (used to record an op's inputs).
 struct VarRef {
   bool requires_grad = false;
-  std::shared_ptr<Node> node;  ///< null for leaves
+  std::shared_ptr<Node> node;                      ///< null for leaves
+  const std::shared_ptr<void>* storage = nullptr;  ///< the value's local storage (for its version)
 };
 
 /// Differentiable handle over a DistTensor. Copies share state.
@@ -115,7 +170,13 @@ class Var {
   explicit Var(Value value, bool requires_grad = false)
       : s_(std::make_shared<State>(std::move(value), requires_grad)) {}
 
-  const Value& value() const { return s_->value; }
+  /// The value. A view of user memory that shardtensor cannot watch (Tensor::view not declared
+  /// stable) is snapshotted here the first time it is read while gradients are recorded: ops then
+  /// compute from, and save, the copy, so the user may overwrite the array before backward.
+  const Value& value() const {
+    if (s_->snapshot_pending) snapshot_user_view();
+    return s_->value;
+  }
   /// Replaces a leaf's value (same spec; e.g. moving a parameter to another device). Every copy
   /// of this Var sees the new value. Refused for non-leaves (recorded results).
   void replace_value(Value v) const {
@@ -123,9 +184,10 @@ class Var {
     SHARD_CHECK(v.spec() == s_->value.spec(), "Var::replace_value", "spec {} differs from the current {}", v.spec(),
                 s_->value.spec());
     s_->value = std::move(v);
+    s_->snapshot_pending = s_->value.local().snapshot_on_save();
   }
-  /// The local block of the value (shorthand).
-  const Tensor<T, Rank>& local() const { return s_->value.local(); }
+  /// The local block of the value (shorthand; snapshots like value()).
+  const Tensor<T, Rank>& local() const { return value().local(); }
   bool requires_grad() const { return s_ && s_->requires_grad; }
   bool is_leaf() const { return !s_->node; }
   bool has_grad() const { return box().grad.has_value(); }
@@ -137,8 +199,14 @@ class Var {
   }
   void zero_grad() const { box().grad.reset(); }
   /// Replaces the value in place (optimisers; the graph is not affected).
-  void set_value(Value v) const { s_->value = std::move(v); }
-  VarRef ref() const { return {requires_grad(), s_ ? s_->node : nullptr}; }
+  void set_value(Value v) const {
+    s_->value = std::move(v);
+    s_->snapshot_pending = s_->value.local().snapshot_on_save();
+  }
+  VarRef ref() const {
+    if (!s_) return {};
+    return {requires_grad(), s_->node, &value().local().storage()};
+  }
   const std::shared_ptr<Node>& node() const { return s_->node; }
   /// Same value, cut from the graph.
   Var detach() const { return Var(s_->value, false); }
@@ -178,7 +246,7 @@ class Var {
     Value seed(spec, Tensor<T, Rank>::full(DistTensor<T, Rank>::from_vec(spec.local_box().len), T(1),
                                            s_->value.device()));
     accumulate_grad(seed);
-    run_backward(s_->node);
+    run_backward(s_->node, s_->value.mesh().comm().get());
   }
 
   /// Records the result of an op. `fn(grad_out)` must push gradients into the inputs with
@@ -195,8 +263,13 @@ class Var {
     // The node holds the output's gradient slot, not the output itself: no reference cycle, and
     // the node can run after every handle to the output is gone.
     auto node = std::make_shared<OpNode<std::decay_t<Fn>>>(name, std::forward<Fn>(fn));
-    for (auto& r : inputs)
+    int i = 0;
+    for (auto& r : inputs) {
       if (r.requires_grad && r.node) node->parents.push_back(r.node);
+      if (r.storage) node->saved.record(*r.storage, i);
+      ++i;
+    }
+    node->saved.record(out.s_->value.local().storage(), -1);
     out.s_->node = std::move(node);
     return out;
   }
@@ -223,15 +296,27 @@ class Var {
       this->box.grad.reset();  // intermediate gradients are freed as soon as they are consumed
       (*fn)(g);
     }
-    void release_closure() noexcept override { fn.reset(); }
+    void release_closure() noexcept override {
+      fn.reset();
+      this->saved.clear();
+    }
   };
   struct State {
-    State(Value v, bool rg) : value(std::move(v)), requires_grad(rg) {}
+    State(Value v, bool rg)
+        : value(std::move(v)), requires_grad(rg), snapshot_pending(value.local().snapshot_on_save()) {}
     Value value;
     GradBox leaf_box;  ///< a leaf's gradient (a recorded output's lives in its node)
     bool requires_grad = false;
+    bool snapshot_pending = false;  ///< the value views user memory not declared stable
     std::shared_ptr<Node> node;
   };
+  /// Replaces a user-memory view by a copy in library memory while gradients are recorded.
+  void snapshot_user_view() const {
+    if (!grad_enabled()) return;
+    const auto& l = s_->value.local();
+    s_->value = Value(s_->value.spec(), l.clone());
+    s_->snapshot_pending = false;
+  }
   GradBox& box() const { return s_->node ? static_cast<ValueNode&>(*s_->node).box : s_->leaf_box; }
   void register_leaf_finalize() const {
     std::weak_ptr<State> w = s_;

@@ -27,6 +27,7 @@ void map_into(const Tensor<T, R>& out, const Tensor<T, R>& a, F&& f) {
   SHARD_CHECK(out.shape() == a.shape(), "map", "shape {} != {}", a.shape(), out.shape());
   SHARD_CHECK(out.device().is_cpu() && a.device().is_cpu(), "map", "host tensors required (got {}, {})",
               out.device(), a.device());
+  out.bump_version();
   const index_t n = out.numel();
   if (out.is_contiguous() && a.is_contiguous()) {
     T* o = out.data();
@@ -47,6 +48,7 @@ void zip_into(const Tensor<T, R>& out, const Tensor<T, R>& a, const Tensor<T, R>
   SHARD_CHECK(out.shape() == a.shape() && a.shape() == b.shape(), "zip", "shapes {}, {} -> {} differ", a.shape(),
               b.shape(), out.shape());
   SHARD_CHECK(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(), "zip", "host tensors required");
+  out.bump_version();
   const index_t n = out.numel();
   if (out.is_contiguous() && a.is_contiguous() && b.is_contiguous()) {
     T* o = out.data();
@@ -76,6 +78,7 @@ template <class T, int R>
 void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
   detail::check_same_shape("axpy", x, y);
   if (y.device().is_cuda() && x.is_contiguous() && y.is_contiguous()) {
+    y.bump_version();
     detail::device_axpby(dtype_of<T>, y.numel(), alpha, x.data(), 1.0, y.data(), y.device());
     return;
   }
@@ -85,6 +88,7 @@ void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
 template <class T, int R>
 void scale(const Tensor<T, R>& x, T alpha) {
   if (x.device().is_cuda() && x.is_contiguous()) {
+    x.bump_version();
     detail::device_axpby(dtype_of<T>, x.numel(), 0.0, x.data(), alpha, x.data(), x.device());
     return;
   }

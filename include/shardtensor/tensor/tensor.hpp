@@ -92,6 +92,8 @@ class Tensor {
     return t;
   }
   /// Non-owning contiguous view of user memory (zero-copy). The memory must outlive the view.
+  /// shardtensor cannot see writes to user memory, so by default such a view is snapshotted when
+  /// autograd would save it (see Var; costs a copy). declare_stable() opts out of the copy.
   static Tensor view(T* ptr, const Shape<Rank>& shape, Device dev = Device::cpu()) {
     return view(ptr, shape, contiguous_strides(shape), dev);
   }
@@ -113,8 +115,37 @@ class Tensor {
     t.storage_ = std::move(storage);
     return t;
   }
-  /// The shared owner of this tensor's memory (null for views of user memory).
+  /// The shared owner of this tensor's memory (null for views of user memory; a token without
+  /// ownership for user memory declared stable).
   const std::shared_ptr<void>& storage() const { return storage_; }
+
+  // ------------------------------------------------------------------ versions (saved-tensor safety)
+  /// The version of this tensor's storage: every in-place write shardtensor makes (copy_from,
+  /// fill, in-place arithmetic, kernel outputs written into existing tensors, optimiser updates)
+  /// adds one, and so does bump_version(). Autograd records the versions of the tensors a node
+  /// saves and backward refuses (shard::Error) when one changed. 0 for untracked user views.
+  std::uint64_t version() const noexcept {
+    const auto* c = storage_ ? detail::version_counter(storage_) : nullptr;
+    return c ? c->load(std::memory_order_relaxed) : 0;
+  }
+  /// Declares that the data was modified through a pointer shardtensor does not see (e.g. the
+  /// simulation wrote into the array a stable view looks at): a backward that needs the old
+  /// values then fails with shard::Error instead of computing a wrong gradient.
+  void bump_version() const noexcept { detail::bump_version(storage_); }
+  /// True for a view of user memory (made by view(); declared stable or not).
+  bool is_user_view() const noexcept { return !storage_ || detail::is_user_memory_token(storage_); }
+  /// True for a view of user memory that autograd snapshots when it saves it (the default).
+  bool snapshot_on_save() const noexcept { return !storage_ && numel() > 0; }
+  /// This view of user memory declared stable: autograd saves it without a copy (zero-copy) and
+  /// the user promises not to modify it between forward and backward, or to call bump_version()
+  /// (or shard::mark_modified) after doing so. Views of shardtensor's own memory are returned
+  /// unchanged (their writes are tracked already).
+  Tensor declare_stable() const {
+    if (storage_) return *this;
+    Tensor t = *this;
+    t.storage_ = detail::user_memory_token(data_);
+    return t;
+  }
 
   const Shape<Rank>& shape() const { return shape_; }
   index_t size(int d) const { return shape_[d]; }
@@ -124,7 +155,7 @@ class Tensor {
   T* data() const { return data_; }
   Device device() const { return device_; }
   /// True if this tensor (or the tensor it views into) owns its memory.
-  bool owns_memory() const { return storage_ != nullptr; }
+  bool owns_memory() const { return storage_ != nullptr && !detail::is_user_memory_token(storage_); }
   /// True if elements are laid out row-major without gaps.
   bool is_contiguous() const {
     index_t acc = 1;
@@ -181,6 +212,7 @@ class Tensor {
   void copy_from(const Tensor& src) const {
     SHARD_CHECK(src.shape_ == shape_, "Tensor::copy_from", "shape {} != destination shape {}", src.shape_, shape_);
     if (numel() == 0) return;
+    bump_version();
     if (device_.is_cpu() && src.device_.is_cpu()) {
       T* dst = data_;
       const T* s = src.data_;
@@ -229,6 +261,7 @@ class Tensor {
   /// Sets every element to `v`.
   void fill(T v) const {
     if (numel() == 0) return;
+    bump_version();
     if (device_.is_cpu()) {
       if (is_contiguous()) {
         std::fill_n(data_, numel(), v);
@@ -251,6 +284,7 @@ class Tensor {
   /// tensor is the box at `global_offset` of a tensor of shape `global_shape`.
   void fill_random(std::uint64_t seed, const Shape<Rank>& global_offset, const Shape<Rank>& global_shape,
                    RandomInit init = {}) const {
+    bump_version();
     if (!device_.is_cpu()) {
       Tensor tmp = empty(shape_, Device::cpu());
       tmp.fill_random(seed, global_offset, global_shape, init);
@@ -283,5 +317,12 @@ class Tensor {
   Shape<Rank> strides_;
   Device device_{};
 };
+
+/// Declares that `t`'s data was modified through a pointer shardtensor does not see (same as
+/// t.bump_version()).
+template <class T, int Rank>
+void mark_modified(const Tensor<T, Rank>& t) noexcept {
+  t.bump_version();
+}
 
 }  // namespace shard
