@@ -54,7 +54,9 @@ void save_parameters(const std::vector<NamedParameter<T>>& params, const std::st
         ok = ok && std::fwrite(&dt, 1, 1, file.f) == 1 && std::fwrite(&rank, 4, 1, file.f) == 1;
         ok = ok && std::fwrite(shape.data(), 8, rank, file.f) == rank;
         const auto n = static_cast<std::size_t>(np.param->numel());
-        ok = ok && std::fwrite(np.param->data(), sizeof(T), n, file.f) == n;
+        const Tensor<T, 1> v = np.param->value_flat();  // a device parameter is read back to the host
+        const Tensor<T, 1> host = v.device().is_cpu() ? v : v.to(Device::cpu());
+        ok = ok && std::fwrite(host.data(), sizeof(T), n, file.f) == n;
       }
       if (!ok) err = fmt::format("write to '{}' failed", path);
     }
@@ -115,7 +117,8 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
   comm->broadcast(flat.data(), total, dtype_of<T>, 0);
   index_t off = 0;
   for (auto& np : params) {
-    std::memcpy(np.param->data(), flat.data() + off, sizeof(T) * static_cast<std::size_t>(np.param->numel()));
+    // copy_from moves the host values onto the parameter's device (a plain copy on the host).
+    np.param->value_flat().copy_from(Tensor<T, 1>::view(flat.data() + off, {np.param->numel()}));
     off += np.param->numel();
   }
 }
