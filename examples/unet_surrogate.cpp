@@ -137,7 +137,10 @@ int main(int argc, char** argv) {
   try {
     const Device dev = pick_device(args.device, world);
     // Mesh data x H x W; activations [N, C, H, W] with N over data, H and W over the spatial dims.
-    DeviceMesh mesh(world, {args.data, spatial[0], spatial[1]}, {"data", "h", "w"});
+    // On GPUs the mesh communicates through NCCL, or through MPI (staged in pinned buffers) when
+    // ranks share a GPU, which NCCL refuses (make_device_comm decides, the same on every rank).
+    CommPtr comm = dev.is_cuda() ? make_device_comm(world, dev) : CommPtr(world);
+    DeviceMesh mesh(comm, {args.data, spatial[0], spatial[1]}, {"data", "h", "w"});
     const std::vector<Placement> placements{Shard(0), Shard(2), Shard(3)};
     heat::Config hc;
     hc.grid = args.grid;

@@ -9,12 +9,16 @@
 #include "shardtensor/tensor/memory.hpp"
 #include "shardtensor/tensor/ops.hpp"
 #include "shardtensor/tensor/tensor.hpp"
+#include "shardtensor/exec/context.hpp"
+#include "shardtensor/exec/block.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/mesh/placement.hpp"
 #include "shardtensor/mesh/shard_layout.hpp"
 #include "shardtensor/comm/communicator.hpp"
 #if SHARDTENSOR_HAS_MPI
 #include "shardtensor/comm/mpi_comm.hpp"
 #endif
+#include "shardtensor/comm/device_comm.hpp"
 #include "shardtensor/mesh/device_mesh.hpp"
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"

@@ -1,4 +1,5 @@
-#include <unordered_set>
+#include <atomic>
+#include <cstdint>
 
 #include "shardtensor/autograd/variable.hpp"
 
@@ -26,15 +27,41 @@ void run_backward(const std::shared_ptr<Node>& root) {
     return;
   }
   // Iterative post-order DFS gives a topological order (parents after children when reversed).
-  std::vector<Node*> order;
-  std::unordered_set<Node*> seen;
-  std::vector<std::pair<Node*, std::size_t>> stack{{root.get(), 0}};
-  seen.insert(root.get());
+  // Visited nodes carry this traversal's stamp (no hash set); the work vectors are reused.
+  thread_local std::vector<Node*> t_order;
+  thread_local std::vector<std::pair<Node*, std::size_t>> t_stack;
+  thread_local bool t_busy = false;
+  std::vector<Node*> own_order;
+  std::vector<std::pair<Node*, std::size_t>> own_stack;
+  const bool reuse = !t_busy;  // a backward started from inside a backward step gets its own
+  auto& order = reuse ? t_order : own_order;
+  auto& stack = reuse ? t_stack : own_stack;
+  struct Busy {
+    bool on;
+    ~Busy() {
+      if (on) {
+        t_order.clear();
+        t_stack.clear();
+        t_busy = false;
+      }
+    }
+  } busy{reuse};
+  t_busy = true;
+  // Stamps are unique across threads, so a graph walked from two threads is not confused.
+  static std::atomic<std::uint64_t> g_stamps{0};
+  const std::uint64_t stamp = g_stamps.fetch_add(1, std::memory_order_relaxed) + 1;
+  order.clear();
+  stack.clear();
+  stack.emplace_back(root.get(), 0);
+  root->visit = stamp;
   while (!stack.empty()) {
     auto& [n, i] = stack.back();
     if (i < n->parents.size()) {
       Node* p = n->parents[i++].get();
-      if (seen.insert(p).second) stack.emplace_back(p, 0);
+      if (p->visit != stamp) {
+        p->visit = stamp;
+        stack.emplace_back(p, 0);
+      }
     } else {
       order.push_back(n);
       stack.pop_back();
@@ -42,14 +69,18 @@ void run_backward(const std::shared_ptr<Node>& root) {
   }
   std::vector<std::function<void()>> finalizers;
   std::swap(finalizers, t_outside);  // the seed's leaf registration, if the loss is a leaf
+  auto* prev_finalizers = t_finalizers;
   t_finalizers = &finalizers;
-  struct Reset { ~Reset() { t_finalizers = nullptr; } } reset;
+  struct Reset {
+    std::vector<std::function<void()>>* prev;
+    ~Reset() { t_finalizers = prev; }
+  } reset{prev_finalizers};
   NoGradGuard no_grad;  // backward steps are not recorded
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     SHARD_CHECK(!n->released, "backward", "node '{}' was already freed by an earlier backward()", n->name);
-    if (n->backward) n->backward();
-    n->backward = nullptr;
+    n->apply();
+    n->release_closure();
     n->released = true;
   }
   for (auto& f : finalizers) f();

@@ -25,6 +25,7 @@ DistSpec broadcast_spec(const DistSpec& a, const DistSpec& b, const char* op) {
   const int R = std::max(a.ndim(), b.ndim());
   SHARD_CHECK(a.mesh() == b.mesh(), op, "operands live on different meshes ({} vs {})", a.mesh().shape(),
               b.mesh().shape());
+  if (a == b) return a;  // same shape, placements and layouts: the result is laid out like both
   std::vector<index_t> g(static_cast<std::size_t>(R));
   for (int od = 0; od < R; ++od) {
     const index_t ea = aligned_extent(a, R, od), eb = aligned_extent(b, R, od);
@@ -94,6 +95,12 @@ DistSpec broadcast_spec(const DistSpec& a, const DistSpec& b, const char* op) {
 }
 
 DistSpec operand_grad_spec(const DistSpec& xs, const DistSpec& out) {
+  bool same = true;  // fast path: nothing changes (no allocation)
+  for (int m = 0; m < xs.mesh().ndim() && same; ++m) {
+    const auto& x = xs.placement(m);
+    same = x.is_shard() || (x.is_replicate() && !out.placement(m).is_shard());
+  }
+  if (same) return xs;
   auto p = xs.placements();
   for (int m = 0; m < xs.mesh().ndim(); ++m) {
     auto& x = p[static_cast<std::size_t>(m)];

@@ -12,6 +12,7 @@
 #include "exec/device_runtime.hpp"
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
+#include "small_block_pool.hpp"
 
 namespace shard {
 namespace {
@@ -129,13 +130,18 @@ std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
         HostCache::get().give(q, got);
       });
     }
-    void* p = std::aligned_alloc(64, n);
+    // Small blocks: per-thread free lists, control block from the same pool (small_block_pool.hpp).
+    int cls = 0;
+    void* p = detail::SmallBlockPool::allocate(n, cls);
     SHARD_CHECK(p != nullptr, "allocate", "host allocation of {} bytes failed", n);
     counter(DeviceKind::cpu).add(n);
-    return std::shared_ptr<void>(p, [n](void* q) {
-      std::free(q);
-      counter(DeviceKind::cpu).sub(n);
-    });
+    return std::shared_ptr<void>(
+        p,
+        [n, cls](void* q) {
+          detail::SmallBlockPool::deallocate(q, cls);
+          counter(DeviceKind::cpu).sub(n);
+        },
+        detail::SmallBlockAllocator<void>{});
   }
   // Device memory: the backend's runtime (shardtensor::cuda caches freed blocks in a
   // stream-ordered pool, see src/cuda/runtime_cuda.cpp); counted here by the bytes handed out.
@@ -162,6 +168,7 @@ MemoryStats memory_stats(DeviceKind kind) noexcept {
 
 void release_cached_memory() noexcept {
   HostCache::get().clear();
+  detail::SmallBlockPool::release_thread_cache();
   if (const void* t = exec::find_family(DeviceKind::cuda, exec::KernelFamily::runtime))
     static_cast<const exec::DeviceRuntime*>(t)->release_cached();
 }

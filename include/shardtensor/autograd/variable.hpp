@@ -3,6 +3,8 @@
 /// A tiny reverse-mode tape over DistTensor. Var<T,Rank> is a shared handle to a value, its
 /// gradient and the Node that produced it; nodes hold backward closures; backward() walks the
 /// graph in reverse topological order and frees it.
+#include <array>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -14,12 +16,67 @@
 
 namespace shard::autograd {
 
+struct Node;
+
+/// The parents of a Node: a small vector of shared node handles with room for two inline (most
+/// ops have one or two differentiable inputs, so recording them allocates nothing).
+class NodeParents {
+ public:
+  using value_type = std::shared_ptr<Node>;
+  using iterator = value_type*;
+  using const_iterator = const value_type*;
+  NodeParents() = default;
+  NodeParents(const NodeParents&) = delete;
+  NodeParents& operator=(const NodeParents&) = delete;
+  iterator begin() { return n_ <= kInline ? inline_.data() : heap_.data(); }
+  iterator end() { return begin() + n_; }
+  const_iterator begin() const { return n_ <= kInline ? inline_.data() : heap_.data(); }
+  const_iterator end() const { return begin() + n_; }
+  std::size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  value_type& operator[](std::size_t i) { return begin()[i]; }
+  const value_type& operator[](std::size_t i) const { return begin()[i]; }
+  void push_back(value_type p) {
+    if (n_ < kInline) {
+      inline_[n_++] = std::move(p);
+      return;
+    }
+    if (n_ == kInline) {
+      heap_.reserve(2 * kInline);
+      for (auto& q : inline_) heap_.push_back(std::move(q));
+    }
+    heap_.push_back(std::move(p));
+    ++n_;
+  }
+  void clear() {
+    for (auto& q : inline_) q.reset();
+    heap_.clear();
+    n_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kInline = 2;
+  std::array<value_type, kInline> inline_;
+  std::vector<value_type> heap_;  // every entry once there are more than kInline
+  std::size_t n_ = 0;
+};
+
 /// A recorded operation: its parents (nodes of inputs that require grad) and its backward step.
+/// Var::make records a typed node: the output's gradient slot and the op's closure live inside it
+/// (one allocation per recorded op).
 struct Node {
+  explicit Node(const char* n) : name(n) {}
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
   std::string name;
-  std::vector<std::shared_ptr<Node>> parents;
-  std::function<void()> backward;  ///< pulls the output's gradient and pushes input gradients
-  bool released = false;           ///< set once backward ran (the closure is freed)
+  NodeParents parents;
+  bool released = false;    ///< set once backward ran (the closure is freed)
+  std::uint64_t visit = 0;  ///< traversal stamp of the engine
+  /// Pulls the output's gradient and pushes input gradients (nothing once released).
+  virtual void apply() = 0;
+  /// Frees the backward closure and what it captured.
+  virtual void release_closure() noexcept = 0;
 };
 
 /// True while gradients are being recorded (thread-local; see NoGradGuard).
@@ -55,10 +112,8 @@ class Var {
   using Value = DistTensor<T, Rank>;
   Var() = default;
   /// A leaf (a parameter or an input). Leaves that require grad receive .grad() in backward().
-  explicit Var(Value value, bool requires_grad = false) : s_(std::make_shared<State>()) {
-    s_->value = std::move(value);
-    s_->requires_grad = requires_grad;
-  }
+  explicit Var(Value value, bool requires_grad = false)
+      : s_(std::make_shared<State>(std::move(value), requires_grad)) {}
 
   const Value& value() const { return s_->value; }
   /// Replaces a leaf's value (same spec; e.g. moving a parameter to another device). Every copy
@@ -73,13 +128,14 @@ class Var {
   const Tensor<T, Rank>& local() const { return s_->value.local(); }
   bool requires_grad() const { return s_ && s_->requires_grad; }
   bool is_leaf() const { return !s_->node; }
-  bool has_grad() const { return s_->gbox->grad.has_value(); }
+  bool has_grad() const { return box().grad.has_value(); }
   /// The accumulated gradient (same global shape; sharded placements like the value's).
   const Value& grad() const {
-    SHARD_CHECK(s_->gbox->grad.has_value(), "Var::grad", "no gradient (not reached by backward, or zeroed)");
-    return *s_->gbox->grad;
+    const auto& b = box();
+    SHARD_CHECK(b.grad.has_value(), "Var::grad", "no gradient (not reached by backward, or zeroed)");
+    return *b.grad;
   }
-  void zero_grad() const { s_->gbox->grad.reset(); }
+  void zero_grad() const { box().grad.reset(); }
   /// Replaces the value in place (optimisers; the graph is not affected).
   void set_value(Value v) const { s_->value = std::move(v); }
   VarRef ref() const { return {requires_grad(), s_ ? s_->node : nullptr}; }
@@ -93,7 +149,7 @@ class Var {
     SHARD_CHECK(g.global_shape() == s_->value.global_shape(), "Var::accumulate_grad",
                 "gradient of global shape {} for a value of global shape {}", g.global_shape(),
                 s_->value.global_shape());
-    auto& box = *s_->gbox;
+    auto& box = this->box();
     if (!box.grad) {
       box.grad = g;
       box.owned = false;  // may alias another tensor: copied before the first in-place add
@@ -127,26 +183,20 @@ class Var {
 
   /// Records the result of an op. `fn(grad_out)` must push gradients into the inputs with
   /// accumulate_grad. Without grad mode or without an input that requires grad, nothing is recorded.
-  static Var make(Value value, const char* name, std::initializer_list<VarRef> inputs,
-                  std::function<void(const Value&)> fn) {
+  /// `fn` is kept inside the node as its own type (no std::function, no separate allocation).
+  template <class Fn>
+  static Var make(Value value, const char* name, std::initializer_list<VarRef> inputs, Fn&& fn) {
     Var out(std::move(value), false);
     if (!grad_enabled()) return out;
     bool any = false;
     for (auto& r : inputs) any = any || r.requires_grad;
     if (!any) return out;
     out.s_->requires_grad = true;
-    auto node = std::make_shared<Node>();
-    node->name = name;
+    // The node holds the output's gradient slot, not the output itself: no reference cycle, and
+    // the node can run after every handle to the output is gone.
+    auto node = std::make_shared<OpNode<std::decay_t<Fn>>>(name, std::forward<Fn>(fn));
     for (auto& r : inputs)
       if (r.requires_grad && r.node) node->parents.push_back(r.node);
-    // The node shares the output's gradient slot, not the output itself: no reference cycle,
-    // and the node can run after every handle to the output is gone.
-    node->backward = [box = out.s_->gbox, f = std::move(fn)]() {
-      if (!box->grad) return;  // the output did not reach the loss
-      Value g = std::move(*box->grad);
-      box->grad.reset();  // intermediate gradients are freed as soon as they are consumed
-      f(g);
-    };
     out.s_->node = std::move(node);
     return out;
   }
@@ -156,19 +206,40 @@ class Var {
     std::optional<Value> grad;
     bool owned = false;
   };
+  /// A node recorded by make: its output's gradient slot.
+  struct ValueNode : Node {
+    using Node::Node;
+    GradBox box;
+  };
+  /// ... and the op's backward closure.
+  template <class Fn>
+  struct OpNode final : ValueNode {
+    template <class F>
+    OpNode(const char* n, F&& f) : ValueNode(n), fn(std::in_place, std::forward<F>(f)) {}
+    std::optional<Fn> fn;
+    void apply() override {
+      if (!fn || !this->box.grad) return;  // released, or the output did not reach the loss
+      Value g = std::move(*this->box.grad);
+      this->box.grad.reset();  // intermediate gradients are freed as soon as they are consumed
+      (*fn)(g);
+    }
+    void release_closure() noexcept override { fn.reset(); }
+  };
   struct State {
+    State(Value v, bool rg) : value(std::move(v)), requires_grad(rg) {}
     Value value;
-    std::shared_ptr<GradBox> gbox = std::make_shared<GradBox>();
+    GradBox leaf_box;  ///< a leaf's gradient (a recorded output's lives in its node)
     bool requires_grad = false;
     std::shared_ptr<Node> node;
   };
+  GradBox& box() const { return s_->node ? static_cast<ValueNode&>(*s_->node).box : s_->leaf_box; }
   void register_leaf_finalize() const {
     std::weak_ptr<State> w = s_;
     at_backward_end([w] {
       auto s = w.lock();
-      if (!s || !s->gbox->grad) return;
+      if (!s || !s->leaf_box.grad) return;
       // A replicated parameter's gradient ends reduced and replicated like its value.
-      auto& box = *s->gbox;
+      auto& box = s->leaf_box;
       if (!(box.grad->spec() == s->value.spec())) {
         box.grad = box.grad->redistribute(s->value.spec());
         box.owned = true;

@@ -2,8 +2,16 @@
 /// \file dist_spec.hpp
 /// DistSpec: the type-erased description of how a global tensor lies on a DeviceMesh — global
 /// shape, one Placement per mesh dim, and one ShardLayout per tensor dim. Pure algebra (no data).
+///
+/// A DistSpec is a handle to a shared immutable description: the layouts, this rank's box, every
+/// rank's box (on first use), the sharding mesh dims of each tensor dim and the shard sizes are
+/// computed once. Copies share it (one reference-count increment), equality short-circuits on the
+/// same description, and building a spec equal to a recently built one that is still alive reuses
+/// its description (a small per-thread cache), so spec algebra repeated op after op is cheap.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -41,40 +49,58 @@ class DistSpec {
   DistSpec(DeviceMesh mesh, std::vector<Placement> placements, std::vector<index_t> global_shape,
            const ShardSizes& sizes = {});
 
-  const DeviceMesh& mesh() const { return *mesh_; }
-  const std::vector<Placement>& placements() const { return placements_; }
-  const Placement& placement(int m) const { return placements_[static_cast<std::size_t>(m)]; }
-  const std::vector<index_t>& global_shape() const { return global_; }
-  int ndim() const { return static_cast<int>(global_.size()); }
+  const DeviceMesh& mesh() const { return *im().mesh; }
+  const std::vector<Placement>& placements() const { return im().placements; }
+  const Placement& placement(int m) const { return im().placements[static_cast<std::size_t>(m)]; }
+  const std::vector<index_t>& global_shape() const { return im().global; }
+  int ndim() const { return static_cast<int>(im().global.size()); }
   /// Layout of tensor dim d (1 part if no mesh dim shards it).
-  const ShardLayout& layout(int d) const { return layouts_[static_cast<std::size_t>(d)]; }
-  const std::vector<ShardLayout>& layouts() const { return layouts_; }
-  /// Mesh dims that shard tensor dim d, ascending.
-  std::vector<int> sharding_mesh_dims(int d) const;
+  const ShardLayout& layout(int d) const { return im().layouts[static_cast<std::size_t>(d)]; }
+  const std::vector<ShardLayout>& layouts() const { return im().layouts; }
+  /// Mesh dims that shard tensor dim d, ascending (cached).
+  const std::vector<int>& sharding_mesh_dims(int d) const { return im().sharding[static_cast<std::size_t>(d)]; }
   /// Part index along tensor dim d of the rank at mesh coordinates `coords`.
   index_t part_of(int d, const std::vector<int>& coords) const;
-  /// Global box held by mesh rank r.
-  Box box_of(int r) const;
-  /// Global box held by this rank.
-  Box local_box() const { return box_of(mesh_->rank()); }
+  /// Global box held by mesh rank r (every rank's box is computed once, on first use).
+  const Box& box_of(int r) const;
+  /// Global box held by this rank (computed with the spec).
+  const Box& local_box() const { return im().local; }
   /// True if any placement is Partial.
-  bool has_partial() const;
-  /// The explicit sizes of every sharded dim (balanced dims included, as their sizes).
-  ShardSizes sizes() const;
+  bool has_partial() const { return im().partial; }
+  /// The explicit sizes of every sharded dim (balanced dims included, as their sizes; empty
+  /// entries for dims split into one part).
+  const ShardSizes& sizes() const { return im().sizes; }
   /// Same mesh and global shape, other placements; layouts balanced unless `sizes` given.
-  DistSpec with_placements(std::vector<Placement> placements, const ShardSizes& sizes = {}) const {
-    return DistSpec(*mesh_, std::move(placements), global_, sizes);
-  }
-  /// Equal placements and layouts on the same mesh.
+  /// Returns this spec itself when nothing changes.
+  DistSpec with_placements(std::vector<Placement> placements, const ShardSizes& sizes = {}) const;
+  /// Equal placements and layouts on the same mesh (immediate for two handles of one description).
   friend bool operator==(const DistSpec& a, const DistSpec& b) {
-    return a.placements_ == b.placements_ && a.global_ == b.global_ && a.layouts_ == b.layouts_;
+    if (a.impl_ == b.impl_) return true;
+    const Impl& x = a.im();
+    const Impl& y = b.im();
+    return x.placements == y.placements && x.global == y.global && x.layouts == y.layouts;
   }
 
  private:
-  std::optional<DeviceMesh> mesh_;
-  std::vector<Placement> placements_;
-  std::vector<index_t> global_;
-  std::vector<ShardLayout> layouts_;
+  /// The shared immutable description.
+  struct Impl {
+    std::optional<DeviceMesh> mesh;
+    std::vector<Placement> placements;
+    std::vector<index_t> global;
+    std::vector<ShardLayout> layouts;
+    std::vector<std::vector<int>> sharding;  ///< sharding_mesh_dims per tensor dim
+    ShardSizes sizes;                        ///< sizes() (parts > 1 only)
+    Box local;                               ///< this rank's box
+    bool partial = false;                    ///< any Partial placement
+    bool balanced = true;                    ///< every layout follows the balanced rule
+    std::size_t key = 0;                     ///< hash of (mesh, placements, global, normalised sizes)
+    mutable std::once_flag boxes_once;
+    mutable std::vector<Box> boxes;  ///< every rank's box, filled on the first box_of
+  };
+  static const Impl& empty_impl();
+  const Impl& im() const { return impl_ ? *impl_ : empty_impl(); }
+  Box compute_box(const std::vector<int>& coords) const;
+  std::shared_ptr<const Impl> impl_;
 };
 
 }  // namespace shard

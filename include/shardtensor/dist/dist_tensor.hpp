@@ -27,7 +27,8 @@ class DistTensor {
   /// from_local for user data, whose checks are collective).
   DistTensor(DistSpec spec, Local local) : spec_(std::move(spec)), local_(std::move(local)) {
     SHARD_CHECK(spec_.ndim() == Rank, "DistTensor", "spec of rank {} for a rank-{} tensor", spec_.ndim(), Rank);
-    SHARD_CHECK(to_vec(local_.shape()) == spec_.local_box().len, "DistTensor",
+    const auto& len = spec_.local_box().len;
+    SHARD_CHECK(std::equal(local_.shape().begin(), local_.shape().end(), len.begin(), len.end()), "DistTensor",
                 "local shape {} does not match {} which expects {} on this rank", local_.shape(), spec_,
                 spec_.local_box().len);
   }

@@ -52,6 +52,8 @@ class DeviceMesh {
   CommPtr dims_comm(std::vector<int> dims) const;
 
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b) { return a.impl_ == b.impl_; }
+  /// Identity of the shared mesh state (equal for copies of one mesh; a hash/cache key).
+  const void* id() const noexcept { return impl_.get(); }
 
  private:
   struct Impl {

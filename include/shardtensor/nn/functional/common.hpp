@@ -34,6 +34,7 @@ namespace detail {
 
 /// The spec a gradient of a value with spec `s` has: Partial placements become Replicate.
 inline DistSpec grad_spec(const DistSpec& s) {
+  if (!s.has_partial()) return s;
   auto p = s.placements();
   for (auto& x : p)
     if (x.is_partial()) x = Replicate();
@@ -43,6 +44,7 @@ inline DistSpec grad_spec(const DistSpec& s) {
 /// `g` laid out as grad_spec(value_spec) (redistributed when it is not).
 template <class T, int R>
 DistTensor<T, R> align_grad(const DistTensor<T, R>& g, const DistSpec& value_spec) {
+  if (!value_spec.has_partial() && g.spec() == value_spec) return g;
   DistSpec want = grad_spec(value_spec);
   if (g.spec() == want) return g;
   return g.redistribute(want);

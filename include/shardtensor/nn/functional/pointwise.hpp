@@ -47,7 +47,8 @@ DistSpec operand_grad_spec(const DistSpec& xs, const DistSpec& out);
 /// offset to this rank's box where x's block is larger). A view; no copy.
 template <class T, int R, int Rx>
 Tensor<T, R> operand_view(const Tensor<T, Rx>& xl, const DistSpec& xs, const DistSpec& out) {
-  const Box xb = xs.local_box(), ob = out.local_box();
+  const Box& xb = xs.local_box();
+  const Box& ob = out.local_box();
   Shape<R> shape{}, strides{};
   for (int od = 0; od < R; ++od) shape[od] = ob.len[static_cast<std::size_t>(od)];
   if (numel(shape) == 0) return Tensor<T, R>::view(nullptr, shape, strides, xl.device());
@@ -79,7 +80,7 @@ Tensor<T, Rx> reduce_to_operand(const Tensor<T, R>& g, const DistSpec& xs, const
   if (view_is_identity<R, Rx>(xs, out)) {
     if constexpr (R == Rx) return g;
   }
-  const Box xb = xs.local_box();
+  const Box& xb = xs.local_box();
   Shape<Rx> xshape{};
   for (int d = 0; d < Rx; ++d) xshape[d] = xb.len[static_cast<std::size_t>(d)];
   auto out_t = Tensor<T, Rx>::empty(xshape, g.device());
