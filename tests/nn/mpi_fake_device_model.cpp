@@ -30,78 +30,8 @@ using autograd::Var;
 
 namespace {
 
-/// Host loops for Tensor's own device entry points (fill, strided copy, axpby, mul, sum): the
-/// "tensor" family has no CPU table in the registry (the host side is inline in tensor.hpp), so
-/// FakeCudaBackend's registration of it is completed here for the tests of this file.
-struct HostTensorKernels final : exec::TensorDeviceKernels {
-  void strided_copy(DType dt, int rank, const index_t* shape, const void* src, const index_t* ss, void* dst,
-                    const index_t* ds, Device) const override {
-    const std::size_t es = dtype_size(dt);
-    index_t n = 1;
-    for (int d = 0; d < rank; ++d) n *= shape[d];
-    std::array<index_t, 8> idx{};
-    for (index_t i = 0; i < n; ++i) {
-      index_t so = 0, dof = 0;
-      for (int d = 0; d < rank; ++d) {
-        so += idx[static_cast<std::size_t>(d)] * ss[d];
-        dof += idx[static_cast<std::size_t>(d)] * ds[d];
-      }
-      std::memcpy(static_cast<char*>(dst) + static_cast<std::size_t>(dof) * es,
-                  static_cast<const char*>(src) + static_cast<std::size_t>(so) * es, es);
-      for (int d = rank - 1; d >= 0; --d) {
-        if (++idx[static_cast<std::size_t>(d)] < shape[d]) break;
-        idx[static_cast<std::size_t>(d)] = 0;
-      }
-    }
-  }
-  void fill(DType dt, void* dst, index_t n, const void* value, Device) const override {
-    const std::size_t es = dtype_size(dt);
-    for (index_t i = 0; i < n; ++i) std::memcpy(static_cast<char*>(dst) + static_cast<std::size_t>(i) * es, value, es);
-  }
-  template <class F>
-  static void typed(DType dt, F&& f) {
-    if (dt == DType::f32) f(float{});
-    else if (dt == DType::f64) f(double{});
-    else throw std::runtime_error("HostTensorKernels: f32 / f64 only");
-  }
-  void axpby(DType dt, index_t n, double alpha, const void* x, double beta, void* y, Device) const override {
-    typed(dt, [&](auto z) {
-      using T = decltype(z);
-      for (index_t i = 0; i < n; ++i)
-        static_cast<T*>(y)[i] = static_cast<T>(alpha * static_cast<const T*>(x)[i] + beta * static_cast<T*>(y)[i]);
-    });
-  }
-  void mul(DType dt, index_t n, const void* a, const void* b, void* out, Device) const override {
-    typed(dt, [&](auto z) {
-      using T = decltype(z);
-      for (index_t i = 0; i < n; ++i) static_cast<T*>(out)[i] = static_cast<const T*>(a)[i] * static_cast<const T*>(b)[i];
-    });
-  }
-  double sum(DType dt, index_t n, const void* x, Device) const override {
-    double s = 0;
-    typed(dt, [&](auto z) {
-      using T = decltype(z);
-      for (index_t i = 0; i < n; ++i) s += static_cast<double>(static_cast<const T*>(x)[i]);
-    });
-    return s;
-  }
-};
-
-/// FakeCudaBackend plus the host "tensor" table for DeviceKind::cuda, for a scope.
-class FakeDevice {
- public:
-  FakeDevice() : prev_(exec::find_family(DeviceKind::cuda, exec::KernelFamily::tensor)) {
-    exec::register_family(DeviceKind::cuda, exec::KernelFamily::tensor, static_cast<const exec::TensorDeviceKernels*>(&table_));
-  }
-  ~FakeDevice() { exec::register_family(DeviceKind::cuda, exec::KernelFamily::tensor, prev_); }
-  FakeDevice(const FakeDevice&) = delete;
-  FakeDevice& operator=(const FakeDevice&) = delete;
-
- private:
-  FakeCudaBackend fake_;  // registered first, restored last
-  const void* prev_;
-  static inline const HostTensorKernels table_{};
-};
+/// The fake backend (with its host "tensor" table) for a scope.
+using FakeDevice = FakeCudaBackend;
 
 /// The whole-model check on the fake device against the CPU reference.
 template <class T, int S>
