@@ -97,6 +97,7 @@ class DistTensor {
   /// Distributes a full tensor. root < 0: every rank holds the same full tensor (each keeps its
   /// block, no communication). root >= 0: only `root` holds it (others may pass an empty
   /// tensor); blocks are scattered from root. Partial placements put the value on coordinate 0.
+  /// Runs on `full`'s device; the result never shares memory with `full`.
   static DistTensor distribute(const Local& full, const DeviceMesh& mesh, std::vector<Placement> placements,
                                int root = -1, const ShardSizes& sizes = {}) {
     std::vector<index_t> gshape = to_vec(full.shape());
@@ -111,7 +112,10 @@ class DistTensor {
     if (root < 0) {
       auto block = detail::redistribute(rep_spec, as_block(full),
                                         target.with_placements(target.placements(), target.sizes()));
-      return DistTensor(target, owned(block, full));
+      Local local = owned(block, full);
+      // Never alias the caller's tensor (nothing moved, e.g. Replicate): copy, on its device.
+      if (local.data() == full.data()) local = full.to(full.device());
+      return DistTensor(target, local);
     }
     // Scatter from root: root packs every rank's box (Partial dims: the value on coordinate 0).
     const auto& comm = mesh.comm();
