@@ -7,6 +7,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "plan_cache.hpp"
 #include "shardtensor/exec/box.hpp"
 
 namespace shard::detail {
@@ -316,19 +317,10 @@ void append_spec_key(std::vector<index_t>& k, const DistSpec& s) {
   }
 }
 
-struct CacheEntry {
-  std::weak_ptr<Communicator> comm;  // the mesh's; an expired entry is dropped
-  std::shared_ptr<const RedistributePlan> plan;
-};
-struct PlanCache {
-  std::mutex mu;
-  std::map<std::vector<index_t>, CacheEntry> map;
-};
-PlanCache& plan_cache() {
-  static PlanCache* c = new PlanCache;  // never destroyed: usable during static destruction
+PlanCache<RedistributePlan>& plan_cache() {
+  static auto* c = new PlanCache<RedistributePlan>(1024);  // never destroyed: usable during static destruction
   return *c;
 }
-constexpr std::size_t kMaxCachedPlans = 1024;
 
 // ================================================================ execution
 
@@ -437,35 +429,13 @@ std::shared_ptr<const RedistributePlan> redistribute_plan(const DistSpec& src, c
   SHARD_CHECK(src.mesh() == dst.mesh(), "redistribute", "source and target live on different meshes");
   SHARD_CHECK(src.global_shape() == dst.global_shape(), "redistribute", "global shapes differ: {} vs {}",
               src.global_shape(), dst.global_shape());
-  const auto& mesh = src.mesh();
-  std::vector<index_t> key;
-  key.reserve(64);
-  key.push_back(static_cast<index_t>(reinterpret_cast<std::uintptr_t>(mesh.comm().get())));
-  key.push_back(mesh.rank());
-  key.insert(key.end(), mesh.shape().begin(), mesh.shape().end());
+  std::vector<index_t> key = mesh_key(src.mesh());
   append_spec_key(key, src);
   append_spec_key(key, dst);
-  auto& cache = plan_cache();
-  {
-    std::lock_guard lock(cache.mu);
-    auto it = cache.map.find(key);
-    if (it != cache.map.end() && !it->second.comm.expired()) return it->second.plan;
-  }
-  std::shared_ptr<const RedistributePlan> plan = build_plan(src, dst);
-  std::lock_guard lock(cache.mu);
-  if (cache.map.size() >= kMaxCachedPlans) {
-    std::erase_if(cache.map, [](const auto& kv) { return kv.second.comm.expired(); });
-    if (cache.map.size() >= kMaxCachedPlans) cache.map.clear();
-  }
-  cache.map[std::move(key)] = CacheEntry{mesh.comm(), plan};
-  return plan;
+  return plan_cache().get(std::move(key), src.mesh(), [&] { return build_plan(src, dst); });
 }
 
-std::size_t redistribute_plan_cache_size() noexcept {
-  auto& cache = plan_cache();
-  std::lock_guard lock(cache.mu);
-  return cache.map.size();
-}
+std::size_t redistribute_plan_cache_size() noexcept { return plan_cache().size(); }
 
 Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh, const Block& in) {
   SHARD_CHECK(in.shape_vec() == plan.in_shape, "redistribute", "local block shape {} != expected {} of the plan",
