@@ -3,6 +3,10 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <unistd.h>
 #include <shardtensor/shardtensor.hpp>
 
 using namespace shard;
@@ -121,5 +125,95 @@ TEST_CASE("Module parameters: deterministic init, names, save/load round trip an
   } other(mesh);
   CHECK_THROWS_WITH(other.load(path), Catch::Matchers::ContainsSubstring("Module::load"));
   CHECK_THROWS_AS(t1.load("/nonexistent/dir/x.bin"), Error);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("optimiser state export / import continues bit-identically; mismatches are refused", "[optim][checkpoint]") {
+  auto mesh = self_mesh();
+  auto grad_at = [](int step) {
+    auto g = Tensor<double, 1>::empty({3});
+    for (int i = 0; i < 3; ++i) g(i) = std::cos(0.7 * step + i);
+    return g;
+  };
+  auto make_opt = [](int kind, Toy& t) -> std::unique_ptr<optim::Optimizer<double>> {
+    if (kind == 0) return std::make_unique<optim::SGD<double>>(t.parameters(), optim::SGD<double>::Options{.lr = 0.1, .momentum = 0.9});
+    typename optim::Adam<double>::Options o{.lr = 0.01, .weight_decay = 0.1};
+    if (kind == 1) return std::make_unique<optim::Adam<double>>(t.parameters(), o);
+    return std::make_unique<optim::AdamW<double>>(t.parameters(), o);
+  };
+  for (int kind = 0; kind < 3; ++kind) {
+    Toy ref(mesh), a(mesh), b(mesh, 99);
+    auto oref = make_opt(kind, ref), oa = make_opt(kind, a), ob = make_opt(kind, b);
+    for (int s = 0; s < 5; ++s) {
+      oref->zero_grad();
+      set_grad<1>(ref.a, grad_at(s));
+      oref->step();
+    }
+    for (int s = 0; s < 2; ++s) {
+      oa->zero_grad();
+      set_grad<1>(a.a, grad_at(s));
+      oa->step();
+    }
+    const auto st = oa->state();
+    CHECK(st.buffers.size() == (kind == 0 ? 1u : 2u));  // only `a` has a gradient
+    b.a.local().copy_from(a.a.local());
+    b.b.local().copy_from(a.b.local());
+    ob->set_lr(123);
+    ob->load_state(st);
+    CHECK(ob->lr() == oa->lr());
+    for (int s = 2; s < 5; ++s) {
+      ob->zero_grad();
+      set_grad<1>(b.a, grad_at(s));
+      ob->step();
+    }
+    CHECK(max_rel_diff(b.a.local(), ref.a.local()) == 0.0);
+    // A state of another kind, or of other sizes, is refused.
+    auto other = make_opt((kind + 1) % 3, b);
+    CHECK_THROWS_AS(other->load_state(st), Error);
+    auto bad = st;
+    for (auto& [k, blk] : bad.buffers) blk = Block::allocate(blk.dtype, Device::cpu(), {blk.numel() + 1});
+    CHECK_THROWS_AS(ob->load_state(bad), Error);
+  }
+}
+
+TEST_CASE("Module::save is atomic and load refuses truncated, corrupted or extended files", "[optim][checkpoint]") {
+  auto mesh = self_mesh();
+  Toy t1(mesh, 11), t2(mesh, 12);
+  const std::string path = fmt::format("/tmp/shardtensor_params_{}.bin", static_cast<long>(::getpid()));
+  t1.save(path);
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& b) { std::ofstream(path, std::ios::binary | std::ios::trunc) << b; };
+  auto refused = [&](const char* what) {
+    const double before = t2.a.local()(0);
+    std::string msg;
+    try {
+      t2.load(path);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    CHECK_THAT(msg, Catch::Matchers::ContainsSubstring(what));
+    CHECK(t2.a.local()(0) == before);  // nothing loaded
+  };
+  write(bytes.substr(0, bytes.size() / 2));
+  refused("truncated");
+  write(bytes + "garbage");
+  refused("trailing");
+  for (std::size_t pos : {std::size_t{20}, bytes.size() / 2, bytes.size() - 20}) {
+    std::string flipped = bytes;
+    flipped[pos] = static_cast<char>(flipped[pos] ^ 0x10);
+    write(flipped);
+    INFO("flipped byte " << pos);
+    CHECK_THROWS_AS(t2.load(path), Error);
+  }
+  write(bytes);
+  t2.load(path);
+  CHECK(max_rel_diff(t2.a.local(), t1.a.local()) == 0.0);
+  // A failed save (unwritable directory) leaves the previous file alone and reports the error.
+  CHECK_THROWS_AS(t1.save("/nonexistent/dir/x.bin"), Error);
   std::remove(path.c_str());
 }

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "shardtensor/dist/dist_spec.hpp"
+#include "shardtensor/dist/gather.hpp"
 #include "shardtensor/dist/redistribute.hpp"
 #include "shardtensor/exec/box.hpp"
 #include "shardtensor/exec/context.hpp"
@@ -212,6 +213,31 @@ class DistTensor {
     std::vector<Placement> rep(static_cast<std::size_t>(mesh().ndim()), Replicate());
     auto r = redistribute(rep);
     return r.local_;
+  }
+
+  /// The whole global tensor on mesh rank `root` only: a contiguous tensor of the global shape
+  /// on this tensor's device there, an empty tensor on every other rank. Partial placements are
+  /// reduced first. Memory: O(global) on the root, O(local) elsewhere (dist/gather.hpp).
+  /// Collective over the mesh.
+  Local gather_to(int root = 0) const {
+    const Block b = detail::gather_to(spec_, as_block(local_), root);
+    return mesh().comm()->rank() == root ? tensor_of<T, Rank>(b) : Local();
+  }
+  /// Distributes `full`, significant on mesh rank `root` only (others may pass an empty
+  /// tensor), to `placements` (and explicit `sizes`): the inverse of gather_to, with O(global)
+  /// memory on the root and O(local) elsewhere. The global shape comes from the root; the local
+  /// blocks land on `dev`. Partial(sum) dims hold the value on coordinate 0, zeros elsewhere.
+  /// Collective over the mesh.
+  static DistTensor scatter_from(const Local& full, int root, const DeviceMesh& mesh, std::vector<Placement> placements,
+                                 const ShardSizes& sizes = {}, Device dev = Device::cpu()) {
+    SHARD_CHECK(root >= 0 && root < mesh.size(), "scatter_from", "root {} out of range for a mesh of {} ranks", root,
+                mesh.size());
+    std::vector<index_t> gshape = to_vec(full.shape());
+    mesh.comm()->broadcast(gshape.data(), Rank, DType::i64, root);
+    DistSpec spec(mesh, std::move(placements), gshape, sizes);
+    const Block b = detail::scatter_from(spec, mesh.comm()->rank() == root ? as_block(full) : Block{}, root,
+                                         dtype_of<T>, dev);
+    return DistTensor(spec, tensor_of<T, Rank>(b));
   }
 
   // ------------------------------------------------------------------ helpers (public for ops)

@@ -7,10 +7,13 @@
 /// Updates run on the parameters' device through the optim kernel family (exec/optim.hpp);
 /// optimiser state lives next to each parameter.
 #include <cmath>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "shardtensor/exec/optim.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/parameter.hpp"
 
 namespace shard::optim {
@@ -20,6 +23,33 @@ template <class T>
 Block param_block(const T* p, index_t n, Device dev) {
   return Block::view(dtype_of<T>, dev, const_cast<T*>(p), &n, 1);
 }
+
+/// An optimiser's state, exported for checkpoints (io/checkpoint.hpp) and imported on resume:
+/// scalars (learning rate, step count, ...) and named buffers (per-parameter moments, keyed
+/// "<what>.<parameter index>"). Buffers are 1-D Blocks that own their memory (copies of the
+/// optimiser's; their dtype is the optimiser's: T for SGD momentum, f64 for Adam moments).
+struct OptimizerState {
+  std::string kind;                        ///< "sgd", "adam", "adamw"
+  std::map<std::string, double> scalars;   ///< e.g. "lr", "t"
+  std::map<std::string, Block> buffers;    ///< e.g. "exp_avg.3"
+};
+
+namespace detail {
+/// An owning host copy of the 1-D tensor t.
+template <class U>
+Block export_buffer(const Tensor<U, 1>& t) {
+  return as_block(t.to(Device::cpu()).clone());
+}
+/// Replaces `dst` by the contents of `src` (dtype and length checked), on device `dev`.
+template <class U>
+void import_buffer(Tensor<U, 1>& dst, const Block& src, index_t n, Device dev, const std::string& key) {
+  SHARD_CHECK(src.dtype == dtype_of<U> && src.rank == 1 && src.numel() == n, "Optimizer::load_state",
+              "buffer '{}' is {} of {} elements, the optimiser expects {} of {}", key, src.dtype, src.numel(),
+              dtype_of<U>, n);
+  dst = Tensor<U, 1>::empty({n}, dev);
+  dst.copy_from(tensor_of<U, 1>(src));
+}
+}  // namespace detail
 
 /// Base optimiser: holds parameters and a learning rate.
 template <class T>
@@ -39,8 +69,23 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   const std::vector<std::shared_ptr<nn::ParameterBase<T>>>& params() const { return params_; }
+  /// Everything step() depends on besides the parameters and gradients (for checkpoints).
+  virtual OptimizerState state() const = 0;
+  /// Restores a state exported by state() of the same kind of optimiser over parameters of the
+  /// same sizes (checked; shard::Error otherwise). Buffers are copied to the parameters' devices.
+  virtual void load_state(const OptimizerState& s) = 0;
 
  protected:
+  void check_kind(const OptimizerState& s, const std::string& kind) const {
+    SHARD_CHECK(s.kind == kind, "Optimizer::load_state", "state of a '{}' optimiser loaded into a '{}' one", s.kind,
+                kind);
+  }
+  double scalar(const OptimizerState& s, const std::string& key) const {
+    auto it = s.scalars.find(key);
+    SHARD_CHECK(it != s.scalars.end(), "Optimizer::load_state", "state of '{}' lacks '{}'", s.kind, key);
+    return it->second;
+  }
+
   std::vector<std::shared_ptr<nn::ParameterBase<T>>> params_;
   double lr_;
 };
@@ -68,6 +113,21 @@ class SGD final : public Optimizer<T> {
       if (o_.momentum > 0 && buf_[i].numel() != n) buf_[i] = Tensor<T, 1>::zeros({n}, dev);
       exec::sgd_update(param_block(p.data(), n, dev), param_block(g, n, dev),
                        o_.momentum > 0 ? param_block(buf_[i].data(), n, dev) : Block{}, sp, current_context(dev));
+    }
+  }
+  OptimizerState state() const override {
+    OptimizerState s{"sgd", {{"lr", this->lr_}}, {}};
+    for (std::size_t i = 0; i < buf_.size(); ++i)
+      if (buf_[i].numel() > 0) s.buffers.emplace(fmt::format("momentum.{}", i), detail::export_buffer(buf_[i]));
+    return s;
+  }
+  void load_state(const OptimizerState& s) override {
+    this->check_kind(s, "sgd");
+    this->lr_ = this->scalar(s, "lr");
+    for (std::size_t i = 0; i < buf_.size(); ++i) {
+      auto it = s.buffers.find(fmt::format("momentum.{}", i));
+      if (it == s.buffers.end()) buf_[i] = Tensor<T, 1>();
+      else detail::import_buffer(buf_[i], it->second, this->params_[i]->numel(), this->params_[i]->device(), it->first);
     }
   }
 
@@ -109,6 +169,34 @@ class Adam : public Optimizer<T> {
   }
   /// Number of steps taken.
   long steps() const { return t_; }
+  OptimizerState state() const override {
+    OptimizerState s{decoupled_ ? "adamw" : "adam", {{"lr", this->lr_}, {"t", static_cast<double>(t_)}}, {}};
+    for (std::size_t i = 0; i < m_.size(); ++i)
+      if (m_[i].numel() > 0) {
+        s.buffers.emplace(fmt::format("exp_avg.{}", i), detail::export_buffer(m_[i]));
+        s.buffers.emplace(fmt::format("exp_avg_sq.{}", i), detail::export_buffer(v_[i]));
+      }
+    return s;
+  }
+  void load_state(const OptimizerState& s) override {
+    this->check_kind(s, decoupled_ ? "adamw" : "adam");
+    this->lr_ = this->scalar(s, "lr");
+    t_ = static_cast<long>(this->scalar(s, "t"));
+    for (std::size_t i = 0; i < m_.size(); ++i) {
+      auto a = s.buffers.find(fmt::format("exp_avg.{}", i)), b = s.buffers.find(fmt::format("exp_avg_sq.{}", i));
+      SHARD_CHECK((a == s.buffers.end()) == (b == s.buffers.end()), "Optimizer::load_state",
+                  "Adam state of parameter {} has one moment without the other", i);
+      if (a == s.buffers.end()) {
+        m_[i] = Tensor<double, 1>();
+        v_[i] = Tensor<double, 1>();
+        continue;
+      }
+      const index_t n = this->params_[i]->numel();
+      const Device dev = this->params_[i]->device();
+      detail::import_buffer(m_[i], a->second, n, dev, a->first);
+      detail::import_buffer(v_[i], b->second, n, dev, b->first);
+    }
+  }
 
  private:
   Options o_;

@@ -1,0 +1,234 @@
+// Checkpoints: save / load round trips across rank counts; training resume (AdamW, a small conv
+// model on a sharded field) bitwise equal at the same rank count and within fp tolerance at
+// another; truncated and byte-flipped files refused on every rank with the model untouched.
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <shardtensor/io/checkpoint.hpp>
+#include <shardtensor/nn/functional.hpp>
+#include <shardtensor/shardtensor.hpp>
+
+#include "io/io_test_util.hpp"
+
+using namespace shard;
+using namespace shard::test;
+using Catch::Matchers::ContainsSubstring;
+namespace F = shard::nn::functional;
+
+namespace {
+
+constexpr int kSteps = 5, kSplit = 2;
+
+template <class T>
+std::shared_ptr<nn::Sequential<T, 4>> make_model(const DeviceMesh& mesh, std::uint64_t seed) {
+  auto m = std::make_shared<nn::Sequential<T, 4>>();
+  m->add(std::make_shared<nn::Conv2d<T>>(mesh, 1, 4, 3, F::ConvOptions<2>::same({3, 3}), true, seed));
+  m->add(std::make_shared<nn::GELU<T, 4>>());
+  m->add(std::make_shared<nn::Conv2d<T>>(mesh, 4, 1, 3, F::ConvOptions<2>::same({3, 3}), true, seed + 1));
+  return m;
+}
+
+/// A 1-D or 2-D domain decomposition of the [N, C, H, W] field for a communicator of size p.
+DeviceMesh domain_mesh(CommPtr comm, bool two_d) {
+  const int p = comm->size();
+  return two_d && p == 4 ? DeviceMesh(comm, {2, 2}) : DeviceMesh(comm, {p});
+}
+std::vector<Placement> domain_placements(const DeviceMesh& mesh) {
+  return mesh.ndim() == 2 ? std::vector<Placement>{Shard(2), Shard(3)} : std::vector<Placement>{Shard(2)};
+}
+
+/// Trains `steps` AdamW steps from `from` on the same data every step; returns the last loss.
+template <class T>
+double train(nn::Sequential<T, 4>& model, optim::Optimizer<T>& opt, const DeviceMesh& mesh, int from, int to) {
+  const auto pl = domain_placements(mesh);
+  double loss_value = 0;
+  for (int s = from; s < to; ++s) {
+    // Data of step s: a function of (seed, s, global index), the same at every rank count.
+    autograd::Var<T, 4> x(DistTensor<T, 4>::random({2, 1, 13, 10}, mesh, pl, 1000 + s));
+    autograd::Var<T, 4> y(DistTensor<T, 4>::random({2, 1, 13, 10}, mesh, pl, 2000 + s));
+    opt.zero_grad();
+    auto loss = F::mse_loss(model(x), y);
+    loss.backward();
+    opt.step();
+    loss_value = static_cast<double>(loss.local()(0));
+  }
+  return loss_value;
+}
+
+template <class T>
+std::vector<T> flat_params(const nn::Module<T>& m) {
+  std::vector<T> out;
+  for (auto& np : m.named_parameters()) {
+    const auto v = np.param->value_flat().contiguous();
+    out.insert(out.end(), v.data(), v.data() + v.numel());
+  }
+  return out;
+}
+
+template <class T>
+double rel_diff(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 1e300;
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])) / std::max(1.0, std::abs(static_cast<double>(b[i]))));
+  return m;
+}
+
+template <class T>
+using AdamW = optim::AdamW<T>;
+template <class T>
+typename optim::Adam<T>::Options adam_options() {
+  return {.lr = 1e-2, .weight_decay = 1e-2};
+}
+
+io::TrainingState state_at(int step) {
+  io::TrainingState st;
+  st.step = step;
+  st.ints = {{"epoch", 3}, {"rng.counter", -1234567890123LL}};
+  st.bytes = {{"rng.engine", std::string("\x00\x01 binary\xff", 10)}, {"note", "data order v1"}};
+  return st;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("checkpoint resume is bitwise at the same rank count and within tolerance at another",
+                   "[io][checkpoint][mpi]", float, double) {
+  using T = TestType;
+  if (!io::hdf5_available()) SKIP("built without HDF5");
+  const std::string dir = shared_tmpdir("ckpt");
+  // Phase 1, at every communicator size and mesh: train k steps, checkpoint; check resuming at
+  // the same size equals training straight through, bit for bit.
+  for_each_comm_size([&](CommPtr comm) {
+    for (bool two_d : {false, true}) {
+      if (two_d && comm->size() != 4) continue;
+      const DeviceMesh mesh = domain_mesh(comm, two_d);
+      INFO("mesh of " << mesh.ndim() << " dims over " << comm->size() << " ranks");
+      auto ref = make_model<T>(mesh, 5);
+      AdamW<T> oref(ref->parameters(), adam_options<T>());
+      const double ref_loss = train(*ref, oref, mesh, 0, kSteps);
+
+      auto a = make_model<T>(mesh, 5);
+      AdamW<T> oa(a->parameters(), adam_options<T>());
+      train(*a, oa, mesh, 0, kSplit);
+      const std::string path = fmt::format("{}/ck_{}_{}.h5", dir, comm->size(), two_d ? 2 : 1);
+      io::save_checkpoint(path, *a, &oa, state_at(kSplit));
+
+      auto b = make_model<T>(mesh, 77);  // different initial values: load must overwrite them
+      AdamW<T> ob(b->parameters(), adam_options<T>());
+      const auto st = io::load_checkpoint(path, *b, &ob);
+      CHECK(st == state_at(kSplit));
+      CHECK(ob.steps() == kSplit);
+      CHECK(flat_params(*b) == flat_params(*a));
+      const double loss = train(*b, ob, mesh, static_cast<int>(st.step), kSteps);
+      CHECK(flat_params(*b) == flat_params(*ref));  // bitwise
+      CHECK(loss == ref_loss);
+    }
+  });
+  MpiComm::world()->barrier();
+  // Phase 2: every checkpoint resumed at every other size and mesh, against training straight
+  // through at that size.
+  const int world = world_size();
+  for_each_comm_size([&](CommPtr comm) {
+    for (bool two_d : {false, true}) {
+      if (two_d && comm->size() != 4) continue;
+      const DeviceMesh mesh = domain_mesh(comm, two_d);
+      auto ref = make_model<T>(mesh, 5);
+      AdamW<T> oref(ref->parameters(), adam_options<T>());
+      const double ref_loss = train(*ref, oref, mesh, 0, kSteps);
+      for (int p = 1; p <= world; ++p)
+        for (int md : {1, 2}) {
+          if (md == 2 && p != 4) continue;
+          INFO("written at " << p << " ranks (" << md << "-D mesh), resumed at " << comm->size() << " ranks ("
+                             << mesh.ndim() << "-D mesh)");
+          auto b = make_model<T>(mesh, 77);
+          AdamW<T> ob(b->parameters(), adam_options<T>());
+          const auto st = io::load_checkpoint(fmt::format("{}/ck_{}_{}.h5", dir, p, md), *b, &ob);
+          CHECK(st == state_at(kSplit));
+          const double loss = train(*b, ob, mesh, static_cast<int>(st.step), kSteps);
+          const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+          CHECK(rel_diff(flat_params(*b), flat_params(*ref)) <= tol);
+          CHECK(std::abs(loss - ref_loss) <= tol * std::max(1.0, std::abs(ref_loss)));
+        }
+    }
+  });
+  remove_shared_tmpdir(dir);
+}
+
+TEST_CASE("checkpoints refuse truncated and corrupted files on every rank", "[io][checkpoint][errors][mpi]") {
+  if (!io::hdf5_available()) SKIP("built without HDF5");
+  const std::string dir = shared_tmpdir("ckbad");
+  for_each_comm_size([&](CommPtr comm) {
+    DeviceMesh mesh(comm, {comm->size()});
+    auto a = make_model<double>(mesh, 5);
+    AdamW<double> oa(a->parameters(), adam_options<double>());
+    train(*a, oa, mesh, 0, 1);
+    // A recognisable first parameter: 0.5 + k / 1024 (exact in binary), found in the file below.
+    auto first = a->named_parameters().front().param;
+    {
+      auto v = first->value_flat();
+      for (index_t k = 0; k < v.numel(); ++k) v(k) = 0.5 + static_cast<double>(k) / 1024;
+    }
+    const std::string path = fmt::format("{}/good_{}.h5", dir, comm->size());
+    io::save_checkpoint(path, *a, &oa, state_at(1));
+    CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+    std::string bytes;
+    if (comm->rank() == 0) {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    auto b = make_model<double>(mesh, 77);
+    AdamW<double> ob(b->parameters(), adam_options<double>());
+    const auto before = flat_params(*b);
+    auto refused = [&](const std::string& file, const char* what) {
+      const std::string msg = error_of([&] { io::load_checkpoint(file, *b, &ob); });
+      CHECK_THAT(msg, ContainsSubstring(what));
+      CHECK(flat_params(*b) == before);  // nothing was modified
+      CHECK(ob.steps() == 0);
+    };
+    // Truncated at several lengths.
+    for (double frac : {0.1, 0.5, 0.95}) {
+      const std::string t = fmt::format("{}/trunc_{}_{}.h5", dir, comm->size(), frac);
+      if (comm->rank() == 0) std::ofstream(t, std::ios::binary) << bytes.substr(0, static_cast<std::size_t>(bytes.size() * frac));
+      comm->barrier();
+      INFO("truncated to " << frac);
+      refused(t, "truncated file");
+    }
+    // One flipped byte inside the first parameter's data.
+    {
+      const std::string t = fmt::format("{}/flip_{}.h5", dir, comm->size());
+      int found = 1;
+      if (comm->rank() == 0) {
+        double pattern[3] = {0.5 + 1.0 / 1024, 0.5 + 2.0 / 1024, 0.5 + 3.0 / 1024};
+        const auto pos = bytes.find(std::string(reinterpret_cast<const char*>(pattern), sizeof pattern));
+        found = pos != std::string::npos;
+        std::string flipped = bytes;
+        if (found) flipped[pos + 9] = static_cast<char>(flipped[pos + 9] ^ 0x04);
+        std::ofstream(t, std::ios::binary) << flipped;
+      }
+      comm->broadcast(&found, 1, DType::i32, 0);
+      REQUIRE(found == 1);
+      refused(t, "checksum mismatch");
+    }
+    // Not a checkpoint at all / missing.
+    refused(dir + "/missing.h5", "cannot open");
+    // Ranks passing different state keys: refused on every rank before anything is written.
+    if (comm->size() > 1) {
+      io::TrainingState odd = state_at(1);
+      if (comm->rank() == 1) odd.ints["only.on.rank1"] = 1;
+      CHECK_THAT(error_of([&] { io::save_checkpoint(path, *a, &oa, odd); }), ContainsSubstring("same entries"));
+    }
+    // The good file still loads, everywhere.
+    const auto st = io::load_checkpoint(path, *b, &ob);
+    CHECK(st == state_at(1));
+    CHECK(flat_params(*b) == flat_params(*a));
+    // A model whose parameters differ is refused.
+    auto other = std::make_shared<nn::Sequential<double, 4>>();
+    other->add(std::make_shared<nn::Conv2d<double>>(mesh, 1, 3, 3, F::ConvOptions<2>::same({3, 3}), true, 1));
+    CHECK_THAT(error_of([&] { io::load_checkpoint(path, *other, nullptr); }), ContainsSubstring("parameters"));
+  });
+  remove_shared_tmpdir(dir);
+}
