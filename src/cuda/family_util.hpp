@@ -1,7 +1,11 @@
 #pragma once
 // Helpers shared by the CUDA kernel-family glue (src/cuda/*_cuda.cpp): device selection for the
-// context's device and launcher error codes turned into shard::Error naming the op and device.
+// context's device (a restoring DeviceScope, or enter() which leaves it set and returns the
+// stream), launcher / runtime error codes turned into shard::Error, stream-ordered scratch
+// buffers and small host <-> device copies of double statistics (norm).
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
@@ -40,5 +44,47 @@ inline void check_rc(int rc, const char* op, const ExecContext& ctx) {
 
 /// 1 for f64, 0 for f32 (the fronts admit only these).
 inline int is_f64(DType dt) { return dt == DType::f64 ? 1 : 0; }
+
+/// Throws shard::Error naming `op` for a nonzero cudaError_t code.
+inline void check(int code, const char* op) {
+  if (code != 0)
+    SHARD_FAIL(op, "CUDA error {} ({})", code, cudaGetErrorString(static_cast<cudaError_t>(code)));
+}
+
+/// Makes the context's device current and returns its stream.
+inline cudaStream_t enter(ExecContext& ctx, const char* op) {
+  check(static_cast<int>(cudaSetDevice(ctx.device().index)), op);
+  return static_cast<cudaStream_t>(ctx.stream().handle);
+}
+
+/// Device scratch of n elements of T, allocated and freed in stream order (cudaMallocAsync).
+template <class T>
+class Scratch {
+ public:
+  Scratch(std::size_t n, cudaStream_t s, const char* op) : s_(s) {
+    if (n > 0) check(static_cast<int>(cudaMallocAsync(reinterpret_cast<void**>(&p_), n * sizeof(T), s)), op);
+  }
+  ~Scratch() {
+    if (p_) cudaFreeAsync(p_, s_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+  cudaStream_t s_;
+};
+
+/// Copies n doubles host -> device on `s` (the host buffer may be reused on return).
+inline void upload(double* dst, const double* src, std::size_t n, cudaStream_t s, const char* op) {
+  if (n > 0 && src) check(static_cast<int>(cudaMemcpyAsync(dst, src, n * sizeof(double), cudaMemcpyHostToDevice, s)), op);
+}
+/// Copies n doubles device -> host and waits for the stream.
+inline void download(double* dst, const double* src, std::size_t n, cudaStream_t s, const char* op) {
+  if (n > 0 && dst) check(static_cast<int>(cudaMemcpyAsync(dst, src, n * sizeof(double), cudaMemcpyDeviceToHost, s)), op);
+  check(static_cast<int>(cudaStreamSynchronize(s)), op);
+}
+
 
 }  // namespace shard::exec::cuda_glue

@@ -6,7 +6,7 @@
 
 #include <array>
 
-#include "cuda/normpool_glue.hpp"
+#include "cuda/family_util.hpp"
 #include "exec/gemm_kernels.hpp"
 #include "kernels_api/gemm.hpp"
 

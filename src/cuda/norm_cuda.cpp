@@ -1,7 +1,7 @@
 // CUDA implementation of the norm kernel family (kernels/norm.cu behind src/kernels_api/norm.hpp),
 // registered for DeviceKind::cuda when shardtensor::cuda is linked. Statistics travel between
 // the host (where the nn layer reduces them across ranks) and stream-ordered device scratch.
-#include "cuda/normpool_glue.hpp"
+#include "cuda/family_util.hpp"
 #include "exec/norm_kernels.hpp"
 #include "kernels_api/norm.hpp"
 

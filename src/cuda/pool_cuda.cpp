@@ -1,6 +1,6 @@
 // CUDA implementation of the pool kernel family (kernels/pool.cu behind src/kernels_api/pool.hpp),
 // registered for DeviceKind::cuda when shardtensor::cuda is linked.
-#include "cuda/normpool_glue.hpp"
+#include "cuda/family_util.hpp"
 #include "exec/pool_kernels.hpp"
 #include "kernels_api/pool.hpp"
 

@@ -1,7 +1,7 @@
 // CUDA implementation of the resize kernel family (kernels/resize.cu behind
 // src/kernels_api/resize.hpp), registered for DeviceKind::cuda when shardtensor::cuda is linked.
 // The front (src/exec/resize.cpp) has checked the block geometry.
-#include "cuda/normpool_glue.hpp"
+#include "cuda/family_util.hpp"
 #include "exec/resize_kernels.hpp"
 #include "kernels_api/resize.hpp"
 

@@ -31,6 +31,8 @@ struct HaloTransfer::Impl {
   int tag = 0;
   std::vector<Request> reqs;
   std::vector<char*> recv_at;  // per receiving peer of the posted stage: its staging region
+  ExecContext* ectx = nullptr;  // the buffer's device context (box engine; set at construction)
+  ExecContext* ctx = nullptr;   // passed to the communicator: null for host blocks, else *ectx
 
   bool fwd() const { return dir == Direction::forward; }
   std::size_t count() const { return plan->stages.size(); }
@@ -56,9 +58,9 @@ struct HaloTransfer::Impl {
     for (const auto& r : runs) {
       const Block b = box(st, r, src_side);
       const Block s = Block::view(dt, buf.device, region, b.shape.data(), b.rank);
-      if (to_staging) exec::box_copy(s, b);
-      else if (add) exec::box_add(b, s);
-      else exec::box_copy(b, s);
+      if (to_staging) exec::box_copy(s, b, *ectx);
+      else if (add) exec::box_add(b, s, *ectx);
+      else exec::box_copy(b, s, *ectx);
       region += b.numel() * static_cast<index_t>(es);
     }
   }
@@ -72,27 +74,27 @@ struct HaloTransfer::Impl {
     const auto& send_to = fwd() ? st.out : st.in;
     if (st.cross > 0) {
       char* region = static_cast<char*>(staging.data);
-      // TODO(comm): device blocks need the Communicator calls that take an ExecContext* (pass the
-      // context of buf.device); today's calls take host memory.
+      // Device buffers: the communicator gets the device's context (packing above is ordered on
+      // its stream before the send; unpacking after wait_all).
       for (const auto& p : recv_from) {
         recv_at.push_back(region);
-        reqs.push_back(comm->irecv(region, p.positions * st.cross, dt, p.peer, t));
+        reqs.push_back(comm->irecv(region, p.positions * st.cross, dt, p.peer, t, ctx));
         region += p.positions * st.cross * static_cast<index_t>(es);
       }
       for (const auto& p : send_to) {
         // Forward packs the owner's sources; the adjoint packs the ghost cells' gradients.
         stage_io(st, p.runs, fwd(), region, true, false);
-        reqs.push_back(comm->isend(region, p.positions * st.cross, dt, p.peer, t));
+        reqs.push_back(comm->isend(region, p.positions * st.cross, dt, p.peer, t, ctx));
         region += p.positions * st.cross * static_cast<index_t>(es);
       }
     }
     for (const auto& r : st.self) {
       const Block g = box(st, r, false), s = box(st, r, true);
-      if (fwd()) exec::box_copy(g, s);
-      else exec::box_add(s, g);
+      if (fwd()) exec::box_copy(g, s, *ectx);
+      else exec::box_add(s, g, *ectx);
     }
     if (fwd())
-      for (const auto& r : st.zero) exec::box_zero(box(st, r, false));
+      for (const auto& r : st.zero) exec::box_zero(box(st, r, false), *ectx);
   }
 
   void complete(std::size_t k) {
@@ -134,7 +136,7 @@ struct HaloTransfer::Impl {
       result = buf;
     } else {
       result = Block::allocate(dt, buf.device, len);
-      exec::box_copy(result, exec::sub_box(buf, lo, len));
+      exec::box_copy(result, exec::sub_box(buf, lo, len), *ectx);
     }
     buf = fwd() ? buf : Block{};
     if (staging.data) plan->release_staging(std::move(staging));
@@ -163,6 +165,8 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
   m.lo = halo.lo;
   m.len = spec.local_box().len;
   m.ext = halo_extended_shape(spec, halo);
+  m.ectx = &current_context(in.device);
+  m.ctx = in.device.is_cpu() ? nullptr : m.ectx;
   if (dir == Direction::forward) {
     SHARD_CHECK(dt == in.dtype, op, "block of dtype {} passed as {}", in.dtype, dt);
     SHARD_CHECK(in.shape_vec() == m.len, op, "local block of shape {} does not match {} (expects {} on this rank)",
@@ -189,8 +193,8 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
     m.buf = in;  // the caller handed the gradient over: work in place
   } else {
     m.buf = Block::allocate(dt, in.device, m.ext);
-    if (dir == Direction::forward) exec::box_copy(exec::sub_box(m.buf, m.lo, m.len), in);
-    else exec::box_copy(m.buf, in);
+    if (dir == Direction::forward) exec::box_copy(exec::sub_box(m.buf, m.lo, m.len), in, *m.ectx);
+    else exec::box_copy(m.buf, in, *m.ectx);
   }
   m.advance();
 }

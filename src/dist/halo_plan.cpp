@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "plan_cache.hpp"
+
 namespace shard::detail {
 
 index_t halo_source_index(index_t g, index_t n, Boundary mode) {
@@ -178,30 +180,10 @@ void HaloPlan::release_staging(Block b) const {
   if (pool_.size() < kMaxPooled) pool_.push_back(std::move(b));
 }
 
-namespace {
-struct HaloCacheEntry {
-  std::weak_ptr<Communicator> comm;  // the mesh's; an expired entry is dropped
-  std::shared_ptr<const HaloPlan> plan;
-};
-struct HaloCache {
-  std::mutex mu;
-  std::map<std::vector<index_t>, HaloCacheEntry> map;
-};
-HaloCache& halo_cache() {
-  static HaloCache* c = new HaloCache;  // never destroyed: usable during static destruction
-  return *c;
-}
-constexpr std::size_t kMaxCachedHaloPlans = 512;
-}  // namespace
-
 std::shared_ptr<const HaloPlan> halo_plan(const DistSpec& spec, const HaloSpec& halo, const char* op) {
   validate_halo(spec, halo, op);
-  const auto& mesh = spec.mesh();
-  std::vector<index_t> key;
-  key.reserve(64);
-  key.push_back(static_cast<index_t>(reinterpret_cast<std::uintptr_t>(mesh.comm().get())));
-  key.push_back(mesh.rank());
-  key.insert(key.end(), mesh.shape().begin(), mesh.shape().end());
+  static auto* cache = new PlanCache<HaloPlan>(512);  // never destroyed: usable during static destruction
+  std::vector<index_t> key = mesh_key(spec.mesh());
   key.insert(key.end(), spec.global_shape().begin(), spec.global_shape().end());
   for (const auto& p : spec.placements()) {
     key.push_back(static_cast<index_t>(p.kind));
@@ -212,22 +194,12 @@ std::shared_ptr<const HaloPlan> halo_plan(const DistSpec& spec, const HaloSpec& 
   key.insert(key.end(), halo.lo.begin(), halo.lo.end());
   key.insert(key.end(), halo.hi.begin(), halo.hi.end());
   for (auto m : halo.modes) key.push_back(static_cast<index_t>(m));
-  auto& cache = halo_cache();
-  {
-    std::lock_guard lock(cache.mu);
-    auto it = cache.map.find(key);
-    if (it != cache.map.end() && !it->second.comm.expired()) return it->second.plan;
-  }
-  auto plan = std::make_shared<HaloPlan>();
-  plan->stages = plan_halo_stages(spec, halo);
-  for (const auto& st : plan->stages) plan->staging_elements = std::max(plan->staging_elements, st.staged_elements());
-  std::lock_guard lock(cache.mu);
-  if (cache.map.size() >= kMaxCachedHaloPlans) {
-    std::erase_if(cache.map, [](const auto& kv) { return kv.second.comm.expired(); });
-    if (cache.map.size() >= kMaxCachedHaloPlans) cache.map.clear();
-  }
-  cache.map[std::move(key)] = HaloCacheEntry{mesh.comm(), plan};
-  return plan;
+  return cache->get(std::move(key), spec.mesh(), [&] {
+    auto plan = std::make_shared<HaloPlan>();
+    plan->stages = plan_halo_stages(spec, halo);
+    for (const auto& st : plan->stages) plan->staging_elements = std::max(plan->staging_elements, st.staged_elements());
+    return plan;
+  });
 }
 
 }  // namespace shard::detail

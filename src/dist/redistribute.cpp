@@ -7,6 +7,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "plan_cache.hpp"
 #include "shardtensor/exec/box.hpp"
 
 namespace shard::detail {
@@ -316,19 +317,10 @@ void append_spec_key(std::vector<index_t>& k, const DistSpec& s) {
   }
 }
 
-struct CacheEntry {
-  std::weak_ptr<Communicator> comm;  // the mesh's; an expired entry is dropped
-  std::shared_ptr<const RedistributePlan> plan;
-};
-struct PlanCache {
-  std::mutex mu;
-  std::map<std::vector<index_t>, CacheEntry> map;
-};
-PlanCache& plan_cache() {
-  static PlanCache* c = new PlanCache;  // never destroyed: usable during static destruction
+PlanCache<RedistributePlan>& plan_cache() {
+  static auto* c = new PlanCache<RedistributePlan>(1024);  // never destroyed: usable during static destruction
   return *c;
 }
-constexpr std::size_t kMaxCachedPlans = 1024;
 
 // ================================================================ execution
 
@@ -348,78 +340,82 @@ CommPtr comm_of(const DeviceMesh& mesh, const std::vector<int>& dims) {
   return dims.size() == 1 ? mesh.dim_comm(dims[0]) : mesh.dims_comm(dims);
 }
 
-Block run_step(const RedistStep& s, const DeviceMesh& mesh, const Block& in, const Block& original) {
+/// Runs one step on the block's own device: buffers are allocated there, packed and unpacked by
+/// the box engine on `ectx`, and the communicator gets `ctx` (null for host blocks, whose calls
+/// then run exactly as before; the device's context otherwise: stream-ordered device buffers).
+Block run_step(const RedistStep& s, const DeviceMesh& mesh, const Block& in, const Block& original, ExecContext& ectx,
+               ExecContext* ctx) {
   const DType dt = in.dtype;
   switch (s.kind) {
     case RedistStepKind::local: {
       Block out = allocate_like(in, s.out_shape);
-      exec::box_copy(out, sub(in, s.local_src));
+      exec::box_copy(out, sub(in, s.local_src), ectx);
       return out;
     }
     case RedistStepKind::create_partial: {
       if (!s.zero) {
         if (in.data != original.data || in.owner != original.owner) return in;
         Block out = allocate_like(in, s.out_shape);  // never write (or alias) the input
-        exec::box_copy(out, in);
+        exec::box_copy(out, in, ectx);
         return out;
       }
       Block out = in.data != original.data || in.owner != original.owner ? in : allocate_like(in, s.out_shape);
-      exec::box_zero(out);
+      exec::box_zero(out, ectx);
       return out;
     }
     case RedistStepKind::allreduce: {
       Block out = allocate_like(in, s.out_shape);
-      exec::box_copy(out, in);
-      comm_of(mesh, s.mesh_dims)->allreduce(out.data, out.data, out.numel(), dt, s.op);
+      exec::box_copy(out, in, ectx);
+      comm_of(mesh, s.mesh_dims)->allreduce(out.data, out.data, out.numel(), dt, s.op, ctx);
       return out;
     }
     case RedistStepKind::reduce_scatterv: {
       Block send = allocate_like(in, {in.numel()});
       for (std::size_t p = 0; p < s.send_boxes.size(); ++p)
-        exec::box_copy(part_of(send, s.send_displs[p], s.send_boxes[p].len), sub(in, s.send_boxes[p]));
+        exec::box_copy(part_of(send, s.send_displs[p], s.send_boxes[p].len), sub(in, s.send_boxes[p]), ectx);
       Block out = allocate_like(in, s.out_shape);
-      comm_of(mesh, s.mesh_dims)->reduce_scatterv(send.data, out.data, s.send_counts, dt, s.op);
+      comm_of(mesh, s.mesh_dims)->reduce_scatterv(send.data, out.data, s.send_counts, dt, s.op, ctx);
       return out;
     }
     case RedistStepKind::allgatherv: {
       Block send = in;
       if (!in.is_contiguous()) {
         send = allocate_like(in, s.in_shape);
-        exec::box_copy(send, in);
+        exec::box_copy(send, in, ectx);
       }
       Block out = allocate_like(in, s.out_shape);
       const auto comm = comm_of(mesh, s.mesh_dims);
       if (s.recv_direct) {
-        comm->allgatherv(send.data, send.numel(), out.data, s.recv_counts, s.recv_displs, dt);
+        comm->allgatherv(send.data, send.numel(), out.data, s.recv_counts, s.recv_displs, dt, ctx);
       } else {
         Block tmp = allocate_like(in, {out.numel()});
-        comm->allgatherv(send.data, send.numel(), tmp.data, s.recv_counts, s.recv_displs, dt);
+        comm->allgatherv(send.data, send.numel(), tmp.data, s.recv_counts, s.recv_displs, dt, ctx);
         for (std::size_t g = 0; g < s.recv_boxes.size(); ++g)
-          exec::box_copy(sub(out, s.recv_boxes[g]), part_of(tmp, s.recv_displs[g], s.recv_boxes[g].len));
+          exec::box_copy(sub(out, s.recv_boxes[g]), part_of(tmp, s.recv_displs[g], s.recv_boxes[g].len), ectx);
       }
       return out;
     }
     case RedistStepKind::alltoallv: {
       const auto comm = comm_of(mesh, s.mesh_dims);
       Block out = allocate_like(in, s.out_shape);
-      if (s.has_self) exec::box_copy(sub(out, s.local_dst), sub(in, s.local_src));
+      if (s.has_self) exec::box_copy(sub(out, s.local_dst), sub(in, s.local_src), ectx);
       const bool direct = s.send_direct && in.is_contiguous();
       Block sendbuf = in;
       if (!direct) {
         sendbuf = allocate_like(in, {std::accumulate(s.send_counts.begin(), s.send_counts.end(), index_t{0})});
         for (std::size_t g = 0; g < s.send_boxes.size(); ++g)
           if (s.send_counts[g])
-            exec::box_copy(part_of(sendbuf, s.send_displs[g], s.send_boxes[g].len), sub(in, s.send_boxes[g]));
+            exec::box_copy(part_of(sendbuf, s.send_displs[g], s.send_boxes[g].len), sub(in, s.send_boxes[g]), ectx);
       }
       const auto& sd = direct ? s.send_direct_displs : s.send_displs;
       if (s.recv_direct) {
-        comm->alltoallv(sendbuf.data, s.send_counts, sd, out.data, s.recv_counts, s.recv_displs, dt);
+        comm->alltoallv(sendbuf.data, s.send_counts, sd, out.data, s.recv_counts, s.recv_displs, dt, ctx);
       } else {
         Block recvbuf = allocate_like(in, {std::accumulate(s.recv_counts.begin(), s.recv_counts.end(), index_t{0})});
-        comm->alltoallv(sendbuf.data, s.send_counts, sd, recvbuf.data, s.recv_counts, s.recv_displs, dt);
+        comm->alltoallv(sendbuf.data, s.send_counts, sd, recvbuf.data, s.recv_counts, s.recv_displs, dt, ctx);
         for (std::size_t g = 0; g < s.recv_boxes.size(); ++g)
           if (s.recv_counts[g])
-            exec::box_copy(sub(out, s.recv_boxes[g]), part_of(recvbuf, s.recv_displs[g], s.recv_boxes[g].len));
+            exec::box_copy(sub(out, s.recv_boxes[g]), part_of(recvbuf, s.recv_displs[g], s.recv_boxes[g].len), ectx);
       }
       return out;
     }
@@ -433,35 +429,13 @@ std::shared_ptr<const RedistributePlan> redistribute_plan(const DistSpec& src, c
   SHARD_CHECK(src.mesh() == dst.mesh(), "redistribute", "source and target live on different meshes");
   SHARD_CHECK(src.global_shape() == dst.global_shape(), "redistribute", "global shapes differ: {} vs {}",
               src.global_shape(), dst.global_shape());
-  const auto& mesh = src.mesh();
-  std::vector<index_t> key;
-  key.reserve(64);
-  key.push_back(static_cast<index_t>(reinterpret_cast<std::uintptr_t>(mesh.comm().get())));
-  key.push_back(mesh.rank());
-  key.insert(key.end(), mesh.shape().begin(), mesh.shape().end());
+  std::vector<index_t> key = mesh_key(src.mesh());
   append_spec_key(key, src);
   append_spec_key(key, dst);
-  auto& cache = plan_cache();
-  {
-    std::lock_guard lock(cache.mu);
-    auto it = cache.map.find(key);
-    if (it != cache.map.end() && !it->second.comm.expired()) return it->second.plan;
-  }
-  std::shared_ptr<const RedistributePlan> plan = build_plan(src, dst);
-  std::lock_guard lock(cache.mu);
-  if (cache.map.size() >= kMaxCachedPlans) {
-    std::erase_if(cache.map, [](const auto& kv) { return kv.second.comm.expired(); });
-    if (cache.map.size() >= kMaxCachedPlans) cache.map.clear();
-  }
-  cache.map[std::move(key)] = CacheEntry{mesh.comm(), plan};
-  return plan;
+  return plan_cache().get(std::move(key), src.mesh(), [&] { return build_plan(src, dst); });
 }
 
-std::size_t redistribute_plan_cache_size() noexcept {
-  auto& cache = plan_cache();
-  std::lock_guard lock(cache.mu);
-  return cache.map.size();
-}
+std::size_t redistribute_plan_cache_size() noexcept { return plan_cache().size(); }
 
 Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh, const Block& in) {
   SHARD_CHECK(in.shape_vec() == plan.in_shape, "redistribute", "local block shape {} != expected {} of the plan",
@@ -472,8 +446,11 @@ Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh,
                       (s.op == ReduceOp::max || s.op == ReduceOp::min)),
                 "redistribute", "Partial({}) of a {} tensor: complex numbers have no order (use sum or avg)",
                 reduce_op_name(s.op), in.dtype);
+  if (plan.steps.empty()) return in;
+  ExecContext& ectx = current_context(in.device);
+  ExecContext* ctx = in.device.is_cpu() ? nullptr : &ectx;
   Block cur = in;
-  for (const auto& s : plan.steps) cur = run_step(s, mesh, cur, in);
+  for (const auto& s : plan.steps) cur = run_step(s, mesh, cur, in, ectx, ctx);
   return cur;
 }
 

@@ -12,10 +12,10 @@ namespace shard::nn::functional {
 namespace {
 /// Overlap of the halo exchanges with compute: ExecSettings::overlap_halo of the calling thread's
 /// current CPU context (a benchmark switch; results are identical).
-bool conv_overlap() { return current_context(Device::cpu()).settings().overlap_halo; }
+bool conv_overlap(Device dev) { return current_context(dev).settings().overlap_halo; }
 /// Slice size of the sliced halo adjoint: ExecSettings::halo_chunk_bytes (at least 1).
-std::size_t conv_backward_chunk_bytes() {
-  return std::max<std::size_t>(current_context(Device::cpu()).settings().halo_chunk_bytes, 1);
+std::size_t conv_backward_chunk_bytes(Device dev) {
+  return std::max<std::size_t>(current_context(dev).settings().halo_chunk_bytes, 1);
 }
 }  // namespace
 
@@ -73,26 +73,53 @@ std::vector<index_t> local_start(const std::vector<Range>& r, const std::vector<
   return s;
 }
 
-/// A contiguous host block of `shape` at `data`.
-Block view(DType dt, const void* data, const std::vector<index_t>& shape) {
-  return Block::view(dt, Device::cpu(), const_cast<void*>(data), shape.data(), static_cast<int>(shape.size()));
+/// A contiguous block of `shape` at `data` on `dev`.
+Block view(DType dt, Device dev, const void* data, const std::vector<index_t>& shape) {
+  return Block::view(dt, dev, const_cast<void*>(data), shape.data(), static_cast<int>(shape.size()));
+}
+
+index_t vol3(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
+
+/// A contiguous 1-d block of n elements at `data` on `dev` (the conv family checks element counts).
+Block flat(DType dt, Device dev, const void* data, index_t n) {
+  return Block::view(dt, dev, const_cast<void*>(data), &n, 1);
+}
+
+/// The conv family's kernels on contiguous operands at raw pointers on `dev` (shapes from g).
+void conv_fwd(DType dt, Device dev, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
+  const Block bb = bias ? flat(dt, dev, bias, g.out_channels) : Block{};
+  exec::conv_forward(g, flat(dt, dev, x, g.batch * g.in_channels * vol3(g.in)), flat(dt, dev, w, wn),
+                     bias ? &bb : nullptr, flat(dt, dev, y, g.batch * g.out_channels * vol3(g.out)),
+                     current_context(dev));
+}
+void conv_bwd_data(DType dt, Device dev, const ConvGeometry& g, const void* gy, const void* w, void* gx) {
+  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
+  exec::conv_backward_data(g, flat(dt, dev, gy, g.batch * g.out_channels * vol3(g.out)), flat(dt, dev, w, wn),
+                           nullptr, flat(dt, dev, gx, g.batch * g.in_channels * vol3(g.in)), current_context(dev));
+}
+void conv_bwd_filter(DType dt, Device dev, const ConvGeometry& g, const void* x, const void* gy, void* gw) {
+  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
+  exec::conv_backward_filter(g, flat(dt, dev, x, g.batch * g.in_channels * vol3(g.in)),
+                             flat(dt, dev, gy, g.batch * g.out_channels * vol3(g.out)), flat(dt, dev, gw, wn),
+                             current_context(dev));
 }
 
 /// Zeros the box [lo, lo + len) of b.
 void zero_box(const Block& b, const std::vector<index_t>& lo, const std::vector<index_t>& len) {
-  exec::box_zero(exec::sub_box(b, lo, len));
+  exec::box_zero(exec::sub_box(b, lo, len), current_context(b.device));
 }
 
 /// dst[dst_lo + i] += src[src_lo + i] over the box `len`.
 void add_box(const Block& src, const std::vector<index_t>& slo, const Block& dst, const std::vector<index_t>& dlo,
              const std::vector<index_t>& len) {
-  exec::box_add(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len));
+  exec::box_add(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len), current_context(dst.device));
 }
 
 /// dst[dst_lo + i] = src[src_lo + i] over the box `len`.
 void copy_box(const Block& src, const std::vector<index_t>& slo, const Block& dst, const std::vector<index_t>& dlo,
               const std::vector<index_t>& len) {
-  exec::box_copy(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len));
+  exec::box_copy(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len), current_context(dst.device));
 }
 
 /// Calls f(lo, len) (full N, C, spatial boxes) for disjoint boxes covering `ext` minus the inner
@@ -126,11 +153,11 @@ index_t numel_of(const std::vector<index_t>& s) {
   return n;
 }
 
-Block allocate(DType dt, const std::vector<index_t>& shape) { return Block::allocate(dt, Device::cpu(), shape); }
+Block allocate(DType dt, Device dev, const std::vector<index_t>& shape) { return Block::allocate(dt, dev, shape); }
 
-Block zeros(DType dt, const std::vector<index_t>& shape) {
-  Block b = allocate(dt, shape);
-  exec::box_zero(b);
+Block zeros(DType dt, Device dev, const std::vector<index_t>& shape) {
+  Block b = allocate(dt, dev, shape);
+  exec::box_zero(b, current_context(dev));
   return b;
 }
 
@@ -188,7 +215,7 @@ Block thin_local(DType dt, const Thin& th, const Block& xb) {
   auto shape = xb.shape_vec();
   const auto ud = static_cast<std::size_t>(th.d) + 2;
   shape[ud] = th.t;
-  Block tl = allocate(dt, shape);
+  Block tl = allocate(dt, xb.device, shape);
   auto len = shape;
   len[ud] = th.edge;
   std::vector<index_t> z(shape.size(), 0), hi(shape.size(), 0), thi(shape.size(), 0);
@@ -218,12 +245,12 @@ struct GhostGrad {
 
 /// Ghost-cell gradients of every boundary box: the part of the extended block's gradient that
 /// the block's own input-gradient pass does not produce.
-std::vector<GhostGrad> ghost_input_grads(DType dt, const WindowPlan& plan, const ConvChannels& ch, const void* gy,
-                                         const void* w, bool compute) {
+std::vector<GhostGrad> ghost_input_grads(DType dt, Device dev, const WindowPlan& plan, const ConvChannels& ch,
+                                         const void* gy, const void* w, bool compute) {
   std::vector<GhostGrad> ghost_grads;
   if (!compute) return ghost_grads;
   const int S = plan.spatial();
-  const Block gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
+  const Block gyb = view(dt, dev, gy, block_shape(ch.batch, ch.out, plan.out_block));
   for (const auto& ob : plan.boundary_boxes) {
     std::vector<Range> in;
     bool reads = true;
@@ -233,10 +260,10 @@ std::vector<GhostGrad> ghost_input_grads(DType dt, const WindowPlan& plan, const
     }
     if (!reads) continue;
     const auto gshape = block_shape(ch.batch, ch.out, ob);
-    Block gyo = allocate(dt, gshape);
+    Block gyo = allocate(dt, dev, gshape);
     copy_box(gyb, local_start(ob, plan.out_block), gyo, std::vector<index_t>(gshape.size(), 0), gshape);
-    Block gin = allocate(dt, block_shape(ch.batch, ch.in, in));
-    conv_backward_input_core(dt, geometry(plan, ch, in, ob), gyo.data, w, nullptr, gin.data);
+    Block gin = allocate(dt, dev, block_shape(ch.batch, ch.in, in));
+    conv_bwd_data(dt, dev, geometry(plan, ch, in, ob), gyo.data, w, gin.data);
     std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
     bool overlap = true;
     for (int d = 0; d < S; ++d) {  // the block's cells are counted by the block's own pass
@@ -254,29 +281,29 @@ std::vector<GhostGrad> ghost_input_grads(DType dt, const WindowPlan& plan, const
 
 }  // namespace
 
-void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
                        const void* x, const void* w, const void* bias, void* y, ConvGhosts* saved) {
   const auto xshape = block_shape(ch.batch, ch.in, plan.in_block);
   const bool compute = !plan.empty_output() && ch.batch > 0;
   if (saved) saved->boxes.clear();
   if (!plan.exchange) {
-    if (compute) conv_forward_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
+    if (compute) conv_fwd(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
     return;
   }
   // Post the exchange, then compute every local output from the block alone (cells outside it
   // read as zero): right for the outputs whose windows stay in the block or in zero padding,
   // which is all but the boundary boxes. Those are recomputed from the finished extended block.
   const Thin th = make_thin(plan, in_spec);
-  const Block xb = view(dt, x, xshape);
+  const Block xb = view(dt, dev, x, xshape);
   if (th.ok) shard::detail::validate_halo(in_spec, plan.halo, "conv");  // the real halo's limits
   shard::detail::HaloTransfer tr(dt, th.ok ? th.spec : in_spec, plan.halo,
                                  shard::detail::HaloTransfer::Direction::forward, th.ok ? thin_local(dt, th, xb) : xb);
-  if (!conv_overlap()) tr.finish();  // benchmark switch: the same work, without the overlap
-  if (compute) conv_forward_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
+  if (!conv_overlap(dev)) tr.finish();  // benchmark switch: the same work, without the overlap
+  if (compute) conv_fwd(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
   const Block& ext = tr.finish();
   if (!compute) return;
   const auto ext_r = ext_ranges(plan);
-  const Block yb = view(dt, y, block_shape(ch.batch, ch.out, plan.out_block));
+  const Block yb = view(dt, dev, y, block_shape(ch.batch, ch.out, plan.out_block));
   for (const auto& ob : plan.boundary_boxes) {
     std::vector<Range> in;
     bool reads = true;
@@ -286,7 +313,7 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
     }
     if (!reads) continue;  // reads zero padding only along some dim: the block pass was exact
     const auto in_shape = block_shape(ch.batch, ch.in, in);
-    Block xin = allocate(dt, in_shape);
+    Block xin = allocate(dt, dev, in_shape);
     if (!th.ok) {
       copy_box(ext, local_start(in, ext_r), xin, std::vector<index_t>(in_shape.size(), 0), in_shape);
     } else {
@@ -300,8 +327,8 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
       });
     }
     const auto out_shape = block_shape(ch.batch, ch.out, ob);
-    Block yo = allocate(dt, out_shape);
-    conv_forward_core(dt, geometry(plan, ch, in, ob), xin.data, w, bias, yo.data);
+    Block yo = allocate(dt, dev, out_shape);
+    conv_fwd(dt, dev, geometry(plan, ch, in, ob), xin.data, w, bias, yo.data);
     copy_box(yo, std::vector<index_t>(out_shape.size(), 0), yb, local_start(ob, plan.out_block), out_shape);
     if (saved) {
       // Keep only the ghost cells: the block's own cells are in x, which backward reads anyway.
@@ -320,7 +347,7 @@ void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec
   }
 }
 
-Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
                          const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
                          void* gw) {
   using shard::detail::HaloTransfer;
@@ -338,20 +365,20 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
       index_t wn = ch.out * (ch.in / ch.groups);
       for (const auto& d : plan.dims) wn *= d.kernel;
       if (compute) {
-        conv_backward_weight_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
+        conv_bwd_filter(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
         // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
-        const Block gyb = view(dt, gy, block_shape(ch.batch, ch.out, plan.out_block));
-        const Block gwb = view(dt, gw, {wn});
-        Block tmp = allocate(dt, {wn});
+        const Block gyb = view(dt, dev, gy, block_shape(ch.batch, ch.out, plan.out_block));
+        const Block gwb = view(dt, dev, gw, {wn});
+        Block tmp = allocate(dt, dev, {wn});
         for (const auto& b : ghosts.boxes) {
           const auto out_shape = block_shape(ch.batch, ch.out, b.out);
-          Block gyo = allocate(dt, out_shape);
+          Block gyo = allocate(dt, dev, out_shape);
           copy_box(gyb, local_start(b.out, plan.out_block), gyo, std::vector<index_t>(out_shape.size(), 0), out_shape);
-          conv_backward_weight_core(dt, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
-          exec::box_add(gwb, tmp);
+          conv_bwd_filter(dt, dev, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
+          exec::box_add(gwb, tmp, current_context(dev));
         }
       } else {
-        exec::box_zero(view(dt, gw, {wn}));
+        exec::box_zero(view(dt, dev, gw, {wn}), current_context(dev));
       }
     }
   };
@@ -365,17 +392,17 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
   };
   if (input_grad && !plan.exchange) {
     const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-    gx = compute ? allocate(dt, shape) : zeros(dt, shape);
-    if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
+    gx = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
+    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, gx.data);
   } else if (input_grad && (th = make_thin(plan, in_spec)).ok) {
     // Thin transport: ghost gradients from the boundary boxes go into a zero T_ext, whose
     // adjoint (on T) is in flight while dx of the block and dW are computed; what it returns is
     // added to dx's face cells.
     const auto ud = static_cast<std::size_t>(th.d) + 2;
-    const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, plan, ch, gy, w, compute);
+    const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, dev, plan, ch, gy, w, compute);
     auto zshape = block_shape(ch.batch, ch.in, plan.in_block);
     zshape[ud] = th.t + plan.halo_lo[ud - 2] + plan.halo_hi[ud - 2];
-    Block z = zeros(dt, zshape);
+    Block z = zeros(dt, dev, zshape);
     for (const auto& gg : ghost_grads)
       thin_pieces(th, plan.halo_lo[ud - 2], gg.in[ud - 2].lo, gg.in[ud - 2].hi(),
                   [&](int kind, index_t src, index_t dst, index_t len) {
@@ -390,13 +417,13 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
     tr = std::make_unique<HaloTransfer>(dt, th.spec, plan.halo, HaloTransfer::Direction::adjoint, z, true);
     z = Block{};
     Block res;
-    if (!conv_overlap()) {  // benchmark switch
+    if (!conv_overlap(dev)) {  // benchmark switch
       res = tr->finish();
       tr.reset();
     }
     const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-    gx = compute ? allocate(dt, shape) : zeros(dt, shape);
-    if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
+    gx = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
+    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, gx.data);
     compute_gw();
     if (tr) res = tr->finish();
     tr.reset();
@@ -426,14 +453,14 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
       const double bytes = static_cast<double>(numel_of(in_spec.global_shape())) *
                            static_cast<double>(dtype_size(dt)) / static_cast<double>(in_spec.mesh().size());
       nch = std::min<index_t>(plan.in_block[static_cast<std::size_t>(cd)].len,
-                              static_cast<index_t>(bytes / static_cast<double>(conv_backward_chunk_bytes())) + 1);
+                              static_cast<index_t>(bytes / static_cast<double>(conv_backward_chunk_bytes(dev))) + 1);
       if (nch <= 1) cd = -1;
     }
     if (cd < 0) {
-      Block g = compute ? allocate(dt, ext_shape) : zeros(dt, ext_shape);
-      if (compute) conv_backward_input_core(dt, geometry(plan, ch, ext_r, plan.out_block), gy, w, nullptr, g.data);
+      Block g = compute ? allocate(dt, dev, ext_shape) : zeros(dt, dev, ext_shape);
+      if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, ext_r, plan.out_block), gy, w, g.data);
       tr = std::make_unique<HaloTransfer>(dt, in_spec, plan.halo, HaloTransfer::Direction::adjoint, g, true);
-      if (!conv_overlap()) land();  // benchmark switch
+      if (!conv_overlap(dev)) land();  // benchmark switch
     } else {
       // Sliced transport. The block's own gradient comes from one kernel call on the block
       // (exact for the block's cells: every local output's contribution); the ghost cells'
@@ -443,7 +470,7 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
       // to the block's gradient. Besides dx this needs one slice buffer and one slice result.
       const auto uc = static_cast<std::size_t>(cd);
       const Range cb = plan.in_block[uc];
-      const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, plan, ch, gy, w, compute);
+      const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, dev, plan, ch, gy, w, compute);
       // Faces that can receive gradients from the adjoint: within max(lo, hi) + 1 of the block
       // faces along every dim with a halo (the sources of every ghost cell, in every mode).
       std::vector<index_t> inner_lo(static_cast<std::size_t>(S)), inner_hi(static_cast<std::size_t>(S));
@@ -463,17 +490,17 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
       for (index_t k = 0; k < nch; ++k) max_chunk = std::max(max_chunk, balanced_size(cb.len, nch, k));
       auto zmax = block_shape(ch.batch, ch.in, ext_r);
       zmax[uc + 2] = max_chunk;
-      const Block zbuf = zeros(dt, zmax);
+      const Block zbuf = zeros(dt, dev, zmax);
       std::vector<index_t> zshape = zmax;
       index_t pending_lo = 0;
       auto post = [&](index_t k) {
         const index_t u0 = cb.lo + balanced_offset(cb.len, nch, k), u1 = u0 + balanced_size(cb.len, nch, k);
         auto shape = block_shape(ch.batch, ch.in, ext_r);
         shape[uc + 2] = u1 - u0;
-        Block z = view(dt, zbuf.data, shape);
+        Block z = view(dt, dev, zbuf.data, shape);
         z.owner = zbuf.owner;
         if (shape != zshape) {  // another slice extent: the zero layout moved
-          exec::box_zero(view(dt, zbuf.data, zmax));
+          exec::box_zero(view(dt, dev, zbuf.data, zmax), current_context(dev));
           zshape = shape;
         }
         for (const auto& gg : ghost_grads) {
@@ -508,7 +535,7 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
                              add_box(res, lo, gx, d, len);
                            });
         // Restore the zero buffer: the ghosts and the faces the adjoint added into.
-        Block z = view(dt, zbuf.data, zshape);
+        Block z = view(dt, dev, zbuf.data, zshape);
         std::vector<index_t> zlo(static_cast<std::size_t>(S)), zhi(static_cast<std::size_t>(S));
         for (int d = 0; d < S; ++d) {
           const auto u = static_cast<std::size_t>(d);
@@ -521,13 +548,13 @@ Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_sp
       };
       post(0);  // in flight while the block's own gradient is computed
       const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-      gx = compute ? allocate(dt, shape) : zeros(dt, shape);
-      if (compute) conv_backward_input_core(dt, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, nullptr, gx.data);
+      gx = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
+      if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, gx.data);
       for (index_t k = 1; k < nch; ++k) {
         land_slice();
         post(k);
       }
-      if (!conv_overlap()) land_slice();  // benchmark switch
+      if (!conv_overlap(dev)) land_slice();  // benchmark switch
       compute_gw();  // while the last slice is in flight
       land_slice();
     }

@@ -8,6 +8,8 @@
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/gather.hpp"
 #include "shardtensor/dist/redistribute.hpp"
+#include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/context.hpp"
 #include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
@@ -96,6 +98,7 @@ class DistTensor {
   /// Distributes a full tensor. root < 0: every rank holds the same full tensor (each keeps its
   /// block, no communication). root >= 0: only `root` holds it (others may pass an empty
   /// tensor); blocks are scattered from root. Partial placements put the value on coordinate 0.
+  /// Runs on `full`'s device; the result never shares memory with `full`.
   static DistTensor distribute(const Local& full, const DeviceMesh& mesh, std::vector<Placement> placements,
                                int root = -1, const ShardSizes& sizes = {}) {
     std::vector<index_t> gshape = to_vec(full.shape());
@@ -108,9 +111,12 @@ class DistTensor {
     std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
     DistSpec rep_spec(mesh, rep, gshape);
     if (root < 0) {
-      auto block = detail::redistribute(rep_spec, as_block(full.to(Device::cpu())),
+      auto block = detail::redistribute(rep_spec, as_block(full),
                                         target.with_placements(target.placements(), target.sizes()));
-      return DistTensor(target, on_device(block, full.device()));
+      Local local = owned(block, full);
+      // Never alias the caller's tensor (nothing moved, e.g. Replicate): copy, on its device.
+      if (local.data() == full.data()) local = full.to(full.device());
+      return DistTensor(target, local);
     }
     // Scatter from root: root packs every rank's box (Partial dims: the value on coordinate 0).
     const auto& comm = mesh.comm();
@@ -121,28 +127,34 @@ class DistTensor {
     for (auto& p : nonpartial)
       if (p.is_partial()) p = Replicate();
     DistSpec np(mesh, nonpartial, gshape, target.sizes());
-    Local host_full = comm->rank() == root ? full.to(Device::cpu()).contiguous() : Local();
+    // Runs on the device of each rank's `full` (root: the tensor's; others: that of the possibly
+    // empty tensor they pass): root packs on its device, the communicator gets that device's
+    // context (null on the host).
+    const Device dev = full.device();
+    ExecContext* ctx = dev.is_cpu() ? nullptr : &current_context(dev);
     Block sendbuf;
     if (comm->rank() == root) {
       index_t tot = 0;
       for (int r = 0; r < P; ++r) tot += np.box_of(r).numel();
-      sendbuf = Block::allocate(dtype_of<T>, Device::cpu(), {tot});
+      sendbuf = Block::allocate(dtype_of<T>, dev, {tot});
+      const Block src = as_block(full);
       index_t off = 0;
       for (int r = 0; r < P; ++r) {
         const Box b = np.box_of(r);
         sd[static_cast<std::size_t>(r)] = off;
         sc[static_cast<std::size_t>(r)] = b.numel();
-        Local dstv = Local::view(static_cast<T*>(sendbuf.data) + off, from_vec(b.len));
-        dstv.copy_from(host_full.slice(from_vec(b.lo), from_vec(b.len)));
+        const Block dst = Block::view(dtype_of<T>, dev, static_cast<T*>(sendbuf.data) + off, b.len.data(), Rank,
+                                      nullptr, sendbuf.owner);
+        exec::box_copy(dst, exec::sub_box(src, b.lo, b.len), current_context(dev));
         off += b.numel();
       }
     }
     const Box mine = np.local_box();
     rc[static_cast<std::size_t>(root)] = mine.numel();
-    Local out = Local::empty(from_vec(mine.len));
-    comm->alltoallv(sendbuf.data, sc, sd, out.data(), rc, rd, dtype_of<T>);
+    Local out = Local::empty(from_vec(mine.len), dev);
+    comm->alltoallv(sendbuf.data, sc, sd, out.data(), rc, rd, dtype_of<T>, ctx);
     auto block = detail::redistribute(np, as_block(out), target);
-    return DistTensor(target, on_device(block, full.device()));
+    return DistTensor(target, owned(block, out));
   }
 
   /// All zeros under the given placements (Partial dims hold zeros everywhere).
@@ -191,12 +203,10 @@ class DistTensor {
   }
   /// The same global tensor under `target` (same mesh and global shape).
   DistTensor redistribute(const DistSpec& target) const {
-    const Local host = local_.device().is_cpu() ? local_ : local_.to(Device::cpu());
-    auto block = detail::redistribute(spec_, as_block(host), target);
-    if (block.data == host.data() && block.shape_vec() == to_vec(host.shape()) &&
-        block.strides_vec() == to_vec(host.strides()))
-      return DistTensor(target, local_);
-    return DistTensor(target, on_device(block, local_.device()));
+    // Runs on the local block's own device (detail::redistribute allocates, packs and
+    // communicates there).
+    auto block = detail::redistribute(spec_, as_block(local_), target);
+    return DistTensor(target, owned(block, local_));
   }
   /// The whole global tensor on every rank (collective).
   Local full_tensor() const {
@@ -239,10 +249,11 @@ class DistTensor {
   }
 
  private:
-  /// The tensor viewing block `b`, moved to `dev` if it lives elsewhere.
-  static Local on_device(const Block& b, Device dev) {
-    Local t = tensor_of<T, Rank>(b);
-    return b.device == dev ? t : t.to(dev);
+  /// The tensor viewing block `b` (on `in`'s device); `in` itself when `b` is its very view.
+  static Local owned(const Block& b, const Local& in) {
+    if (b.data == in.data() && b.shape_vec() == to_vec(in.shape()) && b.strides_vec() == to_vec(in.strides()))
+      return in;
+    return tensor_of<T, Rank>(b);
   }
 
   DistSpec spec_;

@@ -160,13 +160,12 @@ class HaloExchange {
   Tensor<T, Rank> finish() {
     SHARD_CHECK(t_ != nullptr, "HaloExchange::finish", "empty handle");
     if (!have_) {
-      auto host = tensor_of<T, Rank>(t_->finish());
-      result_ = dev_ == host.device() ? host : host.to(dev_);
+      result_ = tensor_of<T, Rank>(t_->finish());  // on the input's device (no host round-trip)
       have_ = true;
     }
     return result_;
   }
-  /// Forward only: host view of the interior of the extended buffer, valid right after start
+  /// Forward only: view of the interior of the extended buffer, valid right after start
   /// (the same values as the input's local block).
   Tensor<T, Rank> interior() const {
     auto buf = tensor_of<T, Rank>(t_->buffer());
@@ -175,6 +174,8 @@ class HaloExchange {
     return buf.slice(lo_, len);
   }
   bool finished() const { return t_ && t_->finished(); }
+  /// The device the exchange runs on (the input's).
+  Device device() const { return dev_; }
 
  private:
   std::shared_ptr<detail::HaloTransfer> t_;
@@ -189,9 +190,9 @@ class HaloExchange {
 template <class T, int Rank>
 HaloExchange<T, Rank> halo_exchange_start(const DistTensor<T, Rank>& x, const HaloSpec& halo) {
   const auto& l = x.local();
-  const Tensor<T, Rank> host = l.device().is_cpu() ? l : l.to(Device::cpu());
+  // Runs on the block's own device: buffers, packing and messages stay there.
   auto t = std::make_shared<detail::HaloTransfer>(dtype_of<T>, x.spec(), halo, detail::HaloTransfer::Direction::forward,
-                                                  as_block(host));
+                                                  as_block(l));
   return HaloExchange<T, Rank>(std::move(t), halo, l.device());
 }
 
@@ -203,15 +204,14 @@ Tensor<T, Rank> halo_exchange(const DistTensor<T, Rank>& x, const HaloSpec& halo
 
 /// Starts the adjoint of the halo exchange (split phase): `grad_ext` is the gradient of the
 /// extended block of a tensor laid out by `x_spec`.
-/// With `overwrite_grad_ext`, the (contiguous, host) `grad_ext` is used as the working buffer and
+/// With `overwrite_grad_ext`, the (contiguous) `grad_ext` is used as the working buffer and
 /// its contents are destroyed: one copy of the extended block fewer (with_halo does this).
 template <class T, int Rank>
 HaloExchange<T, Rank> halo_exchange_adjoint_start(const DistSpec& x_spec, const Tensor<T, Rank>& grad_ext,
                                                    const HaloSpec& halo, bool overwrite_grad_ext = false) {
-  const bool on_host = grad_ext.device().is_cpu();
-  const Tensor<T, Rank> host = on_host ? grad_ext : grad_ext.to(Device::cpu());
+  // Runs on grad_ext's own device: buffers, packing and messages stay there.
   auto t = std::make_shared<detail::HaloTransfer>(dtype_of<T>, x_spec, halo, detail::HaloTransfer::Direction::adjoint,
-                                                  as_block(host), overwrite_grad_ext || !on_host);
+                                                  as_block(grad_ext), overwrite_grad_ext);
   return HaloExchange<T, Rank>(std::move(t), halo, grad_ext.device());
 }
 

@@ -72,12 +72,6 @@ void check_same_device(const DistTensor<T, Ra>& a, const DistTensor<T, Rb>& b, c
   SHARD_CHECK(a.device() == b.device(), op, "operands on different devices: {} and {}", a.device(), b.device());
 }
 
-/// Throws unless x lives in host memory (for ops that have no device implementation yet).
-template <class T, int R>
-void check_host(const DistTensor<T, R>& x, const char* op, const char* what) {
-  SHARD_CHECK(x.device().is_cpu(), op, "{} is on {}; this op runs on host tensors", what, x.device());
-}
-
 /// Throws unless `s` has no Partial placement (nonlinear ops need resolved inputs).
 inline void check_no_partial(const DistSpec& s, const char* op, const char* what) {
   SHARD_CHECK(!s.has_partial(), op, "{} has a Partial placement ({}); resolve it first (F::resolve)", what, s);

@@ -62,6 +62,7 @@
 #include <type_traits>
 
 #include "shardtensor/nn/functional/window.hpp"
+#include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/tensor/conv.hpp"
 
 namespace shard::nn::functional {
@@ -149,17 +150,18 @@ struct ConvGhosts {
   std::vector<Box> boxes;
 };
 
-/// y[batch, ch.out, out_block] = conv of the rank's block x[batch, ch.in, in_block] (contiguous)
+/// y[batch, ch.out, out_block] = conv of the rank's block x[batch, ch.in, in_block] (contiguous;
+/// every pointer addresses memory of `dev`, where the kernels, scratch and halo buffers live)
 /// with its halo (exchanged here, overlapped as described in the file comment); w, bias as the
 /// local kernels take them (bias may be null). Fills `saved` when non-null. Collective over the
 /// communicators of the sharded dims.
-void dist_conv_forward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
                        const void* x, const void* w, const void* bias, void* y, ConvGhosts* saved);
 
 /// Backward of dist_conv_forward for the output gradient gy[batch, ch.out, out_block]: returns
 /// the input block's gradient when `input_grad` (halo adjoint included; empty block otherwise)
 /// and overwrites gw (if non-null) with this rank's weight gradient. Collective like the forward.
-Block dist_conv_backward(DType dt, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
+Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
                          const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
                          void* gw);
 
@@ -171,14 +173,14 @@ inline DistSpec window_param_grad_spec(const DistSpec& param, const DistSpec& xs
   return param.with_placements(p);
 }
 
-/// Shared checks of the conv family (spec-only, so every rank throws alike): host tensors, one
+/// Shared checks of the conv family (spec-only, so every rank throws alike): one device, one
 /// mesh, C unsharded, Replicate weight / bias, channel counts against `groups`.
 /// `w_in_dim` is the weight dim that holds C_in / groups (1 for conv, 0 holds C_in for transpose).
 template <class T, int R>
 void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, const std::optional<Var<T, 1>>& b,
                      index_t groups, bool transpose) {
-  check_host(x.value(), op, "input");
-  check_host(w.value(), op, "weight");
+  SHARD_CHECK(w.value().device() == x.value().device(), op,
+              "operands on different devices: input on {}, weight on {}", x.value().device(), w.value().device());
   const DistSpec& xs = x.value().spec();
   check_unsharded(xs, 1, op, "input");
   SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes");
@@ -204,7 +206,8 @@ void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, con
   for (int d = 2; d < R; ++d)
     SHARD_CHECK(ws[static_cast<std::size_t>(d)] >= 1, op, "weight {} has an empty kernel", ws);
   if (b) {
-    check_host(b->value(), op, "bias");
+    SHARD_CHECK(b->value().device() == x.value().device(), op,
+                "operands on different devices: input on {}, bias on {}", x.value().device(), b->value().device());
     SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes");
     check_replicated(b->value().spec(), op, "bias");
     SHARD_CHECK(b->value().global_shape()[0] == cout, op, "bias of shape {} for {} output channels (weight {})",
@@ -212,17 +215,24 @@ void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, con
   }
 }
 
-/// Adds bias[c] to every point of channel c of a contiguous [N, C, ...] block.
+/// Adds bias[c] to every point of channel c of a contiguous [N, C, ...] block (in place, on the
+/// blocks' device: a broadcasting add with b viewed with stride 0 on every dim but C).
 template <class T, int R>
 void add_channel_bias(const Tensor<T, R>& y, const Tensor<T, 1>& b) {
-  const index_t n = y.size(0), c = y.size(1), pos = n * c == 0 ? 0 : y.numel() / (n * c);
-  T* p = y.data();
-  for (index_t i = 0; i < n; ++i)
-    for (index_t k = 0; k < c; ++k) {
-      T* row = p + (i * c + k) * pos;
-      const T v = b.data()[k];
-      for (index_t j = 0; j < pos; ++j) row[j] += v;
-    }
+  SHARD_CHECK(b.device() == y.device(), "conv bias", "operands on different devices: output on {}, bias on {}",
+              y.device(), b.device());
+  const Block yb = as_block(y);
+  std::array<index_t, R> bstride{};
+  bstride[1] = 1;
+  const Block bb = Block::view(dtype_of<T>, b.device(), b.data(), y.shape().data(), R, bstride.data());
+  exec::binary(exec::BinaryOp::add, yb, yb, bb, current_context(y.device()));
+}
+
+/// The contiguous local block t on `dev` (an upstream gradient arriving on another device, e.g. a
+/// host seed, is moved; same-device tensors are not copied when contiguous).
+template <class T, int R>
+Tensor<T, R> on_device(const Tensor<T, R>& t, Device dev, const char*) {
+  return t.device() == dev ? t.contiguous() : t.to(dev).contiguous();
 }
 
 /// Local bias gradient (sum over N and positions) as a Var gradient with the parameter rule.
@@ -255,20 +265,21 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
   const Tensor<T, R> xl = x.local().contiguous(), wl = weight.local().contiguous();
   const Tensor<T, 1> bl = bias ? bias->local().contiguous() : Tensor<T, 1>();
   const detail::ConvChannels ch{xl.size(0), xs.global_shape()[1], wsh[0], opt.groups};
-  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len));
+  const Device dev = xl.device();
+  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
   auto ghosts = std::make_shared<detail::ConvGhosts>();
   const bool keep = autograd::grad_enabled() && weight.requires_grad();
-  detail::dist_conv_forward(dtype_of<T>, *plan, xs, ch, xl.data(), wl.data(), bias ? bl.data() : nullptr, y.data(),
+  detail::dist_conv_forward(dtype_of<T>, dev, *plan, xs, ch, xl.data(), wl.data(), bias ? bl.data() : nullptr, y.data(),
                             keep ? ghosts.get() : nullptr);
   std::optional<Var<T, 1>> bb = bias;
   return Var<T, R>::make(
       DistTensor<T, R>(ys, y), op, {x.ref(), weight.ref(), bias ? bias->ref() : autograd::VarRef{}},
-      [x, weight, bb, xs, ys, plan, ghosts, xl, wl, ch](const DistTensor<T, R>& g) {
+      [x, weight, bb, xs, ys, plan, ghosts, xl, wl, ch, dev](const DistTensor<T, R>& g) {
         const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
-        const Tensor<T, R> gy = gn.local().contiguous();
+        const Tensor<T, R> gy = detail::on_device(gn.local(), dev, "conv backward");
         Tensor<T, R> gw;
-        if (weight.requires_grad()) gw = Tensor<T, R>::empty(wl.shape());
-        auto gx = detail::dist_conv_backward(dtype_of<T>, *plan, xs, ch, xl.data(), *ghosts, gy.data(), wl.data(),
+        if (weight.requires_grad()) gw = Tensor<T, R>::empty(wl.shape(), dev);
+        auto gx = detail::dist_conv_backward(dtype_of<T>, dev, *plan, xs, ch, xl.data(), *ghosts, gy.data(), wl.data(),
                                              x.requires_grad(), weight.requires_grad() ? gw.data() : nullptr);
         if (x.requires_grad())
           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
@@ -337,31 +348,32 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
   // The conv y -> x (input y-space, output x-space) whose adjoint this op is.
   auto plan = std::make_shared<const detail::WindowPlan>(detail::make_window_plan(op, ys, xs, dims));
   const Tensor<T, R> xl = x.local().contiguous(), wl = weight.local().contiguous();
+  const Device dev = xl.device();
   const detail::ConvChannels ch{xl.size(0), cout, xs.global_shape()[1], opt.groups};
-  auto yb = detail::dist_conv_backward(dtype_of<T>, *plan, ys, ch, nullptr, detail::ConvGhosts{}, xl.data(), wl.data(),
+  auto yb = detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, nullptr, detail::ConvGhosts{}, xl.data(), wl.data(),
                                        true, nullptr);
   Tensor<T, R> y = tensor_of<T, R>(yb);
   if (bias) detail::add_channel_bias(y, bias->local().contiguous());
   std::optional<Var<T, 1>> bb = bias;
   return Var<T, R>::make(
       DistTensor<T, R>(ys, y), op, {x.ref(), weight.ref(), bias ? bias->ref() : autograd::VarRef{}},
-      [x, weight, bb, xs, ys, plan, xl, wl, ch](const DistTensor<T, R>& g) {
+      [x, weight, bb, xs, ys, plan, xl, wl, ch, dev](const DistTensor<T, R>& g) {
         const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
-        const Tensor<T, R> gy = gn.local().contiguous();
+        const Tensor<T, R> gy = detail::on_device(gn.local(), dev, "conv_transpose backward");
         detail::ConvGhosts ghosts;
         if (x.requires_grad()) {
-          auto gx = Tensor<T, R>::empty(xl.shape());
-          detail::dist_conv_forward(dtype_of<T>, *plan, ys, ch, gy.data(), wl.data(), nullptr, gx.data(),
+          auto gx = Tensor<T, R>::empty(xl.shape(), dev);
+          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, gy.data(), wl.data(), nullptr, gx.data(),
                                     weight.requires_grad() ? &ghosts : nullptr);
           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()), gx));
         } else if (weight.requires_grad()) {
           // The ghosts of dy are needed for the weight gradient: run the exchange alone.
-          auto scratch = Tensor<T, R>::empty(xl.shape());
-          detail::dist_conv_forward(dtype_of<T>, *plan, ys, ch, gy.data(), wl.data(), nullptr, scratch.data(), &ghosts);
+          auto scratch = Tensor<T, R>::empty(xl.shape(), dev);
+          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, gy.data(), wl.data(), nullptr, scratch.data(), &ghosts);
         }
         if (weight.requires_grad()) {
-          auto gw = Tensor<T, R>::empty(wl.shape());
-          detail::dist_conv_backward(dtype_of<T>, *plan, ys, ch, gy.data(), ghosts, xl.data(), wl.data(), false,
+          auto gw = Tensor<T, R>::empty(wl.shape(), dev);
+          detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, gy.data(), ghosts, xl.data(), wl.data(), false,
                                      gw.data());
           weight.accumulate_grad(DistTensor<T, R>(detail::window_param_grad_spec(weight.value().spec(), xs, gn.spec()), gw));
         }

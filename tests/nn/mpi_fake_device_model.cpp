@@ -1,0 +1,174 @@
+// Whole-model and conv tests on a fake CUDA device (tests/support/fake_cuda_backend.hpp: "device"
+// memory is host memory, the CPU kernel tables are registered for DeviceKind::cuda). Every tensor
+// lives on Device::cuda(0), so every device-dispatch path of nn/ (kernel families looked up by the
+// operands' device, scratch allocated on that device, halo exchange and redistribute of device
+// blocks, Adam on device parameters) runs on a machine without a GPU:
+//   * the 2-D U-Net (avg-pool / nearest+conv and strided-conv / transposed-conv variants) and the
+//     3-D U-Net: forward, MSE loss, backward and one Adam step at 1..4 ranks on every layout of
+//     mod::layouts equal the single-rank CPU reference (fp64 1e-10, fp32 1e-5);
+//   * F::conv / F::conv_transpose with stride, dilation, groups and bias, through the three halo
+//     transports of src/nn/conv_dist.cpp (thin faces on a 1-D mesh, whole block on a 2x2 mesh,
+//     sliced adjoint on a 2x2 mesh with a tiny halo_chunk_bytes): output and the gradients of
+//     input, weight and bias on the fake device equal the same run on the host;
+//   * operands on different devices: a shard::Error naming the op and both devices.
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "exec/tensor_kernels.hpp"
+#include "nn/module_oracle.hpp"
+#include "support/fake_cuda_backend.hpp"
+#include "support/mpi_harness.hpp"
+
+using namespace shard;
+using namespace shard::nn;
+using namespace shard::test;
+using autograd::Var;
+
+namespace {
+
+/// The fake backend (with its host "tensor" table) for a scope.
+using FakeDevice = FakeCudaBackend;
+
+/// The whole-model check on the fake device against the CPU reference.
+template <class T, int S>
+void check_unet_on_device(const UNetOptions& o, const Shape<S + 2>& shape) {
+  constexpr int R = S + 2;
+  const mod::Builder<T, R> build = [o](const DeviceMesh& m) { return std::make_shared<UNet<T, S>>(m, o, 2024); };
+  const mod::RunOptions host{.adam_step = true, .lr = 1e-2};
+  const auto ref = mod::reference<T, R>(shape, build, host);
+  REQUIRE(mod::with_grad(ref) == ref.names.size());
+  mod::RunOptions dev = host;
+  dev.device = Device::cuda(0);
+  FakeDevice fake;
+  for_each_comm_size([&](CommPtr comm) {
+    for (const auto& L : mod::layouts<R>(comm->size(), shape)) {
+      INFO("layout " << L.name << " on " << comm->size() << " ranks, fake cuda:0");
+      DeviceMesh mesh(comm, L.mesh_shape);
+      mod::require_match(mod::run<T, R>(mesh, L, shape, build, dev), ref, tol<T>());
+    }
+  });
+}
+
+UNetOptions small_2d(Downsample down, Upsample up) {
+  return {.in_channels = 2, .out_channels = 1, .depth = 2, .base_width = 4, .channel_mult = 2, .norm_groups = 2,
+          .down = down, .up = up};
+}
+
+/// Output, input / weight / bias gradients of one conv (or conv_transpose) with an MSE loss, all
+/// operands on `dev` (the same random values on every device).
+template <class T, int R>
+std::vector<std::vector<double>> conv_case(const DeviceMesh& mesh, const std::vector<Placement>& pl,
+                                           const Shape<R>& xs, const Shape<R>& ws, bool transpose,
+                                           const F::ConvOptions<R - 2>& co, const F::ConvTransposeOptions<R - 2>& to,
+                                           Device dev) {
+  const std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
+  Var<T, R> x(DistTensor<T, R>::random(xs, mesh, pl, 1).to(dev), true);
+  Var<T, R> w(DistTensor<T, R>::random(ws, mesh, rep, 2).to(dev), true);
+  const index_t cout = transpose ? ws[1] * to.groups : ws[0];
+  Var<T, 1> b(DistTensor<T, 1>::random({cout}, mesh, rep, 3).to(dev), true);
+  auto y = transpose ? F::conv_transpose(x, w, b, to) : F::conv(x, w, b, co);
+  CHECK(y.value().device() == dev);
+  Var<T, R> t(DistTensor<T, R>::random(y.value().global_shape(), mesh, y.value().placements(), 4, {},
+                                       y.value().spec().sizes())
+                  .to(dev),
+              false);
+  F::mse_loss(y, t).backward();
+  REQUIRE(x.has_grad());
+  CHECK(x.grad().device() == dev);
+  return {mod::flatten(y.value().full_tensor()), mod::flatten(x.grad().full_tensor()),
+          mod::flatten(w.grad().full_tensor()), mod::flatten(b.grad().full_tensor())};
+}
+
+/// conv_case on the fake device equals conv_case on the host.
+template <class T, int R>
+void check_conv_device(const DeviceMesh& mesh, const std::vector<Placement>& pl, const Shape<R>& xs,
+                       const Shape<R>& ws, bool transpose, const F::ConvOptions<R - 2>& co = {},
+                       const F::ConvTransposeOptions<R - 2>& to = {}) {
+  const auto host = conv_case<T, R>(mesh, pl, xs, ws, transpose, co, to, Device::cpu());
+  std::vector<std::vector<double>> dev;
+  {
+    FakeDevice fake;
+    dev = conv_case<T, R>(mesh, pl, xs, ws, transpose, co, to, Device::cuda(0));
+  }
+  const char* what[] = {"output", "input gradient", "weight gradient", "bias gradient"};
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    INFO(what[i] << (transpose ? " of conv_transpose" : " of conv") << " on " << mesh.size() << " ranks");
+    CHECK(!host[i].empty());
+    CHECK(mod::rel_diff(dev[i], host[i]) <= tol<T>());
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("fake device: 2-D U-Net forward, backward and Adam on cuda:0 equal the CPU reference",
+                   "[nn][unet][device][mpi]", float, double) {
+  SECTION("avg-pool down, nearest + conv up, 20x16") {
+    check_unet_on_device<TestType, 2>(small_2d(Downsample::avg_pool, Upsample::nearest_conv), Shape<4>{2, 2, 20, 16});
+  }
+  SECTION("strided-conv down, transposed-conv up, 20x18") {
+    check_unet_on_device<TestType, 2>(small_2d(Downsample::strided_conv, Upsample::transposed_conv),
+                                      Shape<4>{2, 2, 20, 18});
+  }
+}
+
+TEMPLATE_TEST_CASE("fake device: tiny 3-D U-Net on cuda:0 equals the CPU reference", "[nn][unet][device][mpi]",
+                   float, double) {
+  UNetOptions o{.in_channels = 1, .out_channels = 2, .depth = 2, .base_width = 2, .norm_groups = 2,
+                .activation = Activation::gelu};
+  check_unet_on_device<TestType, 3>(o, Shape<5>{2, 1, 8, 6, 5});
+}
+
+TEMPLATE_TEST_CASE("fake device: conv and conv_transpose (stride, dilation, groups, bias) equal the host",
+                   "[nn][conv][device][mpi]", float, double) {
+  using T = TestType;
+  using O2 = F::ConvOptions<2>;
+  using T2 = F::ConvTransposeOptions<2>;
+  for_each_comm_size([](CommPtr comm) {
+    const int P = comm->size();
+    // Thin-face transport: one sharded dim (H over a 1-D mesh, uneven 13 rows).
+    DeviceMesh m1(comm, {P});
+    const std::vector<Placement> h{Shard(2)};
+    const Shape<4> xs{2, 4, 13, 11};
+    check_conv_device<T, 4>(m1, h, xs, {6, 4, 3, 3}, false, O2::symmetric(1));
+    check_conv_device<T, 4>(m1, h, xs, {4, 2, 3, 2}, false, O2::symmetric(1, 2, 1, 2));  // stride 2, groups 2
+    check_conv_device<T, 4>(m1, h, xs, {2, 4, 3, 3}, false, O2::symmetric(2, 1, 2));     // dilation 2
+    check_conv_device<T, 4>(m1, h, xs, {2, 4, 3, 3}, false, O2::symmetric(1, 1, 1, 1, Boundary::periodic));
+    check_conv_device<T, 4>(m1, h, xs, {4, 3, 3, 3}, true, {}, T2::symmetric(1, 2, 1, 1, 1));  // stride 2, op 1
+    check_conv_device<T, 4>(m1, h, xs, {4, 1, 2, 2}, true, {}, T2::symmetric(0, 2, 1, 2));     // groups 2
+    if (P == 4) {
+      // Whole-block transport: two sharded dims (2x2 mesh, corners).
+      DeviceMesh m2(comm, {2, 2});
+      const std::vector<Placement> hw{Shard(2), Shard(3)};
+      check_conv_device<T, 4>(m2, hw, xs, {3, 4, 3, 3}, false, O2::symmetric(1));
+      check_conv_device<T, 4>(m2, hw, xs, {4, 2, 3, 3}, false, O2::symmetric(2, 2, 2, 2));
+      check_conv_device<T, 4>(m2, hw, xs, {4, 3, 3, 3}, true, {}, T2::symmetric(1, 2));
+      // Sliced adjoint: D and H sharded, W unsharded and zero-padded, tiny slices.
+      auto& st = current_context(Device::cuda(0)).settings();
+      const std::size_t keep = st.halo_chunk_bytes;
+      st.halo_chunk_bytes = 64;
+      check_conv_device<T, 5>(m2, hw, Shape<5>{1, 2, 7, 6, 9}, {2, 2, 3, 3, 3}, false, F::ConvOptions<3>::symmetric(1));
+      st.halo_chunk_bytes = keep;
+    }
+  });
+}
+
+TEST_CASE("fake device: conv operands on different devices are refused on every rank", "[nn][conv][device][mpi]") {
+  FakeDevice fake;
+  for_each_comm_size([](CommPtr comm) {
+    DeviceMesh mesh(comm, {comm->size()});
+    Var<double, 4> x(DistTensor<double, 4>::random({1, 2, 8, 8}, mesh, {Shard(2)}, 1).to(Device::cuda(0)), true);
+    Var<double, 4> w(DistTensor<double, 4>::random({2, 2, 3, 3}, mesh, {Replicate()}, 2), true);
+    Var<double, 1> b(DistTensor<double, 1>::random({2}, mesh, {Replicate()}, 3), true);
+    using Catch::Matchers::ContainsSubstring;
+    CHECK_THROWS_WITH(F::conv2d(x, w, std::nullopt, F::ConvOptions<2>::symmetric(1)),
+                      ContainsSubstring("conv2d") && ContainsSubstring("different devices") &&
+                          ContainsSubstring("cpu") && ContainsSubstring("cuda"));
+    Var<double, 4> wd(w.value().to(Device::cuda(0)), true);
+    CHECK_THROWS_WITH(F::conv_transpose2d(x, wd, b, F::ConvTransposeOptions<2>::symmetric(1)),
+                      ContainsSubstring("conv_transpose2d") && ContainsSubstring("bias"));
+  });
+}
