@@ -36,6 +36,9 @@ template <class T>
 void save_parameters(const std::vector<NamedParameter<T>>& params, const std::string& path) {
   auto comm = comm_of(params);
   std::string err;
+  // The whole value of each parameter (an allgather for sharded ones, so every rank takes part).
+  std::vector<Tensor<T, 1>> whole;
+  for (auto& np : params) whole.push_back(np.param->full_value_host());
   if (comm->rank() == 0) {
     File file{std::fopen(path.c_str(), "wb")};
     if (!file.f) {
@@ -45,7 +48,8 @@ void save_parameters(const std::vector<NamedParameter<T>>& params, const std::st
       ok = ok && std::fwrite(&kVersion, 4, 1, file.f) == 1;
       const std::uint64_t count = params.size();
       ok = ok && std::fwrite(&count, 8, 1, file.f) == 1;
-      for (auto& np : params) {
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const auto& np = params[i];
         const auto len = static_cast<std::uint32_t>(np.name.size());
         const auto dt = static_cast<std::uint8_t>(dtype_of<T>);
         const auto shape = np.param->shape();
@@ -53,8 +57,8 @@ void save_parameters(const std::vector<NamedParameter<T>>& params, const std::st
         ok = ok && std::fwrite(&len, 4, 1, file.f) == 1 && std::fwrite(np.name.data(), 1, len, file.f) == len;
         ok = ok && std::fwrite(&dt, 1, 1, file.f) == 1 && std::fwrite(&rank, 4, 1, file.f) == 1;
         ok = ok && std::fwrite(shape.data(), 8, rank, file.f) == rank;
-        const auto n = static_cast<std::size_t>(np.param->numel());
-        ok = ok && std::fwrite(np.param->data(), sizeof(T), n, file.f) == n;
+        const auto n = static_cast<std::size_t>(whole[i].numel());
+        ok = ok && std::fwrite(whole[i].data(), sizeof(T), n, file.f) == n;
       }
       if (!ok) err = fmt::format("write to '{}' failed", path);
     }
@@ -68,7 +72,7 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
   std::string err;
   std::vector<T> flat;
   index_t total = 0;
-  for (auto& np : params) total += np.param->numel();
+  for (auto& np : params) total += np.param->global_numel();
   if (comm->rank() == 0) {
     File file{std::fopen(path.c_str(), "rb")};
     flat.resize(static_cast<std::size_t>(total));
@@ -104,9 +108,9 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
                             i, path, name, shape, static_cast<DType>(dt), np.name, np.param->shape(), dtype_of<T>);
           break;
         }
-        const auto n = static_cast<std::size_t>(np.param->numel());
+        const auto n = static_cast<std::size_t>(np.param->global_numel());
         if (std::fread(flat.data() + off, sizeof(T), n, file.f) != n) { err = fmt::format("'{}' is truncated", path); break; }
-        off += np.param->numel();
+        off += np.param->global_numel();
       }
     }
   }
@@ -115,8 +119,8 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
   comm->broadcast(flat.data(), total, dtype_of<T>, 0);
   index_t off = 0;
   for (auto& np : params) {
-    std::memcpy(np.param->data(), flat.data() + off, sizeof(T) * static_cast<std::size_t>(np.param->numel()));
-    off += np.param->numel();
+    np.param->assign_from_full(flat.data() + off);  // this rank's block (the whole, if replicated)
+    off += np.param->global_numel();
   }
 }
 

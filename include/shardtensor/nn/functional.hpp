@@ -14,3 +14,4 @@
 #include "shardtensor/nn/functional/conv.hpp"
 #include "shardtensor/nn/functional/pool.hpp"
 #include "shardtensor/nn/functional/upsample.hpp"
+#include "shardtensor/nn/functional/layout.hpp"
