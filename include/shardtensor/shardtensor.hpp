@@ -23,6 +23,7 @@
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
 #include "shardtensor/dist/halo.hpp"
+#include "shardtensor/dist/ring.hpp"
 #include "shardtensor/autograd/variable.hpp"
 #include "shardtensor/autograd/comm_ops.hpp"
 #include "shardtensor/nn/module.hpp"

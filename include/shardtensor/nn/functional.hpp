@@ -15,3 +15,4 @@
 #include "shardtensor/nn/functional/pool.hpp"
 #include "shardtensor/nn/functional/upsample.hpp"
 #include "shardtensor/nn/functional/layout.hpp"
+#include "shardtensor/nn/functional/ring_attention.hpp"
