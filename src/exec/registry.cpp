@@ -28,6 +28,7 @@ const char* family_name(KernelFamily f) {
     case KernelFamily::attention: return "attention";
     case KernelFamily::fft: return "fft";
     case KernelFamily::tensor: return "tensor";
+    case KernelFamily::nbhd_attention: return "nbhd_attention";
     case KernelFamily::count_: break;
   }
   return "?";

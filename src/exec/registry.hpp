@@ -31,6 +31,7 @@ enum class KernelFamily : int {
   attention,  ///< (reserved) local attention kernels
   fft,        ///< (reserved) local FFTs
   tensor,     ///< TensorDeviceKernels: Tensor's own device entry points (strided copy, fill, axpby, mul, sum)
+  nbhd_attention,  ///< neighbourhood (windowed) attention forward/backward
   count_
 };
 

@@ -16,3 +16,4 @@
 #include "shardtensor/nn/functional/upsample.hpp"
 #include "shardtensor/nn/functional/layout.hpp"
 #include "shardtensor/nn/functional/ring_attention.hpp"
+#include "shardtensor/nn/functional/neighborhood_attention.hpp"

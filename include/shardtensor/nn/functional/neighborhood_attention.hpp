@@ -1,0 +1,160 @@
+#pragma once
+/// \file neighborhood_attention.hpp
+/// Domain-parallel neighbourhood (windowed) attention in 1, 2 or 3 spatial dims, forward and
+/// backward on the autograd tape.
+///
+/// q, k, v are `[B, S_1..S_k, H, Dh]` (k = R - 3 spatial dims; v may have its own head dim Dv);
+/// the spatial dims may be sharded over any mesh dims, unevenly (empty shards included), B may be
+/// sharded over a data-parallel mesh dim, H and Dh must not be sharded. q and k have the same spec;
+/// v the same except its last extent. The result has q's spec with Dh replaced by Dv.
+///
+/// Window semantics, per spatial dim d with window w_d and dilation l_d: the query at x attends to
+/// the keys at x + l_d * o for o in [-(w_d - 1)/2, (w_d - 1)/2] (odd w_d) or [-w_d/2, w_d/2 - 1]
+/// (even w_d) — the product of these offset sets over the dims. Boundary per dim:
+///  - zero (default): keys outside the global domain are EXCLUDED from the softmax (they are not
+///    zero keys); near the edge a query sees fewer keys. Requires w_d <= S_d.
+///  - periodic: positions wrap around the global domain. Requires l_d * (w_d - 1) < S_d, so the
+///    w_d window sites are distinct keys (otherwise the window would see a key twice).
+/// scale = 0 means 1 / sqrt(Dh). The query's own key (offset 0) is always in its window, so no
+/// query has an empty window.
+///
+/// Distribution: k and v are extended by halo exchanges (dist/halo.hpp) of l_d * (w_d / 2) cells
+/// below and l_d * (w_d - 1 - w_d / 2) above along every sharded spatial dim (zero or periodic
+/// mode; zero-mode widths are clipped to the extent, since keys further out are outside the
+/// domain anyway). The halo machinery gathers ghost cells from further ranks when a halo is wider
+/// than a neighbour's shard (multi-hop), so any window that passes the checks above works at any
+/// rank count. Unsharded spatial dims are not exchanged: the local kernel clips (zero) or wraps
+/// (periodic) them. The local kernel (exec/neighborhood.hpp) excludes keys outside the global
+/// domain by a valid range per dim. Backward: dq is local; dk and dv of the extended blocks go
+/// back through the halo ADJOINT (ghost gradients added on their owners).
+///
+/// Bad input (shard::Error on every rank, before any communication): option vectors of the wrong
+/// length, non-positive window or dilation, a window larger than the domain (see above), q/k/v with
+/// different meshes, placements, shard sizes, shapes, heads or head dims, sharded H or Dh, q/k/v on
+/// different devices.
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "shardtensor/autograd/comm_ops.hpp"
+#include "shardtensor/dist/halo.hpp"
+#include "shardtensor/exec/neighborhood.hpp"
+#include "shardtensor/nn/functional/common.hpp"
+
+namespace shard::nn::functional {
+
+/// Options of neighborhood_attention (one entry per spatial dim for each vector).
+struct NeighborhoodOptions {
+  std::vector<index_t> window;    ///< window size per spatial dim (>= 1, odd or even)
+  std::vector<index_t> dilation;  ///< dilation per spatial dim (empty: all 1)
+  std::vector<bool> periodic;     ///< periodic boundary per spatial dim (empty: all zero boundary)
+  double scale = 0;               ///< score scale; 0 means 1 / sqrt(Dh)
+};
+
+namespace detail {
+
+/// The schedule of one neighbourhood attention on this rank: the k/v halo, the kernel geometry
+/// (sizes, window, valid ranges; no pointers) and the output spec.
+struct NbhdPlan {
+  HaloSpec halo;           ///< k/v halo (R dims; nonzero only on sharded spatial dims)
+  bool exchange = false;   ///< some width is nonzero (else k/v blocks are used as they are)
+  exec::NbhdGeom geom;     ///< local kernel geometry
+  DistSpec out_spec;       ///< q's spec with Dh replaced by Dv
+};
+
+/// Checks the options alone (lengths, positivity) for `spatial` spatial dims: identical on every
+/// rank, so it throws on every rank alike.
+void check_nbhd_options(const char* op, int spatial, const NeighborhoodOptions& o);
+
+/// Checks q/k/v specs against each other and the options against the domain and builds this
+/// rank's plan (pure algebra: no communication; every check depends on specs only).
+NbhdPlan make_nbhd_plan(const char* op, const DistSpec& qs, const DistSpec& ks, const DistSpec& vs,
+                        const NeighborhoodOptions& o);
+
+/// Kernel operand view of a [B, S..., H, D] tensor (spatial dims right-aligned to three).
+template <class T, int R>
+exec::NbhdIn nbhd_in(const Tensor<T, R>& t) {
+  exec::NbhdIn a;
+  a.data = t.data();
+  a.sb = t.stride(0);
+  for (int d = 0; d < R - 3; ++d) a.ss[6 - R + d] = t.stride(1 + d);
+  a.sh = t.stride(R - 2);
+  return a;
+}
+/// Writable kernel operand view of a [B, S..., H, D] tensor.
+template <class T, int R>
+exec::NbhdOut nbhd_out(Tensor<T, R>& t) {
+  const exec::NbhdIn a = nbhd_in(t);
+  exec::NbhdOut o;
+  o.data = t.data();
+  o.sb = a.sb;
+  for (int d = 0; d < 3; ++d) o.ss[d] = a.ss[d];
+  o.sh = a.sh;
+  return o;
+}
+
+}  // namespace detail
+
+/// Domain-parallel neighbourhood attention of q, k, v [B, S..., H, Dh] (see the file comment).
+template <class T, int R>
+Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, const Var<T, R>& v_in,
+                                 const NeighborhoodOptions& opt) {
+  constexpr int S = R - 3;
+  static_assert(S >= 1 && S <= 3 && is_compute_type<T>,
+                "neighborhood_attention: [B, S..., H, Dh] with 1-3 spatial dims, float or double");
+  const char* op = "neighborhood_attention";
+  detail::check_nbhd_options(op, S, opt);
+  SHARD_CHECK(q_in.value().device() == k_in.value().device() && q_in.value().device() == v_in.value().device(), op,
+              "q, k, v on different devices: {}, {}, {}", q_in.value().device(), k_in.value().device(),
+              v_in.value().device());
+  const auto q = resolve(q_in), k = resolve(k_in), v = resolve(v_in);
+  const Device dev = q.value().device();
+  auto plan = std::make_shared<const detail::NbhdPlan>(
+      detail::make_nbhd_plan(op, q.value().spec(), k.value().spec(), v.value().spec(), opt));
+  const Tensor<T, R> ql = q.value().local().contiguous();
+  const Tensor<T, R> kx = plan->exchange ? halo_exchange(k.value(), plan->halo) : k.value().local().contiguous();
+  const Tensor<T, R> vx = plan->exchange ? halo_exchange(v.value(), plan->halo) : v.value().local().contiguous();
+  Shape<R> oshape = ql.shape();
+  oshape[R - 1] = plan->geom.Dv;
+  Tensor<T, R> out = Tensor<T, R>::empty(oshape, dev);
+  Shape<R - 1> lshape{};
+  for (int d = 0; d < R - 1; ++d) lshape[d] = ql.size(d);
+  Tensor<T, R - 1> lse = Tensor<T, R - 1>::empty(lshape, dev);
+  exec::nbhd_attention_forward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx), detail::nbhd_in(vx),
+                               detail::nbhd_out(out), lse.data(), dev, current_context(dev));
+  const DistSpec out_spec = plan->out_spec;
+  return Var<T, R>::make(
+      DistTensor<T, R>(out_spec, out), op, {q.ref(), k.ref(), v.ref()},
+      [q, k, v, plan, ql, kx, vx, out, lse, dev](const DistTensor<T, R>& g) {
+        const DistTensor<T, R> gn = autograd::gradient_as(plan->out_spec, g);
+        const Tensor<T, R> gout = gn.local().contiguous();
+        const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
+        Tensor<T, R> dq, dk, dv;
+        if (gq) dq = Tensor<T, R>::empty(ql.shape(), dev);
+        if (gk) dk = Tensor<T, R>::empty(kx.shape(), dev);
+        if (gv) dv = Tensor<T, R>::empty(vx.shape(), dev);
+        exec::NbhdOut oq, ok, ov;
+        if (gq) oq = detail::nbhd_out(dq);
+        if (gk) ok = detail::nbhd_out(dk);
+        if (gv) ov = detail::nbhd_out(dv);
+        exec::nbhd_attention_backward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx),
+                                      detail::nbhd_in(vx), detail::nbhd_in(out), detail::nbhd_in(gout), lse.data(), oq,
+                                      ok, ov, dev, current_context(dev));
+        const DistSpec& xs = q.value().spec();
+        const DistSpec gs = xs.with_placements(
+            autograd::local_op_input_grad_placements(xs.placements(), plan->out_spec.placements(), gn.placements()),
+            xs.sizes());
+        if (gq) q.accumulate_grad(DistTensor<T, R>(gs, dq));
+        if (gk) {
+          Tensor<T, R> d = plan->exchange ? halo_exchange_adjoint(k.value().spec(), dk, plan->halo, true) : dk;
+          k.accumulate_grad(DistTensor<T, R>(gs, d));
+        }
+        if (gv) {
+          const DistSpec& vs = v.value().spec();
+          Tensor<T, R> d = plan->exchange ? halo_exchange_adjoint(vs, dv, plan->halo, true) : dv;
+          v.accumulate_grad(DistTensor<T, R>(vs.with_placements(gs.placements(), vs.sizes()), d));
+        }
+      });
+}
+
+}  // namespace shard::nn::functional

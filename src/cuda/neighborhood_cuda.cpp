@@ -1,0 +1,73 @@
+// CUDA implementation of the neighbourhood-attention kernel family (kernels/neighborhood.cu
+// behind src/kernels_api/neighborhood.hpp), registered for DeviceKind::cuda when shardtensor::cuda
+// is linked. fp32, fp64 and bf16 (fp32 accumulation); head dims up to kMaxHeadDim.
+#include "cuda/normpool_glue.hpp"
+#include "exec/neighborhood_kernels.hpp"
+#include "kernels_api/neighborhood.hpp"
+
+namespace shard::exec {
+namespace {
+
+namespace k = shard::kernels::nbhd;
+using cuda_glue::check;
+
+k::Geom geom(const NbhdGeom& g) {
+  k::Geom r{};
+  r.B = g.B;
+  r.H = g.H;
+  r.D = g.D;
+  r.Dv = g.Dv;
+  for (int d = 0; d < 3; ++d) {
+    r.nq[d] = g.nq[d];
+    r.nk[d] = g.nk[d];
+    r.qoff[d] = g.qoff[d];
+    r.window[d] = g.window[d];
+    r.dilation[d] = g.dilation[d];
+    r.valid_lo[d] = g.valid_lo[d];
+    r.valid_hi[d] = g.valid_hi[d];
+    r.wrap[d] = g.wrap[d] ? 1 : 0;
+  }
+  r.scale = g.scale;
+  return r;
+}
+k::Operand operand(const NbhdIn& a) { return {a.data, a.sb, {a.ss[0], a.ss[1], a.ss[2]}, a.sh}; }
+k::Operand operand(const NbhdOut& a) { return {a.data, a.sb, {a.ss[0], a.ss[1], a.ss[2]}, a.sh}; }
+int code(DType dt) { return dt == DType::f64 ? k::f64 : dt == DType::bf16 ? k::bf16 : k::f32; }
+
+void check_head_dims(const NbhdGeom& g, const char* op) {
+  SHARD_CHECK(g.D <= k::kMaxHeadDim && g.Dv <= k::kMaxHeadDim, op,
+              "head dims {} / {} exceed the CUDA kernel's limit {}", g.D, g.Dv, k::kMaxHeadDim);
+}
+
+struct CudaNbhdAttention final : NbhdAttentionKernels {
+  void forward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn kk, NbhdIn v, NbhdOut out, void* lse,
+               ExecContext& ctx) const override {
+    const char* op = "nbhd_attention_forward (cuda)";
+    check_head_dims(g, op);
+    const auto s = cuda_glue::enter(ctx, op);
+    check(k::forward(code(dt), geom(g), operand(q), operand(kk), operand(v), operand(out), lse, s), op);
+  }
+  void backward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn kk, NbhdIn v, NbhdIn out, NbhdIn dout, const void* lse,
+                NbhdOut dq, NbhdOut dk, NbhdOut dv, ExecContext& ctx) const override {
+    const char* op = "nbhd_attention_backward (cuda)";
+    check_head_dims(g, op);
+    const auto s = cuda_glue::enter(ctx, op);
+    const auto rows = static_cast<std::size_t>(g.B * g.nq[0] * g.nq[1] * g.nq[2] * g.H);
+    const std::size_t acc = dt == DType::f64 ? sizeof(double) : sizeof(float);
+    cuda_glue::Scratch<unsigned char> delta(rows * acc, s, op);
+    check(k::backward(code(dt), geom(g), operand(q), operand(kk), operand(v), operand(out), operand(dout), lse,
+                      operand(dq), operand(dk), operand(dv), delta.get(), s),
+          op);
+  }
+};
+
+const CudaNbhdAttention g_cuda_nbhd_attention;
+
+}  // namespace
+
+/// Referenced by the shardtensor::cuda registration anchor so that the linker keeps this file.
+extern const int nbhd_attention_cuda_anchor;
+const int nbhd_attention_cuda_anchor =
+    (register_family(DeviceKind::cuda, KernelFamily::nbhd_attention, &g_cuda_nbhd_attention), 1);
+
+}  // namespace shard::exec

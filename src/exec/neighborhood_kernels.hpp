@@ -1,0 +1,22 @@
+#pragma once
+// Neighbourhood-attention kernel family (private interface; see
+// include/shardtensor/exec/neighborhood.hpp for the contract). Sizes and dtypes are checked by
+// the front.
+#include "exec/registry.hpp"
+#include "shardtensor/exec/neighborhood.hpp"
+
+namespace shard::exec {
+
+struct NbhdAttentionKernels {
+  static constexpr KernelFamily id = KernelFamily::nbhd_attention;
+  virtual ~NbhdAttentionKernels() = default;
+  virtual void forward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdOut out, void* lse,
+                       ExecContext& ctx) const = 0;
+  virtual void backward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdIn out, NbhdIn dout,
+                        const void* lse, NbhdOut dq, NbhdOut dk, NbhdOut dv, ExecContext& ctx) const = 0;
+};
+
+/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
+extern const int nbhd_attention_cpu_anchor;
+
+}  // namespace shard::exec

@@ -1,0 +1,100 @@
+#pragma once
+// Dense reference of neighbourhood attention for the tests: the full N x N window mask built
+// from the definition (query x sees key y iff, in every spatial dim, y = x + dilation * o for an
+// offset o of the window, modulo the extent for periodic dims), applied as a 0 / -inf additive
+// bias to the attention kernel family (exec::attention_forward / attention_backward), which is
+// tested against an explicit softmax in tests/exec/test_attention_kernel.cpp.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <shardtensor/exec/attention.hpp>
+#include <shardtensor/nn/functional.hpp>
+#include <shardtensor/shardtensor.hpp>
+
+namespace shard::test {
+
+/// out, dq, dk, dv of dense masked attention on full [B, S..., H, D] tensors (contiguous).
+template <class T, int R>
+struct DenseNbhd {
+  Tensor<T, R> out, dq, dk, dv;
+};
+
+/// True if key position y is in the window of query position x (multi-indices over S dims).
+inline bool nbhd_in_window(const std::vector<index_t>& x, const std::vector<index_t>& y,
+                           const std::vector<index_t>& n, const F::NeighborhoodOptions& o) {
+  for (std::size_t d = 0; d < x.size(); ++d) {
+    const index_t w = o.window[d], dil = o.dilation.empty() ? 1 : o.dilation[d];
+    const bool per = !o.periodic.empty() && o.periodic[d];
+    bool hit = false;
+    for (index_t off = -(w / 2); off <= w - 1 - w / 2 && !hit; ++off) {
+      const index_t t = x[d] + dil * off;
+      hit = per ? (((t - y[d]) % n[d]) + n[d]) % n[d] == 0 : t == y[d];
+    }
+    if (!hit) return false;
+  }
+  return true;
+}
+
+template <class T, int R>
+DenseNbhd<T, R> dense_nbhd(const Tensor<T, R>& q0, const Tensor<T, R>& k0, const Tensor<T, R>& v0,
+                           const Tensor<T, R>& dout0, const F::NeighborhoodOptions& o) {
+  constexpr int S = R - 3;
+  const auto q = q0.contiguous(), k = k0.contiguous(), v = v0.contiguous(), dout = dout0.contiguous();
+  const index_t B = q.size(0), H = q.size(R - 2), D = q.size(R - 1), Dv = v.size(R - 1);
+  std::vector<index_t> n(S);
+  index_t N = 1;
+  for (int d = 0; d < S; ++d) N *= (n[static_cast<std::size_t>(d)] = q.size(1 + d));
+  auto unravel = [&](index_t t) {
+    std::vector<index_t> x(S);
+    for (int d = S - 1; d >= 0; --d) {
+      x[static_cast<std::size_t>(d)] = t % n[static_cast<std::size_t>(d)];
+      t /= n[static_cast<std::size_t>(d)];
+    }
+    return x;
+  };
+  std::vector<T> bias(static_cast<std::size_t>(N * N));
+  for (index_t i = 0; i < N; ++i)
+    for (index_t j = 0; j < N; ++j)
+      bias[static_cast<std::size_t>(i * N + j)] =
+          nbhd_in_window(unravel(i), unravel(j), n, o) ? T(0) : -std::numeric_limits<T>::infinity();
+  DenseNbhd<T, R> r;
+  Shape<R> os = q.shape();
+  os[R - 1] = Dv;
+  r.out = Tensor<T, R>::zeros(os);
+  r.dq = Tensor<T, R>::zeros(q.shape());
+  r.dk = Tensor<T, R>::zeros(k.shape());
+  r.dv = Tensor<T, R>::zeros(v.shape());
+  std::vector<T> lse(static_cast<std::size_t>(B * H * N));
+  const exec::AttnGeom g{B, H, N, N, D, Dv};
+  auto in = [&](const Tensor<T, R>& t, index_t d) { return exec::AttnIn{t.data(), N * H * d, d, H * d}; };
+  auto out = [&](Tensor<T, R>& t, index_t d) { return exec::AttnOut{t.data(), N * H * d, d, H * d}; };
+  exec::AttnMask m;
+  m.scale = o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  m.bias = bias.data();
+  m.bias_sq = N;
+  m.bias_sk = 1;
+  auto& ctx = current_context(Device::cpu());
+  exec::attention_forward(dtype_of<T>, g, in(q, D), in(k, D), in(v, Dv), m, out(r.out, Dv), lse.data(), Device::cpu(),
+                          ctx);
+  exec::attention_backward(dtype_of<T>, g, in(q, D), in(k, D), in(v, Dv), in(r.out, Dv), in(dout, Dv), lse.data(), m,
+                           out(r.dq, D), out(r.dk, D), out(r.dv, Dv), Device::cpu(), ctx);
+  return r;
+}
+
+/// max |a - b| / max |b|.
+template <class T, int R>
+double nbhd_rel_diff(const Tensor<T, R>& a0, const Tensor<T, R>& b0) {
+  const auto a = a0.contiguous(), b = b0.contiguous();
+  if (a.shape() != b.shape()) return INFINITY;
+  double num = 0, den = 0;
+  for (index_t i = 0; i < a.numel(); ++i) {
+    const double x = static_cast<double>(a.data()[i]), y = static_cast<double>(b.data()[i]);
+    if (std::isnan(x) || std::isnan(y)) return INFINITY;
+    num = std::max(num, std::abs(x - y));
+    den = std::max(den, std::abs(y));
+  }
+  return num / std::max(den, 1e-300);
+}
+
+}  // namespace shard::test
