@@ -29,7 +29,7 @@ Body<T> layout_body_4d(const Shape<4>& s) {
     auto h = F::unflatten(F::linear(t, w), 3, 2, 3);  // [N, H, W, 2, 3]
     c.output(F::mul(h, h));
     c.output(F::channels_first(F::flatten(F::exp(h), 3)));
-    c.output(F::flatten(F::unflatten(x, 1, 1, s[1]), 0));  // [N * 1, C, H, W]: merge of unsharded dims
+    c.output(F::flatten(F::unflatten(x, 1, 1, s[1]), 1));  // [N, 1 * C, H, W]: merge of unsharded dims
   };
 }
 
@@ -47,7 +47,7 @@ Body<T> layout_body_5d(const Shape<5>& s) {
 }  // namespace
 
 TEMPLATE_TEST_CASE("layout ops: permute, channels_last/first, unflatten/flatten equal the unsharded computation",
-                   "[nn][layout][mpi]", float, double) {
+                   "[nn][layout][sharded][mpi]", float, double) {
   const Shape<4> s4{2, 3, 7, 5};
   fn::check_sharded<TestType, 4>(layout_body_4d<TestType>(s4), s4);
   const Shape<5> s5{2, 2, 5, 3, 4};
