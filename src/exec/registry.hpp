@@ -28,7 +28,7 @@ enum class KernelFamily : int {
   gemm,       ///< GEMM
   optim,      ///< optimizer updates
   comm,       ///< device communicator factory (NCCL)
-  attention,  ///< (reserved) local attention kernels
+  attention,  ///< local attention forward / backward / lse merge
   fft,        ///< (reserved) local FFTs
   tensor,     ///< TensorDeviceKernels: Tensor's own device entry points (strided copy, fill, axpby, mul, sum)
   nbhd_attention,  ///< neighbourhood (windowed) attention forward/backward

@@ -65,7 +65,7 @@ Body<T> attn_body(AttnCase a, Shape<R> sq, Shape<R> sk) {
 
 /// Token-sharded layouts of [B, S..., H, D] tensors at P ranks (token extents `s`): each token dim
 /// on a 1-D mesh, uneven with an empty first shard, and at 2 / 4 ranks 2-D meshes: a 2-D token
-/// domain, data x tokens, two mesh dims on one token dim.
+/// domain, data x tokens, two mesh dims on one token dim, a replicated mesh dim x tokens.
 template <int R>
 std::vector<Layout> attn_layouts(int P, const Shape<R>& s, bool causal) {
   std::vector<Layout> out;
@@ -82,6 +82,7 @@ std::vector<Layout> attn_layouts(int P, const Shape<R>& s, bool causal) {
     if (R >= 5 && !causal) out.push_back({"2x2-token-domain", {2, 2}, {Shard(1), Shard(2)}, {}});
     out.push_back({"2x2-data-tokens", {2, 2}, {Shard(0), Shard(1)}, {}});
     out.push_back({"2x2-same-dim", {2, 2}, {Shard(1), Shard(1)}, {}});
+    out.push_back({"2x2-replica-tokens", {2, 2}, {Replicate(), Shard(1)}, {}});
   }
   if (P == 2) {
     if (R >= 5 && !causal) out.push_back({"1x2-token-domain", {1, 2}, {Shard(1), Shard(2)}, {}});
@@ -194,4 +195,139 @@ TEST_CASE("ring and ulysses attention gradients match finite differences", "[nn]
           },
           world_size());
     }
+}
+
+namespace {
+
+/// t with its token dim (1) permuted: out[:, i] = t[:, order[i]] (inverse: out[:, order[i]] = t[:, i]).
+template <class T>
+Tensor<T, 4> permute_tokens(const Tensor<T, 4>& t, const std::vector<index_t>& order, bool inverse) {
+  auto src = t.contiguous();
+  auto out = Tensor<T, 4>::empty(src.shape());
+  const index_t B = src.size(0), N = src.size(1), row = src.size(2) * src.size(3);
+  for (index_t b = 0; b < B; ++b)
+    for (index_t i = 0; i < N; ++i) {
+      const index_t from = inverse ? i : order[static_cast<std::size_t>(i)];
+      const index_t to = inverse ? order[static_cast<std::size_t>(i)] : i;
+      std::copy_n(src.data() + (b * N + from) * row, row, out.data() + (b * N + to) * row);
+    }
+  return out;
+}
+
+/// Causal attention of full q, k, v on `mesh` (zigzag layout of `ring` ranks when zigzag), loss
+/// sum(out * w); returns out and dq, dk, dv as full tensors in natural token order.
+template <class T>
+std::vector<Tensor<T, 4>> causal_run(const DeviceMesh& mesh, std::vector<Placement> pl, int ring, bool zigzag,
+                                     const std::vector<Tensor<T, 4>>& full) {
+  const index_t N = full[0].size(1);
+  const auto order = F::zigzag_order(N, ring);
+  ShardSizes sz(4);
+  if (zigzag) sz[1] = F::zigzag_sizes(N, ring);
+  std::vector<autograd::Var<T, 4>> in;
+  for (const auto& f : full) {
+    auto g = zigzag ? permute_tokens(f, order, false) : f;
+    in.emplace_back(DistTensor<T, 4>::distribute(g, mesh, pl, -1, sz), true);
+  }
+  auto y = F::ring_attention(in[0], in[1], in[2], {.causal = true, .zigzag = zigzag});
+  F::resolve(F::sum(F::mul(y, in[3]))).backward();
+  std::vector<Tensor<T, 4>> out{y.value().full_tensor(), in[0].grad().full_tensor(), in[1].grad().full_tensor(),
+                                in[2].grad().full_tensor()};
+  if (zigzag)
+    for (auto& o : out) o = permute_tokens(o, order, true);
+  return out;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("zigzag causal ring attention equals the unsharded causal attention", "[nn][attention][mpi]",
+                   float, double) {
+  using T = TestType;
+  for (index_t N : {index_t(13), index_t(16)}) {
+    std::vector<Tensor<T, 4>> full;
+    for (int i = 0; i < 4; ++i) {
+      auto t = Tensor<T, 4>::empty({2, N, 3, 4});
+      t.fill_random(300 + static_cast<std::uint64_t>(i), RandomInit::uniform(-1, 1));
+      full.push_back(t);
+    }
+    const auto ref = causal_run<T>(DeviceMesh(std::make_shared<SelfComm>(), {1}), {Replicate()}, 1, false, full);
+    for_each_comm_size([&](CommPtr comm) {
+      const int P = comm->size();
+      struct M { std::vector<int> shape; std::vector<Placement> pl; int ring; };
+      std::vector<M> meshes{{{P}, {Shard(1)}, P}};
+      if (P == 4) {
+        meshes.push_back({{2, 2}, {Shard(1), Shard(1)}, 4});
+        meshes.push_back({{2, 2}, {Shard(0), Shard(1)}, 2});
+      }
+      for (const auto& m : meshes) {
+        INFO("N " << N << " mesh " << fmt::format("{}", m.shape) << " ring of " << m.ring);
+        const auto got = causal_run<T>(DeviceMesh(comm, m.shape), m.pl, m.ring, true, full);
+        for (int i = 0; i < 4; ++i) {
+          INFO("output/dq/dk/dv #" << i);
+          CHECK(max_rel_diff(got[static_cast<std::size_t>(i)], ref[static_cast<std::size_t>(i)]) <= attn_tol<T>());
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("ring and ulysses attention refuse bad input on every rank", "[nn][attention][errors][mpi]") {
+  for_each_comm_size([](CommPtr comm) {
+    const int P = comm->size();
+    DeviceMesh mesh(comm, {P});
+    using V4 = autograd::Var<double, 4>;
+    using V5 = autograd::Var<double, 5>;
+    auto mk = [&](Shape<4> s, std::vector<Placement> pl, const DeviceMesh& m) {
+      return V4(DistTensor<double, 4>::random(s, m, std::move(pl), 3), true);
+    };
+    const V4 q = mk({2, 9, 3, 4}, {Shard(1)}, mesh), k = mk({2, 9, 3, 4}, {Shard(1)}, mesh);
+    const V4 v = mk({2, 9, 3, 5}, {Shard(1)}, mesh);
+    const V4 k_h2 = mk({2, 9, 2, 4}, {Shard(1)}, mesh), k_d3 = mk({2, 9, 3, 3}, {Shard(1)}, mesh);
+    const V4 k_b3 = mk({3, 9, 3, 4}, {Shard(1)}, mesh), q_heads = mk({2, 9, 3, 4}, {Shard(2)}, mesh);
+    const V4 empty = mk({2, 0, 3, 4}, {Shard(1)}, mesh);
+    DeviceMesh other(comm, {P});
+    const V4 k_other = mk({2, 9, 3, 4}, {Shard(1)}, other);
+    auto both = [&](const V4& a, const V4& b, const V4& c) {
+      CHECK_THROWS_AS(F::ring_attention(a, b, c), shard::Error);
+      CHECK_THROWS_AS(F::ulysses_attention(a, b, c), shard::Error);
+    };
+    both(q, k_h2, v);       // heads differ
+    both(q, k_d3, v);       // q/k head dims differ
+    both(q, k_b3, v);       // batch differs
+    both(q_heads, k, v);    // sharded heads on input
+    both(q, k_other, v);    // different meshes
+    both(empty, empty, mk({2, 0, 3, 5}, {Shard(1)}, mesh));  // empty sequence on every rank
+    both(q, k, mk({2, 8, 3, 5}, {Shard(1)}, mesh));          // k and v token counts differ
+    const std::string msg = error_of([&] { F::ring_attention(q, k_h2, v); });
+    CHECK(msg.find("ring_attention") != std::string::npos);
+    CHECK(msg.find("head counts differ") != std::string::npos);
+    CHECK_THROWS_AS(F::ring_attention(q, k, v, {.zigzag = true}), shard::Error);  // zigzag without causal
+    if (P >= 2) {
+      both(q, mk({2, 9, 3, 4}, {Shard(0)}, mesh), v);  // k batch-sharded on the token ring's mesh dim
+      // zigzag needs the zigzag shard sizes (an empty first shard is not)
+      ShardSizes sz(4);
+      sz[1] = std::vector<index_t>(static_cast<std::size_t>(P), 0);
+      for (int i = 1; i < P; ++i) sz[1][static_cast<std::size_t>(i)] = balanced_size(9, P - 1, i - 1);
+      auto mz = [&](index_t d) {
+        return V4(DistTensor<double, 4>::random({2, 9, 3, d}, mesh, {Shard(1)}, 3, RandomInit{}, sz), true);
+      };
+      CHECK_THROWS_AS(F::ring_attention(mz(4), mz(4), mz(5), {.causal = true, .zigzag = true}), shard::Error);
+      // causal on a multi-dim spatial ring / a non-leading sharded token dim
+      V5 q5(DistTensor<double, 5>::random({1, 3, 4, 2, 2}, mesh, {Shard(2)}, 4), true);
+      CHECK_THROWS_AS(F::ring_attention(q5, q5, q5, {.causal = true}), shard::Error);
+      CHECK_NOTHROW(F::ring_attention(q5, q5, q5));                   // non-causal is fine
+      CHECK_NOTHROW(F::ulysses_attention(q5, q5, q5, {.causal = true}));  // whole sequences after all-to-all
+    }
+    if (P == 4) {
+      DeviceMesh m2(comm, {2, 2});
+      V5 q5(DistTensor<double, 5>::random({1, 3, 4, 2, 2}, m2, {Shard(1), Shard(2)}, 4), true);
+      const std::string e = error_of([&] { F::ring_attention(q5, q5, q5, {.causal = true}); });
+      CHECK(e.find("multi-dim spatial ring") != std::string::npos);
+      // q tokens over mesh dim 0, k tokens over mesh dim 1: incompatible
+      V5 k5(DistTensor<double, 5>::random({1, 3, 4, 2, 2}, m2, {Replicate(), Shard(2)}, 4), true);
+      V5 q5b(DistTensor<double, 5>::random({1, 3, 4, 2, 2}, m2, {Shard(1), Replicate()}, 4), true);
+      CHECK_THROWS_AS(F::ring_attention(q5b, k5, k5), shard::Error);
+    }
+    auto y = F::ring_attention(q, k, v);  // still works afterwards
+    CHECK_NOTHROW(F::sum(y).backward());
+  });
 }

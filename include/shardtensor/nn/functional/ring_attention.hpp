@@ -29,8 +29,8 @@
 /// query block's future are skipped. With `zigzag`, the token dim's global extent is cut into 2P
 /// balanced chunks (P = ring size) and ring rank r must hold chunks r and 2P-1-r, in that order,
 /// as its local block (the layout requirement of zigzag load balancing: every rank then does the
-/// same causal work). `zigzag_sizes` gives the shard sizes, `to_zigzag_order` /
-/// `from_zigzag_order` the global permutation (a test or a data loader applies it once).
+/// same causal work). `zigzag_sizes` gives the shard sizes and `zigzag_order` the global
+/// permutation (a data loader, or a test, applies it once to the token dim).
 ///
 /// ulysses_attention: redistributes q, k, v from token-sharded to head-sharded (Shard on the H dim
 /// over the same mesh dims, balanced: head counts that do not divide work, some ranks may hold
@@ -178,6 +178,14 @@ inline RingAttnPlan plan_ring_attention(const DistSpec& qs, const DistSpec& ks, 
               qs.layout(0).sizes(), ks.layout(0).sizes());
   SHARD_CHECK(qs.layout(R - 2).sizes() == ks.layout(R - 2).sizes(), op,
               "q and k/v shard the heads differently: {} vs {}", qs.layout(R - 2).sizes(), ks.layout(R - 2).sizes());
+  const std::vector<int>& ring_dims = qring.empty() ? kring : qring;
+  for (int m : ring_dims)
+    for (const DistSpec* s : {&qs, &ks}) {
+      const Placement& pl = s->placement(m);
+      SHARD_CHECK(pl.is_replicate() || (pl.dim >= 1 && pl.dim <= R - 3), op,
+                  "mesh dim {} shards tokens, so q and k/v must be token-sharded or Replicate on it: q {}, k {}", m,
+                  qs, ks);
+    }
   using V = RingAttnPlan::Variant;
   if (!qring.empty() && !kring.empty()) {
     SHARD_CHECK(qring == kring, op,

@@ -1,0 +1,62 @@
+// CUDA implementation of the attention kernel family (kernels/attention.cu behind
+// src/kernels_api/attention.hpp), registered for DeviceKind::cuda when shardtensor::cuda is linked.
+// f32, f64 and bf16 (float accumulation, float lse); head dims up to 256.
+#include "cuda/normpool_glue.hpp"
+#include "exec/attention_kernels.hpp"
+#include "kernels_api/attention.hpp"
+
+namespace shard::exec {
+namespace {
+
+namespace ka = shard::kernels::attention;
+using cuda_glue::check;
+
+int code(DType dt) { return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : 0; }
+ka::Geom geom(const AttnGeom& g) { return {g.B, g.H, g.Nq, g.Nk, g.D, g.Dv}; }
+ka::In in(AttnIn x) { return {x.data, x.sb, x.sh, x.sn}; }
+ka::Out outp(AttnOut x) { return {x.data, x.sb, x.sh, x.sn}; }
+ka::Mask mask(const AttnMask& m) {
+  return {m.scale, m.causal ? 1 : 0, m.q_pos0, m.k_pos0, m.bias, m.bias_sb, m.bias_sh, m.bias_sq, m.bias_sk};
+}
+void check_geom(const AttnGeom& g, const char* op) {
+  SHARD_CHECK(g.D <= ka::kMaxHeadDim && g.Dv <= ka::kMaxHeadDim, op,
+              "head dims D={} Dv={} exceed the CUDA kernel's limit {}", g.D, g.Dv, ka::kMaxHeadDim);
+  SHARD_CHECK(g.B <= 65535 && g.H <= 65535, op, "B={} or H={} exceeds the CUDA grid limit 65535", g.B, g.H);
+}
+
+struct CudaAttention final : AttentionKernels {
+  void forward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, const AttnMask& m, AttnOut out, void* lse,
+               ExecContext& ctx) const override {
+    const char* op = "attention_forward (cuda)";
+    check_geom(g, op);
+    const auto s = cuda_glue::enter(ctx, op);
+    check(ka::forward(code(dt), geom(g), in(q), in(k), in(v), mask(m), outp(out), lse, s), op);
+  }
+  void backward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, AttnIn out, AttnIn dout, const void* lse,
+                const AttnMask& m, AttnOut dq, AttnOut dk, AttnOut dv, ExecContext& ctx) const override {
+    const char* op = "attention_backward (cuda)";
+    check_geom(g, op);
+    const auto s = cuda_glue::enter(ctx, op);
+    cuda_glue::Scratch<char> delta(ka::backward_scratch_bytes(code(dt), geom(g)), s, op);
+    check(ka::backward(code(dt), geom(g), in(q), in(k), in(v), in(out), in(dout), lse, mask(m), outp(dq), outp(dk),
+                       outp(dv), delta.get(), s),
+          op);
+  }
+  void merge(DType dt, const AttnGeom& g, AttnOut out, void* lse, AttnIn out_b, const void* lse_b,
+             ExecContext& ctx) const override {
+    const char* op = "attention_merge (cuda)";
+    const auto s = cuda_glue::enter(ctx, op);
+    check(ka::merge(code(dt), geom(g), outp(out), lse, in(out_b), lse_b, s), op);
+  }
+};
+
+const CudaAttention g_cuda_attention;
+
+}  // namespace
+
+/// Referenced by the shardtensor::cuda registration anchor so that the linker keeps this file.
+extern const int attention_cuda_anchor;
+const int attention_cuda_anchor =
+    (register_family(DeviceKind::cuda, KernelFamily::attention, &g_cuda_attention), 1);
+
+}  // namespace shard::exec
