@@ -5,7 +5,10 @@
 /// spatial dims may be sharded over any mesh dims (uneven shards included), B over a
 /// data-parallel mesh dim; C must not be sharded.
 ///
-///   q, k, v = x Wq^T + bq, x Wk^T + bk, x Wv^T + bv      (F::linear, replicated [C, C] weights)
+///   q, k, v = x Wq^T + bq, x Wk^T, x Wv^T + bv           (F::linear, replicated [C, C] weights;
+///                                                         no key bias: it would add q.b_k to every
+///                                                         score of a query, which softmax cancels,
+///                                                         so its gradient is identically zero)
 ///   each split into heads [B, S..., H, Dh]                (F::unflatten, Dh = C / H)
 ///   o = attention(q, k, v)                                (the chosen AttentionForm)
 ///   y = merge_heads(o) Wo^T + bo                          (F::flatten, F::linear)
@@ -65,7 +68,7 @@ std::vector<V> per_dim(const std::vector<V>& v, int S, V fill, const char* op, c
 }  // namespace detail
 
 /// Multi-head self-attention on token-major x [B, S..., C] (see the file comment). Children:
-/// "q", "k", "v", "out" (Linear over the last dim, [C, C] weights, optional biases).
+/// "q", "k", "v", "out" (Linear over the last dim, [C, C] weights; biases on q, v, out if `bias`).
 template <class T, int S>
 class MultiheadAttention : public UnaryModule<T, S + 2> {
   static_assert(S >= 1 && S <= 3, "MultiheadAttention: 1, 2 or 3 token dims");
@@ -93,14 +96,14 @@ class MultiheadAttention : public UnaryModule<T, S + 2> {
       SHARD_CHECK(opt.window.empty() && opt.dilation.empty() && opt.periodic.empty(), op,
                   "window / dilation / periodic apply to neighborhood attention, not {}", attention_form_name(opt.form));
     }
-    auto lin = [&](const char* n) {
+    auto lin = [&](const char* n, bool b) {
       return this->register_module(
-          n, std::make_shared<Linear<T, R>>(mesh, dim, dim, bias, seed_for(seed, n), LinearDim::last));
+          n, std::make_shared<Linear<T, R>>(mesh, dim, dim, b, seed_for(seed, n), LinearDim::last));
     };
-    q_ = lin("q");
-    k_ = lin("k");
-    v_ = lin("v");
-    out_ = lin("out");
+    q_ = lin("q", bias);
+    k_ = lin("k", false);  // a key bias adds q.b_k to every score of a query: softmax cancels it
+    v_ = lin("v", bias);
+    out_ = lin("out", bias);
   }
 
   /// y [B, S..., C] = attention of x [B, S..., C] with itself; y has x's layout.
