@@ -150,7 +150,7 @@ TEMPLATE_TEST_CASE("whole model: 2-D ViT forward, backward and an Adam step equa
 }
 
 TEMPLATE_TEST_CASE("whole model: 3-D ViT equals single-rank", "[nn][vit][mpi]", float, double) {
-  const Shape<5> s{1, 1, 8, 6, 4};  // 2 x 2 patches: 4 x 3 x 2 tokens
+  const Shape<5> s{1, 2, 8, 6, 4};  // 2 x 2 patches: 4 x 3 x 2 tokens
   SECTION("ring") { check_vit<TestType, 3>(small_vit(AttentionForm::ring, {8, 6, 4}, 2), s, "ViT3d ring"); }
   SECTION("neighborhood") {
     auto o = small_vit(AttentionForm::neighborhood, {8, 6, 4}, 2);
