@@ -6,6 +6,10 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <omp.h>
+
+#include <cstring>
+
 #include "nn/nbhd_reference.hpp"
 
 using namespace shard;
@@ -172,4 +176,29 @@ TEST_CASE("neighbourhood attention kernel front checks its geometry", "[attentio
   CHECK(!error_of([&] {
            exec::nbhd_attention_forward(DType::i32, g, in, in, in, out, &lse, Device::cpu(), ctx);
          }).empty());
+}
+
+TEST_CASE("neighbourhood attention on the CPU is bitwise independent of the thread count", "[attention][nbhd]") {
+  const DeviceMesh& mesh = mesh_of(1);
+  const Shape<5> s{2, 24, 20, 2, 16};
+  const F::NeighborhoodOptions o{.window = {5, 4}, .dilation = {1, 2}, .periodic = {false, true}};
+  auto run = [&](int threads) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Var<float, 5> q(DistTensor<float, 5>::random(s, mesh, {Replicate()}, 21), true);
+    Var<float, 5> k(DistTensor<float, 5>::random(s, mesh, {Replicate()}, 22), true);
+    Var<float, 5> v(DistTensor<float, 5>::random(s, mesh, {Replicate()}, 23), true);
+    auto y = F::neighborhood_attention(q, k, v, o);
+    y.accumulate_grad(DistTensor<float, 5>::random(s, mesh, {Replicate()}, 24));
+    autograd::run_backward(y.node());
+    omp_set_num_threads(before);
+    std::vector<Tensor<float, 5>> r{y.local(), q.grad().local(), k.grad().local(), v.grad().local()};
+    return r;
+  };
+  const auto a = run(1), b = run(2), c = run(3);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(std::memcmp(a[i].data(), b[i].data(), sizeof(float) * static_cast<std::size_t>(a[i].numel())) == 0);
+    CHECK(std::memcmp(a[i].data(), c[i].data(), sizeof(float) * static_cast<std::size_t>(a[i].numel())) == 0);
+  }
 }

@@ -26,7 +26,8 @@
 /// rank count. Unsharded spatial dims are not exchanged: the local kernel clips (zero) or wraps
 /// (periodic) them. The local kernel (exec/neighborhood.hpp) excludes keys outside the global
 /// domain by a valid range per dim. Backward: dq is local; dk and dv of the extended blocks go
-/// back through the halo ADJOINT (ghost gradients added on their owners).
+/// back through the halo ADJOINT (ghost gradients added on their owners), which is in flight
+/// while the dq kernel runs. The forward exchanges k and v together (no compute overlap yet).
 ///
 /// Bad input (shard::Error on every rank, before any communication): option vectors of the wrong
 /// length, non-positive window or dilation, a window larger than the domain (see above), q/k/v with
@@ -111,9 +112,19 @@ Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, c
   const Device dev = q.value().device();
   auto plan = std::make_shared<const detail::NbhdPlan>(
       detail::make_nbhd_plan(op, q.value().spec(), k.value().spec(), v.value().spec(), opt));
+  // Both exchanges are in flight together (every rank posts k's messages before v's, so the
+  // equal tags of the two transfers match in order).
+  Tensor<T, R> kx, vx;
+  if (plan->exchange) {
+    HaloExchange<T, R> hk = halo_exchange_start(k.value(), plan->halo);
+    HaloExchange<T, R> hv = halo_exchange_start(v.value(), plan->halo);
+    kx = hk.finish();
+    vx = hv.finish();
+  } else {
+    kx = k.value().local().contiguous();
+    vx = v.value().local().contiguous();
+  }
   const Tensor<T, R> ql = q.value().local().contiguous();
-  const Tensor<T, R> kx = plan->exchange ? halo_exchange(k.value(), plan->halo) : k.value().local().contiguous();
-  const Tensor<T, R> vx = plan->exchange ? halo_exchange(v.value(), plan->halo) : v.value().local().contiguous();
   Shape<R> oshape = ql.shape();
   oshape[R - 1] = plan->geom.Dv;
   Tensor<T, R> out = Tensor<T, R>::empty(oshape, dev);
@@ -137,22 +148,30 @@ Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, c
         if (gq) oq = detail::nbhd_out(dq);
         if (gk) ok = detail::nbhd_out(dk);
         if (gv) ov = detail::nbhd_out(dv);
-        exec::nbhd_attention_backward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx),
-                                      detail::nbhd_in(vx), detail::nbhd_in(out), detail::nbhd_in(gout), lse.data(), oq,
-                                      ok, ov, dev, current_context(dev));
+        auto kernel = [&](exec::NbhdOut a, exec::NbhdOut b, exec::NbhdOut c) {
+          exec::nbhd_attention_backward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx),
+                                        detail::nbhd_in(vx), detail::nbhd_in(out), detail::nbhd_in(gout), lse.data(),
+                                        a, b, c, dev, current_context(dev));
+        };
         const DistSpec& xs = q.value().spec();
         const DistSpec gs = xs.with_placements(
             autograd::local_op_input_grad_placements(xs.placements(), plan->out_spec.placements(), gn.placements()),
             xs.sizes());
+        const bool overlap = plan->exchange && (gk || gv);
+        // With halos: dk and dv first, then their adjoints (both in flight together, posted in the
+        // same order on every rank) overlap the dq kernel.
+        kernel(overlap ? exec::NbhdOut{} : oq, ok, ov);
+        HaloExchange<T, R> ak, av;
+        if (plan->exchange && gk) ak = halo_exchange_adjoint_start(k.value().spec(), dk, plan->halo, true);
+        if (plan->exchange && gv) av = halo_exchange_adjoint_start(v.value().spec(), dv, plan->halo, true);
+        if (overlap && gq) kernel(oq, exec::NbhdOut{}, exec::NbhdOut{});
+        if (plan->exchange && gk) dk = ak.finish();
+        if (plan->exchange && gv) dv = av.finish();
         if (gq) q.accumulate_grad(DistTensor<T, R>(gs, dq));
-        if (gk) {
-          Tensor<T, R> d = plan->exchange ? halo_exchange_adjoint(k.value().spec(), dk, plan->halo, true) : dk;
-          k.accumulate_grad(DistTensor<T, R>(gs, d));
-        }
+        if (gk) k.accumulate_grad(DistTensor<T, R>(gs, dk));
         if (gv) {
           const DistSpec& vs = v.value().spec();
-          Tensor<T, R> d = plan->exchange ? halo_exchange_adjoint(vs, dv, plan->halo, true) : dv;
-          v.accumulate_grad(DistTensor<T, R>(vs.with_placements(gs.placements(), vs.sizes()), d));
+          v.accumulate_grad(DistTensor<T, R>(vs.with_placements(gs.placements(), vs.sizes()), dv));
         }
       });
 }
