@@ -1,7 +1,7 @@
 // CUDA implementation of the attention kernel family (kernels/attention.cu behind
 // src/kernels_api/attention.hpp), registered for DeviceKind::cuda when shardtensor::cuda is linked.
 // f32, f64 and bf16 (float accumulation, float lse); head dims up to 256.
-#include "cuda/normpool_glue.hpp"
+#include "cuda/family_util.hpp"
 #include "exec/attention_kernels.hpp"
 #include "kernels_api/attention.hpp"
 

@@ -1,7 +1,7 @@
 // CUDA implementation of the neighbourhood-attention kernel family (kernels/neighborhood.cu
 // behind src/kernels_api/neighborhood.hpp), registered for DeviceKind::cuda when shardtensor::cuda
 // is linked. fp32, fp64 and bf16 (fp32 accumulation); head dims up to kMaxHeadDim.
-#include "cuda/normpool_glue.hpp"
+#include "cuda/family_util.hpp"
 #include "exec/neighborhood_kernels.hpp"
 #include "kernels_api/neighborhood.hpp"
 

@@ -79,6 +79,11 @@ void save_checkpoint(const std::string& path, const nn::Module<T>& model,
   for (auto& np : params)
     if (err.empty() && (!clean_key(np.name) || np.name.front() == '/' || np.name.find("//") != std::string::npos))
       err = fmt::format("parameter name '{}' cannot be stored", np.name);
+  for (auto& np : params)  // the spec is the same on every rank, so every rank refuses alike
+    if (err.empty() && np.param->sharded())
+      err = fmt::format("parameter '{}' is sharded; checkpoints of sharded parameters (and their sharded optimizer "
+                        "state) are not supported yet",
+                        np.name);
   for (auto& [k, v] : state.ints)
     if (err.empty() && !clean_key(k)) err = fmt::format("state key '{}' is empty or holds a tab/newline", k);
   for (auto& [k, v] : state.bytes)
@@ -152,6 +157,9 @@ TrainingState load_checkpoint(const std::string& path, const nn::Module<T>& mode
   auto comm = comm_of(model);
   const auto params = model.named_parameters();
   comm->check_all(hdf5_available(), "load_checkpoint", "shardtensor was built without HDF5 (SHARDTENSOR_ENABLE_HDF5=OFF)");
+  for (auto& np : params)
+    SHARD_CHECK(!np.param->sharded(), "load_checkpoint",
+                "parameter '{}' is sharded; checkpoints of sharded parameters are not supported yet", np.name);
   H5File f(path, comm, H5File::Mode::read);
   std::string err;
   comm->check_all(f.exists("checkpoint/manifest"), "load_checkpoint",

@@ -102,20 +102,23 @@ template <class T>
 void save_parameters(const std::vector<NamedParameter<T>>& params, const std::string& path) {
   auto comm = comm_of(params);
   std::string err;
+  // The whole value of each parameter (an allgather for sharded ones, so every rank takes part).
+  std::vector<Tensor<T, 1>> whole;
+  for (auto& np : params) whole.push_back(np.param->full_value_host());
   if (comm->rank() == 0) {
     std::vector<unsigned char> buf;
     put_bytes(buf, kMagic, 4);
     put(buf, kVersion);
     put(buf, static_cast<std::uint64_t>(params.size()));
-    for (auto& np : params) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto& np = params[i];
       const auto shape = np.param->shape();
       put(buf, static_cast<std::uint32_t>(np.name.size()));
       put_bytes(buf, np.name.data(), np.name.size());
       put(buf, static_cast<std::uint8_t>(dtype_of<T>));
       put(buf, static_cast<std::uint32_t>(shape.size()));
       put_bytes(buf, shape.data(), 8 * shape.size());
-      const auto host = np.param->value_flat().to(Device::cpu()).contiguous();
-      put_bytes(buf, host.data(), sizeof(T) * static_cast<std::size_t>(host.numel()));
+      put_bytes(buf, whole[i].data(), sizeof(T) * static_cast<std::size_t>(whole[i].numel()));
     }
     const std::uint64_t len = buf.size(), hash = fnv1a(buf.data(), buf.size());
     put(buf, len);
@@ -131,7 +134,7 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
   std::string err;
   std::vector<T> flat;
   index_t total = 0;
-  for (auto& np : params) total += np.param->numel();
+  for (auto& np : params) total += np.param->global_numel();
   if (comm->rank() == 0) {
     flat.resize(static_cast<std::size_t>(total));
     std::vector<unsigned char> buf;
@@ -186,11 +189,11 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
                           i, path, name, shape, static_cast<DType>(dt), np.name, np.param->shape(), dtype_of<T>);
         break;
       }
-      if (!rd.get(flat.data() + off, sizeof(T) * static_cast<std::size_t>(np.param->numel()))) {
+      if (!rd.get(flat.data() + off, sizeof(T) * static_cast<std::size_t>(np.param->global_numel()))) {
         err = fmt::format("'{}' is malformed at parameter {}", path, i);
         break;
       }
-      off += np.param->numel();
+      off += np.param->global_numel();
     }
     if (err.empty() && rd.pos != rd.end) err = fmt::format("'{}' has unread bytes after the last parameter", path);
   }
@@ -199,9 +202,8 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
   comm->broadcast(flat.data(), total, dtype_of<T>, 0);
   index_t off = 0;
   for (auto& np : params) {
-    auto dst = np.param->value_flat();
-    dst.copy_from(Tensor<T, 1>::view(flat.data() + off, {np.param->numel()}));
-    off += np.param->numel();
+    np.param->assign_from_full(flat.data() + off);  // this rank's block (the whole, if replicated)
+    off += np.param->global_numel();
   }
 }
 

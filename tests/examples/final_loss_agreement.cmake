@@ -1,8 +1,14 @@
-# Runs the main example at 1, 2, 3 and 4 ranks (and on a 2x2 mesh, and data x domain 2 x 2) with
-# one seed and checks that every final_loss agrees with the 1-rank value to 1e-4 relative (fp32).
-# Usage: cmake -DEXE=<unet_surrogate> -DMPIEXEC=<mpiexec> "-DFLAGS=<mpiexec flags>" -P this-file
+# Runs an example at 1, 2, 3 and 4 ranks (and on a 2x2 mesh, and data x domain 2 x 2) with one
+# seed and checks that every final_loss agrees with the 1-rank value to 1e-4 relative (fp32).
+# Usage: cmake -DEXE=<unet_surrogate> -DMPIEXEC=<mpiexec> "-DFLAGS=<mpiexec flags>"
+#              ["-DARGS=<example flags>"] -P this-file
+# (ARGS defaults to the U-Net example's flags below.)
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
-set(args --steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10)
+if(DEFINED ARGS AND NOT ARGS STREQUAL "")
+  separate_arguments(args UNIX_COMMAND "${ARGS}")
+else()
+  set(args --steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10)
+endif()
 set(runs "1" "2" "3" "4" "4,--mesh,2x2" "4,--mesh,2x1,--data,2")
 set(ref "")
 foreach(run IN LISTS runs)

@@ -130,9 +130,9 @@ Result run(const DeviceMesh& mesh, const Layout& L, const Shape<R>& in_shape, co
   }
   for (const auto& np : model->named_parameters()) {
     r.names.push_back(np.name);
-    const auto g = np.param->grad_flat();
+    const auto g = np.param->full_grad_host();  // whole parameter (gathered when sharded)
     r.grads.push_back(g.numel() ? flatten(g) : std::vector<double>{});
-    r.values.push_back(flatten(np.param->value_flat()));
+    r.values.push_back(flatten(np.param->full_value_host()));
   }
   return r;
 }

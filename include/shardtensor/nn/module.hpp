@@ -82,6 +82,16 @@ class Module {
     auto value = DistTensor<T, R>::random(shape, mesh, rep, seed_for(seed, name), RandomInit::uniform(-bound, bound));
     return register_parameter(name, autograd::Var<T, R>(value, true));
   }
+  /// A new parameter laid out by `placements` (Replicate or Shard per mesh dim; balanced blocks)
+  /// with values U(-bound, bound) from (seed, name) as a function of the global index: the same
+  /// global parameter at every rank count and mesh shape.
+  template <int R>
+  autograd::Var<T, R> make_sharded_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
+                                             std::vector<Placement> placements, std::uint64_t seed, double bound) {
+    auto value = DistTensor<T, R>::random(shape, mesh, std::move(placements), seed_for(seed, name),
+                                          RandomInit::uniform(-bound, bound));
+    return register_parameter(name, autograd::Var<T, R>(value, true));
+  }
   /// A new Replicate parameter filled with `v`.
   template <int R>
   autograd::Var<T, R> make_constant_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
