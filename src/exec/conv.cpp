@@ -4,6 +4,7 @@
 
 #include "exec/conv_kernels.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/box.hpp"
 
 namespace shard::exec {
 namespace {
@@ -47,17 +48,55 @@ void check_operand(const char* op, const char* name, const Block& b, index_t num
 
 index_t weight_numel(const ConvGeometry& g) { return g.out_channels * (g.in_channels / g.groups) * vol(g.kernel); }
 
+/// The input operand as the table reads it. A contiguous x goes as it is. A strided x must have
+/// the geometry's N, C, spatial shape (rank 2 + spatial_dims); a table that takes input strides
+/// gets it in place with g.x_strides set when its innermost stride is 1 (else, and for other
+/// tables such as cuDNN's, one contiguous copy is made here on x's device).
+struct InputOperand {
+  ConvGeometry g;
+  Block x;  ///< what the table reads (x itself or the copy)
+};
+InputOperand input_operand(const char* op, const ConvGeometry& g0, const Block& x, const ConvKernels& table,
+                           const Block& first, ExecContext& ctx) {
+  InputOperand r{g0, x};
+  r.g.x_strides = {};
+  if (x.is_contiguous()) return r;
+  SHARD_CHECK(x.dtype == first.dtype && x.device == first.device, op,
+              "input has dtype {} on {}, the first operand {} on {}", x.dtype, x.device, first.dtype, first.device);
+  SHARD_CHECK(ctx.device() == x.device, op, "context on {} but operands on {}", ctx.device(), x.device);
+  const int S = g0.spatial_dims;
+  SHARD_CHECK(x.rank == 2 + S, op, "a strided input must have rank {} (N, C, {} spatial), got shape {}", 2 + S, S,
+              x.shape_vec());
+  bool shape_ok = x.shape[0] == g0.batch && x.shape[1] == g0.in_channels;
+  for (int d = 0; d < S; ++d) shape_ok = shape_ok && x.shape[static_cast<std::size_t>(2 + d)] == g0.in[3 - S + d];
+  SHARD_CHECK(shape_ok, op, "input of shape {} (strides {}) does not match the geometry (N {}, C {}, spatial {})",
+              x.shape_vec(), x.strides_vec(), g0.batch, g0.in_channels, g0.in);
+  bool unit_inner = x.strides[static_cast<std::size_t>(x.rank - 1)] == 1;
+  for (int d = 0; d < x.rank; ++d) unit_inner = unit_inner && x.strides[static_cast<std::size_t>(d)] >= 0;
+  if (table.takes_input_strides() && unit_inner) {
+    // N, C, then 3 spatial entries; the unused leading ones (extent 1) get any stride.
+    r.g.x_strides = {x.strides[0], x.strides[1], 0, 0, 1};
+    for (int d = 0; d < S; ++d) r.g.x_strides[static_cast<std::size_t>(2 + 3 - S + d)] = x.strides[static_cast<std::size_t>(2 + d)];
+    return r;
+  }
+  r.x = Block::allocate(x.dtype, x.device, x.shape.data(), x.rank);
+  box_copy(r.x, x, ctx);
+  return r;
+}
+
 }  // namespace
 
 void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const Block* bias, const Block& y,
                   ExecContext& ctx) {
   const char* op = "conv_forward";
   check_geometry(op, g);
-  check_operand(op, "input", x, g.batch * g.in_channels * vol(g.in), x, ctx);
-  check_operand(op, "weight", w, weight_numel(g), x, ctx);
-  if (bias) check_operand(op, "bias", *bias, g.out_channels, x, ctx);
-  check_operand(op, "output", y, g.batch * g.out_channels * vol(g.out), x, ctx);
-  table(x.device, op).forward(x.dtype, g, x.data, w.data, bias ? bias->data : nullptr, y.data, ctx);
+  const ConvKernels& tab = table(x.device, op);
+  const InputOperand in = input_operand(op, g, x, tab, w, ctx);
+  if (in.x.is_contiguous()) check_operand(op, "input", in.x, g.batch * g.in_channels * vol(g.in), w, ctx);
+  check_operand(op, "weight", w, weight_numel(g), w, ctx);
+  if (bias) check_operand(op, "bias", *bias, g.out_channels, w, ctx);
+  check_operand(op, "output", y, g.batch * g.out_channels * vol(g.out), w, ctx);
+  tab.forward(w.dtype, in.g, in.x.data, w.data, bias ? bias->data : nullptr, y.data, ctx);
 }
 
 void conv_backward_data(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
@@ -74,10 +113,12 @@ void conv_backward_data(const ConvGeometry& g, const Block& gy, const Block& w, 
 void conv_backward_filter(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
   const char* op = "conv_backward_filter";
   check_geometry(op, g);
-  check_operand(op, "input", x, g.batch * g.in_channels * vol(g.in), x, ctx);
-  check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), x, ctx);
-  check_operand(op, "weight gradient", gw, weight_numel(g), x, ctx);
-  table(x.device, op).backward_filter(x.dtype, g, x.data, gy.data, gw.data, ctx);
+  const ConvKernels& tab = table(gy.device, op);
+  const InputOperand in = input_operand(op, g, x, tab, gy, ctx);
+  if (in.x.is_contiguous()) check_operand(op, "input", in.x, g.batch * g.in_channels * vol(g.in), gy, ctx);
+  check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), gy, ctx);
+  check_operand(op, "weight gradient", gw, weight_numel(g), gy, ctx);
+  tab.backward_filter(gy.dtype, in.g, in.x.data, gy.data, gw.data, ctx);
 }
 
 void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {

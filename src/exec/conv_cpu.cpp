@@ -43,6 +43,11 @@ Problem forward_problem(const ConvGeometry& g, const EngineSettings& cfg) {
     for (index_t k = 0; k < g.kernel[d]; ++k) p.taps.off[d].push_back(k * g.dilation[d] - g.pad_lo[d]);
   p.x_batch_stride = g.in_channels * vol(g.in);
   p.y_batch_stride = g.out_channels * vol(g.out);
+  if (g.x_strides != std::array<index_t, 5>{}) {  // a strided view of x, read in place
+    p.x_batch_stride = g.x_strides[0];
+    p.x_channel_stride = g.x_strides[1];
+    p.x_spatial_stride = {g.x_strides[2], g.x_strides[3]};
+  }
   return p;
 }
 
@@ -127,6 +132,7 @@ void bias_grad(index_t batch, index_t channels, index_t positions, const T* gy, 
 
 /// The CPU table: today's engine behind the family interface.
 struct CpuConvKernels final : ConvKernels {
+  bool takes_input_strides() const override { return true; }
   void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                ExecContext& ctx) const override {
     const EngineSettings cfg = engine_settings(ctx, "conv_forward");

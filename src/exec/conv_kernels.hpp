@@ -4,7 +4,8 @@
 // src/tensor/conv_engine*.cpp, conv_fast.cpp). CUDA: src/cuda/conv_cuda.cpp (cuDNN; bias kernels
 // and the padded-copy kernel in kernels/conv.cu behind src/kernels_api/conv.hpp).
 //
-// Every pointer is a contiguous N, C, spatial array on the context's device, of dtype `dt`
+// Every pointer is a contiguous N, C, spatial array (except x where takes_input_strides(): then
+// g.x_strides may describe a view with unit innermost stride) on the context's device, of dtype `dt`
 // (f32 or f64); the front has checked shapes, devices and dtypes. Work is ordered on ctx's
 // stream; the CPU implementation reads ctx.settings() (conv_kernel, conv_threading,
 // conv_column_budget), the CUDA one deterministic, allow_tf32 and ctx.workspace().
@@ -18,6 +19,9 @@ struct ConvKernels {
   static constexpr KernelFamily id = KernelFamily::conv;
   virtual ~ConvKernels() = default;
 
+  /// True when forward and backward_filter read x through g.x_strides (innermost stride 1);
+  /// otherwise the front hands them a contiguous x (and g.x_strides all zero).
+  virtual bool takes_input_strides() const { return false; }
   /// y = conv(x, w) (+ bias[Cout]).
   virtual void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                        ExecContext& ctx) const = 0;

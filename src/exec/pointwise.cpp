@@ -3,6 +3,7 @@
 #include "shardtensor/exec/pointwise.hpp"
 
 #include "exec/pointwise_kernels.hpp"
+#include "exec/strided_rows.hpp"
 #include "shardtensor/tensor/memory.hpp"
 #include "shardtensor/core/error.hpp"
 
@@ -60,6 +61,15 @@ void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext
   const char* name = op_name(op);
   check_dtype(y, y.dtype, name, "output");
   SHARD_CHECK(y.is_contiguous(), name, "output must be contiguous");
+  if (!x.is_contiguous()) {  // a strided view: read in place where the table can
+    check_operand(x, y, name, "input");
+    if (y.numel() == 0) return;
+    shard::detail::bump_version(y.owner);
+    if (table(y, name).unary_strided(op, alpha, x, y, ctx)) return;
+    const Block xc = detail::materialize(x, ctx);
+    table(y, name).unary(op, alpha, y.dtype, y.numel(), xc.data, y.data, ctx);
+    return;
+  }
   check_flat(x, y, name, "input");
   if (y.numel() == 0) return;
   shard::detail::bump_version(y.owner);  // in-place writes (y may alias x) are seen by saved tensors
@@ -71,6 +81,18 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
   const char* name = op_name(op);
   check_dtype(dx, dx.dtype, name, "gradient");
   SHARD_CHECK(dx.is_contiguous(), name, "gradient output must be contiguous");
+  if (!x.is_contiguous() || !y.is_contiguous() || !dy.is_contiguous()) {  // strided operands
+    check_operand(x, dx, name, "input");
+    check_operand(y, dx, name, "output");
+    check_operand(dy, dx, name, "output gradient");
+    if (dx.numel() == 0) return;
+    if (table(dx, name).unary_backward_strided(op, alpha, x, y, dy, dx, ctx)) return;
+    const Block xc = x.is_contiguous() ? x : detail::materialize(x, ctx);
+    const Block yc = y.is_contiguous() ? y : detail::materialize(y, ctx);
+    const Block gc = dy.is_contiguous() ? dy : detail::materialize(dy, ctx);
+    table(dx, name).unary_backward(op, alpha, dx.dtype, dx.numel(), xc.data, yc.data, gc.data, dx.data, ctx);
+    return;
+  }
   check_flat(x, dx, name, "input");
   check_flat(y, dx, name, "output");
   check_flat(dy, dx, name, "output gradient");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "exec/pointwise_kernels.hpp"
+#include "exec/strided_rows.hpp"
 #include "kernels_api/pointwise_ops.hpp"
 #include "shardtensor/core/error.hpp"
 
@@ -65,6 +66,47 @@ void unary_loop(index_t n, T a, const T* x, T* y) {
 template <class T, int Op>
 void unary_bwd_loop(index_t n, T a, const T* x, const T* y, const T* g, T* dx) {
   simd_for(n, [&](index_t i) { dx[i] = pw::unary_bwd<Op, T>(x[i], y[i], g[i], a); });
+}
+
+/// y = op(x) with x strided (any strides, y's shape) and y contiguous: row by row, each row a
+/// simd loop (unit inner stride) or a strided one.
+template <class T, int Op>
+void unary_strided_loop(const Block& x, const Block& y, T a) {
+  const index_t inner = detail::row_extent(y), rows = inner ? y.numel() / inner : 0, sx = detail::row_step(x);
+  const T* px = static_cast<const T*>(x.data);
+  T* py = static_cast<T*>(y.data);
+  rows_for(rows, rows * inner, [&](index_t r) {
+    const T* xr = px + detail::row_offset(x, r);
+    T* yr = py + r * inner;
+    if (sx == 1) {
+#pragma omp simd
+      for (index_t i = 0; i < inner; ++i) yr[i] = pw::unary_fwd<Op, T>(xr[i], a);
+    } else {
+      for (index_t i = 0; i < inner; ++i) yr[i] = pw::unary_fwd<Op, T>(xr[i * sx], a);
+    }
+  });
+}
+/// dx = dy * op'(x, y) with x, y, dy strided and dx contiguous (row by row).
+template <class T, int Op>
+void unary_bwd_strided_loop(const Block& x, const Block& y, const Block& g, const Block& dx, T a) {
+  const index_t inner = detail::row_extent(dx), rows = inner ? dx.numel() / inner : 0;
+  const index_t sx = detail::row_step(x), sy = detail::row_step(y), sg = detail::row_step(g);
+  const T* px = static_cast<const T*>(x.data);
+  const T* py = static_cast<const T*>(y.data);
+  const T* pg = static_cast<const T*>(g.data);
+  T* pd = static_cast<T*>(dx.data);
+  rows_for(rows, rows * inner, [&](index_t r) {
+    const T* xr = px + detail::row_offset(x, r);
+    const T* yr = py + detail::row_offset(y, r);
+    const T* gr = pg + detail::row_offset(g, r);
+    T* dr = pd + r * inner;
+    if (sx == 1 && sy == 1 && sg == 1) {
+#pragma omp simd
+      for (index_t i = 0; i < inner; ++i) dr[i] = pw::unary_bwd<Op, T>(xr[i], yr[i], gr[i], a);
+    } else {
+      for (index_t i = 0; i < inner; ++i) dr[i] = pw::unary_bwd<Op, T>(xr[i * sx], yr[i * sy], gr[i * sg], a);
+    }
+  });
 }
 
 /// out[i] = f(a[i], b[i]) over out's shape; out contiguous, a and b any strides (0 = broadcast).
@@ -172,6 +214,23 @@ struct CpuPointwise final : PointwiseKernels {
                                               static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx));
       });
     });
+  }
+  bool unary_strided(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext&) const override {
+    by_dtype(y.dtype, [&](auto t) {
+      using T = decltype(t);
+      dispatch_unary(op, [&](auto k) { unary_strided_loop<T, decltype(k)::value>(x, y, static_cast<T>(alpha)); });
+    });
+    return true;
+  }
+  bool unary_backward_strided(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy,
+                              const Block& dx, ExecContext&) const override {
+    by_dtype(dx.dtype, [&](auto t) {
+      using T = decltype(t);
+      dispatch_unary(op, [&](auto k) {
+        unary_bwd_strided_loop<T, decltype(k)::value>(x, y, dy, dx, static_cast<T>(alpha));
+      });
+    });
+    return true;
   }
   void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext&) const override {
     by_dtype(out.dtype, [&](auto t) {

@@ -15,6 +15,18 @@ struct PointwiseKernels {
   /// dx[i] = dy[i] * op'(x[i], y[i]) for i < n (contiguous).
   virtual void unary_backward(UnaryOp op, double alpha, DType dt, index_t n, const void* x, const void* y,
                               const void* dy, void* dx, ExecContext& ctx) const = 0;
+  /// Strided forms of unary / unary_backward: x (and y, dy) any strides with the result's shape,
+  /// the result (y resp. dx) contiguous. A table that reads strided operands in place returns
+  /// true; the default returns false and the front passes contiguous copies to the flat forms.
+  virtual bool unary_strided(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx) const {
+    (void)op, (void)alpha, (void)x, (void)y, (void)ctx;
+    return false;
+  }
+  virtual bool unary_backward_strided(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy,
+                                      const Block& dx, ExecContext& ctx) const {
+    (void)op, (void)alpha, (void)x, (void)y, (void)dy, (void)dx, (void)ctx;
+    return false;
+  }
   /// out = a (op) b; out contiguous, a/b strided with out's rank and shape.
   virtual void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx) const = 0;
   /// out = -g a / b^2; out contiguous, the others strided.

@@ -2,6 +2,7 @@
 #include "shardtensor/exec/reduce.hpp"
 
 #include "exec/reduce_kernels.hpp"
+#include "exec/strided_rows.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
@@ -30,6 +31,14 @@ void check_keepdim(const Block& x, const Block& k, const char* op, const char* w
     ok = e == 1 || e == x.shape[static_cast<std::size_t>(d)];
   }
   SHARD_CHECK(ok, op, "{} of shape {} is not a keepdim reduction of shape {}", what, k.shape_vec(), x.shape_vec());
+}
+/// A strided operand x (any strides) with y's shape, on y's device, of dtype dt.
+void check_strided(const Block& x, const Block& y, DType dt, const char* op, const char* what) {
+  SHARD_CHECK(x.device == y.device, op, "operands on different devices: {} is on {}, the input on {}", what, x.device,
+              y.device);
+  SHARD_CHECK(x.dtype == dt && (dt == DType::f32 || dt == DType::f64), op, "{} has dtype {}, expected {} (f32 or f64)",
+              what, x.dtype, dt);
+  SHARD_CHECK(x.shape_vec() == y.shape_vec(), op, "{} has shape {}, expected {}", what, x.shape_vec(), y.shape_vec());
 }
 void check_same_shape(const Block& a, const Block& b, const char* op, const char* what) {
   SHARD_CHECK(a.numel() == b.numel(), op, "{} has {} elements, expected {} (shapes {} vs {})", what, b.numel(),
@@ -101,6 +110,17 @@ double dot(const Block& a, const Block& b, ExecContext& ctx) {
   return table(a.device, "dot").global_sum(1, a.dtype, a.numel(), a.data, b.data, ctx);
 }
 double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
+  if (!a.is_contiguous() || !b.is_contiguous()) {
+    // Strided views (e.g. the interior of a halo-padded array): read in place where the table can.
+    check_strided(a, a, a.dtype, "mse_loss", "pred");
+    check_strided(b, a, a.dtype, "mse_loss", "target");
+    if (a.numel() == 0) return 0;
+    double s = 0;
+    if (table(a.device, "mse_loss").sq_diff_sum_strided(a, b, s, ctx)) return s;
+    const Block ac = a.is_contiguous() ? a : detail::materialize(a, ctx);
+    const Block bc = b.is_contiguous() ? b : detail::materialize(b, ctx);
+    return table(a.device, "mse_loss").global_sum(2, a.dtype, a.numel(), ac.data, bc.data, ctx);
+  }
   check_main(a, "mse_loss", "pred");
   check_like(b, a, a.dtype, "mse_loss", "target");
   check_same_shape(a, b, "mse_loss", "target");
@@ -110,6 +130,22 @@ double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
 
 void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
   const char* op = "mse_loss_backward";
+  if (!p.is_contiguous() || !t.is_contiguous()) {
+    check_strided(p, p, p.dtype, op, "pred");
+    check_strided(t, p, p.dtype, op, "target");
+    check_like(gp, p, p.dtype, op, "pred gradient");
+    check_same_shape(p, gp, op, "pred gradient");
+    if (gt.data) {
+      check_like(gt, p, p.dtype, op, "target gradient");
+      check_same_shape(p, gt, op, "target gradient");
+    }
+    if (p.numel() == 0) return;
+    if (table(p.device, op).mse_backward_strided(scale, p, t, gp, gt, ctx)) return;
+    const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
+    const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
+    table(p.device, op).mse_backward(scale, p.dtype, p.numel(), pc.data, tc.data, gp.data, gt.data, ctx);
+    return;
+  }
   check_main(p, op, "pred");
   check_like(t, p, p.dtype, op, "target");
   check_like(gp, p, p.dtype, op, "pred gradient");

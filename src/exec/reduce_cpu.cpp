@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "exec/reduce_kernels.hpp"
+#include "exec/strided_rows.hpp"
 
 namespace shard::exec {
 namespace {
@@ -144,6 +145,70 @@ struct CpuReduce final : ReduceKernels {
         for (index_t i = 0; i < n; ++i) ot[i] = -o[i];
       }
     });
+  }
+  bool sq_diff_sum_strided(const Block& a, const Block& b, double& out, ExecContext&) const override {
+    using detail::row_offset;
+    const index_t inner = detail::row_extent(a), rows = inner ? a.numel() / inner : 0;
+    const index_t sa = detail::row_step(a), sb = detail::row_step(b);
+    double acc = 0;
+    by_dtype(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* pa = static_cast<const T*>(a.data);
+      const T* pb = static_cast<const T*>(b.data);
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (rows * inner > kParallelMin)
+      for (index_t r = 0; r < rows; ++r) {
+        const T* x = pa + row_offset(a, r);
+        const T* y = pb + row_offset(b, r);
+        double s = 0;
+        if (sa == 1 && sb == 1) {
+#pragma omp simd reduction(+ : s)
+          for (index_t i = 0; i < inner; ++i) {
+            const double d = static_cast<double>(x[i]) - static_cast<double>(y[i]);
+            s += d * d;
+          }
+        } else {
+          for (index_t i = 0; i < inner; ++i) {
+            const double d = static_cast<double>(x[i * sa]) - static_cast<double>(y[i * sb]);
+            s += d * d;
+          }
+        }
+        acc += s;
+      }
+    });
+    out = acc;
+    return true;
+  }
+  bool mse_backward_strided(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt,
+                            ExecContext&) const override {
+    using detail::row_offset;
+    const index_t inner = detail::row_extent(p), rows = inner ? p.numel() / inner : 0;
+    const index_t sp = detail::row_step(p), st = detail::row_step(t);
+    by_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T c = static_cast<T>(scale);
+      const T* pp = static_cast<const T*>(p.data);
+      const T* pt = static_cast<const T*>(t.data);
+      T* o = static_cast<T*>(gp.data);
+      T* ot = static_cast<T*>(gt.data);
+#pragma omp parallel for schedule(static) if (rows * inner > kParallelMin)
+      for (index_t r = 0; r < rows; ++r) {
+        const T* x = pp + row_offset(p, r);
+        const T* y = pt + row_offset(t, r);
+        T* g = o + r * inner;
+        if (sp == 1 && st == 1) {
+#pragma omp simd
+          for (index_t i = 0; i < inner; ++i) g[i] = c * (x[i] - y[i]);
+        } else {
+          for (index_t i = 0; i < inner; ++i) g[i] = c * (x[i * sp] - y[i * st]);
+        }
+        if (ot) {
+          T* gt_row = ot + r * inner;
+#pragma omp simd
+          for (index_t i = 0; i < inner; ++i) gt_row[i] = -g[i];
+        }
+      }
+    });
+    return true;
   }
   void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* sums,
                    ExecContext&) const override {

@@ -1,7 +1,8 @@
 #pragma once
 // The reduce kernel family's interface (private): src/exec/reduce_cpu.cpp (DeviceKind::cpu) and
 // src/cuda/reduce_cuda.cpp (DeviceKind::cuda). The front (src/exec/reduce.cpp) checks devices,
-// dtypes and shapes; tables see contiguous blocks of one dtype (f32/f64) on one device.
+// dtypes and shapes; tables see contiguous blocks of one dtype (f32/f64) on one device, except
+// in the *_strided entry points (strided operands read in place, CPU).
 #include "exec/registry.hpp"
 #include "shardtensor/exec/reduce.hpp"
 
@@ -20,6 +21,18 @@ struct ReduceKernels {
   virtual double global_sum(int kind, DType dt, index_t n, const void* a, const void* b, ExecContext& ctx) const = 0;
   virtual void mse_backward(double scale, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
                             ExecContext& ctx) const = 0;
+  /// Strided entry points (the blocks may have any strides, same shape; gp, gt contiguous):
+  /// a table that reads strided operands in place returns true; the default returns false and
+  /// the front then passes contiguous copies to the flat entry points above.
+  virtual bool sq_diff_sum_strided(const Block& a, const Block& b, double& out, ExecContext& ctx) const {
+    (void)a, (void)b, (void)out, (void)ctx;
+    return false;
+  }
+  virtual bool mse_backward_strided(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt,
+                                    ExecContext& ctx) const {
+    (void)scale, (void)p, (void)t, (void)gp, (void)gt, (void)ctx;
+    return false;
+  }
   virtual void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* host_sums,
                            ExecContext& ctx) const = 0;
   virtual void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t,

@@ -104,6 +104,21 @@ void conv_bwd_filter(DType dt, Device dev, const ConvGeometry& g, const void* x,
                              flat(dt, dev, gy, g.batch * g.out_channels * vol3(g.out)), flat(dt, dev, gw, wn),
                              current_context(dev));
 }
+/// The same with the rank's own block x as a Block: a strided view (e.g. the interior of a user's
+/// halo-padded array) is read in place by kernels that take input strides (exec/conv.hpp).
+void conv_fwd(DType dt, Device dev, const ConvGeometry& g, const Block& x, const void* w, const void* bias, void* y) {
+  if (x.is_contiguous()) return conv_fwd(dt, dev, g, x.data, w, bias, y);
+  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
+  const Block bb = bias ? flat(dt, dev, bias, g.out_channels) : Block{};
+  exec::conv_forward(g, x, flat(dt, dev, w, wn), bias ? &bb : nullptr,
+                     flat(dt, dev, y, g.batch * g.out_channels * vol3(g.out)), current_context(dev));
+}
+void conv_bwd_filter(DType dt, Device dev, const ConvGeometry& g, const Block& x, const void* gy, void* gw) {
+  if (x.is_contiguous()) return conv_bwd_filter(dt, dev, g, x.data, gy, gw);
+  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
+  exec::conv_backward_filter(g, x, flat(dt, dev, gy, g.batch * g.out_channels * vol3(g.out)), flat(dt, dev, gw, wn),
+                             current_context(dev));
+}
 
 /// Zeros the box [lo, lo + len) of b.
 void zero_box(const Block& b, const std::vector<index_t>& lo, const std::vector<index_t>& len) {
@@ -282,8 +297,10 @@ std::vector<GhostGrad> ghost_input_grads(DType dt, Device dev, const WindowPlan&
 }  // namespace
 
 void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                       const void* x, const void* w, const void* bias, void* y, ConvGhosts* saved) {
+                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved) {
   const auto xshape = block_shape(ch.batch, ch.in, plan.in_block);
+  SHARD_CHECK(x.shape_vec() == xshape || (x.is_contiguous() && x.numel() == numel_of(xshape)), "conv",
+              "local block of shape {} where {} is expected", x.shape_vec(), xshape);
   const bool compute = !plan.empty_output() && ch.batch > 0;
   if (saved) saved->boxes.clear();
   if (!plan.exchange) {
@@ -294,7 +311,7 @@ void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistS
   // read as zero): right for the outputs whose windows stay in the block or in zero padding,
   // which is all but the boundary boxes. Those are recomputed from the finished extended block.
   const Thin th = make_thin(plan, in_spec);
-  const Block xb = view(dt, dev, x, xshape);
+  const Block xb = x.shape_vec() == xshape ? x : view(dt, dev, x.data, xshape);
   if (th.ok) shard::detail::validate_halo(in_spec, plan.halo, "conv");  // the real halo's limits
   shard::detail::HaloTransfer tr(dt, th.ok ? th.spec : in_spec, plan.halo,
                                  shard::detail::HaloTransfer::Direction::forward, th.ok ? thin_local(dt, th, xb) : xb);
@@ -348,7 +365,7 @@ void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistS
 }
 
 Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                         const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
+                         const Block& x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
                          void* gw) {
   using shard::detail::HaloTransfer;
   const bool compute = !plan.empty_output() && ch.batch > 0;

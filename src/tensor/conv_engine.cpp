@@ -55,10 +55,10 @@ void im2col(const Problem& p, const T* x, const std::vector<Segment>& segs, inde
   const Ext3& in = p.in;
   const Ext3& s = p.taps.stride;
   const auto& off = p.taps.off;
-  const index_t pin = vol(in);
+  const XLayout xl = x_layout(p);
   index_t row = 0;
   for (index_t c = 0; c < p.cin_g; ++c) {
-    const T* xc = x + c * pin;
+    const T* xc = x + c * xl.c;
     for (index_t d0 : off[0]) {
       for (index_t d1 : off[1]) {
         for (index_t d2 : off[2]) {
@@ -71,7 +71,7 @@ void im2col(const Problem& p, const T* x, const std::vector<Segment>& segs, inde
               std::fill_n(dst, sg.len, T(0));
               continue;
             }
-            const T* xr = xc + (i0 * in[1] + i1) * in[2];
+            const T* xr = xc + i0 * xl.s0 + i1 * xl.s1;
             const index_t e = sg.o2_begin + sg.len;
             const index_t a = std::clamp(wa, sg.o2_begin, e), b = std::clamp(wb, a, e);
             std::fill_n(dst, a - sg.o2_begin, T(0));
@@ -129,11 +129,12 @@ bool is_direct(const Problem& p) {
 
 template <class T>
 void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) {
-  const index_t krows = p.cin_g * p.taps.count(), pout = vol(p.out), pin = vol(p.in), pyx = vol(p.y_ext);
+  const index_t krows = p.cin_g * p.taps.count(), pout = vol(p.out), pyx = vol(p.y_ext);
   if (pout == 0 || p.batch == 0 || p.groups == 0) return;
   if (fast_gather_conv(p, x, w, bias, y)) return;
   const bool dense_y = p.y_ext == p.out && p.y_step == Ext3{1, 1, 1} && p.y_base == Ext3{0, 0, 0};
-  const bool direct = is_direct(p);
+  const XLayout xl = x_layout(p);
+  const bool direct = is_direct(p) && xl.dense_positions(p.in);
   const int max_threads = plan_threads(p.cfg, p.batch * p.groups * pout);
   const TilePlan tp = plan_tiles(p.cfg, krows, pout, p.batch * p.groups, sizeof(T), max_threads);
   const index_t units = p.batch * p.groups * tp.ntiles;
@@ -154,11 +155,11 @@ void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) 
     for (index_t u = 0; u < units; ++u) {
       const index_t n = u / (p.groups * tp.ntiles), g = (u / tp.ntiles) % p.groups, t = u % tp.ntiles;
       const index_t p0 = t * tp.tile, np = std::min(tp.tile, pout - p0);
-      const T* xg = x + n * p.x_batch_stride + g * p.cin_g * pin;
+      const T* xg = x + n * p.x_batch_stride + g * p.cin_g * xl.c;
       const T* wg = w + g * p.cout_g * krows;
       T* yg = y + n * p.y_batch_stride + g * p.cout_g * pyx;
       const T* bmat = xg + p0;
-      index_t ldb = pin;
+      index_t ldb = xl.c;
       if (!direct || !dense_y) tile_segments(p.out, p0, np, segs);
       if (!direct) {
         im2col(p, xg, segs, np, col);
@@ -197,12 +198,13 @@ void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) 
 
 template <class T>
 void weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
-  const index_t krows = p.cin_g * p.taps.count(), pout = vol(p.out), pin = vol(p.in);
+  const index_t krows = p.cin_g * p.taps.count(), pout = vol(p.out);
   const index_t wn = p.groups * p.cout_g * krows;
   std::fill_n(gw, wn, T(0));
   if (pout == 0 || p.batch == 0 || wn == 0) return;
   if (fast_weight_grad(p, x, gy, gw)) return;
-  const bool direct = is_direct(p);
+  const XLayout xl = x_layout(p);
+  const bool direct = is_direct(p) && xl.dense_positions(p.in);
   const int max_threads = plan_threads(p.cfg, p.batch * p.groups * pout);
   const TilePlan tp = plan_tiles(p.cfg, krows, pout, p.batch * p.groups, sizeof(T), max_threads);
   const index_t units = p.batch * p.groups * tp.ntiles;
@@ -225,10 +227,10 @@ void weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
     for (index_t u = 0; u < units; ++u) {
       const index_t n = u / (p.groups * tp.ntiles), g = (u / tp.ntiles) % p.groups, t = u % tp.ntiles;
       const index_t p0 = t * tp.tile, np = std::min(tp.tile, pout - p0);
-      const T* xg = x + n * p.x_batch_stride + g * p.cin_g * pin;
+      const T* xg = x + n * p.x_batch_stride + g * p.cin_g * xl.c;
       const T* gyg = gy + n * p.y_batch_stride + g * p.cout_g * pout + p0;
       const T* bmat = xg + p0;
-      index_t ldb = pin;
+      index_t ldb = xl.c;
       if (!direct) {
         tile_segments(p.out, p0, np, segs);
         im2col(p, xg, segs, np, col);

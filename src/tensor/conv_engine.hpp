@@ -49,8 +49,25 @@ struct Problem {
   Taps taps;
   Ext3 y_ext{1, 1, 1}, y_step{1, 1, 1}, y_base{0, 0, 0};
   index_t x_batch_stride = 0, y_batch_stride = 0;  ///< elements between samples
+  /// Elements between x's channels and between its positions along dims 0 and 1 (dim 2 has unit
+  /// stride). x_channel_stride == 0 (the default) means x is dense per sample (vol(in), in[1] *
+  /// in[2], in[2]); otherwise x may be any view with a unit innermost stride, e.g. the interior of
+  /// a halo-padded array (read in place: im2col and the direct path's block fill gather from it).
+  index_t x_channel_stride = 0;
+  std::array<index_t, 2> x_spatial_stride{0, 0};
   EngineSettings cfg{};                             ///< kernel choice, threading, budget
 };
+
+/// x's layout in elements: channel stride and the strides of spatial dims 0 and 1.
+struct XLayout {
+  index_t c = 0, s0 = 0, s1 = 0;
+  /// True when the positions of one channel are dense (one GEMM row per channel can read x).
+  bool dense_positions(const Ext3& in) const { return s1 == in[2] && s0 == in[1] * in[2]; }
+};
+inline XLayout x_layout(const Problem& p) {
+  if (p.x_channel_stride == 0) return {p.in[0] * p.in[1] * p.in[2], p.in[1] * p.in[2], p.in[2]};
+  return {p.x_channel_stride, p.x_spatial_stride[0], p.x_spatial_stride[1]};
+}
 
 /// y = gather_conv(x, w) (+ bias[co]); w is [groups * cout_g][cin_g * taps] with taps
 /// row-major (t0, t1, t2). Writes every y position the problem maps to; leaves others alone.

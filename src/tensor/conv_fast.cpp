@@ -22,7 +22,8 @@ namespace {
 /// Tiling of one stride-1 gather problem: tiles are (n, g, o0, rows [a1, b1), cols [a2, b2)).
 struct FastPlan {
   const Problem* p = nullptr;
-  index_t cin_g = 0, cout_g = 0, krows = 0, pin = 0, pyx = 0;
+  index_t cin_g = 0, cout_g = 0, krows = 0, pyx = 0;
+  XLayout xl{};  ///< x's channel and row strides (x_layout)
   Ext3 lo{}, span{};  ///< per dim: smallest tap offset, extent of the tap offsets
   index_t rows = 1, cols = 1, row_tiles = 1, col_tiles = 1, units = 0;
   index_t p_cap = 0, c_cap = 0;  ///< scratch sizes (elements)
@@ -115,7 +116,7 @@ void fill_block(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const
           std::fill_n(dst, tg.E2, T(0));
           continue;
         }
-        const T* src = xg + c * fp.pin + (i0 * p.in[1] + i1) * p.in[2] + s2;
+        const T* src = xg + c * fp.xl.c + i0 * fp.xl.s0 + i1 * fp.xl.s1 + s2;
         std::fill_n(dst, va, T(0));
         std::memcpy(dst + va, src + va, sizeof(T) * static_cast<std::size_t>(vb - va));
         std::fill_n(dst + vb, tg.E2 - vb, T(0));
@@ -184,7 +185,7 @@ FastPlan make_plan(const Problem& p, std::size_t elem, int threads, index_t bloc
   fp.cin_g = p.cin_g;
   fp.cout_g = p.cout_g;
   fp.krows = p.cin_g * p.taps.count();
-  fp.pin = p.in[0] * p.in[1] * p.in[2];
+  fp.xl = x_layout(p);
   fp.pyx = p.y_ext[0] * p.y_ext[1] * p.y_ext[2];
   for (int d = 0; d < 3; ++d) {
     const auto [mn, mx] = std::minmax_element(p.taps.off[d].begin(), p.taps.off[d].end());

@@ -27,6 +27,10 @@ struct ConvGeometry {
   index_t batch = 1, in_channels = 1, out_channels = 1, groups = 1;
   std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
       pad_lo{0, 0, 0};
+  /// Element strides of the input x (N, C, the 3 spatial entries) for a table that reads strided
+  /// inputs in place; all zero (the default) = contiguous. Callers leave it zero: the exec front
+  /// sets it from x's Block (see conv_forward).
+  std::array<index_t, 5> x_strides{0, 0, 0, 0, 0};
 };
 }  // namespace detail
 using detail::ConvGeometry;
@@ -34,7 +38,12 @@ using detail::ConvGeometry;
 namespace exec {
 
 /// y[N, Cout, out] = conv(x[N, Cin, in], w[Cout, Cin/groups, kernel]) (+ bias[Cout] if non-null).
-/// All blocks contiguous, on one device, of one dtype (f32 or f64); ordered on ctx's stream.
+/// All blocks on one device, of one dtype (f32 or f64); ordered on ctx's stream. w, bias and y are
+/// contiguous. x is either contiguous (any rank, in's element count) or a strided view of rank
+/// 2 + spatial_dims with x's N, C, spatial shape, e.g. the interior of a halo-padded array: the
+/// CPU table reads it in place when its innermost stride is 1 (direct kernels and im2col gather
+/// from it); otherwise, and on CUDA (cuDNN takes packed NCHW here), the front makes one contiguous
+/// copy first. conv_backward_filter takes x the same way.
 void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const Block* bias, const Block& y,
                   ExecContext& ctx);
 /// gx[N, Cin, in] = conv^T(gy[N, Cout, out], w) (+ bias[Cin] if non-null: the transposed conv's bias).

@@ -38,10 +38,13 @@ enum class BinaryOp : int { add, sub, mul, div };
 const char* op_name(UnaryOp op) noexcept;
 const char* op_name(BinaryOp op) noexcept;
 
-/// y = op(x) elementwise; x and y contiguous with one element count (y may alias x).
+/// y = op(x) elementwise; y contiguous; x contiguous with y's element count (y may alias x), or a
+/// strided view of y's shape (e.g. the interior of a halo-padded array), which the CPU table reads
+/// in place (other tables, CUDA's, get a contiguous copy made by the front).
 void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx);
 /// dx = dy * op'(x) elementwise, given the forward's input x and output y (either may be unused by
-/// the op but must have dx's element count); all contiguous.
+/// the op but must have dx's element count); dx contiguous; x, y, dy contiguous, or strided views
+/// of dx's shape (read in place on the CPU, copied first elsewhere, like unary's x).
 void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy, const Block& dx,
                     ExecContext& ctx);
 /// out = a (op) b over out's shape; out contiguous, a and b of out's rank and shape with any

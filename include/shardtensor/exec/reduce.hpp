@@ -27,10 +27,12 @@ void max_backward(const Block& x, const Block& m, const Block& g, const Block& t
 double sum_all(const Block& x, ExecContext& ctx);
 /// Sum of a[i] * b[i].
 double dot(const Block& a, const Block& b, ExecContext& ctx);
-/// Sum of (a[i] - b[i])^2.
+/// Sum of (a[i] - b[i])^2. a and b may be strided views of one shape (e.g. the interior of a
+/// halo-padded array): the CPU table reads them in place; other tables get contiguous copies.
 double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx);
 
 /// mse backward: gp = c (p - t) with c = T(scale), gt = -gp (gt may be an empty Block: skipped).
+/// p and t may be strided like sq_diff_sum's operands; gp and gt are contiguous.
 void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx);
 /// Per-sample sums of relative L2: p and t hold `samples` equal rows; host_sums[2s] =
 /// ||p_s - t_s||^2, host_sums[2s+1] = ||t_s||^2 (host memory, 2 * samples doubles).

@@ -150,19 +150,20 @@ struct ConvGhosts {
   std::vector<Box> boxes;
 };
 
-/// y[batch, ch.out, out_block] = conv of the rank's block x[batch, ch.in, in_block] (contiguous;
-/// every pointer addresses memory of `dev`, where the kernels, scratch and halo buffers live)
+/// y[batch, ch.out, out_block] = conv of the rank's block x[batch, ch.in, in_block] (contiguous,
+/// or a strided view of that shape read in place where the kernels take strides; every pointer
+/// addresses memory of `dev`, where the kernels, scratch and halo buffers live)
 /// with its halo (exchanged here, overlapped as described in the file comment); w, bias as the
 /// local kernels take them (bias may be null). Fills `saved` when non-null. Collective over the
 /// communicators of the sharded dims.
 void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                       const void* x, const void* w, const void* bias, void* y, ConvGhosts* saved);
+                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved);
 
 /// Backward of dist_conv_forward for the output gradient gy[batch, ch.out, out_block]: returns
 /// the input block's gradient when `input_grad` (halo adjoint included; empty block otherwise)
 /// and overwrites gw (if non-null) with this rank's weight gradient. Collective like the forward.
 Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                         const void* x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
+                         const Block& x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
                          void* gw);
 
 /// Gradient spec of a replicated parameter whose local gradient sums this rank's outputs.
@@ -262,15 +263,18 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
                     opt.pad_hi[d], opt.padding_mode[static_cast<std::size_t>(d)]});
   const DistSpec ys = detail::anchor_output_spec(op, xs, wsh[0], dims);
   auto plan = std::make_shared<const detail::WindowPlan>(detail::make_window_plan(op, xs, ys, dims));
-  const Tensor<T, R> xl = x.local().contiguous(), wl = weight.local().contiguous();
+  // x is read in place: a strided local view (e.g. the interior of a halo-padded user array) is
+  // not copied where the kernels take input strides (exec/conv.hpp); it is saved as it is (the
+  // saved-tensor policy of Var applies: a user view is snapshotted unless declared stable).
+  const Tensor<T, R> xl = x.local(), wl = weight.local().contiguous();
   const Tensor<T, 1> bl = bias ? bias->local().contiguous() : Tensor<T, 1>();
   const detail::ConvChannels ch{xl.size(0), xs.global_shape()[1], wsh[0], opt.groups};
   const Device dev = xl.device();
   auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
   auto ghosts = std::make_shared<detail::ConvGhosts>();
   const bool keep = autograd::grad_enabled() && weight.requires_grad();
-  detail::dist_conv_forward(dtype_of<T>, dev, *plan, xs, ch, xl.data(), wl.data(), bias ? bl.data() : nullptr, y.data(),
-                            keep ? ghosts.get() : nullptr);
+  detail::dist_conv_forward(dtype_of<T>, dev, *plan, xs, ch, as_block(xl), wl.data(), bias ? bl.data() : nullptr,
+                            y.data(), keep ? ghosts.get() : nullptr);
   std::optional<Var<T, 1>> bb = bias;
   return Var<T, R>::make(
       DistTensor<T, R>(ys, y), op, {x.ref(), weight.ref(), bias ? bias->ref() : autograd::VarRef{}},
@@ -279,7 +283,7 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
         const Tensor<T, R> gy = detail::on_device(gn.local(), dev, "conv backward");
         Tensor<T, R> gw;
         if (weight.requires_grad()) gw = Tensor<T, R>::empty(wl.shape(), dev);
-        auto gx = detail::dist_conv_backward(dtype_of<T>, dev, *plan, xs, ch, xl.data(), *ghosts, gy.data(), wl.data(),
+        auto gx = detail::dist_conv_backward(dtype_of<T>, dev, *plan, xs, ch, as_block(xl), *ghosts, gy.data(), wl.data(),
                                              x.requires_grad(), weight.requires_grad() ? gw.data() : nullptr);
         if (x.requires_grad())
           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
@@ -350,7 +354,7 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
   const Tensor<T, R> xl = x.local().contiguous(), wl = weight.local().contiguous();
   const Device dev = xl.device();
   const detail::ConvChannels ch{xl.size(0), cout, xs.global_shape()[1], opt.groups};
-  auto yb = detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, nullptr, detail::ConvGhosts{}, xl.data(), wl.data(),
+  auto yb = detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, Block{}, detail::ConvGhosts{}, xl.data(), wl.data(),
                                        true, nullptr);
   Tensor<T, R> y = tensor_of<T, R>(yb);
   if (bias) detail::add_channel_bias(y, bias->local().contiguous());
@@ -363,17 +367,18 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
         detail::ConvGhosts ghosts;
         if (x.requires_grad()) {
           auto gx = Tensor<T, R>::empty(xl.shape(), dev);
-          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, gy.data(), wl.data(), nullptr, gx.data(),
+          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, as_block(gy), wl.data(), nullptr, gx.data(),
                                     weight.requires_grad() ? &ghosts : nullptr);
           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()), gx));
         } else if (weight.requires_grad()) {
           // The ghosts of dy are needed for the weight gradient: run the exchange alone.
           auto scratch = Tensor<T, R>::empty(xl.shape(), dev);
-          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, gy.data(), wl.data(), nullptr, scratch.data(), &ghosts);
+          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, as_block(gy), wl.data(), nullptr, scratch.data(),
+                                    &ghosts);
         }
         if (weight.requires_grad()) {
           auto gw = Tensor<T, R>::empty(wl.shape(), dev);
-          detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, gy.data(), ghosts, xl.data(), wl.data(), false,
+          detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, as_block(gy), ghosts, xl.data(), wl.data(), false,
                                      gw.data());
           weight.accumulate_grad(DistTensor<T, R>(detail::window_param_grad_spec(weight.value().spec(), xs, gn.spec()), gw));
         }

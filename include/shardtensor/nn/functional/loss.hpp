@@ -48,7 +48,9 @@ Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction red
   const index_t count = numel(pred.value().global_shape());
   SHARD_CHECK(reduction == Reduction::sum || count > 0, op, "mean over an empty tensor");
   const double scale = reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
-  const auto pl = pred.local().contiguous(), tl = target.local().contiguous();
+  // Strided local views (e.g. interiors of halo-padded user arrays) are read in place by the
+  // exec kernels and saved as they are (Var's saved-tensor policy applies).
+  const auto pl = pred.local(), tl = target.local();
   const Device dev = pl.device();
   const double acc = exec::sq_diff_sum(detail::block_of(pl), detail::block_of(tl), current_context(dev));
   const DistSpec ss = detail::scalar_spec(xs, detail::mesh_dims_sharding(xs, [](int) { return true; }));

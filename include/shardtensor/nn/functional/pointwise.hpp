@@ -179,7 +179,9 @@ Var<T, R> unary_op(const Var<T, R>& x, const char* name, UnaryOp op, double alph
   } else {
     check_no_partial(s, name, "input");
   }
-  auto xl = x.local().contiguous();
+  // A strided local view (e.g. the interior of a halo-padded user array) is read in place
+  // (exec::unary) and saved as it is for the backward (Var's saved-tensor policy applies).
+  const auto& xl = x.local();
   const Device dev = xl.device();
   auto y = Tensor<T, R>::empty(xl.shape(), dev);
   exec::unary(op, alpha, block_of(xl), block_of(y), current_context(dev));
