@@ -160,6 +160,18 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
 }
 void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx) {
   const char* op = "rel_l2_loss";
+  if (!p.is_contiguous() || !t.is_contiguous()) {  // strided views: in place where the table can
+    check_strided(p, p, p.dtype, op, "pred");
+    check_strided(t, p, p.dtype, op, "target");
+    SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
+                "{} elements do not split into {} samples", p.numel(), samples);
+    if (samples == 0) return;
+    if (table(p.device, op).rel_l2_sums_strided(p, t, samples, host_sums, ctx)) return;
+    const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
+    const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
+    table(p.device, op).rel_l2_sums(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_sums, ctx);
+    return;
+  }
   check_main(p, op, "pred");
   check_like(t, p, p.dtype, op, "target");
   check_same_shape(p, t, op, "target");
@@ -171,6 +183,23 @@ void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_s
 void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
                      const Block& gt, ExecContext& ctx) {
   const char* op = "rel_l2_loss_backward";
+  if (!p.is_contiguous() || !t.is_contiguous()) {
+    check_strided(p, p, p.dtype, op, "pred");
+    check_strided(t, p, p.dtype, op, "target");
+    check_like(gp, p, p.dtype, op, "pred gradient");
+    check_like(gt, p, p.dtype, op, "target gradient");
+    check_same_shape(p, gp, op, "pred gradient");
+    check_same_shape(p, gt, op, "target gradient");
+    SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
+                "{} elements do not split into {} samples", p.numel(), samples);
+    if (samples == 0) return;
+    if (table(p.device, op).rel_l2_backward_strided(p, t, samples, host_coef, gp, gt, ctx)) return;
+    const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
+    const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
+    table(p.device, op).rel_l2_backward(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_coef, gp.data,
+                                        gt.data, ctx);
+    return;
+  }
   check_main(p, op, "pred");
   check_like(t, p, p.dtype, op, "target");
   check_like(gp, p, p.dtype, op, "pred gradient");

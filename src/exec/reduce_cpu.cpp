@@ -210,6 +210,53 @@ struct CpuReduce final : ReduceKernels {
     });
     return true;
   }
+  // Per sample, the same sequential order as the flat forms (row by row is element order).
+  bool rel_l2_sums_strided(const Block& p, const Block& t, index_t samples, double* sums,
+                           ExecContext&) const override {
+    const index_t inner = detail::row_extent(p), rows = inner ? p.numel() / inner : 0;
+    if (p.rank < 2 || rows % samples != 0) return false;
+    const index_t per = rows / samples, sp = detail::row_step(p), st = detail::row_step(t);
+    by_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      for (index_t s = 0; s < samples; ++s) {
+        double a = 0, b = 0;
+        for (index_t r = s * per; r < (s + 1) * per; ++r) {
+          const T* pp = static_cast<const T*>(p.data) + detail::row_offset(p, r);
+          const T* pt = static_cast<const T*>(t.data) + detail::row_offset(t, r);
+          for (index_t i = 0; i < inner; ++i) {
+            const double d = static_cast<double>(pp[i * sp]) - static_cast<double>(pt[i * st]);
+            a += d * d;
+            b += static_cast<double>(pt[i * st]) * static_cast<double>(pt[i * st]);
+          }
+        }
+        sums[2 * s] = a;
+        sums[2 * s + 1] = b;
+      }
+    });
+    return true;
+  }
+  bool rel_l2_backward_strided(const Block& p, const Block& t, index_t samples, const double* coef, const Block& gp,
+                               const Block& gt, ExecContext&) const override {
+    const index_t inner = detail::row_extent(p), rows = inner ? p.numel() / inner : 0;
+    if (p.rank < 2 || rows % samples != 0) return false;
+    const index_t per = rows / samples, sp = detail::row_step(p), st = detail::row_step(t);
+    by_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      for (index_t r = 0; r < rows; ++r) {
+        const double cp = coef[2 * (r / per)], ct = coef[2 * (r / per) + 1];
+        const T* pp = static_cast<const T*>(p.data) + detail::row_offset(p, r);
+        const T* pt = static_cast<const T*>(t.data) + detail::row_offset(t, r);
+        T* op = static_cast<T*>(gp.data) + r * inner;
+        T* ot = static_cast<T*>(gt.data) + r * inner;
+        for (index_t i = 0; i < inner; ++i) {
+          const double d = static_cast<double>(pp[i * sp]) - static_cast<double>(pt[i * st]);
+          op[i] = static_cast<T>(cp * d);
+          ot[i] = static_cast<T>(-cp * d - ct * static_cast<double>(pt[i * st]));
+        }
+      }
+    });
+    return true;
+  }
   void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* sums,
                    ExecContext&) const override {
     by_dtype(dt, [&](auto tag) {

@@ -33,6 +33,17 @@ struct ReduceKernels {
     (void)scale, (void)p, (void)t, (void)gp, (void)gt, (void)ctx;
     return false;
   }
+  /// rel_l2 over strided p, t (gp, gt contiguous); sample s = the rows with dim-0 index s.
+  virtual bool rel_l2_sums_strided(const Block& p, const Block& t, index_t samples, double* host_sums,
+                                   ExecContext& ctx) const {
+    (void)p, (void)t, (void)samples, (void)host_sums, (void)ctx;
+    return false;
+  }
+  virtual bool rel_l2_backward_strided(const Block& p, const Block& t, index_t samples, const double* host_coef,
+                                       const Block& gp, const Block& gt, ExecContext& ctx) const {
+    (void)p, (void)t, (void)samples, (void)host_coef, (void)gp, (void)gt, (void)ctx;
+    return false;
+  }
   virtual void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* host_sums,
                            ExecContext& ctx) const = 0;
   virtual void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t,

@@ -54,7 +54,8 @@ struct PaddedField {
   }
 };
 
-/// loss = mse(conv(x, w, b), t) + mse(tanh(x) * u, x): conv, a unary op, a binary op and mse read
+/// loss = mse(conv(x, w, b), t) + mse(conv_periodic/reflect(x, w), t) + mse(tanh(x) * u, x): conv, a
+/// unary op, a binary op, mse and rel_l2 (+ rel_l2(tanh(x), u) + rel_l2(x, u)) read
 /// strided x / u; mse's target is strided too.
 template <class T>
 Var<T, 1> model_loss(const Var<T, 4>& x, const Var<T, 4>& u, const Var<T, 4>& w, const Var<T, 1>& b,
@@ -63,7 +64,14 @@ Var<T, 1> model_loss(const Var<T, 4>& x, const Var<T, 4>& u, const Var<T, 4>& w,
   o.pad_lo = {1, 0};
   o.pad_hi = {1, 1};  // even kernel width: 'same' with asymmetric halo widths
   auto y = F::conv(x, w, b, o);
-  return F::add(F::mse_loss(y, t), F::mse_loss(F::mul(F::tanh(x), u), x));
+  // The same conv with periodic / reflect padding: ghost cells come from the halo (wrapping
+  // around the global edges), whose face cells are read from the strided view.
+  F::ConvOptions<2> op = o;
+  op.padding_mode = {Boundary::periodic, Boundary::reflect};
+  auto yp = F::conv(x, w, std::nullopt, op);
+  auto l = F::add(F::add(F::mse_loss(y, t), F::mse_loss(yp, t)), F::mse_loss(F::mul(F::tanh(x), u), x));
+  // rel_l2 with a strided target, and with both operands strided (per sample and global).
+  return F::add(F::add(l, F::rel_l2_loss(F::tanh(x), u)), F::rel_l2_loss(x, u, F::RelL2Mode::global));
 }
 
 template <class T>

@@ -167,7 +167,7 @@ TEMPLATE_TEST_CASE("unary ops and their backward read strided views in place", "
   }
 }
 
-TEMPLATE_TEST_CASE("mse kernels read strided pred and target in place", "[exec][reduce][strided]", float, double) {
+TEMPLATE_TEST_CASE("mse and rel_l2 kernels read strided pred and target in place", "[exec][reduce][strided]", float, double) {
   using T = TestType;
   ExecContext& ctx = current_context(Device::cpu());
   for (index_t step : {index_t{1}, index_t{2}}) {
@@ -183,6 +183,22 @@ TEMPLATE_TEST_CASE("mse kernels read strided pred and target in place", "[exec][
     auto gpc = Tensor<T, 4>::empty(pc.shape()), gtc = Tensor<T, 4>::empty(pc.shape());
     exec::mse_backward(0.125, as_block(p.view), as_block(t.view), as_block(gp), as_block(gt), ctx);
     exec::mse_backward(0.125, as_block(pc), as_block(tc), as_block(gpc), as_block(gtc), ctx);
+    CHECK(diff(gp, gpc) == 0.0);
+    CHECK(diff(gt, gtc) == 0.0);
+  }
+  for (index_t samples : {index_t{1}, index_t{2}}) {  // rel_l2: per sample (2 = dim 0) and global
+    INFO(samples << " samples");
+    Padded<T, 4> p(Shape<4>{2, 3, 20, 70}, 2, 33, 1), t(Shape<4>{2, 3, 20, 70}, 1, 34, 2);
+    const auto pc = p.view.contiguous(), tc = t.view.contiguous();
+    double s[4], sc[4];
+    exec::rel_l2_sums(as_block(p.view), as_block(t.view), samples, s, ctx);
+    exec::rel_l2_sums(as_block(pc), as_block(tc), samples, sc, ctx);
+    for (index_t i = 0; i < 2 * samples; ++i) CHECK(s[i] == sc[i]);  // same order: bitwise
+    const double coef[4] = {0.3, -0.2, 0.7, 0.1};
+    auto gp = Tensor<T, 4>::empty(pc.shape()), gt = Tensor<T, 4>::empty(pc.shape());
+    auto gpc = Tensor<T, 4>::empty(pc.shape()), gtc = Tensor<T, 4>::empty(pc.shape());
+    exec::rel_l2_backward(as_block(p.view), as_block(t.view), samples, coef, as_block(gp), as_block(gt), ctx);
+    exec::rel_l2_backward(as_block(pc), as_block(tc), samples, coef, as_block(gpc), as_block(gtc), ctx);
     CHECK(diff(gp, gpc) == 0.0);
     CHECK(diff(gt, gtc) == 0.0);
   }

@@ -36,6 +36,8 @@ double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx);
 void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx);
 /// Per-sample sums of relative L2: p and t hold `samples` equal rows; host_sums[2s] =
 /// ||p_s - t_s||^2, host_sums[2s+1] = ||t_s||^2 (host memory, 2 * samples doubles).
+/// (rel_l2_sums / rel_l2_backward: p and t may be strided views like sq_diff_sum's; read in place on
+/// the CPU.)
 void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx);
 /// Backward of relative L2 per row s: gp = cp_s (p - t), gt = -cp_s (p - t) - ct_s t with
 /// host_coef[2s] = cp_s, host_coef[2s+1] = ct_s (host memory).

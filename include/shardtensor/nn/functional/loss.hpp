@@ -92,7 +92,7 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
   const CommPtr comm = detail::comm_over(xs.mesh(), detail::mesh_dims_sharding(xs, in_sample));
   const auto batch_mdims = per_sample ? detail::mesh_dims_sharding(xs, [](int d) { return d == 0; })
                                       : std::vector<int>{};
-  const auto pl = pred.local().contiguous(), tl = target.local().contiguous();
+  const auto pl = pred.local(), tl = target.local();  // strided views are read in place
   const index_t nl = per_sample ? pl.size(0) : 1;
   // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (this rank's part, then global; host memory).
   auto sums = std::make_shared<std::vector<double>>(static_cast<std::size_t>(2 * nl), 0.0);
