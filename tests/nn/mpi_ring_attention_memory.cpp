@@ -39,12 +39,13 @@ TEST_CASE("ring attention's per-rank memory is a fixed number of local blocks (O
     double mx = blocks;
     comm->allreduce(&mx, &mx, 1, DType::f64, ReduceOp::max);
     INFO(P << " ranks: peak above the inputs " << blocks << " blocks on this rank, " << mx << " max over ranks");
-    // One rank runs no ring (no K/V or accumulator traffic); from two ranks on the count is the
-    // ring's, the same at 2, 3 and 4 ranks. Whole-sequence K and V would add 2 P blocks.
+    // Measured (2026-11-22): 5.07 blocks at 1 rank (no ring: no K/V or accumulator traffic), 11.07
+    // at 2 ranks (the last step has no next block in flight), 13.07 at 3 and 4 ranks, a constant
+    // from then on. One whole-sequence buffer of q's size would add P blocks, whole K and V 2 P.
     if (P == 1)
-      CHECK(blocks <= 9.0);
+      CHECK(blocks <= 6.0);
     else
-      CHECK(blocks <= 17.0);
+      CHECK(blocks <= 14.0);
     CHECK(blocks >= 4.0);  // out, dout, dq and the gradients of q, k, v at the least: the count is real
   });
 }
