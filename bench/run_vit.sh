@@ -18,6 +18,7 @@
 # and prints the markdown tables of docs/performance.md.
 #   bench/run_vit.sh                         # RESS="128 256 512 1024" FORMS="ring neighborhood"
 #   RESS="128 256" LAT_RES=512 ROUNDS=1 OUTDIR=/tmp/vit bench/run_vit.sh   (a quick check)
+#   RESS="" FORMS=ring OUTDIR=/tmp/vitlat bench/run_vit.sh                  (latency only)
 # Uses BUILD_DIR / JOBS / CMAKE_ARGS / MPIEXEC_FLAGS like scripts/run_tests.sh (scripts/common.sh);
 # SKIP_BUILD=1 runs the existing binary; TABLES_ONLY=1 only redoes the tables and plots from the log.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
@@ -116,6 +117,8 @@ grep -v '^#' "$OUTDIR/vit_latency.dat" |
   awk 'NR == 1 { w1 = $4 } { printf "| %s x %s | %.1f | %.1f | %.1f | %.2fx | %.2f |\n", $2, $3, $4, $5, $6, w1 / $4, $7 }'
 
 if command -v gnuplot > /dev/null; then
-  for gp in plot_vit_memory plot_vit_latency; do (cd "$ROOT" && gnuplot -e "outdir='$OUTDIR'; res='$LAT_RES'" "bench/$gp.gp"); done
+  gp_vars="outdir='$OUTDIR'; res='$LAT_RES'; forms='$FORMS'"
+  if [ -n "$RESS" ]; then (cd "$ROOT" && gnuplot -e "$gp_vars" bench/plot_vit_memory.gp); fi
+  (cd "$ROOT" && gnuplot -e "$gp_vars" bench/plot_vit_latency.gp)
   echo "plots: $OUTDIR/vit_memory.png $OUTDIR/vit_latency.png"
 fi
