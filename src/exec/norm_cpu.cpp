@@ -1,6 +1,6 @@
 // CPU implementation of the norm kernel family (exec/norm.hpp), type-erased over f32/f64; moved
 // unchanged from src/nn/norm.cpp.
-// The local block is viewed as a contiguous [A, C, S]; the statistic of element (a, c, s) is
+// The local block is viewed as [A, C, S] (x may be a strided view, see XMap); the statistic of element (a, c, s) is
 //   batch: k = c;   group: k = a * G + c / (C / G);   layer: k = a * S + s.
 // All sums accumulate in double. Each OpenMP loop is split so that one thread owns each statistic.
 #include <algorithm>
@@ -12,9 +12,69 @@
 namespace shard::exec {
 namespace {
 
+/// Where x's element (a, c, s) lives: the dense [A, C, S] block, or a strided view (NormGeom's
+/// xrank / xshape / xstrides; e.g. the interior of a halo-padded user array, read in place). The
+/// S part of a strided x is walked row by row (rows of its innermost dim), in element order, so
+/// every sum accumulates in the same order as on a contiguous copy.
+struct XMap {
+  const NormGeom* g;
+  bool dense = true;
+  index_t inner = 1, step = 1, rows = 1;  ///< S = rows x inner; step: stride inside a row
+  explicit XMap(const NormGeom& geo) : g(&geo), dense(geo.xrank == 0) {
+    if (dense) return;
+    if (geo.cdim < geo.xrank - 1) {
+      inner = geo.xshape[static_cast<std::size_t>(geo.xrank - 1)];
+      step = geo.xstrides[static_cast<std::size_t>(geo.xrank - 1)];
+    }
+    rows = inner ? geo.S / inner : 0;
+  }
+  /// Offset of (a, c, s = 0).
+  index_t base(index_t a, index_t c) const {
+    index_t off = c * g->xstrides[static_cast<std::size_t>(g->cdim)];
+    for (int d = g->cdim - 1; d >= 0; --d) {
+      const auto u = static_cast<std::size_t>(d);
+      off += (a % g->xshape[u]) * g->xstrides[u];
+      a /= g->xshape[u];
+    }
+    return off;
+  }
+  /// Offset of row r of the S part (the dims after cdim but the innermost).
+  index_t row(index_t r) const {
+    index_t off = 0;
+    for (int d = g->xrank - 2; d > g->cdim; --d) {
+      const auto u = static_cast<std::size_t>(d);
+      off += (r % g->xshape[u]) * g->xstrides[u];
+      r /= g->xshape[u];
+    }
+    return off;
+  }
+};
+
+/// f(s, offset of x(a, c, s)) for s = 0 .. S-1 in order.
+template <class F>
+inline void for_s(const XMap& m, index_t a, index_t c, F&& f) {
+  const index_t S = m.g->S;
+  if (m.dense) {
+    const index_t off = (a * m.g->C + c) * S;
+    for (index_t s = 0; s < S; ++s) f(s, off + s);
+    return;
+  }
+  const index_t b = m.base(a, c);
+  index_t s = 0;
+  for (index_t r = 0; r < m.rows; ++r) {
+    const index_t o = b + m.row(r);
+    if (m.step == 1) {
+      for (index_t i = 0; i < m.inner; ++i) f(s++, o + i);
+    } else {
+      for (index_t i = 0; i < m.inner; ++i) f(s++, o + i * m.step);
+    }
+  }
+}
+
 template <class T>
 void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
   const index_t A = g.A, C = g.C, S = g.S, K = g.stats();
+  const XMap m(g);
   std::fill_n(out, K, 0.0);
   auto term = [mean](double v, index_t k) {
     if (!mean) return v;
@@ -26,10 +86,7 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t c = 0; c < C; ++c) {
         double acc = 0;
-        for (index_t a = 0; a < A; ++a) {
-          const T* row = x + (a * C + c) * S;
-          for (index_t s = 0; s < S; ++s) acc += term(row[s], c);
-        }
+        for (index_t a = 0; a < A; ++a) for_s(m, a, c, [&](index_t, index_t xo) { acc += term(x[xo], c); });
         out[c] = acc;
       }
       break;
@@ -37,9 +94,11 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
       const index_t G = g.G, cg = C / G;
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t k = 0; k < A * G; ++k) {
-        const T* base = x + k * cg * S;  // (a, group) block is contiguous: a*C*S + grp*cg*S
+        // (a, group): channels grp*cg .. + cg, each S elements (one contiguous run when dense)
+        const index_t a = k / G, grp = k % G;
         double acc = 0;
-        for (index_t i = 0; i < cg * S; ++i) acc += term(base[i], k);
+        for (index_t ci = 0; ci < cg; ++ci)
+          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) { acc += term(x[xo], k); });
         out[k] = acc;
       }
       break;
@@ -48,10 +107,8 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t a = 0; a < A; ++a) {
         double* o = out + a * S;
-        for (index_t c = 0; c < C; ++c) {
-          const T* row = x + (a * C + c) * S;
-          for (index_t s = 0; s < S; ++s) o[s] += term(row[s], a * S + s);
-        }
+        for (index_t c = 0; c < C; ++c)
+          for_s(m, a, c, [&](index_t s, index_t xo) { o[s] += term(x[xo], a * S + s); });
       }
       break;
   }
@@ -75,12 +132,13 @@ void for_rows(const NormGeom& g, Fn f) {
 
 template <class T>
 void apply_impl(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b, T* y) {
-  for_rows(g, [&](index_t off, index_t, index_t c, index_t k0, index_t dk) {
+  const XMap m(g);
+  for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
     const double wc = w ? static_cast<double>(w[c]) : 1.0, bc = b ? static_cast<double>(b[c]) : 0.0;
-    for (index_t s = 0; s < g.S; ++s) {
+    for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      y[off + s] = static_cast<T>((static_cast<double>(x[off + s]) - mean[k]) * invstd[k] * wc + bc);
-    }
+      y[off + s] = static_cast<T>((static_cast<double>(x[xo]) - mean[k]) * invstd[k] * wc + bc);
+    });
   });
 }
 
@@ -88,6 +146,7 @@ template <class T>
 void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd,
                         const T* w, double* sg, double* sgx, double* dw, double* db) {
   const index_t A = g.A, C = g.C, S = g.S, K = g.stats();
+  const XMap m(g);
   if (sg) std::fill_n(sg, K, 0.0);
   if (sgx) std::fill_n(sgx, K, 0.0);
   if (dw) std::fill_n(dw, C, 0.0);
@@ -100,12 +159,12 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
       const index_t cg = g.kind == NormKind::group ? C / g.G : 1;
       for (index_t a = 0; a < A; ++a) {
         const index_t off = (a * C + c) * S;
-        for (index_t s = 0; s < S; ++s) {
+        for_s(m, a, c, [&](index_t s, index_t xo) {
           const index_t k = g.kind == NormKind::batch ? c : g.kind == NormKind::group ? a * g.G + c / cg : a * S + s;
           const double gv = gy[off + s];
-          aw += gv * (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
+          aw += gv * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
           ab += gv;
-        }
+        });
       }
       if (dw) dw[c] = aw;
       if (db) db[c] = ab;
@@ -121,11 +180,11 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
         double a1 = 0, a2 = 0;
         for (index_t a = 0; a < A; ++a) {
           const index_t off = (a * C + c) * S;
-          for (index_t s = 0; s < S; ++s) {
+          for_s(m, a, c, [&](index_t s, index_t xo) {
             const double d = gy[off + s] * wc;
             a1 += d;
-            a2 += d * (static_cast<double>(x[off + s]) - mean[c]) * invstd[c];
-          }
+            a2 += d * (static_cast<double>(x[xo]) - mean[c]) * invstd[c];
+          });
         }
         sg[c] = a1;
         sgx[c] = a2;
@@ -141,11 +200,11 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
           const index_t c = grp * cg + ci;
           const double wc = w ? static_cast<double>(w[c]) : 1.0;
           const index_t off = (a * C + c) * S;
-          for (index_t s = 0; s < S; ++s) {
+          for_s(m, a, c, [&](index_t s, index_t xo) {
             const double d = gy[off + s] * wc;
             a1 += d;
-            a2 += d * (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
-          }
+            a2 += d * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
+          });
         }
         sg[k] = a1;
         sgx[k] = a2;
@@ -158,12 +217,12 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
         for (index_t c = 0; c < C; ++c) {
           const double wc = w ? static_cast<double>(w[c]) : 1.0;
           const index_t off = (a * C + c) * S;
-          for (index_t s = 0; s < S; ++s) {
+          for_s(m, a, c, [&](index_t s, index_t xo) {
             const index_t k = a * S + s;
             const double d = gy[off + s] * wc;
             sg[k] += d;
-            sgx[k] += d * (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
-          }
+            sgx[k] += d * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
+          });
         }
       }
       break;
@@ -173,18 +232,19 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
 template <class T>
 void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd, const T* w,
                       const double* sg, const double* sgx, double inv_count, T* dx) {
-  for_rows(g, [&](index_t off, index_t, index_t c, index_t k0, index_t dk) {
+  const XMap m(g);
+  for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
     const double wc = w ? static_cast<double>(w[c]) : 1.0;
-    for (index_t s = 0; s < g.S; ++s) {
+    for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
       const double d = gy[off + s] * wc;
       if (!sg) {
         dx[off + s] = static_cast<T>(d * invstd[k]);
-        continue;
+        return;
       }
-      const double xhat = (static_cast<double>(x[off + s]) - mean[k]) * invstd[k];
+      const double xhat = (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
       dx[off + s] = static_cast<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
-    }
+    });
   });
 }
 
@@ -205,6 +265,7 @@ void store_impl(index_t n, const double* host, T* dst) {
   }
 
 struct CpuNorm final : NormKernels {
+  bool takes_strided_input() const override { return true; }
   void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
   }

@@ -9,6 +9,9 @@ namespace shard::exec {
 struct NormKernels {
   static constexpr KernelFamily id = KernelFamily::norm;
   virtual ~NormKernels() = default;
+  /// True when the table reads a strided x described by NormGeom::xrank/xshape/xstrides; else
+  /// the front passes a contiguous copy (and xrank = 0).
+  virtual bool takes_strided_input() const { return false; }
   virtual void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out,
                     ExecContext& ctx) const = 0;
   virtual void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd,

@@ -1,8 +1,8 @@
 // Issue 8, compute from user memory: a simulation hands each rank a zero-copy view of the INTERIOR
 // of its halo-padded array (strided: row stride = padded width). conv (+ bias), an activation
-// (tanh), a product with another strided field and mse_loss with a strided prediction and a
-// strided target must give the unsharded computation's loss and every gradient (x, w, b) at
-// 1..4 ranks, 1-D and 2-D meshes, uneven shards, f32 and f64, under both saved-tensor policies
+// (tanh), a product with another strided field, batch / group norm, and mse_loss / rel_l2_loss
+// with a strided prediction and a strided target must give the unsharded computation's loss and
+// every gradient (x, w, b) at 1..4 ranks, 1-D and 2-D meshes, uneven shards, f32 and f64, under both saved-tensor policies
 // (stable views: read and saved in place; default snapshot views). The ghost cells of the user's
 // array hold NaN, so a kernel that read outside the view would poison the results.
 #include <catch2/catch_template_test_macros.hpp>
@@ -55,7 +55,8 @@ struct PaddedField {
 };
 
 /// loss = mse(conv(x, w, b), t) + mse(conv_periodic/reflect(x, w), t) + mse(tanh(x) * u, x): conv, a
-/// unary op, a binary op, mse and rel_l2 (+ rel_l2(tanh(x), u) + rel_l2(x, u)) read
+/// unary op, a binary op, mse, rel_l2 (+ rel_l2(tanh(x), u) + rel_l2(x, u)) and batch / group norm
+/// (+ mse(bn(x), u) + mse(gn(x), u)) read
 /// strided x / u; mse's target is strided too.
 template <class T>
 Var<T, 1> model_loss(const Var<T, 4>& x, const Var<T, 4>& u, const Var<T, 4>& w, const Var<T, 1>& b,
@@ -71,7 +72,10 @@ Var<T, 1> model_loss(const Var<T, 4>& x, const Var<T, 4>& u, const Var<T, 4>& w,
   auto yp = F::conv(x, w, std::nullopt, op);
   auto l = F::add(F::add(F::mse_loss(y, t), F::mse_loss(yp, t)), F::mse_loss(F::mul(F::tanh(x), u), x));
   // rel_l2 with a strided target, and with both operands strided (per sample and global).
-  return F::add(F::add(l, F::rel_l2_loss(F::tanh(x), u)), F::rel_l2_loss(x, u, F::RelL2Mode::global));
+  l = F::add(F::add(l, F::rel_l2_loss(F::tanh(x), u)), F::rel_l2_loss(x, u, F::RelL2Mode::global));
+  // Norms with statistics over sharded dims (allreduced), reading the strided view.
+  auto bn = F::batch_norm(x, nullptr, nullptr, std::nullopt, std::nullopt, true);
+  return F::add(F::add(l, F::mse_loss(bn, u)), F::mse_loss(F::group_norm(x, 3), u));
 }
 
 template <class T>

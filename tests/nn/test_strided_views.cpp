@@ -8,7 +8,9 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <functional>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include <shardtensor/exec/conv.hpp>
@@ -257,4 +259,63 @@ TEMPLATE_TEST_CASE("no copy of a stable strided view: conv, unary and mse forwar
   F::mse_loss(F::conv(x2, w2, b2, o), t2).backward();
   CHECK(diff(x.grad().local(), x2.grad().local()) == 0.0);
   CHECK(diff(w.grad().local(), w2.grad().local()) == 0.0);
+}
+
+TEMPLATE_TEST_CASE("norms read strided views in place: batch, group, instance and layer norm equal the contiguous result",
+                   "[nn][norm][strided]", float, double) {
+  using T = TestType;
+  DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
+  const Shape<4> xs{2, 6, 9, 70};
+  for (index_t step : {index_t{1}, index_t{2}}) {
+    Padded<T, 4> xf(xs, 2, 51, step);
+    REQUIRE_FALSE(xf.view.is_contiguous());
+    using Fn = std::function<Var<T, 4>(const Var<T, 4>&, const Var<T, 1>&, const Var<T, 1>&)>;
+    const std::vector<std::pair<const char*, Fn>> norms{
+        {"batch_norm", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
+           return F::batch_norm(x, nullptr, nullptr, w, b, true);
+         }},
+        {"group_norm", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
+           return F::group_norm(x, 3, w, b);
+         }},
+        {"instance_norm", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
+           return F::instance_norm(x, w, b);
+         }},
+        {"layer_norm over C", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
+           return F::layer_norm(x, w, b, 1e-5, 1);
+         }},
+        {"layer_norm over the last dim (no affine)", [](const Var<T, 4>& x, const Var<T, 1>&, const Var<T, 1>&) {
+           return F::layer_norm(x, std::nullopt, std::nullopt, 1e-5, -1);
+         }},
+    };
+    for (const auto& [name, fn] : norms) {
+      INFO(name << ", inner step " << step);
+      auto run = [&, fn = fn](const Tensor<T, 4>& xl) {
+        Var<T, 4> x(DistTensor<T, 4>::from_local(xl, mesh, {Replicate()}), true);
+        Var<T, 1> w(DistTensor<T, 1>::random({6}, mesh, {Replicate()}, 52), true);
+        Var<T, 1> b(DistTensor<T, 1>::random({6}, mesh, {Replicate()}, 53), true);
+        Var<T, 4> g(DistTensor<T, 4>::random(xs, mesh, {Replicate()}, 54), false);
+        auto y = fn(x, w, b);
+        F::sum(F::mul(y, g)).backward();
+        const auto zero = Tensor<T, 1>::zeros({6});
+        return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(),
+                          w.has_grad() ? w.grad().local().contiguous() : zero,
+                          b.has_grad() ? b.grad().local().contiguous() : zero};
+      };
+      const auto [y_s, gx_s, gw_s, gb_s] = run(xf.view.declare_stable());
+      const auto [y_c, gx_c, gw_c, gb_c] = run(xf.view.contiguous());
+      // The same sums in the same order: equal bitwise.
+      CHECK(diff(y_s, y_c) == 0.0);
+      CHECK(diff(gx_s, gx_c) == 0.0);
+      CHECK(max_rel_diff(gw_s, gw_c) == 0.0);
+      CHECK(max_rel_diff(gb_s, gb_c) == 0.0);
+    }
+  }
+  // No copy: the forward of a norm on a stable view allocates its output, not a copy of x.
+  Padded<T, 4> xf(xs, 2, 55);
+  const std::size_t xbytes = static_cast<std::size_t>(numel(xs)) * sizeof(T);
+  Var<T, 4> x(DistTensor<T, 4>::from_local(xf.view.declare_stable(), mesh, {Replicate()}), true);
+  Var<T, 4> y;
+  const std::size_t rise = peak_rise([&] { y = F::group_norm(x, 3); });
+  INFO("input " << xbytes << " B, group_norm forward +" << rise << " B");
+  CHECK(rise < xbytes + xbytes / 4);
 }

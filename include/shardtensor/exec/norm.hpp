@@ -7,6 +7,7 @@
 /// arrays of doubles in HOST memory, so the nn layer can reduce them across ranks and finish
 /// them (mean, variance, running statistics) without touching tensor data. Every sum
 /// accumulates in double in a fixed order (deterministic on every device).
+#include <array>
 #include <cstdint>
 
 #include "shardtensor/core/device.hpp"
@@ -23,10 +24,17 @@ enum class NormKind : std::uint8_t {
   layer   ///< statistic k = a * S + s (over the channels)
 };
 
-/// A contiguous local block viewed as [A, C, S] with G groups (group kind).
+/// A local block viewed as [A, C, S] with G groups (group kind): contiguous, or x a strided view.
 struct NormGeom {
   NormKind kind = NormKind::batch;
   index_t A = 0, C = 0, S = 0, G = 1;
+  /// x as a strided view (e.g. the interior of a halo-padded user array): its rank, channel dim
+  /// and local shape / element strides (A = the dims before cdim, S = the dims after it).
+  /// xrank == 0 (the default): x is the dense [A, C, S] block. Only x is read through these; y,
+  /// gy and dx are always dense. The CPU table reads such an x in place; other tables get a
+  /// contiguous copy made by the front.
+  int xrank = 0, cdim = 1;
+  std::array<index_t, 8> xshape{}, xstrides{};
   /// Number of statistics K.
   index_t stats() const {
     switch (kind) {

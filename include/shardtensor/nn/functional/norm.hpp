@@ -93,10 +93,20 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   SHARD_CHECK(batch_eval || count > 0, op, "statistics over an empty extent (global shape {})", gshape);
   const CommPtr comm = comm_over(xs.mesh(), mesh_dims_sharding(xs, reduced));
 
-  const auto xl = x.local().contiguous();
+  // A strided local view (e.g. the interior of a halo-padded user array) is read in place by the
+  // norm kernels (described by geo.xrank / xshape / xstrides) and saved as it is.
+  const auto xl = x.local();
   NormGeom geo{kind, 1, C, 1, kind == NormKind::group ? groups : 1};
   for (int d = 0; d < cdim; ++d) geo.A *= xl.size(d);
   for (int d = cdim + 1; d < R; ++d) geo.S *= xl.size(d);
+  if (!xl.is_contiguous()) {
+    geo.xrank = R;
+    geo.cdim = cdim;
+    for (int d = 0; d < R; ++d) {
+      geo.xshape[static_cast<std::size_t>(d)] = xl.size(d);
+      geo.xstrides[static_cast<std::size_t>(d)] = xl.stride(d);
+    }
+  }
   const index_t K = geo.stats();
   auto mean = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
   auto invstd = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
