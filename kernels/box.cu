@@ -126,7 +126,7 @@ int box_copy_launch(int elem_bytes, int rank, const idx* shape, void* dst, const
     if (n == 0) return 0;
     if (g.rank == 0 || (g.rank == 1 && g.ds[0] == 1 && g.ss[0] == 1))
       return static_cast<int>(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * static_cast<std::size_t>(elem_bytes),
-                                              cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+                                              cudaMemcpyDeviceToDevice, as_stream(stream)));
   }
   return by_width(elem_bytes, [&](auto t) {
     return run_binary<decltype(t)>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});

@@ -4,11 +4,14 @@
 // stream cast, error codes, dtype dispatch over (float, double) and raw element widths, and the
 // fixed-order shared-memory tree sum that keeps block reductions deterministic (no atomics).
 //
-// Launchers in kernels/*.cu return a cudaError_t as int (0 on success) and never synchronise:
-// the host glue (src/cuda/*_cuda.cpp) decides when a stream must be waited for.
+// Launchers in kernels/*.cu return a cudaError_t as int (0 on success) and do not synchronise
+// (the host glue in src/cuda/*_cuda.cpp decides when a stream must be waited for), except
+// elementwise.cu's Tensor entry points, which are synchronous by contract, and the reductions
+// that return a value to the host.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace shard::kernels::cu {

@@ -252,6 +252,7 @@ __global__ void dkdv_kernel(Geom g, Operand q, Operand k, Operand v, Operand dou
 }
 
 /// One warp per row (not grid-stride: the grid covers every row; gridDim.x allows 2^31 - 1).
+constexpr idx kMaxRows = static_cast<idx>(0x7fffffff) * (kBlock / kWarp);
 unsigned blocks_for_rows(idx rows) { return grid_for(rows * kWarp, kBlock, 0x7fffffff); }
 
 template <class T>
@@ -281,8 +282,10 @@ int backward_t(const Geom& g, const Operand& q, const Operand& k, const Operand&
 
 int forward(int dtype, const Geom& g, const Operand& q, const Operand& k, const Operand& v, const Operand& out,
             void* lse, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   if (g.D > kMaxHeadDim || g.Dv > kMaxHeadDim) return invalid();
+  if (g.B * g.nq[0] * g.nq[1] * g.nq[2] * g.H > kMaxRows || g.B * g.nk[0] * g.nk[1] * g.nk[2] * g.H > kMaxRows)
+    return invalid();  // more rows than one grid covers
   switch (dtype) {
     case f32: return forward_t<float>(g, q, k, v, out, lse, s);
     case f64: return forward_t<double>(g, q, k, v, out, lse, s);
@@ -294,8 +297,10 @@ int forward(int dtype, const Geom& g, const Operand& q, const Operand& k, const 
 int backward(int dtype, const Geom& g, const Operand& q, const Operand& k, const Operand& v, const Operand& out,
              const Operand& dout, const void* lse, const Operand& dq, const Operand& dk, const Operand& dv,
              void* delta, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = as_stream(stream);
   if (g.D > kMaxHeadDim || g.Dv > kMaxHeadDim) return invalid();
+  if (g.B * g.nq[0] * g.nq[1] * g.nq[2] * g.H > kMaxRows || g.B * g.nk[0] * g.nk[1] * g.nk[2] * g.H > kMaxRows)
+    return invalid();  // more rows than one grid covers
   switch (dtype) {
     case f32: return backward_t<float>(g, q, k, v, out, dout, lse, dq, dk, dv, delta, s);
     case f64: return backward_t<double>(g, q, k, v, out, dout, lse, dq, dk, dv, delta, s);
