@@ -22,7 +22,8 @@
 # Each phase writes $OUT/summary.txt and at most 3 logs (8 files come back per call), prints a
 # short summary at the end, and exits non-zero if a step did not pass.
 # Knobs: OUT (logs; default gpu_check_out/<phase>)  GPU_WORK (build-gpu: build dir + deps prefix,
-#   git-ignored, kept between calls)  DEPS_DIR (.deps)  JOBS (nproc)  CUDA_ARCH (90)  NPS ("2 3 4")
+#   git-ignored, kept between calls)  DEPS_DIR (.deps)  JOBS (nproc)  CUDA_ARCH (90)  NPS ("1 2 3 4": rank counts of
+#   the MPI binary)  SERIAL (1: run shardtensor_cuda_tests; 0: only the MPI binary)
 #   BUILD_TIMEOUT (520 s)  TEST_TIMEOUT (240 s per binary run)  BENCH_BUDGET (130 s per script)
 #   DEADLINE (570 s per phase; later steps are skipped past it)  FRESH=1 (wipe the build dir)
 #   CMAKE_ARGS (extra configure args)  FALLBACK=1 (MPI off: no cuda_mpi_tests).
@@ -36,9 +37,10 @@ W="${GPU_WORK:-$ROOT/build-gpu}"; mkdir -p "$W"
 B="${BUILD_DIR:-$W/build}"
 DEPS_DIR="${DEPS_DIR:-$ROOT/.deps}"
 DEPS_PREFIX="${DEPS_PREFIX:-$W/deps}"   # not under .deps: a carried .deps replaces that folder
-JOBS="${JOBS:-$(nproc)}"
+NCPU=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # nproc honours OMP_NUM_THREADS
+JOBS="${JOBS:-$NCPU}"
 CUDA_ARCH="${CUDA_ARCH:-90}"
-NPS="${NPS:-2 3 4}"
+NPS="${NPS:-1 2 3 4}"
 BUILD_TIMEOUT="${BUILD_TIMEOUT:-520}"
 TEST_TIMEOUT="${TEST_TIMEOUT:-240}"
 BENCH_BUDGET="${BENCH_BUDGET:-130}"
@@ -227,11 +229,13 @@ phase_test() {
   check_sources
   local log="$OUT/tests.log" mlog="$OUT/mpi_tests.log" cm="$B/tests/shardtensor_cuda_mpi_tests" np
   export CATCH_SKIP_RC=1
-  step "cuda tests" "$log" "$TEST_TIMEOUT" "$B/tests/shardtensor_cuda_tests"
-  note "   $(grep -E '^(test cases|All tests passed)' "$log" | tail -1)"
+  if [ "${SERIAL:-1}" = 1 ]; then
+    step "cuda tests" "$log" "$TEST_TIMEOUT" "$B/tests/shardtensor_cuda_tests" --colour-mode none
+    note "   $(grep -E '^(test cases|All tests passed)' "$log" | tail -1)"
+  fi
   if [ -x "$cm" ]; then
-    for np in 1 $NPS; do   # ranks share the one GPU: device communication falls back to MPI
-      step "cuda mpi tests np$np" "$mlog" "$TEST_TIMEOUT" mpiexec "${MPIFLAGS[@]}" -n "$np" "$cm"
+    for np in $NPS; do   # ranks share the one GPU: device communication falls back to MPI
+      step "cuda mpi tests np$np" "$mlog" "$TEST_TIMEOUT" mpiexec "${MPIFLAGS[@]}" -n "$np" "$cm" --colour-mode none
       note "   $(grep -E '^(test cases|All tests passed)' "$mlog" | tail -1)"
     done
   else
@@ -252,7 +256,7 @@ phase_bench() {
   local bs="$OUT/bench_summary.txt" s name blog="$OUT/bench.log"
   { echo "GPU benchmarks $(date -u +%FT%TZ), tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo none visible)"
-    echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$bs"
+    echo "host: $NCPU cores, load $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$bs"
   for s in "$ROOT"/bench/run_gpu_*.sh; do
     [ -f "$s" ] || continue
     name=$(basename "$s" .sh)
