@@ -105,7 +105,7 @@ bool mapped(const char* name) {
 }
 }  // namespace
 
-TEST_CASE("cuBLAS: loaded on the first GEMM on a GPU, not at start-up", "[cuda][exec][gemm]") {
+TEST_CASE("cuBLAS: loaded on the first GEMM on a GPU and not at start-up", "[cuda][exec][gemm]") {
   // A program linked with shardtensor::cuda must not map cuBLAS (~150 MiB resident) on CPU runs.
   const double a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};  // row-major 2x2
   const double want[4] = {19, 22, 43, 50};
