@@ -186,6 +186,14 @@ long minor_faults() {
   return ru.ru_minflt;
 }
 
+/// Median of `v` (0 for none).
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -351,6 +359,7 @@ int run(int argc, char** argv, bool& print) {
   if (with_surrogate) sur.emplace(d, a);
 
   double sim_s = 0, sur_s = 0;
+  std::vector<double> sim_times, sur_times;  // per counted step / per phase, seconds
   long sim_faults = 0, sur_faults = 0, sur_faults_steady = 0;
   int phases = 0, steady_phases = 0;
   double first_loss = NAN, last_loss = NAN;
@@ -374,6 +383,7 @@ int run(int argc, char** argv, bool& print) {
       const double dt = seconds_since(ts);
       const long df = minor_faults() - fs;
       sur_s += dt;
+      sur_times.push_back(dt);
       sur_faults += df;
       if (phases >= warm) {
         sur_faults_steady += df;
@@ -403,28 +413,34 @@ int run(int argc, char** argv, bool& print) {
       }
     }
     if (step >= warm) {
-      sim_s += part1 + seconds_since(t0);
+      const double st = part1 + seconds_since(t0);
+      sim_s += st;
+      sim_times.push_back(st);
       sim_faults += faults1 + minor_faults() - f0;
       ++sim_counted;
     }
   }
 
-  // Overhead report: the slowest rank's numbers.
-  double v[6] = {sim_s, sur_s, static_cast<double>(sim_faults), static_cast<double>(sur_faults_steady), 0, 0};
-  MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_DOUBLE, MPI_MAX, d.cart);
+  // Overhead report: medians per rank (steps / phases), then the slowest rank's; means too.
+  double v[8] = {sim_s, sur_s, static_cast<double>(sim_faults), static_cast<double>(sur_faults_steady),
+                 median(sim_times), median(sur_times), 0, 0};
+  MPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_DOUBLE, MPI_MAX, d.cart);
   if (print) {
     const double n = std::max(1, sim_counted);
-    std::printf("sim_ms_per_step=%.4f (simulation phase only, %d steps after %d warm-up; max over ranks)\n",
-                1e3 * v[0] / n, sim_counted, warm);
-    std::printf("sim_minflt_per_step=%.3f (getrusage minor page faults in the simulation phase; max over ranks)\n",
+    const double sim_med = v[4], sur_med = v[5];
+    std::printf("sim_ms_per_step=%.4f median (mean %.4f; simulation phase only, %d steps after %d warm-up; max over "
+                "ranks)\n",
+                1e3 * sim_med, 1e3 * v[0] / n, sim_counted, warm);
+    std::printf("sim_minflt_per_step=%.3f (getrusage minor page faults in the simulation phase, mean; max over ranks)\n",
                 v[2] / n);
     if (with_surrogate) {
-      std::printf("surrogate_ms_per_phase=%.4f (%d phases of %d iterations; max over ranks)\n", 1e3 * v[1] / phases,
-                  phases, a.train_iters);
-      std::printf("surrogate_ms_per_sim_step=%.4f (amortised over %d steps)\n", 1e3 * v[1] / a.steps, a.steps);
-      std::printf("total_ms_per_sim_step=%.4f (simulation + amortised surrogate; overhead %.1f%%)\n",
-                  1e3 * (v[0] / n + v[1] / a.steps), 100.0 * (v[1] / a.steps) / (v[0] / n));
-      std::printf("surrogate_minflt_per_phase=%.3f (steady state: phases after the first %d; max over ranks)\n",
+      const double per_step = sur_med / a.every;  // one phase every K steps
+      std::printf("surrogate_ms_per_phase=%.4f median (mean %.4f; %d phases of %d iterations; max over ranks)\n",
+                  1e3 * sur_med, 1e3 * v[1] / phases, phases, a.train_iters);
+      std::printf("surrogate_ms_per_sim_step=%.4f (median phase / --every %d)\n", 1e3 * per_step, a.every);
+      std::printf("total_ms_per_sim_step=%.4f (simulation + amortised surrogate, medians; %.2fx the simulation alone)\n",
+                  1e3 * (sim_med + per_step), (sim_med + per_step) / sim_med);
+      std::printf("surrogate_minflt_per_phase=%.3f (mean over the phases after the first %d; max over ranks)\n",
                   steady_phases ? v[3] / steady_phases : 0.0, warm);
       std::printf("surrogate_loss first=%.17g last=%.17g\n", first_loss, last_loss);
     }
