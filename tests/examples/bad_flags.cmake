@@ -88,6 +88,7 @@ elseif(NAME STREQUAL "insitu_advection")
   expect(1 2 "--seed: '-1' is not a non-negative integer" --seed -1)
   expect(1 2 "--comm-timeout: Value -2 not in range" --comm-timeout -2)
   expect(1 2 "--grid: .*got 'a'" --grid ax1)
+  expect(1 2 "--stall-seconds: Value -1 not in range" --stall-seconds -1)
   expect(2 2 "--grid 3x1 = 3 ranks, but 2 were started" --grid 3x1)
   expect(3 2 "--ny 2 x --nx 8 over a 3x1 process grid leaves a rank with no cells" --ny 2 --nx 8)
   # valid small runs, surrogate on and off
