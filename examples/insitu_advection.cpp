@@ -1,4 +1,4 @@
-// requires: mpi
+// requires: mpi; cpu-only (not linked with the CUDA backend, examples/CMakeLists.txt)
 // In-situ example: a small MPI stencil simulation, written the way simulation codes are, that
 // trains a conv surrogate through shardtensor every K steps without copying its field.
 //
