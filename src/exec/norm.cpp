@@ -29,8 +29,9 @@ Input input(const char* op, const NormKernels& tab, DType dt, const NormGeom& g,
   if (g.xrank == 0) return {g, x, {}};
   SHARD_CHECK(g.xrank >= 1 && g.xrank <= kMaxBlockRank && g.cdim >= 0 && g.cdim < g.xrank, op,
               "strided input of rank {} with channel dim {}", g.xrank, g.cdim);
-  index_t a = 1, s = 1;
-  for (int d = 0; d < g.xrank; ++d) (d < g.cdim ? a : s) *= d == g.cdim ? 1 : g.xshape[static_cast<std::size_t>(d)];
+  index_t a = 1, s = 1;  // extents of the dims before and after the channel dim
+  for (int d = 0; d < g.cdim; ++d) a *= g.xshape[static_cast<std::size_t>(d)];
+  for (int d = g.cdim + 1; d < g.xrank; ++d) s *= g.xshape[static_cast<std::size_t>(d)];
   SHARD_CHECK(a == g.A && s == g.S && g.xshape[static_cast<std::size_t>(g.cdim)] == g.C, op,
               "strided input of shape {} does not match [A {}, C {}, S {}]",
               std::vector<index_t>(g.xshape.begin(), g.xshape.begin() + g.xrank), g.A, g.C, g.S);
