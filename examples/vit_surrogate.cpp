@@ -65,7 +65,7 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(cli::decimal_integer())
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--window", a.window, "neighborhood attention window per spatial dim, in tokens (1..grid/patch)")
+  app.add_option("--window", a.window, "neighborhood attention window per spatial dim, in tokens (1..grid/patch; other forms ignore it)")
       ->check(cli::decimal_integer())
       ->check(CLI::Range(index_t{1}, index_t{1} << 20))
       ->capture_default_str();
@@ -80,7 +80,7 @@ void validate(Args& a, int P) {
   if (a.dim % a.heads != 0)
     throw cli::UsageError("--heads " + std::to_string(a.heads) + " does not divide --dim " + std::to_string(a.dim));
   const index_t tokens = grid / a.patch;
-  if (a.window > tokens)
+  if (a.attention == "neighborhood" && a.window > tokens)
     throw cli::UsageError("--window " + std::to_string(a.window) + " is larger than the " + std::to_string(tokens) +
                           " tokens per side (--grid / --patch)");
   // Tokens stay sharded by spatial domain: every rank needs at least one token row and column
