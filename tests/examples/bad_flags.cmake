@@ -1,7 +1,7 @@
 # Input robustness of the examples (issue 8, scope 7): each bad command line exits with code 2
 # and a message naming the flag and the rule; --help prints usage and exits 0; small valid runs
 # still exit 0. Every case runs under mpiexec (np ranks).
-# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|dist_demo -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
+# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|dist_demo|insitu_advection -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 set(ncases 0)
 # expect(np rc regex args...): run, compare the exit code, match the regex on stdout+stderr.
@@ -110,4 +110,26 @@ elseif(NAME STREQUAL "dist_demo")
   expect(2 0 "all checks passed" 9 7 1 2)
   expect(2 0 "all checks passed" --rows 9 --cols 7 --mesh 2x1)
   expect(4 0 "all checks passed" 1 3)
+elseif(NAME STREQUAL "insitu_advection")
+  expect(1 0 "Usage:.*--nx.*--ny.*--steps.*--every.*--surrogate.*--view.*--grid" -h)
+  expect(1 2 "--steps: 'abc' is not an integer" --steps abc)
+  expect(1 2 "--steps: Value 0 not in range 1 to" --steps 0)
+  expect(1 2 "--nx: Value -5 not in range 1 to" --nx -5)
+  expect(1 2 "--ny: '1e3' is not an integer" --ny 1e3)
+  expect(1 2 "--every: Value 0 not in range 1 to" --every 0)
+  expect(1 2 "--train-iters: Value 0 not in range" --train-iters 0)
+  expect(1 2 "--width: Value 0 not in range" --width 0)
+  expect(1 2 "--lr: Value -1 not in range" --lr -1)
+  expect(1 2 "--diag-every: Value 0 not in range" --diag-every 0)
+  expect(1 2 "--surrogate.*maybe.*not in.*on.*off|--surrogate: maybe" --surrogate maybe)
+  expect(1 2 "--view.*copy.*not in|--view: copy" --view copy)
+  expect(1 2 "--seed: '-1' is not a non-negative integer" --seed -1)
+  expect(1 2 "--comm-timeout: Value -2 not in range" --comm-timeout -2)
+  expect(1 2 "--grid: .*got 'a'" --grid ax1)
+  expect(1 2 "--stall-seconds: Value -1 not in range" --stall-seconds -1)
+  expect(2 2 "--grid 3x1 = 3 ranks, but 2 were started" --grid 3x1)
+  expect(3 2 "--ny 2 x --nx 8 over a 3x1 process grid leaves a rank with no cells" --ny 2 --nx 8)
+  # valid small runs, surrogate on and off
+  expect(3 0 "surrogate_loss first=" --nx 9 --ny 7 --steps 3 --every 2)
+  expect(2 0 "sim_ms_per_step=" --nx 9 --ny 7 --steps 3 --surrogate off --grid 1x2)
 endif()
