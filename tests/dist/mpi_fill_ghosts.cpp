@@ -34,7 +34,7 @@ std::vector<index_t> uneven(index_t n, int p) {
 /// columns), then dim 1 faces over all rows (corners). Beyond the domain edge: zeros, or the
 /// wrapped neighbour (periodic). Assumes g <= every part's extent (one hop, as simulations do).
 template <class T>
-void hand_exchange(const Communicator& comm, std::vector<T>& a, index_t nx, index_t ny, index_t g, int px, int py,
+void hand_exchange(Communicator& comm, std::vector<T>& a, index_t nx, index_t ny, index_t g, int px, int py,
                    bool periodic) {
   const int r = comm.rank(), cx = r / py, cy = r % py;
   const index_t W = ny + 2 * g;
