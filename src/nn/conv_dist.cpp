@@ -1,6 +1,8 @@
 // The type-erased core of the domain-parallel convolution (nn/functional/conv.hpp): forward with
 // the halo exchange overlapped by the computation on the rank's own block, and backward (input
-// gradient through the halo adjoint, overlapped by the weight gradient).
+// gradient through the halo adjoint, overlapped by the weight gradient). Only the conv schedule
+// lives here; the halo transports (thin faces, whole block, sliced adjoint) are the halo plan's
+// options in dist/halo_transport.hpp.
 #include <algorithm>
 #include <cstring>
 
