@@ -6,46 +6,18 @@
 //   mpiexec -n 2 bench_ring_attention --seq 8192 --heads 8 --dim 64 --iters 3 [--causal] [--csv f]
 #include <mpi.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <string>
 #include <vector>
 
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include "bench_util.hpp"
+
 using namespace shard;
-
-namespace {
-
-const char* arg_str(int argc, char** argv, const char* name, const char* def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return def;
-}
-bool has_flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return true;
-  return false;
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-double cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
-}
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
+using namespace shard::bench;
 
 int main(int argc, char** argv) {
   int provided = 0;

@@ -17,11 +17,13 @@
 
 #include <cmath>
 
+#include "common.cuh"
 #include "kernels_api/attention.hpp"
 
 namespace shard::kernels::attention {
 namespace {
 
+using namespace cu;
 constexpr int kRows = 128;  ///< threads (query or key rows) per block
 
 __device__ inline float to_acc(float x) { return x; }
@@ -62,6 +64,51 @@ __device__ inline idx key_end(const Geom& g, const Mask& m, idx rows_end) {
   return e < 0 ? 0 : (e > g.Nk ? g.Nk : e);
 }
 
+/// Operand x's rows for (batch b, head h).
+template <class T>
+__device__ inline const T* head_rows(In x, idx b, idx h) {
+  return static_cast<const T*>(x.p) + b * x.sb + h * x.sh;
+}
+
+/// Sets the register row to zero.
+template <class A, int DM>
+__device__ inline void zero_row(A (&r)[DM]) {
+#pragma unroll
+  for (int d = 0; d < DM; ++d) r[d] = A(0);
+}
+
+/// Loads row r's first n elements of X (row stride sn), scaled, into registers; zero beyond n
+/// or when !valid.
+template <class T, class A, int DM>
+__device__ inline void load_row(A (&r)[DM], const T* X, idx sn, idx row, idx n, bool valid, A scale) {
+#pragma unroll
+  for (int d = 0; d < DM; ++d) r[d] = valid && d < n ? to_acc(X[row * sn + d]) * scale : A(0);
+}
+
+/// The block stages rows [r0, r0 + nr) of two operands into shared tiles (a: width na of X,
+/// b: width nb of Y), zero-padded to the tile's N rows and DM columns. Starts with a barrier (the
+/// previous tile may still be read) and ends with one (the tile is complete).
+template <class T, class A, int N, int DM>
+__device__ inline void stage_tiles(A (&a)[N][DM], A (&b)[N][DM], const T* X, idx sx, idx na, const T* Y, idx sy,
+                                   idx nb, idx r0, int nr) {
+  __syncthreads();
+  for (int e = threadIdx.x; e < N * DM; e += blockDim.x) {
+    const int rr = e / DM, d = e % DM;
+    a[rr][d] = rr < nr && d < na ? to_acc(X[(r0 + rr) * sx + d]) : A(0);
+    b[rr][d] = rr < nr && d < nb ? to_acc(Y[(r0 + rr) * sy + d]) : A(0);
+  }
+  __syncthreads();
+}
+
+/// Adds acc[0, n) to row `row` of gradient operand o (for (b, h)).
+template <class T, class A, int DM>
+__device__ inline void add_row(Out o, idx b, idx h, idx row, const A (&acc)[DM], idx n) {
+  T* G = static_cast<T*>(o.p) + b * o.sb + h * o.sh + row * o.sn;
+#pragma unroll
+  for (int d = 0; d < DM; ++d)
+    if (d < n) G[d] = from_acc<T>(to_acc(G[d]) + acc[d]);
+}
+
 template <class T, class A, int DM>
 __global__ void __launch_bounds__(kRows) forward_kernel(Geom g, In q, In k, In v, Mask m, Out out, A* lse) {
   constexpr int BK = KeyTile<A, DM>::value;
@@ -69,28 +116,18 @@ __global__ void __launch_bounds__(kRows) forward_kernel(Geom g, In q, In k, In v
   __shared__ A vs[BK][DM];
   const idx b = blockIdx.z, h = blockIdx.y, i0 = static_cast<idx>(blockIdx.x) * kRows, i = i0 + threadIdx.x;
   const bool valid = i < g.Nq;
-  const T* Q = static_cast<const T*>(q.p) + b * q.sb + h * q.sh;
-  const T* K = static_cast<const T*>(k.p) + b * k.sb + h * k.sh;
-  const T* V = static_cast<const T*>(v.p) + b * v.sb + h * v.sh;
+  const T* K = head_rows<T>(k, b, h);
+  const T* V = head_rows<T>(v, b, h);
   const A scale = static_cast<A>(m.scale);
   A qr[DM], acc[DM];
-#pragma unroll
-  for (int d = 0; d < DM; ++d) {
-    qr[d] = valid && d < g.D ? to_acc(Q[i * q.sn + d]) * scale : A(0);
-    acc[d] = A(0);
-  }
+  load_row(qr, head_rows<T>(q, b, h), q.sn, i, g.D, valid, scale);
+  zero_row(acc);
   A mx = neg_inf<A>(), l = A(0);
   const idx rows_end = i0 + kRows < g.Nq ? i0 + kRows : g.Nq;
   const idx kend = key_end(g, m, rows_end);
   for (idx j0 = 0; j0 < kend; j0 += BK) {
     const int nk = static_cast<int>(kend - j0 < BK ? kend - j0 : BK);
-    __syncthreads();
-    for (int e = threadIdx.x; e < BK * DM; e += blockDim.x) {
-      const int jj = e / DM, d = e % DM;
-      ks[jj][d] = jj < nk && d < g.D ? to_acc(K[(j0 + jj) * k.sn + d]) : A(0);
-      vs[jj][d] = jj < nk && d < g.Dv ? to_acc(V[(j0 + jj) * v.sn + d]) : A(0);
-    }
-    __syncthreads();
+    stage_tiles(ks, vs, K, k.sn, g.D, V, v.sn, g.Dv, j0, nk);
     if (!valid) continue;
     for (int jj = 0; jj < nk; ++jj) {
       const idx j = j0 + jj;
@@ -131,7 +168,7 @@ __global__ void __launch_bounds__(kRows) forward_kernel(Geom g, In q, In k, In v
 template <class T, class A>
 __global__ void delta_kernel(Geom g, In out, In dout, A* delta) {
   const idx n = g.B * g.H * g.Nq;
-  for (idx r = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; r < n; r += static_cast<idx>(gridDim.x) * blockDim.x) {
+  SHARD_GRID_STRIDE(r, n) {
     const idx bh = r / g.Nq, b = bh / g.H, h = bh % g.H, i = r % g.Nq;
     const T* o = static_cast<const T*>(out.p) + b * out.sb + h * out.sh + i * out.sn;
     const T* d = static_cast<const T*>(dout.p) + b * dout.sb + h * dout.sh + i * dout.sn;
@@ -153,29 +190,18 @@ __global__ void __launch_bounds__(kRows) dq_kernel(Geom g, In q, In k, In v, In 
   const A L = i < g.Nq ? lse[r] : neg_inf<A>();
   const bool valid = L != neg_inf<A>();  // rows with nothing visible contribute nothing
   const A dl = i < g.Nq ? delta[r] : A(0);
-  const T* Q = static_cast<const T*>(q.p) + b * q.sb + h * q.sh;
-  const T* K = static_cast<const T*>(k.p) + b * k.sb + h * k.sh;
-  const T* V = static_cast<const T*>(v.p) + b * v.sb + h * v.sh;
-  const T* dO = static_cast<const T*>(dout.p) + b * dout.sb + h * dout.sh;
+  const T* K = head_rows<T>(k, b, h);
+  const T* V = head_rows<T>(v, b, h);
   const A scale = static_cast<A>(m.scale);
   A qr[DM], dor[DM], acc[DM];
-#pragma unroll
-  for (int d = 0; d < DM; ++d) {
-    qr[d] = valid && d < g.D ? to_acc(Q[i * q.sn + d]) * scale : A(0);
-    dor[d] = valid && d < g.Dv ? to_acc(dO[i * dout.sn + d]) : A(0);
-    acc[d] = A(0);
-  }
+  load_row(qr, head_rows<T>(q, b, h), q.sn, i, g.D, valid, scale);
+  load_row(dor, head_rows<T>(dout, b, h), dout.sn, i, g.Dv, valid, A(1));
+  zero_row(acc);
   const idx rows_end = i0 + kRows < g.Nq ? i0 + kRows : g.Nq;
   const idx kend = key_end(g, m, rows_end);
   for (idx j0 = 0; j0 < kend; j0 += BK) {
     const int nk = static_cast<int>(kend - j0 < BK ? kend - j0 : BK);
-    __syncthreads();
-    for (int e = threadIdx.x; e < BK * DM; e += blockDim.x) {
-      const int jj = e / DM, d = e % DM;
-      ks[jj][d] = jj < nk && d < g.D ? to_acc(K[(j0 + jj) * k.sn + d]) : A(0);
-      vs[jj][d] = jj < nk && d < g.Dv ? to_acc(V[(j0 + jj) * v.sn + d]) : A(0);
-    }
-    __syncthreads();
+    stage_tiles(ks, vs, K, k.sn, g.D, V, v.sn, g.Dv, j0, nk);
     if (!valid) continue;
     for (int jj = 0; jj < nk; ++jj) {
       const idx j = j0 + jj;
@@ -194,10 +220,7 @@ __global__ void __launch_bounds__(kRows) dq_kernel(Geom g, In q, In k, In v, In 
     }
   }
   if (!valid || dq.p == nullptr) return;
-  T* G = static_cast<T*>(dq.p) + b * dq.sb + h * dq.sh + i * dq.sn;
-#pragma unroll
-  for (int d = 0; d < DM; ++d)
-    if (d < g.D) G[d] = from_acc<T>(to_acc(G[d]) + acc[d]);
+  add_row<T>(dq, b, h, i, acc, g.D);
 }
 
 /// dK and dV: one thread per key, walking the query tiles.
@@ -210,21 +233,16 @@ __global__ void __launch_bounds__(kRows) dkdv_kernel(Geom g, In q, In k, In v, I
   __shared__ A ls[BQ], dls[BQ];
   const idx b = blockIdx.z, h = blockIdx.y, j0 = static_cast<idx>(blockIdx.x) * kRows, j = j0 + threadIdx.x;
   const bool valid = j < g.Nk;
-  const T* Q = static_cast<const T*>(q.p) + b * q.sb + h * q.sh;
-  const T* K = static_cast<const T*>(k.p) + b * k.sb + h * k.sh;
-  const T* V = static_cast<const T*>(v.p) + b * v.sb + h * v.sh;
-  const T* dO = static_cast<const T*>(dout.p) + b * dout.sb + h * dout.sh;
+  const T* Q = head_rows<T>(q, b, h);
+  const T* dO = head_rows<T>(dout, b, h);
   const A* Lb = lse + (b * g.H + h) * g.Nq;
   const A* Db = delta + (b * g.H + h) * g.Nq;
   const A scale = static_cast<A>(m.scale);
   A kr[DM], vr[DM], gk[DM], gv[DM];
-#pragma unroll
-  for (int d = 0; d < DM; ++d) {
-    kr[d] = valid && d < g.D ? to_acc(K[j * k.sn + d]) * scale : A(0);
-    vr[d] = valid && d < g.Dv ? to_acc(V[j * v.sn + d]) : A(0);
-    gk[d] = A(0);
-    gv[d] = A(0);
-  }
+  load_row(kr, head_rows<T>(k, b, h), k.sn, j, g.D, valid, scale);
+  load_row(vr, head_rows<T>(v, b, h), v.sn, j, g.Dv, valid, A(1));
+  zero_row(gk);
+  zero_row(gv);
   // causal: the first query that sees the block's first key
   idx istart = 0;
   if (m.causal) {
@@ -233,17 +251,12 @@ __global__ void __launch_bounds__(kRows) dkdv_kernel(Geom g, In q, In k, In v, I
   }
   for (idx a0 = istart; a0 < g.Nq; a0 += BQ) {
     const int nq = static_cast<int>(g.Nq - a0 < BQ ? g.Nq - a0 : BQ);
-    __syncthreads();
-    for (int e = threadIdx.x; e < BQ * DM; e += blockDim.x) {
-      const int ii = e / DM, d = e % DM;
-      qs[ii][d] = ii < nq && d < g.D ? to_acc(Q[(a0 + ii) * q.sn + d]) : A(0);
-      dos[ii][d] = ii < nq && d < g.Dv ? to_acc(dO[(a0 + ii) * dout.sn + d]) : A(0);
-    }
+    __syncthreads();  // ls / dls of the previous tile may still be read
     for (int ii = threadIdx.x; ii < BQ; ii += blockDim.x) {
       ls[ii] = ii < nq ? Lb[a0 + ii] : neg_inf<A>();
       dls[ii] = ii < nq ? Db[a0 + ii] : A(0);
     }
-    __syncthreads();
+    stage_tiles(qs, dos, Q, q.sn, g.D, dO, dout.sn, g.Dv, a0, nq);
     if (!valid) continue;
     for (int ii = 0; ii < nq; ++ii) {
       const idx i = a0 + ii;
@@ -267,24 +280,14 @@ __global__ void __launch_bounds__(kRows) dkdv_kernel(Geom g, In q, In k, In v, I
     }
   }
   if (!valid) return;
-  if (dk.p) {
-    T* G = static_cast<T*>(dk.p) + b * dk.sb + h * dk.sh + j * dk.sn;
-#pragma unroll
-    for (int d = 0; d < DM; ++d)
-      if (d < g.D) G[d] = from_acc<T>(to_acc(G[d]) + gk[d]);
-  }
-  if (dv.p) {
-    T* G = static_cast<T*>(dv.p) + b * dv.sb + h * dv.sh + j * dv.sn;
-#pragma unroll
-    for (int d = 0; d < DM; ++d)
-      if (d < g.Dv) G[d] = from_acc<T>(to_acc(G[d]) + gv[d]);
-  }
+  if (dk.p) add_row<T>(dk, b, h, j, gk, g.D);
+  if (dv.p) add_row<T>(dv, b, h, j, gv, g.Dv);
 }
 
 template <class T, class A>
 __global__ void merge_kernel(Geom g, Out out, A* lse, In out_b, const A* lse_b) {
   const idx n = g.B * g.H * g.Nq;
-  for (idx r = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; r < n; r += static_cast<idx>(gridDim.x) * blockDim.x) {
+  SHARD_GRID_STRIDE(r, n) {
     const idx bh = r / g.Nq, b = bh / g.H, h = bh % g.H, i = r % g.Nq;
     const A la = lse[r], lb = lse_b[r];
     if (lb == neg_inf<A>()) continue;
@@ -303,11 +306,11 @@ __global__ void merge_kernel(Geom g, Out out, A* lse, In out_b, const A* lse_b) 
   }
 }
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-int rows_grid(idx n) {
-  const idx blocks = (n + 255) / 256;
-  return static_cast<int>(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
+/// One thread per (b, h, query row), grid-stride.
+unsigned rows_grid(idx n) { return grid_for(n); }
+/// kRows rows per block on x, heads on y, batch on z.
+dim3 row_blocks(idx rows, const Geom& g) {
+  return dim3(static_cast<unsigned>((rows + kRows - 1) / kRows), static_cast<unsigned>(g.H), static_cast<unsigned>(g.B));
 }
 
 /// The register-array bound for head dims D, Dv: 64, 128, 256, or 0 when too large.
@@ -318,10 +321,8 @@ int dm_for(const Geom& g) {
 
 template <class T, class A, int DM>
 int forward_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((g.Nq + kRows - 1) / kRows), static_cast<unsigned>(g.H),
-                  static_cast<unsigned>(g.B));
-  forward_kernel<T, A, DM><<<grid, kRows, 0, s>>>(g, q, k, v, m, out, static_cast<A*>(lse));
-  return static_cast<int>(cudaGetLastError());
+  forward_kernel<T, A, DM><<<row_blocks(g.Nq, g), kRows, 0, s>>>(g, q, k, v, m, out, static_cast<A*>(lse));
+  return last_error();
 }
 
 template <class T, class A>
@@ -330,7 +331,7 @@ int forward_t(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse
     case 64: return forward_dm<T, A, 64>(g, q, k, v, m, out, lse, s);
     case 128: return forward_dm<T, A, 128>(g, q, k, v, m, out, lse, s);
     case 256: return forward_dm<T, A, 256>(g, q, k, v, m, out, lse, s);
-    default: return static_cast<int>(cudaErrorInvalidValue);
+    default: return invalid();
   }
 }
 
@@ -338,16 +339,12 @@ template <class T, class A, int DM>
 int backward_dm(const Geom& g, In q, In k, In v, In dout, const A* L, const A* delta, const Mask& m, Out dq, Out dk,
                 Out dv, cudaStream_t s) {
   if (dq.p) {
-    const dim3 grid(static_cast<unsigned>((g.Nq + kRows - 1) / kRows), static_cast<unsigned>(g.H),
-                    static_cast<unsigned>(g.B));
-    dq_kernel<T, A, DM><<<grid, kRows, 0, s>>>(g, q, k, v, dout, L, delta, m, dq);
-    if (const int e = static_cast<int>(cudaGetLastError())) return e;
+    dq_kernel<T, A, DM><<<row_blocks(g.Nq, g), kRows, 0, s>>>(g, q, k, v, dout, L, delta, m, dq);
+    if (const int e = last_error()) return e;
   }
   if (dk.p || dv.p) {
-    const dim3 grid(static_cast<unsigned>((g.Nk + kRows - 1) / kRows), static_cast<unsigned>(g.H),
-                    static_cast<unsigned>(g.B));
-    dkdv_kernel<T, A, DM><<<grid, kRows, 0, s>>>(g, q, k, v, dout, L, delta, m, dk, dv);
-    if (const int e = static_cast<int>(cudaGetLastError())) return e;
+    dkdv_kernel<T, A, DM><<<row_blocks(g.Nk, g), kRows, 0, s>>>(g, q, k, v, dout, L, delta, m, dk, dv);
+    if (const int e = last_error()) return e;
   }
   return 0;
 }
@@ -357,11 +354,11 @@ int backward_t(const Geom& g, In q, In k, In v, In out, In dout, const void* lse
                Out dv, void* scratch, cudaStream_t s) {
   if (!dq.p && !dk.p && !dv.p) return 0;
   const int dm = dm_for(g);
-  if (dm == 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (dm == 0) return invalid();
   A* delta = static_cast<A*>(scratch);
   const A* L = static_cast<const A*>(lse);
-  delta_kernel<T, A><<<rows_grid(g.B * g.H * g.Nq), 256, 0, s>>>(g, out, dout, delta);
-  if (const int e = static_cast<int>(cudaGetLastError())) return e;
+  delta_kernel<T, A><<<rows_grid(g.B * g.H * g.Nq), kThreads, 0, s>>>(g, out, dout, delta);
+  if (const int e = last_error()) return e;
   if (dm == 64) return backward_dm<T, A, 64>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   if (dm == 128) return backward_dm<T, A, 128>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   return backward_dm<T, A, 256>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
@@ -369,9 +366,9 @@ int backward_t(const Geom& g, In q, In k, In v, In out, In dout, const void* lse
 
 template <class T, class A>
 int merge_t(const Geom& g, Out out, void* lse, In out_b, const void* lse_b, cudaStream_t s) {
-  merge_kernel<T, A><<<rows_grid(g.B * g.H * g.Nq), 256, 0, s>>>(g, out, static_cast<A*>(lse), out_b,
+  merge_kernel<T, A><<<rows_grid(g.B * g.H * g.Nq), kThreads, 0, s>>>(g, out, static_cast<A*>(lse), out_b,
                                                                  static_cast<const A*>(lse_b));
-  return static_cast<int>(cudaGetLastError());
+  return last_error();
 }
 
 }  // namespace

@@ -7,12 +7,14 @@
 
 #include <cstring>
 
+#include "common.cuh"
 #include "kernels_api/box.hpp"
 
 namespace shard::kernels {
 namespace {
 
 using idx = std::int64_t;
+using namespace cu;
 
 struct Geom {
   int rank;
@@ -21,7 +23,6 @@ struct Geom {
   idx ss[kBoxMaxRank];
 };
 
-template <int N> struct alignas(N < 8 ? N : 8) Bytes { unsigned char b[N]; };
 struct CF { float re, im; };
 struct CD { double re, im; };
 
@@ -47,8 +48,7 @@ __device__ inline void offsets(const Geom& g, idx i, idx& od, idx& os) {
 
 template <class T, class Op>
 __global__ void binary_kernel(Geom g, idx n, T* dst, const T* src, Op op) {
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+  SHARD_GRID_STRIDE(i, n) {
     idx od, os;
     offsets(g, i, od, os);
     op(dst[od], src[os]);
@@ -57,8 +57,7 @@ __global__ void binary_kernel(Geom g, idx n, T* dst, const T* src, Op op) {
 
 template <class T>
 __global__ void fill_kernel(Geom g, idx n, T* dst, T v) {
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+  SHARD_GRID_STRIDE(i, n) {
     idx od, os;
     offsets(g, i, od, os);
     dst[od] = v;
@@ -93,33 +92,28 @@ Geom make_geom(int rank, const idx* shape, const idx* ds, const idx* ss, idx& n)
   return g;
 }
 
-unsigned grid_for(idx n) {
-  const idx blocks = (n + 255) / 256;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
-}
-
 template <class T, class Op>
 int run_binary(int rank, const idx* shape, void* dst, const idx* ds, const void* src, const idx* ss, void* stream,
                Op op) {
-  if (rank < 0 || rank > kBoxMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kBoxMaxRank) return invalid();
   idx n = 0;
   const Geom g = make_geom(rank, shape, ds, ss, n);
   if (n == 0) return 0;
-  binary_kernel<T, Op><<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, n, static_cast<T*>(dst),
+  binary_kernel<T, Op><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(g, n, static_cast<T*>(dst),
                                                                                  static_cast<const T*>(src), op);
-  return static_cast<int>(cudaGetLastError());
+  return last_error();
 }
 
 template <class T>
 int run_fill(int rank, const idx* shape, void* dst, const idx* ds, const void* value, void* stream) {
-  if (rank < 0 || rank > kBoxMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kBoxMaxRank) return invalid();
   idx n = 0;
   const Geom g = make_geom(rank, shape, ds, nullptr, n);
   if (n == 0) return 0;
   T v;
   std::memcpy(&v, value, sizeof(T));
-  fill_kernel<T><<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, n, static_cast<T*>(dst), v);
-  return static_cast<int>(cudaGetLastError());
+  fill_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(g, n, static_cast<T*>(dst), v);
+  return last_error();
 }
 
 }  // namespace
@@ -132,16 +126,11 @@ int box_copy_launch(int elem_bytes, int rank, const idx* shape, void* dst, const
     if (n == 0) return 0;
     if (g.rank == 0 || (g.rank == 1 && g.ds[0] == 1 && g.ss[0] == 1))
       return static_cast<int>(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * static_cast<std::size_t>(elem_bytes),
-                                              cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+                                              cudaMemcpyDeviceToDevice, as_stream(stream)));
   }
-  switch (elem_bytes) {
-    case 1: return run_binary<Bytes<1>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
-    case 2: return run_binary<Bytes<2>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
-    case 4: return run_binary<Bytes<4>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
-    case 8: return run_binary<Bytes<8>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
-    case 16: return run_binary<Bytes<16>>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
-    default: return static_cast<int>(cudaErrorInvalidValue);
-  }
+  return by_width(elem_bytes, [&](auto t) {
+    return run_binary<decltype(t)>(rank, shape, dst, dst_strides, src, src_strides, stream, CopyOp{});
+  });
 }
 
 int box_add_launch(BoxAddType type, int rank, const idx* shape, void* dst, const idx* dst_strides, const void* src,
@@ -154,19 +143,14 @@ int box_add_launch(BoxAddType type, int rank, const idx* shape, void* dst, const
     case box_c64: return run_binary<CF>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
     case box_c128: return run_binary<CD>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
   }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return invalid();
 }
 
 int box_fill_launch(int elem_bytes, int rank, const idx* shape, void* dst, const idx* dst_strides, const void* value,
                     void* stream) {
-  switch (elem_bytes) {
-    case 1: return run_fill<Bytes<1>>(rank, shape, dst, dst_strides, value, stream);
-    case 2: return run_fill<Bytes<2>>(rank, shape, dst, dst_strides, value, stream);
-    case 4: return run_fill<Bytes<4>>(rank, shape, dst, dst_strides, value, stream);
-    case 8: return run_fill<Bytes<8>>(rank, shape, dst, dst_strides, value, stream);
-    case 16: return run_fill<Bytes<16>>(rank, shape, dst, dst_strides, value, stream);
-    default: return static_cast<int>(cudaErrorInvalidValue);
-  }
+  return by_width(elem_bytes, [&](auto t) {
+    return run_fill<decltype(t)>(rank, shape, dst, dst_strides, value, stream);
+  });
 }
 
 const char* box_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }

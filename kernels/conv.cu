@@ -2,25 +2,18 @@
 // gradient (two fixed-order passes in double: bitwise reproducible), zero-padded shifted copy.
 #include <cuda_runtime.h>
 
+#include "common.cuh"
 #include "kernels_api/conv.hpp"
 
 namespace shard::kernels::conv {
 namespace {
 
-constexpr int kThreads = 256;
+using namespace cu;
 constexpr idx kMaxSplits = 64;  // partial sums per channel in bias_grad
-
-#define SHARD_CONV_GRID_LOOP(i, n) \
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
-
-int grid_for(idx n) {
-  const idx b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
 
 template <class T>
 __global__ void bias_add_kernel(idx n, idx channels, idx positions, const T* __restrict__ bias, T* __restrict__ y) {
-  SHARD_CONV_GRID_LOOP(i, n) y[i] += bias[(i / positions) % channels];
+  SHARD_GRID_STRIDE(i, n) y[i] += bias[(i / positions) % channels];
 }
 
 /// Block (c, s) sums the elements s, s + splits, ... of channel c's (batch x positions) rows in
@@ -38,17 +31,13 @@ __global__ void bias_partial_kernel(idx batch, idx channels, idx positions, idx 
     for (idx p = lo + threadIdx.x; p < hi; p += kThreads) acc += static_cast<double>(row[p]);
   }
   sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
+  block_tree(sh);
   if (threadIdx.x == 0) partial[c * splits + s] = sh[0];
 }
 
 template <class T>
 __global__ void bias_final_kernel(idx channels, idx splits, const double* __restrict__ partial, T* __restrict__ gb) {
-  SHARD_CONV_GRID_LOOP(c, channels) {
+  SHARD_GRID_STRIDE(c, channels) {
     double acc = 0;
     for (idx s = 0; s < splits; ++s) acc += partial[c * splits + s];
     gb[c] = static_cast<T>(acc);
@@ -61,7 +50,7 @@ struct Ext {
 
 template <class T>
 __global__ void shift_copy_kernel(idx n, Ext e, const T* __restrict__ src, T* __restrict__ dst) {
-  SHARD_CONV_GRID_LOOP(i, n) {
+  SHARD_GRID_STRIDE(i, n) {
     idx r = i;
     const idx j2 = r % e.dst[2];
     r /= e.dst[2];
@@ -86,14 +75,12 @@ idx splits_for(idx batch, idx positions) {
 int bias_add(int is_f64, idx batch, idx channels, idx positions, const void* bias, void* y, void* stream) {
   const idx n = batch * channels * positions;
   if (n == 0) return 0;
-  auto st = static_cast<cudaStream_t>(stream);
-  if (is_f64)
-    bias_add_kernel<double><<<grid_for(n), kThreads, 0, st>>>(n, channels, positions, static_cast<const double*>(bias),
-                                                              static_cast<double*>(y));
-  else
-    bias_add_kernel<float><<<grid_for(n), kThreads, 0, st>>>(n, channels, positions, static_cast<const float*>(bias),
-                                                             static_cast<float*>(y));
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    bias_add_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, channels, positions,
+                                                                        static_cast<const T*>(bias), static_cast<T*>(y));
+    return last_error();
+  });
 }
 
 idx bias_grad_scratch(idx channels) { return channels * kMaxSplits; }
@@ -101,21 +88,18 @@ idx bias_grad_scratch(idx channels) { return channels * kMaxSplits; }
 int bias_grad(int is_f64, idx batch, idx channels, idx positions, const void* gy, void* gb, double* scratch,
               void* stream) {
   if (channels == 0) return 0;
-  auto st = static_cast<cudaStream_t>(stream);
+  if (channels > 0x7fffffff) return invalid();  // gridDim.x limit
   const idx splits = positions == 0 ? 1 : splits_for(batch, positions);
+  // Block (c, s) of the partial pass: channels on x (up to 2^31 - 1 blocks), splits (<= 64) on y.
   const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
-  if (is_f64) {
-    bias_partial_kernel<double><<<grid, kThreads, 0, st>>>(batch, channels, positions, splits,
-                                                           static_cast<const double*>(gy), scratch);
-    bias_final_kernel<double><<<grid_for(channels), kThreads, 0, st>>>(channels, splits, scratch,
-                                                                       static_cast<double*>(gb));
-  } else {
-    bias_partial_kernel<float><<<grid, kThreads, 0, st>>>(batch, channels, positions, splits,
-                                                          static_cast<const float*>(gy), scratch);
-    bias_final_kernel<float><<<grid_for(channels), kThreads, 0, st>>>(channels, splits, scratch,
-                                                                      static_cast<float*>(gb));
-  }
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    bias_partial_kernel<T><<<grid, kThreads, 0, as_stream(stream)>>>(batch, channels, positions, splits,
+                                                                     static_cast<const T*>(gy), scratch);
+    bias_final_kernel<T><<<grid_for(channels), kThreads, 0, as_stream(stream)>>>(channels, splits, scratch,
+                                                                                 static_cast<T*>(gb));
+    return last_error();
+  });
 }
 
 int shift_copy(int is_f64, idx planes, const idx src_ext[3], const idx dst_ext[3], const idx offset[3], const void* src,
@@ -128,14 +112,12 @@ int shift_copy(int is_f64, idx planes, const idx src_ext[3], const idx dst_ext[3
   }
   const idx n = planes * dst_ext[0] * dst_ext[1] * dst_ext[2];
   if (n == 0) return 0;
-  auto st = static_cast<cudaStream_t>(stream);
-  if (is_f64)
-    shift_copy_kernel<double><<<grid_for(n), kThreads, 0, st>>>(n, e, static_cast<const double*>(src),
-                                                                static_cast<double*>(dst));
-  else
-    shift_copy_kernel<float><<<grid_for(n), kThreads, 0, st>>>(n, e, static_cast<const float*>(src),
-                                                               static_cast<float*>(dst));
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    shift_copy_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, e, static_cast<const T*>(src),
+                                                                          static_cast<T*>(dst));
+    return last_error();
+  });
 }
 
 }  // namespace shard::kernels::conv

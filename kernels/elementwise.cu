@@ -1,14 +1,21 @@
 // Elementwise CUDA kernels behind Tensor's device entry points: strided copy, fill, axpby, mul,
-// sum. Launchers take a stream, return cudaError_t, and synchronise the stream before returning.
-// Built into shardtensor::cuda; host glue in src/cuda/tensor_ops_cuda.cpp.
+// sum. Launchers take a stream, return cudaError_t, and synchronise the stream before returning
+// (Tensor's entry points are synchronous). Built into shardtensor::cuda; host glue in
+// src/cuda/tensor_ops_cuda.cpp. The sum is deterministic: per-block fixed-order trees into a
+// partials array, then one fixed-order final pass (no floating-point atomics).
 #include <cuda_runtime.h>
 
 #include <cstring>
 
+#include "common.cuh"
 #include "kernels_api.hpp"
 
 namespace shard::kernels {
 namespace {
+
+using namespace cu;
+
+constexpr gidx kSumBlocks = 1024;  ///< partial sums of sum(): at most this many blocks
 
 struct StridedDesc {
   int rank;
@@ -17,12 +24,9 @@ struct StridedDesc {
   idx dst_stride[kMaxRank];
 };
 
-#define SHARD_GRID_LOOP(i, n) \
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
-
 template <class T>
 __global__ void strided_copy_kernel(StridedDesc d, idx n, const T* __restrict__ src, T* __restrict__ dst) {
-  SHARD_GRID_LOOP(lin, n) {
+  SHARD_GRID_STRIDE(lin, n) {
     idx rem = lin, so = 0, doff = 0;
     for (int k = d.rank - 1; k >= 0; --k) {
       const idx i = rem % d.shape[k];
@@ -33,50 +37,39 @@ __global__ void strided_copy_kernel(StridedDesc d, idx n, const T* __restrict__ 
     dst[doff] = src[so];
   }
 }
-template <class T> __global__ void fill_kernel(T* dst, idx n, T v) { SHARD_GRID_LOOP(i, n) dst[i] = v; }
+template <class T> __global__ void fill_kernel(T* dst, idx n, T v) { SHARD_GRID_STRIDE(i, n) dst[i] = v; }
 template <class T> __global__ void axpby_kernel(idx n, T alpha, const T* x, T beta, T* y) {
-  SHARD_GRID_LOOP(i, n) y[i] = alpha * x[i] + beta * y[i];
+  SHARD_GRID_STRIDE(i, n) y[i] = alpha * x[i] + beta * y[i];
 }
 template <class T> __global__ void mul_kernel(idx n, const T* a, const T* b, T* out) {
-  SHARD_GRID_LOOP(i, n) out[i] = a[i] * b[i];
+  SHARD_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
 }
-template <class T> __global__ void sum_kernel(idx n, const T* x, double* out) {
-  __shared__ double buf[256];
+template <class T> __global__ void sum_partial_kernel(idx n, const T* x, double* part) {
+  __shared__ double buf[kThreads];
   double s = 0;
-  SHARD_GRID_LOOP(i, n) s += static_cast<double>(x[i]);
+  SHARD_GRID_STRIDE(i, n) s += static_cast<double>(x[i]);
   buf[threadIdx.x] = s;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) atomicAdd(out, buf[0]);
+  block_tree(buf);
+  if (threadIdx.x == 0) part[blockIdx.x] = buf[0];
+}
+__global__ void sum_final_kernel(idx parts, const double* part, double* out) {
+  __shared__ double buf[kThreads];
+  double s = 0;
+  for (idx i = threadIdx.x; i < parts; i += blockDim.x) s += part[i];
+  buf[threadIdx.x] = s;
+  block_tree(buf);
+  if (threadIdx.x == 0) *out = buf[0];
 }
 
-int grid_for(idx n) {
-  const idx g = (n + 255) / 256;
-  return static_cast<int>(g < 4096 ? (g < 1 ? 1 : g) : 4096);
-}
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 int finish(void* stream) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return static_cast<int>(e);
+  if (const int e = last_error()) return e;
   return static_cast<int>(cudaStreamSynchronize(as_stream(stream)));
-}
-template <class F> int by_width(int bytes, F&& f) {
-  switch (bytes) {
-    case 1: f(std::uint8_t{}); return 0;
-    case 2: f(std::uint16_t{}); return 0;
-    case 4: f(std::uint32_t{}); return 0;
-    case 8: f(std::uint64_t{}); return 0;
-    default: return static_cast<int>(cudaErrorInvalidValue);
-  }
 }
 }  // namespace
 
 int strided_copy(int elem_bytes, int rank, const idx* shape, const void* src, const idx* src_strides, void* dst,
                  const idx* dst_strides, void* stream) {
-  if (rank > kMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kMaxRank) return invalid();
   StridedDesc d{};
   d.rank = rank;
   idx n = 1;
@@ -87,47 +80,46 @@ int strided_copy(int elem_bytes, int rank, const idx* shape, const void* src, co
     n *= shape[k];
   }
   if (n == 0) return 0;
-  int rc = by_width(elem_bytes, [&](auto t) {
+  const int rc = by_width(elem_bytes, [&](auto t) {
     using U = decltype(t);
-    strided_copy_kernel<U><<<grid_for(n), 256, 0, as_stream(stream)>>>(d, n, static_cast<const U*>(src),
-                                                                       static_cast<U*>(dst));
+    strided_copy_kernel<U><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(d, n, static_cast<const U*>(src),
+                                                                            static_cast<U*>(dst));
+    return 0;
   });
   return rc ? rc : finish(stream);
 }
 
 int fill(int elem_bytes, void* dst, idx n, const void* value, void* stream) {
   if (n == 0) return 0;
-  int rc = by_width(elem_bytes, [&](auto t) {
+  const int rc = by_width(elem_bytes, [&](auto t) {
     using U = decltype(t);
     U v;
     std::memcpy(&v, value, sizeof(U));
-    fill_kernel<U><<<grid_for(n), 256, 0, as_stream(stream)>>>(static_cast<U*>(dst), n, v);
+    fill_kernel<U><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(static_cast<U*>(dst), n, v);
+    return 0;
   });
   return rc ? rc : finish(stream);
 }
 
 int axpby(int is_f64, idx n, double alpha, const void* x, double beta, void* y, void* stream) {
   if (n == 0) return 0;
-  if (is_f64)
-    axpby_kernel<double><<<grid_for(n), 256, 0, as_stream(stream)>>>(n, alpha, static_cast<const double*>(x), beta,
-                                                                     static_cast<double*>(y));
-  else
-    axpby_kernel<float><<<grid_for(n), 256, 0, as_stream(stream)>>>(n, static_cast<float>(alpha),
-                                                                    static_cast<const float*>(x),
-                                                                    static_cast<float>(beta), static_cast<float*>(y));
+  by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    axpby_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, static_cast<T>(alpha), static_cast<const T*>(x),
+                                                                     static_cast<T>(beta), static_cast<T*>(y));
+    return 0;
+  });
   return finish(stream);
 }
 
 int mul(int is_f64, idx n, const void* a, const void* b, void* out, void* stream) {
   if (n == 0) return 0;
-  if (is_f64)
-    mul_kernel<double><<<grid_for(n), 256, 0, as_stream(stream)>>>(n, static_cast<const double*>(a),
-                                                                   static_cast<const double*>(b),
-                                                                   static_cast<double*>(out));
-  else
-    mul_kernel<float><<<grid_for(n), 256, 0, as_stream(stream)>>>(n, static_cast<const float*>(a),
-                                                                  static_cast<const float*>(b),
-                                                                  static_cast<float*>(out));
+  by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    mul_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, static_cast<const T*>(a),
+                                                                   static_cast<const T*>(b), static_cast<T*>(out));
+    return 0;
+  });
   return finish(stream);
 }
 
@@ -135,24 +127,29 @@ int sum(int is_f64, idx n, const void* x, double* host_out, void* stream) {
   *host_out = 0;
   if (n == 0) return 0;
   cudaStream_t st = as_stream(stream);
-  double* d_out = nullptr;
+  const unsigned blocks = grid_for(n, kThreads, kSumBlocks);
+  const std::size_t bytes = (static_cast<std::size_t>(blocks) + 1) * sizeof(double);
+  double* ws = nullptr;
   // Stream-ordered scratch (no device-wide sync); plain cudaMalloc where pools are unsupported.
   bool pooled = true;
-  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&d_out), sizeof(double), st);
+  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&ws), bytes, st);
   if (e != cudaSuccess) {
     cudaGetLastError();
     pooled = false;
-    e = cudaMalloc(reinterpret_cast<void**>(&d_out), sizeof(double));
+    e = cudaMalloc(reinterpret_cast<void**>(&ws), bytes);
     if (e != cudaSuccess) return static_cast<int>(e);
   }
-  cudaMemsetAsync(d_out, 0, sizeof(double), st);
-  if (is_f64) sum_kernel<double><<<grid_for(n), 256, 0, st>>>(n, static_cast<const double*>(x), d_out);
-  else sum_kernel<float><<<grid_for(n), 256, 0, st>>>(n, static_cast<const float*>(x), d_out);
-  int rc = static_cast<int>(cudaGetLastError());
-  if (rc == 0) rc = static_cast<int>(cudaMemcpyAsync(host_out, d_out, sizeof(double), cudaMemcpyDeviceToHost, st));
-  if (pooled) cudaFreeAsync(d_out, st);
+  by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    sum_partial_kernel<T><<<blocks, kThreads, 0, st>>>(n, static_cast<const T*>(x), ws);
+    return 0;
+  });
+  sum_final_kernel<<<1, kThreads, 0, st>>>(blocks, ws, ws + blocks);
+  int rc = last_error();
+  if (rc == 0) rc = static_cast<int>(cudaMemcpyAsync(host_out, ws + blocks, sizeof(double), cudaMemcpyDeviceToHost, st));
+  if (pooled) cudaFreeAsync(ws, st);
   const int rs = static_cast<int>(cudaStreamSynchronize(st));
-  if (!pooled) cudaFree(d_out);
+  if (!pooled) cudaFree(ws);
   return rc ? rc : rs;
 }
 

@@ -4,12 +4,14 @@
 // channel) reduces with a fixed-order shared-memory tree, so results are deterministic.
 #include <cuda_runtime.h>
 
+#include "common.cuh"
 #include "kernels_api/norm.hpp"
 
 namespace shard::kernels::norm {
 namespace {
 
-constexpr int kBlock = 256;
+using namespace cu;
+constexpr int kBlock = kThreads;
 
 /// Number of elements of statistic k.
 __host__ __device__ inline idx stat_len(const Geom& g) {
@@ -50,19 +52,8 @@ __device__ inline idx stat_of(const Geom& g, idx off, idx* c) {
 /// Fixed-order tree reduction of two values over the block; thread 0 gets the totals.
 __device__ inline void block_reduce2(double& u, double& v) {
   __shared__ double su[kBlock], sv[kBlock];
-  su[threadIdx.x] = u;
-  sv[threadIdx.x] = v;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) {
-      su[threadIdx.x] += su[threadIdx.x + w];
-      sv[threadIdx.x] += sv[threadIdx.x + w];
-    }
-    __syncthreads();
-  }
-  u = su[0];
-  v = sv[0];
-  __syncthreads();
+  u = block_sum(u, su);
+  v = block_sum(v, sv);
 }
 
 template <class T>
@@ -135,8 +126,7 @@ template <class T>
 __global__ void apply_kernel(Geom g, idx total, const T* __restrict__ x, const double* __restrict__ mean,
                              const double* __restrict__ invstd, const T* __restrict__ w, const T* __restrict__ b,
                              T* __restrict__ y) {
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+  SHARD_GRID_STRIDE(i, total) {
     idx c;
     const idx k = stat_of(g, i, &c);
     const double wc = w ? static_cast<double>(w[c]) : 1.0, bc = b ? static_cast<double>(b[c]) : 0.0;
@@ -149,8 +139,7 @@ __global__ void dx_kernel(Geom g, idx total, const T* __restrict__ x, const T* _
                           const double* __restrict__ mean, const double* __restrict__ invstd, const T* __restrict__ w,
                           const double* __restrict__ sg, const double* __restrict__ sgx, double inv_count,
                           T* __restrict__ dx) {
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<idx>(gridDim.x) * blockDim.x) {
+  SHARD_GRID_STRIDE(i, total) {
     idx c;
     const idx k = stat_of(g, i, &c);
     const double wc = w ? static_cast<double>(w[c]) : 1.0;
@@ -166,18 +155,13 @@ __global__ void dx_kernel(Geom g, idx total, const T* __restrict__ x, const T* _
 
 template <class S, class D>
 __global__ void convert_kernel(idx n, const S* __restrict__ src, D* __restrict__ dst) {
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<idx>(gridDim.x) * blockDim.x)
+  SHARD_GRID_STRIDE(i, n)
     dst[i] = static_cast<D>(src[i]);
 }
 
-unsigned blocks_for(idx n) {
-  const idx b = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
-}
-unsigned grid_for_stats(idx K) { return static_cast<unsigned>(K < 1 ? 1 : (K > (1 << 30) ? (1 << 30) : K)); }
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-int done() { return static_cast<int>(cudaGetLastError()); }
+unsigned blocks_for(idx n) { return grid_for(n, kBlock); }
+unsigned grid_for_stats(idx K) { return blocks_per_item(K); }
+int done() { return last_error(); }
 
 template <class T>
 int sums_t(Geom g, const void* x, const double* mean, double* out, void* stream) {
@@ -223,38 +207,39 @@ int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, con
 }  // namespace
 
 int sums(int is_f64, Geom g, const void* x, const double* mean, double* out, void* stream) {
-  return is_f64 ? sums_t<double>(g, x, mean, out, stream) : sums_t<float>(g, x, mean, out, stream);
+  return by_float_type(is_f64, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, stream); });
 }
 int apply(int is_f64, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream) {
-  return is_f64 ? apply_t<double>(g, x, mean, invstd, w, b, y, stream)
-                : apply_t<float>(g, x, mean, invstd, w, b, y, stream);
+  return by_float_type(is_f64, [&](auto t) { return apply_t<decltype(t)>(g, x, mean, invstd, w, b, y, stream); });
 }
 int backward_sums(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
                   const void* w, double* sg, double* sgx, double* dw, double* db, void* stream) {
-  return is_f64 ? backward_sums_t<double>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, stream)
-                : backward_sums_t<float>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, stream);
+  return by_float_type(is_f64, [&](auto t) {
+    return backward_sums_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, stream);
+  });
 }
 int backward_dx(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
                 const void* w, const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
-  return is_f64 ? backward_dx_t<double>(g, x, gy, mean, invstd, w, sg, sgx, inv_count, dx, stream)
-                : backward_dx_t<float>(g, x, gy, mean, invstd, w, sg, sgx, inv_count, dx, stream);
+  return by_float_type(is_f64, [&](auto t) {
+    return backward_dx_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, inv_count, dx, stream);
+  });
 }
 int to_f64(int is_f64, idx n, const void* src, double* dst, void* stream) {
   if (n == 0) return 0;
-  if (is_f64)
-    convert_kernel<double, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, static_cast<const double*>(src), dst);
-  else
-    convert_kernel<float, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, static_cast<const float*>(src), dst);
-  return done();
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    convert_kernel<T, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, static_cast<const T*>(src), dst);
+    return done();
+  });
 }
 int from_f64(int is_f64, idx n, const double* src, void* dst, void* stream) {
   if (n == 0) return 0;
-  if (is_f64)
-    convert_kernel<double, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<double*>(dst));
-  else
-    convert_kernel<double, float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<float*>(dst));
-  return done();
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    convert_kernel<double, T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<T*>(dst));
+    return done();
+  });
 }
 
 }  // namespace shard::kernels::norm

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "common.cuh"
 #include "kernels_api/pointwise.hpp"
 #include "kernels_api/pointwise_ops.hpp"
 
@@ -12,17 +13,7 @@ namespace {
 
 using idx = pw_idx;
 namespace ops = pw;
-constexpr int kThreads = 256;
-
-#define SHARD_PW_LOOP(i, n) \
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
-
-int grid_for(idx n) {
-  const idx g = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(g < 1 ? 1 : (g > 65535 ? 65535 : g));
-}
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-int last_error() { return static_cast<int>(cudaGetLastError()); }
+using namespace cu;
 
 /// Shape and up to three operand stride sets, passed by value to the kernels.
 struct Desc {
@@ -43,21 +34,21 @@ Desc make_desc(int rank, const idx* shape, const idx* s0, const idx* s1, const i
 }
 
 template <class T, int Op> __global__ void unary_kernel(idx n, T a, const T* __restrict__ x, T* __restrict__ y) {
-  SHARD_PW_LOOP(i, n) y[i] = ops::unary_fwd<Op, T>(x[i], a);
+  SHARD_GRID_STRIDE(i, n) y[i] = ops::unary_fwd<Op, T>(x[i], a);
 }
 template <class T, int Op>
 __global__ void unary_bwd_kernel(idx n, T a, const T* __restrict__ x, const T* __restrict__ y,
                                  const T* __restrict__ g, T* __restrict__ dx) {
-  SHARD_PW_LOOP(i, n) dx[i] = ops::unary_bwd<Op, T>(x[i], y[i], g[i], a);
+  SHARD_GRID_STRIDE(i, n) dx[i] = ops::unary_bwd<Op, T>(x[i], y[i], g[i], a);
 }
 template <class T, int Op>
 __global__ void binary_contig_kernel(idx n, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ o) {
-  SHARD_PW_LOOP(i, n) o[i] = ops::binary_fwd<Op, T>(a[i], b[i]);
+  SHARD_GRID_STRIDE(i, n) o[i] = ops::binary_fwd<Op, T>(a[i], b[i]);
 }
 template <class T, int Op>
 __global__ void binary_strided_kernel(Desc d, idx n, const T* __restrict__ a, const T* __restrict__ b,
                                       T* __restrict__ o) {
-  SHARD_PW_LOOP(lin, n) {
+  SHARD_GRID_STRIDE(lin, n) {
     idx rem = lin, oa = 0, ob = 0;
     for (int k = d.rank - 1; k >= 0; --k) {
       const idx i = rem % d.shape[k];
@@ -71,7 +62,7 @@ __global__ void binary_strided_kernel(Desc d, idx n, const T* __restrict__ a, co
 template <class T>
 __global__ void div_rhs_kernel(Desc d, idx n, const T* __restrict__ g, const T* __restrict__ a,
                                const T* __restrict__ b, T* __restrict__ o) {
-  SHARD_PW_LOOP(lin, n) {
+  SHARD_GRID_STRIDE(lin, n) {
     idx rem = lin, og = 0, oa = 0, ob = 0;
     for (int k = d.rank - 1; k >= 0; --k) {
       const idx i = rem % d.shape[k];
@@ -112,7 +103,7 @@ __device__ __forceinline__ idx red_offset(const SumToDesc& d, idx r) {
 /// One thread per destination position (few reduced elements): sequential sum in index order.
 template <class T>
 __global__ void sum_to_thread_kernel(SumToDesc d, idx npos, idx nred, const T* __restrict__ g, T* __restrict__ dst) {
-  SHARD_PW_LOOP(pos, npos) {
+  SHARD_GRID_STRIDE(pos, npos) {
     idx doff, goff;
     kept_offsets(d, pos, doff, goff);
     double s = 0;
@@ -129,34 +120,13 @@ __global__ void sum_to_block_kernel(SumToDesc d, idx npos, idx nred, const T* __
     kept_offsets(d, pos, doff, goff);
     double s = 0;
     for (idx r = threadIdx.x; r < nred; r += blockDim.x) s += static_cast<double>(g[goff + red_offset(d, r)]);
-    buf[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w /= 2) {
-      if (static_cast<int>(threadIdx.x) < w) buf[threadIdx.x] += buf[threadIdx.x + w];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) dst[doff] = static_cast<T>(buf[0]);
-    __syncthreads();
+    const double total = block_sum(s, buf);
+    if (threadIdx.x == 0) dst[doff] = static_cast<T>(total);
   }
 }
 
-template <class F, int... K> void dispatch_impl(int op, F&& f, std::integer_sequence<int, K...>) {
-  ((op == K ? (f(std::integral_constant<int, K>{}), 0) : 0), ...);
-}
-template <class F> int dispatch_unary(int op, F&& f) {
-  if (op < 0 || op >= ops::u_count) return static_cast<int>(cudaErrorInvalidValue);
-  dispatch_impl(op, f, std::make_integer_sequence<int, ops::u_count>{});
-  return last_error();
-}
-template <class F> int dispatch_binary(int op, F&& f) {
-  if (op < 0 || op >= ops::b_count) return static_cast<int>(cudaErrorInvalidValue);
-  dispatch_impl(op, f, std::make_integer_sequence<int, ops::b_count>{});
-  return last_error();
-}
-template <class F> int by_type(int is_f64, F&& f) {
-  if (is_f64) return f(double{});
-  return f(float{});
-}
+template <class F> int dispatch_unary(int op, F&& f) { return by_op<ops::u_count>(op, f); }
+template <class F> int dispatch_binary(int op, F&& f) { return by_op<ops::b_count>(op, f); }
 bool contiguous(int rank, const idx* shape, const idx* st) {
   idx acc = 1;
   for (int k = rank - 1; k >= 0; --k) {
@@ -175,7 +145,7 @@ idx count(int rank, const idx* shape) {
 
 int pw_unary(int is_f64, int op, double alpha, idx n, const void* x, void* y, void* stream) {
   if (n <= 0) return 0;
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     return dispatch_unary(op, [&](auto k) {
       unary_kernel<T, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
@@ -187,7 +157,7 @@ int pw_unary(int is_f64, int op, double alpha, idx n, const void* x, void* y, vo
 int pw_unary_backward(int is_f64, int op, double alpha, idx n, const void* x, const void* y, const void* dy, void* dx,
                       void* stream) {
   if (n <= 0) return 0;
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     return dispatch_unary(op, [&](auto k) {
       unary_bwd_kernel<T, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
@@ -199,12 +169,12 @@ int pw_unary_backward(int is_f64, int op, double alpha, idx n, const void* x, co
 
 int pw_binary(int is_f64, int op, int rank, const idx* shape, void* out, const void* a, const idx* sa, const void* b,
               const idx* sb, void* stream) {
-  if (rank < 0 || rank > kPwMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kPwMaxRank) return invalid();
   const idx n = count(rank, shape);
   if (n <= 0) return 0;
   const bool contig = contiguous(rank, shape, sa) && contiguous(rank, shape, sb);
   const Desc d = make_desc(rank, shape, sa, sb, nullptr);
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     return dispatch_binary(op, [&](auto k) {
       constexpr int K = decltype(k)::value;
@@ -220,11 +190,11 @@ int pw_binary(int is_f64, int op, int rank, const idx* shape, void* out, const v
 
 int pw_div_rhs_backward(int is_f64, int rank, const idx* shape, void* out, const void* g, const idx* sg,
                         const void* a, const idx* sa, const void* b, const idx* sb, void* stream) {
-  if (rank < 0 || rank > kPwMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kPwMaxRank) return invalid();
   const idx n = count(rank, shape);
   if (n <= 0) return 0;
   const Desc d = make_desc(rank, shape, sg, sa, sb);
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     div_rhs_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
         d, n, static_cast<const T*>(g), static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
@@ -234,7 +204,7 @@ int pw_div_rhs_backward(int is_f64, int rank, const idx* shape, void* out, const
 
 int pw_sum_to(int is_f64, idx nd, void* dst, idx base, int rank, const idx* shape, const idx* view_strides,
               const void* g, void* stream) {
-  if (rank < 0 || rank > kPwMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kPwMaxRank) return invalid();
   const int esz = is_f64 ? 8 : 4;
   if (nd <= 0) return 0;
   cudaError_t e = cudaMemsetAsync(dst, 0, static_cast<size_t>(nd) * esz, as_stream(stream));
@@ -263,14 +233,14 @@ int pw_sum_to(int is_f64, idx nd, void* dst, idx base, int rank, const idx* shap
       nred *= shape[k];
     }
   }
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     T* out = static_cast<T*>(dst) + base;
     if (nred <= 32)
       sum_to_thread_kernel<T><<<grid_for(npos), kThreads, 0, as_stream(stream)>>>(d, npos, nred,
                                                                                    static_cast<const T*>(g), out);
     else
-      sum_to_block_kernel<T><<<static_cast<int>(npos < 65535 ? npos : 65535), kThreads, 0, as_stream(stream)>>>(
+      sum_to_block_kernel<T><<<blocks_per_item(npos), kThreads, 0, as_stream(stream)>>>(
           d, npos, nred, static_cast<const T*>(g), out);
     return last_error();
   });

@@ -4,12 +4,14 @@
 // CPU kernels (src/exec/pool_cpu.cpp), no atomics, deterministic.
 #include <cuda_runtime.h>
 
+#include "common.cuh"
 #include "kernels_api/pool.hpp"
 
 namespace shard::kernels::pool {
 namespace {
 
-constexpr int kBlock = 256;
+using namespace cu;
+constexpr int kBlock = kThreads;
 
 struct Win {
   idx lo, hi;
@@ -29,14 +31,11 @@ __device__ inline Win covering(const Geom& g, int d, idx i) {
   return {first, last < g.out[d] ? last : g.out[d]};
 }
 
-#define SHARD_POOL_LOOP(i, n) \
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
-
 template <class T>
 __global__ void avg_forward_kernel(Geom g, const T* __restrict__ x, T* __restrict__ y) {
   const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
   const double full = static_cast<double>(g.kernel[0] * g.kernel[1] * g.kernel[2]);
-  SHARD_POOL_LOOP(t, g.planes * pout) {
+  SHARD_GRID_STRIDE(t, g.planes * pout) {
     const idx pl = t / pout, r = t % pout, o0 = r / (g.out[1] * g.out[2]), o1 = (r / g.out[2]) % g.out[1],
               o2 = r % g.out[2];
     const T* xp = x + pl * pin;
@@ -58,7 +57,7 @@ template <class T>
 __global__ void avg_backward_kernel(Geom g, const T* __restrict__ gy, T* __restrict__ gx) {
   const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
   const double full = static_cast<double>(g.kernel[0] * g.kernel[1] * g.kernel[2]);
-  SHARD_POOL_LOOP(t, g.planes * pin) {
+  SHARD_GRID_STRIDE(t, g.planes * pin) {
     const idx pl = t / pin, r = t % pin, i0 = r / (g.in[1] * g.in[2]), i1 = (r / g.in[2]) % g.in[1], i2 = r % g.in[2];
     const T* gp = gy + pl * pout;
     const Win c0 = covering(g, 0, i0), c1 = covering(g, 1, i1), c2 = covering(g, 2, i2);
@@ -88,7 +87,7 @@ __device__ inline bool is_nan(T v) {
 template <class T>
 __global__ void max_forward_kernel(Geom g, const T* __restrict__ x, T* __restrict__ y, std::int64_t* __restrict__ ix) {
   const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
-  SHARD_POOL_LOOP(t, g.planes * pout) {
+  SHARD_GRID_STRIDE(t, g.planes * pout) {
     const idx pl = t / pout, r = t % pout, o0 = r / (g.out[1] * g.out[2]), o1 = (r / g.out[2]) % g.out[1],
               o2 = r % g.out[2];
     const T* xp = x + pl * pin;
@@ -115,7 +114,7 @@ template <class T>
 __global__ void max_backward_kernel(Geom g, const T* __restrict__ gy, const std::int64_t* __restrict__ ix,
                                     T* __restrict__ gx) {
   const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
-  SHARD_POOL_LOOP(t, g.planes * pin) {
+  SHARD_GRID_STRIDE(t, g.planes * pin) {
     const idx pl = t / pin, r = t % pin, i0 = r / (g.in[1] * g.in[2]), i1 = (r / g.in[2]) % g.in[1], i2 = r % g.in[2];
     const idx base = pl * pout;
     const Win c0 = covering(g, 0, i0), c1 = covering(g, 1, i1), c2 = covering(g, 2, i2);
@@ -130,11 +129,7 @@ __global__ void max_backward_kernel(Geom g, const T* __restrict__ gy, const std:
   }
 }
 
-unsigned blocks_for(idx n) {
-  const idx b = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
-}
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+unsigned blocks_for(idx n) { return grid_for(n, kBlock); }
 idx vol(const idx* e) { return e[0] * e[1] * e[2]; }
 
 }  // namespace
@@ -142,49 +137,45 @@ idx vol(const idx* e) { return e[0] * e[1] * e[2]; }
 int avg_forward(int is_f64, const Geom& g, const void* x, void* y, void* stream) {
   const idx n = g.planes * vol(g.out);
   if (n == 0) return 0;
-  if (is_f64)
-    avg_forward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(x),
-                                                                               static_cast<double*>(y));
-  else
-    avg_forward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(x),
-                                                                              static_cast<float*>(y));
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    avg_forward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(x),
+                                                                          static_cast<T*>(y));
+    return last_error();
+  });
 }
 
 int avg_backward(int is_f64, const Geom& g, const void* gy, void* gx, void* stream) {
   const idx n = g.planes * vol(g.in);
   if (n == 0) return 0;
-  if (is_f64)
-    avg_backward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(gy),
-                                                                                static_cast<double*>(gx));
-  else
-    avg_backward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(gy),
-                                                                               static_cast<float*>(gx));
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    avg_backward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(gy),
+                                                                           static_cast<T*>(gx));
+    return last_error();
+  });
 }
 
 int max_forward(int is_f64, const Geom& g, const void* x, void* y, std::int64_t* idx_out, void* stream) {
   const idx n = g.planes * vol(g.out);
   if (n == 0) return 0;
-  if (is_f64)
-    max_forward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(x),
-                                                                               static_cast<double*>(y), idx_out);
-  else
-    max_forward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(x),
-                                                                              static_cast<float*>(y), idx_out);
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    max_forward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(x),
+                                                                          static_cast<T*>(y), idx_out);
+    return last_error();
+  });
 }
 
 int max_backward(int is_f64, const Geom& g, const void* gy, const std::int64_t* idx_in, void* gx, void* stream) {
   const idx n = g.planes * vol(g.in);
   if (n == 0) return 0;
-  if (is_f64)
-    max_backward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const double*>(gy),
-                                                                                idx_in, static_cast<double*>(gx));
-  else
-    max_backward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const float*>(gy),
-                                                                               idx_in, static_cast<float*>(gx));
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    max_backward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(gy), idx_in,
+                                                                           static_cast<T*>(gx));
+    return last_error();
+  });
 }
 
 }  // namespace shard::kernels::pool

@@ -5,30 +5,18 @@
 
 #include <cmath>
 
+#include "common.cuh"
 #include "kernels_api/reduce.hpp"
 
 namespace shard::kernels {
 namespace {
 
 using idx = rd_idx;
-constexpr int kThreads = 256;
+using namespace cu;
 constexpr int kMaxRank = 8;
 constexpr idx kMaxGlobalBlocks = 1024;
 constexpr idx kMaxRowChunks = 64;
 
-#define SHARD_RD_LOOP(i, n) \
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
-
-int grid_for(idx n) {
-  const idx g = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(g < 1 ? 1 : (g > 65535 ? 65535 : g));
-}
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-int last_error() { return static_cast<int>(cudaGetLastError()); }
-template <class F> int by_type(int is_f64, F&& f) {
-  if (is_f64) return f(double{});
-  return f(float{});
-}
 
 /// A tensor x and its keepdim reduction k: kept dims (enumerated by k's linear index) and
 /// reduced dims, with x's contiguous strides; kstride maps an x index to k's offset.
@@ -121,7 +109,7 @@ template <class T> struct TieOp {
 
 template <class Op, class Store>
 __global__ void reduce_thread_kernel(Dims d, Op op, Store st) {
-  SHARD_RD_LOOP(pos, d.npos) {
+  SHARD_GRID_STRIDE(pos, d.npos) {
     const idx base = kept_x_offset(d, pos);
     auto acc = op.init();
     for (idx r = 0; r < d.nred; ++r) acc = op.join(acc, op.load(base + red_x_offset(d, r), pos));
@@ -137,11 +125,7 @@ __global__ void reduce_block_kernel(Dims d, Op op, Store st) {
     Acc acc = op.init();
     for (idx r = threadIdx.x; r < d.nred; r += blockDim.x) acc = op.join(acc, op.load(base + red_x_offset(d, r), pos));
     buf[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w /= 2) {
-      if (static_cast<int>(threadIdx.x) < w) buf[threadIdx.x] = op.join(buf[threadIdx.x], buf[threadIdx.x + w]);
-      __syncthreads();
-    }
+    block_tree(buf, [&](Acc a, Acc b) { return op.join(a, b); });
     if (threadIdx.x == 0) st(pos, buf[0]);
     __syncthreads();
   }
@@ -151,8 +135,7 @@ template <class Op, class Store> int run_reduce(const Dims& d, Op op, Store st, 
   if (d.nred <= 32)
     reduce_thread_kernel<<<grid_for(d.npos), kThreads, 0, as_stream(stream)>>>(d, op, st);
   else
-    reduce_block_kernel<<<static_cast<int>(d.npos < 65535 ? d.npos : 65535), kThreads, 0, as_stream(stream)>>>(d, op,
-                                                                                                                st);
+    reduce_block_kernel<<<blocks_per_item(d.npos), kThreads, 0, as_stream(stream)>>>(d, op, st);
   return last_error();
 }
 
@@ -171,12 +154,12 @@ struct StoreD {
 };
 
 template <class T> __global__ void broadcast_scaled_kernel(Dims d, const T* __restrict__ g, T* __restrict__ gx, T f) {
-  SHARD_RD_LOOP(i, d.n) gx[i] = g[k_offset(d, i)] * f;
+  SHARD_GRID_STRIDE(i, d.n) gx[i] = g[k_offset(d, i)] * f;
 }
 template <class T>
 __global__ void max_backward_kernel(Dims d, const T* __restrict__ x, const T* __restrict__ m, const T* __restrict__ g,
                                     const double* __restrict__ ties, T* __restrict__ gx) {
-  SHARD_RD_LOOP(i, d.n) {
+  SHARD_GRID_STRIDE(i, d.n) {
     const idx j = k_offset(d, i);
     gx[i] = x[i] == m[j] ? static_cast<T>(g[j] / ties[j]) : T(0);
   }
@@ -188,19 +171,12 @@ template <class T> __device__ __forceinline__ double term(int kind, const T* a, 
   const double dd = static_cast<double>(a[i]) - static_cast<double>(b[i]);
   return dd * dd;
 }
-__device__ __forceinline__ void block_tree(double* buf) {
-  __syncthreads();
-  for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (static_cast<int>(threadIdx.x) < w) buf[threadIdx.x] += buf[threadIdx.x + w];
-    __syncthreads();
-  }
-}
 template <class T>
 __global__ void global_partial_kernel(int kind, idx n, const T* __restrict__ a, const T* __restrict__ b,
                                       double* __restrict__ part) {
   __shared__ double buf[kThreads];
   double s = 0;
-  SHARD_RD_LOOP(i, n) s += term(kind, a, b, i);
+  SHARD_GRID_STRIDE(i, n) s += term(kind, a, b, i);
   buf[threadIdx.x] = s;
   block_tree(buf);
   if (threadIdx.x == 0) part[blockIdx.x] = buf[0];
@@ -215,7 +191,7 @@ __global__ void final_sum_kernel(idx parts, const double* __restrict__ part, dou
 }
 
 template <class T> __global__ void mse_backward_kernel(idx n, T c, const T* p, const T* t, T* gp, T* gt) {
-  SHARD_RD_LOOP(i, n) {
+  SHARD_GRID_STRIDE(i, n) {
     const T v = c * (p[i] - t[i]);
     gp[i] = v;
     if (gt) gt[i] = -v;
@@ -239,25 +215,16 @@ __global__ void rel_l2_partial_kernel(idx samples, idx inner, idx chunks, const 
       a += d * d;
       b += static_cast<double>(pt[i]) * static_cast<double>(pt[i]);
     }
-    ba[threadIdx.x] = a;
-    bb[threadIdx.x] = b;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w /= 2) {
-      if (static_cast<int>(threadIdx.x) < w) {
-        ba[threadIdx.x] += ba[threadIdx.x + w];
-        bb[threadIdx.x] += bb[threadIdx.x + w];
-      }
-      __syncthreads();
-    }
+    a = block_sum(a, ba);
+    b = block_sum(b, bb);
     if (threadIdx.x == 0) {
-      part[2 * (s * chunks + blockIdx.x)] = ba[0];
-      part[2 * (s * chunks + blockIdx.x) + 1] = bb[0];
+      part[2 * (s * chunks + blockIdx.x)] = a;
+      part[2 * (s * chunks + blockIdx.x) + 1] = b;
     }
-    __syncthreads();
   }
 }
 __global__ void rel_l2_final_kernel(idx samples, idx chunks, const double* __restrict__ part, double* __restrict__ out) {
-  SHARD_RD_LOOP(s, samples) {
+  SHARD_GRID_STRIDE(s, samples) {
     double a = 0, b = 0;
     for (idx c = 0; c < chunks; ++c) {
       a += part[2 * (s * chunks + c)];
@@ -269,7 +236,7 @@ __global__ void rel_l2_final_kernel(idx samples, idx chunks, const double* __res
 }
 template <class T>
 __global__ void rel_l2_backward_kernel(idx n, idx inner, const T* p, const T* t, const double* coef, T* gp, T* gt) {
-  SHARD_RD_LOOP(i, n) {
+  SHARD_GRID_STRIDE(i, n) {
     const idx s = i / inner;
     const double cp = coef[2 * s], ct = coef[2 * s + 1];
     const double d = static_cast<double>(p[i]) - static_cast<double>(t[i]);
@@ -289,9 +256,9 @@ int copy_to_host(double* host, const double* dev, idx count, void* stream) {
 
 int rd_reduce_dims(int is_f64, int kind, int rank, const idx* x_shape, const idx* k_shape, const void* x, void* out,
                    double scale, void* stream) {
-  if (rank < 0 || rank > kMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kMaxRank) return invalid();
   const Dims d = make_dims(rank, x_shape, k_shape);
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     if (kind == 0) return run_reduce(d, SumOp<T>{static_cast<const T*>(x)}, StoreScaled<T>{static_cast<T*>(out), scale},
                                      stream);
@@ -301,10 +268,10 @@ int rd_reduce_dims(int is_f64, int kind, int rank, const idx* x_shape, const idx
 
 int rd_broadcast_scaled(int is_f64, int rank, const idx* x_shape, const idx* k_shape, const void* g, void* gx,
                         double scale, void* stream) {
-  if (rank < 0 || rank > kMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kMaxRank) return invalid();
   const Dims d = make_dims(rank, x_shape, k_shape);
   if (d.n <= 0) return 0;
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     broadcast_scaled_kernel<T><<<grid_for(d.n), kThreads, 0, as_stream(stream)>>>(
         d, static_cast<const T*>(g), static_cast<T*>(gx), static_cast<T>(scale));
@@ -314,9 +281,9 @@ int rd_broadcast_scaled(int is_f64, int rank, const idx* x_shape, const idx* k_s
 
 int rd_max_ties(int is_f64, int rank, const idx* x_shape, const idx* k_shape, const void* x, const void* m,
                 double* ties, void* stream) {
-  if (rank < 0 || rank > kMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kMaxRank) return invalid();
   const Dims d = make_dims(rank, x_shape, k_shape);
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     return run_reduce(d, TieOp<T>{static_cast<const T*>(x), static_cast<const T*>(m)}, StoreD{ties}, stream);
   });
@@ -324,10 +291,10 @@ int rd_max_ties(int is_f64, int rank, const idx* x_shape, const idx* k_shape, co
 
 int rd_max_backward(int is_f64, int rank, const idx* x_shape, const idx* k_shape, const void* x, const void* m,
                     const void* g, const double* ties, void* gx, void* stream) {
-  if (rank < 0 || rank > kMaxRank) return static_cast<int>(cudaErrorInvalidValue);
+  if (rank < 0 || rank > kMaxRank) return invalid();
   const Dims d = make_dims(rank, x_shape, k_shape);
   if (d.n <= 0) return 0;
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     max_backward_kernel<T><<<grid_for(d.n), kThreads, 0, as_stream(stream)>>>(
         d, static_cast<const T*>(x), static_cast<const T*>(m), static_cast<const T*>(g), ties, static_cast<T*>(gx));
@@ -343,7 +310,7 @@ int rd_global_sum(int is_f64, int kind, idx n, const void* a, const void* b, dou
   if (n <= 0) return 0;
   idx blocks = (n + kThreads - 1) / kThreads;
   if (blocks > kMaxGlobalBlocks) blocks = kMaxGlobalBlocks;
-  const int rc = by_type(is_f64, [&](auto tag) {
+  const int rc = by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     global_partial_kernel<T><<<static_cast<int>(blocks), kThreads, 0, as_stream(stream)>>>(
         kind, n, static_cast<const T*>(a), static_cast<const T*>(b), ws);
@@ -357,7 +324,7 @@ int rd_global_sum(int is_f64, int kind, idx n, const void* a, const void* b, dou
 
 int rd_mse_backward(int is_f64, idx n, double scale, const void* p, const void* t, void* gp, void* gt, void* stream) {
   if (n <= 0) return 0;
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     mse_backward_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
         n, static_cast<T>(scale), static_cast<const T*>(p), static_cast<const T*>(t), static_cast<T*>(gp),
@@ -373,8 +340,8 @@ int rd_rel_l2_sums(int is_f64, idx samples, idx inner, const void* p, const void
   if (samples <= 0) return 0;
   const idx chunks = row_chunks(inner);
   double* out = ws + 2 * samples * chunks;
-  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(samples < 65535 ? samples : 65535));
-  const int rc = by_type(is_f64, [&](auto tag) {
+  const dim3 grid(static_cast<unsigned>(chunks), blocks_per_item(samples));
+  const int rc = by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     rel_l2_partial_kernel<T><<<grid, kThreads, 0, as_stream(stream)>>>(samples, inner, chunks,
                                                                         static_cast<const T*>(p),
@@ -391,7 +358,7 @@ int rd_rel_l2_backward(int is_f64, idx samples, idx inner, const void* p, const 
                        void* gt, void* stream) {
   const idx n = samples * inner;
   if (n <= 0) return 0;
-  return by_type(is_f64, [&](auto tag) {
+  return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     rel_l2_backward_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
         n, inner, static_cast<const T*>(p), static_cast<const T*>(t), coef, static_cast<T*>(gp), static_cast<T*>(gt));

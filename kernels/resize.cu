@@ -5,12 +5,14 @@
 // atomics, deterministic).
 #include <cuda_runtime.h>
 
+#include "common.cuh"
 #include "kernels_api/resize.hpp"
 
 namespace shard::kernels::resize {
 namespace {
 
-constexpr int kBlock = 256;
+using namespace cu;
+constexpr int kBlock = kThreads;
 
 struct Tap {
   idx i0, i1;
@@ -54,14 +56,11 @@ __device__ inline void reader_range(const Geom& g, int linear, int d, idx i, idx
   *hi = b < g.out_len[d] ? b : g.out_len[d];
 }
 
-#define SHARD_RESIZE_LOOP(i, n) \
-  for (idx i = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<idx>(gridDim.x) * blockDim.x)
-
 template <class T>
 __global__ void forward_kernel(Geom g, int linear, const T* __restrict__ x, T* __restrict__ y) {
   const idx pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
   const idx n1 = g.in_len[1], n2 = g.in_len[2];
-  SHARD_RESIZE_LOOP(t, g.planes * pout) {
+  SHARD_GRID_STRIDE(t, g.planes * pout) {
     const idx pl = t / pout, r = t % pout, o0 = r / (g.out_len[1] * g.out_len[2]),
               o1 = (r / g.out_len[2]) % g.out_len[1], o2 = r % g.out_len[2];
     const T* xp = x + pl * pin;
@@ -84,7 +83,7 @@ __global__ void forward_kernel(Geom g, int linear, const T* __restrict__ x, T* _
 template <class T>
 __global__ void backward_kernel(Geom g, int linear, const T* __restrict__ gy, T* __restrict__ gx) {
   const idx pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
-  SHARD_RESIZE_LOOP(t, g.planes * pin) {
+  SHARD_GRID_STRIDE(t, g.planes * pin) {
     const idx pl = t / pin, r = t % pin, i0 = r / (g.in_len[1] * g.in_len[2]), i1 = (r / g.in_len[2]) % g.in_len[1],
               i2 = r % g.in_len[2];
     const T* gp = gy + pl * pout;
@@ -117,36 +116,30 @@ __global__ void backward_kernel(Geom g, int linear, const T* __restrict__ gy, T*
   }
 }
 
-unsigned blocks_for(idx n) {
-  const idx b = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
-}
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+unsigned blocks_for(idx n) { return grid_for(n, kBlock); }
 
 }  // namespace
 
 int forward(int is_f64, int linear, const Geom& g, const void* x, void* y, void* stream) {
   const idx n = g.planes * g.out_len[0] * g.out_len[1] * g.out_len[2];
   if (n == 0) return 0;
-  if (is_f64)
-    forward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const double*>(x),
-                                                                          static_cast<double*>(y));
-  else
-    forward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const float*>(x),
-                                                                         static_cast<float*>(y));
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    forward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const T*>(x),
+                                                                      static_cast<T*>(y));
+    return last_error();
+  });
 }
 
 int backward(int is_f64, int linear, const Geom& g, const void* gy, void* gx, void* stream) {
   const idx n = g.planes * g.in_len[0] * g.in_len[1] * g.in_len[2];
   if (n == 0) return 0;
-  if (is_f64)
-    backward_kernel<double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const double*>(gy),
-                                                                           static_cast<double*>(gx));
-  else
-    backward_kernel<float><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const float*>(gy),
-                                                                          static_cast<float*>(gx));
-  return static_cast<int>(cudaGetLastError());
+  return by_float_type(is_f64, [&](auto t) {
+    using T = decltype(t);
+    backward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const T*>(gy),
+                                                                       static_cast<T*>(gx));
+    return last_error();
+  });
 }
 
 }  // namespace shard::kernels::resize

@@ -2,7 +2,16 @@
 // context's stream, one handle per device and thread, CUBLAS_DEFAULT_MATH unless the context's
 // ExecSettings::allow_tf32 is set; the bias epilogues are kernels/gemm.cu. Registered for
 // DeviceKind::cuda when shardtensor::cuda is linked.
-#include <cublas_v2.h>
+//
+// cuBLAS is loaded on first use (dlopen), not linked: loading libcublas + libcublasLt costs a
+// process ~150 MiB of resident memory (measured: dlopen of libcublasLt.so.13 alone, 1 -> 150 MiB
+// RSS), which every CPU run of a program linked with shardtensor::cuda would otherwise pay.
+#include <dlfcn.h>
+
+#include <cublas_v2.h>  // types and enums; the six functions below are resolved at first use
+
+#include <mutex>
+#include <string>
 
 #include <array>
 
@@ -16,8 +25,64 @@ namespace {
 namespace k = shard::kernels::gemm;
 using cuda_glue::check;
 
+#ifndef SHARDTENSOR_CUBLAS_SONAME
+#define SHARDTENSOR_CUBLAS_SONAME "libcublas.so"
+#endif
+#ifndef SHARDTENSOR_CUBLAS_PATH
+#define SHARDTENSOR_CUBLAS_PATH ""
+#endif
+
+/// The cuBLAS entry points this file uses, resolved from the library on first use.
+struct Cublas {
+  decltype(&::cublasCreate_v2) create = nullptr;
+  decltype(&::cublasSetStream_v2) set_stream = nullptr;
+  decltype(&::cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&::cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
+  decltype(&::cublasDgemmStridedBatched) dgemm_strided_batched = nullptr;
+  decltype(&::cublasGetStatusString) status_string = nullptr;
+  std::string error;  ///< why loading failed (empty: loaded)
+};
+
+template <class F>
+bool resolve(void* lib, const char* name, F& f, std::string& error) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  if (!f && error.empty()) error = std::string("symbol ") + name + " not found";
+  return f != nullptr;
+}
+
+/// Loads cuBLAS once per process: the toolkit's soname (found through the library's RUNPATH or
+/// LD_LIBRARY_PATH), else the path CMake linked against at configure time. Never unloaded.
+const Cublas& cublas() {
+  static const Cublas c = [] {
+    Cublas r;
+    void* lib = dlopen(SHARDTENSOR_CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    std::string first = lib ? "" : dlerror();
+    if (!lib && SHARDTENSOR_CUBLAS_PATH[0] != '\0') lib = dlopen(SHARDTENSOR_CUBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      r.error = "cannot load " SHARDTENSOR_CUBLAS_SONAME ": " + first;
+      return r;
+    }
+    resolve(lib, "cublasCreate_v2", r.create, r.error);
+    resolve(lib, "cublasSetStream_v2", r.set_stream, r.error);
+    resolve(lib, "cublasSetMathMode", r.set_math_mode, r.error);
+    resolve(lib, "cublasSgemmStridedBatched", r.sgemm_strided_batched, r.error);
+    resolve(lib, "cublasDgemmStridedBatched", r.dgemm_strided_batched, r.error);
+    resolve(lib, "cublasGetStatusString", r.status_string, r.error);
+    return r;
+  }();
+  return c;
+}
+
+/// cuBLAS, or shard::Error naming `op` when it cannot be loaded.
+const Cublas& cublas_for(const char* op) {
+  const Cublas& c = cublas();
+  SHARD_CHECK(c.error.empty(), op, "cuBLAS is needed for GEMM on CUDA: {}", c.error);
+  return c;
+}
+
 void check_blas(cublasStatus_t st, const char* op) {
-  if (st != CUBLAS_STATUS_SUCCESS) SHARD_FAIL(op, "cuBLAS error {} ({})", static_cast<int>(st), cublasGetStatusString(st));
+  if (st != CUBLAS_STATUS_SUCCESS)
+    SHARD_FAIL(op, "cuBLAS error {} ({})", static_cast<int>(st), cublas().status_string(st));
 }
 
 /// The calling thread's cuBLAS handle for `device`, bound to `stream` and the context's math mode.
@@ -29,9 +94,10 @@ cublasHandle_t handle_for(const ExecContext& ctx, cudaStream_t stream, const cha
   const int dev = ctx.device().index;
   SHARD_CHECK(dev >= 0 && dev < kMaxDevices, op, "device index {} out of range 0..{}", dev, kMaxDevices - 1);
   auto& h = handles[static_cast<std::size_t>(dev)];
-  if (!h) check_blas(cublasCreate(&h), op);
-  check_blas(cublasSetStream(h, stream), op);
-  check_blas(cublasSetMathMode(h, ctx.settings().allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), op);
+  const Cublas& blas = cublas_for(op);
+  if (!h) check_blas(blas.create(&h), op);
+  check_blas(blas.set_stream(h, stream), op);
+  check_blas(blas.set_math_mode(h, ctx.settings().allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), op);
   return h;
 }
 
@@ -47,17 +113,22 @@ struct CudaGemm final : GemmKernels {
     const char* op = "gemm (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
     cublasHandle_t h = handle_for(ctx, s, op);
+    // cuBLAS's 32-bit interface: a larger extent or leading dimension would be truncated silently.
+    constexpr index_t kIntMax = 2147483647;
+    SHARD_CHECK(m <= kIntMax && n <= kIntMax && kk <= kIntMax && lda <= kIntMax && ldb <= kIntMax && ldc <= kIntMax,
+                op, "m={} n={} k={} lda={} ldb={} ldc={}: an extent exceeds the 32-bit cuBLAS interface", m, n, kk,
+                lda, ldb, ldc);
     const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(kk);
-    SHARD_CHECK(batch <= 2147483647, op, "batch {} exceeds the cuBLAS interface", batch);
+    SHARD_CHECK(batch <= kIntMax, op, "batch {} exceeds the cuBLAS interface", batch);
     if (dt == DType::f64) {
-      check_blas(cublasDgemmStridedBatched(h, op_of(tb), op_of(ta), N, M, K, &alpha, static_cast<const double*>(b),
+      check_blas(cublas().dgemm_strided_batched(h, op_of(tb), op_of(ta), N, M, K, &alpha, static_cast<const double*>(b),
                                            static_cast<int>(ldb), stride_b, static_cast<const double*>(a),
                                            static_cast<int>(lda), stride_a, &beta, static_cast<double*>(c),
                                            static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
                  op);
     } else {
       const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
-      check_blas(cublasSgemmStridedBatched(h, op_of(tb), op_of(ta), N, M, K, &fa, static_cast<const float*>(b),
+      check_blas(cublas().sgemm_strided_batched(h, op_of(tb), op_of(ta), N, M, K, &fa, static_cast<const float*>(b),
                                            static_cast<int>(ldb), stride_b, static_cast<const float*>(a),
                                            static_cast<int>(lda), stride_a, &fb, static_cast<float*>(c),
                                            static_cast<int>(ldc), stride_c, static_cast<int>(batch)),

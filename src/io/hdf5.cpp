@@ -224,6 +224,26 @@ std::optional<DType> dtype_from_name(const std::string& s) {
   return std::nullopt;
 }
 
+/// Selects this rank's part of a collective transfer: `box` of the rank-R file space and a
+/// contiguous memory space of box.numel() elements when `active` and the box is non-empty;
+/// otherwise an empty selection on both (the rank still takes part in the collective call).
+bool select_box(hid_t fspace, Hid& mspace, int R, bool active, const Box& box) {
+  if (active && box.numel() > 0) {
+    bool ok = true;
+    if (R > 0) {
+      auto lo = hs(box.lo), len = hs(box.len);
+      ok = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, lo.data(), nullptr, len.data(), nullptr) >= 0;
+    }
+    const hsize_t n = static_cast<hsize_t>(box.numel());
+    mspace = Hid(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    return ok && mspace.ok();
+  }
+  const hsize_t one = 1;
+  bool ok = H5Sselect_none(fspace) >= 0;
+  mspace = Hid(H5Screate_simple(1, &one, nullptr), H5Sclose);
+  return ok && mspace.ok() && H5Sselect_none(mspace) >= 0;
+}
+
 /// Creates dataset `name` and writes this rank's box (or nothing), collectively; attributes
 /// (identical on every rank) and the checksum (collective sum of every writer's share).
 void write_core(H5File& f, const std::string& name, DType dt, const std::vector<index_t>& gshape, bool writes,
@@ -246,21 +266,7 @@ void write_core(H5File& f, const std::string& name, DType dt, const std::vector<
   ok = dset.ok() && fspace.ok() && type.ok();
   // Selections: own box, or none. Memory space: the box, contiguous.
   Hid mspace;
-  if (ok) {
-    if (writes && box.numel() > 0) {
-      if (R > 0) {
-        auto lo = hs(box.lo), len = hs(box.len);
-        ok = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, lo.data(), nullptr, len.data(), nullptr) >= 0;
-      }
-      const hsize_t n = static_cast<hsize_t>(box.numel());
-      mspace = Hid(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    } else {
-      const hsize_t one = 1;
-      ok = H5Sselect_none(fspace) >= 0;
-      mspace = Hid(H5Screate_simple(1, &one, nullptr), H5Sclose);
-      ok = ok && H5Sselect_none(mspace) >= 0;
-    }
-  }
+  if (ok) ok = select_box(fspace, mspace, R, writes, box);
   const unsigned char dummy[16] = {};
   Hid dx = transfer_plist(f);
   if (ok) ok = H5Dwrite(dset, type, mspace, fspace, dx, writes && box.numel() > 0 ? data : dummy) >= 0;
@@ -287,21 +293,7 @@ void read_core(H5File& f, const std::string& name, DType dt, const std::vector<i
   Hid fspace(dset.ok() ? H5Dget_space(dset) : -1, H5Sclose);
   bool ok = dset.ok() && fspace.ok() && type.ok();
   Hid mspace;
-  if (ok) {
-    if (reads && box.numel() > 0) {
-      if (R > 0) {
-        auto lo = hs(box.lo), len = hs(box.len);
-        ok = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, lo.data(), nullptr, len.data(), nullptr) >= 0;
-      }
-      const hsize_t n = static_cast<hsize_t>(box.numel());
-      mspace = Hid(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    } else {
-      const hsize_t one = 1;
-      ok = H5Sselect_none(fspace) >= 0;
-      mspace = Hid(H5Screate_simple(1, &one, nullptr), H5Sclose);
-      ok = ok && H5Sselect_none(mspace) >= 0;
-    }
-  }
+  if (ok) ok = select_box(fspace, mspace, R, reads, box);
   unsigned char dummy[16] = {};
   Hid dx = transfer_plist(f);
   if (ok) ok = H5Dread(dset, type, mspace, fspace, dx, reads && box.numel() > 0 ? data : dummy) >= 0;

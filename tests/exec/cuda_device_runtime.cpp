@@ -3,8 +3,10 @@
 // and the device UUID work. Skips the GPU part (with a message) when no GPU is visible.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <shardtensor/exec/gemm.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -88,4 +90,44 @@ TEST_CASE("CUDA runtime: tensors use the thread's current context stream", "[cud
     CHECK(std::abs(sum(g) - sum(a)) <= 1e-12 * (std::abs(sum(a)) + 1));
   }
   rt.destroy_stream(ctx.stream(), 0);
+}
+
+namespace {
+/// Whether a file whose path contains `name` is mapped into this process (/proc/self/maps).
+bool mapped(const char* name) {
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) found = std::strstr(line, name) != nullptr;
+  std::fclose(f);
+  return found;
+}
+}  // namespace
+
+TEST_CASE("cuBLAS: loaded on the first GEMM on a GPU and not at start-up", "[cuda][exec][gemm]") {
+  // A program linked with shardtensor::cuda must not map cuBLAS (~150 MiB resident) on CPU runs.
+  const double a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};  // row-major 2x2
+  const double want[4] = {19, 22, 43, 50};
+  if (cuda_device_count() == 0) {
+    CHECK_FALSE(mapped("libcublas"));
+    double c[4] = {};
+    ExecContext ctx(Device::cpu());
+    exec::gemm(DType::f64, Trans::no, Trans::no, 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2, Device::cpu(), ctx);
+    for (int i = 0; i < 4; ++i) CHECK(c[i] == want[i]);
+    CHECK_FALSE(mapped("libcublas"));  // a CPU GEMM does not load it either
+    return;
+  }
+  const auto& rt = exec::cuda_runtime("test");
+  const Device dev = Device::cuda(0);
+  auto* d = static_cast<double*>(rt.allocate(12 * sizeof(double), 0));
+  rt.copy(d, dev, a, Device::cpu(), sizeof a, Stream{}, /*sync=*/true);
+  rt.copy(d + 4, dev, b, Device::cpu(), sizeof b, Stream{}, /*sync=*/true);
+  ExecContext ctx(dev);
+  exec::gemm(DType::f64, Trans::no, Trans::no, 2, 2, 2, 1.0, d, 2, d + 4, 2, 0.0, d + 8, 2, dev, ctx);
+  double c[4] = {};
+  rt.copy(c, Device::cpu(), d + 8, dev, sizeof c, Stream{}, /*sync=*/true);
+  rt.deallocate(d, 0);
+  for (int i = 0; i < 4; ++i) CHECK(c[i] == want[i]);
+  CHECK(mapped("libcublas"));
 }

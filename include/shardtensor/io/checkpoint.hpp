@@ -10,7 +10,10 @@
 /// untouched. Loading verifies every dataset's checksum (io/hdf5.hpp) and refuses a truncated
 /// or corrupted file with shard::Error on every rank, before anything in the model or the
 /// optimiser is changed. Parameters are stored as global datasets, so a checkpoint written at
-/// one rank count and mesh loads at any other.
+/// one rank count and mesh loads at any other. Sharded parameters (e.g. a ViT's positional
+/// embedding) are written and read hyperslab by hyperslab under their spec, and so are their
+/// optimiser moments, laid out like the parameter: both load into whatever rank count, mesh and
+/// placement the model has.
 ///
 /// Resume in a training loop:
 /// \code

@@ -34,8 +34,11 @@ class ParameterBase {
   /// Contiguous data of the gradient on device(), or nullptr if backward did not reach it.
   virtual const T* grad() const = 0;
   virtual void zero_grad() const = 0;
-  /// The mesh the parameter is replicated over.
+  /// The mesh the parameter is replicated over (or sharded on).
   virtual const DeviceMesh& mesh() const = 0;
+  /// The layout: mesh, placements, global shape and per-rank sizes (this rank's block is
+  /// spec().local_box()). For checkpoints of sharded parameters and their optimiser state.
+  virtual const DistSpec& spec() const = 0;
   /// Moves the value (and drops any gradient) to `dev`.
   virtual void to(Device dev) const = 0;
   /// The value as a flat rank-1 view on its device.
@@ -85,6 +88,7 @@ class Parameter final : public ParameterBase<T> {
   }
   void zero_grad() const override { var_.zero_grad(); }
   const DeviceMesh& mesh() const override { return var_.value().mesh(); }
+  const DistSpec& spec() const override { return var_.value().spec(); }
   void to(Device dev) const override {
     if (dev == device()) return;
     var_.zero_grad();

@@ -278,6 +278,31 @@ index_t local_tokens(const Tensor<T, R>& t) {
 template <class T>
 using attn_acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+/// Starts the ring shift of a pair of blocks (K and V, or their dK/dV accumulators) to the next
+/// rank on channel `tag`, receiving ring position `from`'s pair into `na`, `nb` (allocated here
+/// with that position's block shapes under `ks`, `vs`). Finish the returned transfer before
+/// reading `na`, `nb` or reusing `a`, `b`.
+template <class T, int R>
+RingShift::Transfer start_pair_shift(const RingShift& ring, const DistSpec& ks, const DistSpec& vs, int from,
+                                     const Tensor<T, R>& a, const Tensor<T, R>& b, Tensor<T, R>& na,
+                                     Tensor<T, R>& nb, ExecContext& ctx, int tag) {
+  const Device dev = a.device();
+  na = Tensor<T, R>::empty(ring_block_shape<R>(ks, ring, from), dev);
+  nb = Tensor<T, R>::empty(ring_block_shape<R>(vs, ring, from), dev);
+  const RingSegment seg[2] = {{a.data(), a.numel(), na.data(), na.numel()}, {b.data(), b.numel(), nb.data(), nb.numel()}};
+  return ring.start(seg, dtype_of<T>, RingDirection::forward, &ctx, tag);
+}
+
+/// Step `s` of `steps` of a K/V ring loop: starts the shift that brings step s+1's K/V block
+/// (into `nk`, `nv`) while step s computes on `ck`, `cv`; an empty transfer at the last step.
+template <class T, int R>
+RingShift::Transfer start_kv_shift(const RingShift& ring, const DistSpec& ks, const DistSpec& vs, int s, int steps,
+                                   const Tensor<T, R>& ck, const Tensor<T, R>& cv, Tensor<T, R>& nk, Tensor<T, R>& nv,
+                                   ExecContext& ctx) {
+  if (s + 1 >= steps) return {};
+  return start_pair_shift(ring, ks, vs, ring.neighbor(-(s + 1)), ck, cv, nk, nv, ctx, 0);
+}
+
 /// The ring attention schedule (forward), on contiguous local blocks.
 template <class T, int R>
 void ring_attention_forward(const RingAttnPlan& p, const RingShift& ring, const DistSpec& qs, const DistSpec& ks,
@@ -298,16 +323,8 @@ void ring_attention_forward(const RingAttnPlan& p, const RingShift& ring, const 
   Tensor<T, R> ck = k, cv = v;
   for (int s = 0; s < steps; ++s) {
     const int j = ring.neighbor(-s);  // ring position whose K/V block this rank holds now
-    RingShift::Transfer tr;
     Tensor<T, R> nk, nv;
-    if (s + 1 < steps) {
-      const int from = ring.neighbor(-(s + 1));
-      nk = Tensor<T, R>::empty(ring_block_shape<R>(ks, ring, from), dev);
-      nv = Tensor<T, R>::empty(ring_block_shape<R>(vs, ring, from), dev);
-      const RingSegment seg[2] = {{ck.data(), ck.numel(), nk.data(), nk.numel()},
-                                  {cv.data(), cv.numel(), nv.data(), nv.numel()}};
-      tr = ring.start(seg, dt, RingDirection::forward, &ctx, 0);
-    }
+    RingShift::Transfer tr = start_kv_shift(ring, ks, vs, s, steps, ck, cv, nk, nv, ctx);
     const int owner = travels ? ring.mesh_rank_of(j) : ks.mesh().rank();
     const auto kruns = token_runs(p, ks, owner, j, ring.size());
     const index_t Nk = local_tokens(ck);
@@ -360,16 +377,8 @@ void ring_attention_backward(const RingAttnPlan& p, const RingShift& ring, const
   RingShift::Transfer acc_tr;
   for (int s = 0; s < steps; ++s) {
     const int j = ring.neighbor(-s);
-    RingShift::Transfer tr;
     Tensor<T, R> nk, nv;
-    if (s + 1 < steps) {
-      const int from = ring.neighbor(-(s + 1));
-      nk = Tensor<T, R>::empty(ring_block_shape<R>(ks, ring, from), dev);
-      nv = Tensor<T, R>::empty(ring_block_shape<R>(vs, ring, from), dev);
-      const RingSegment seg[2] = {{ck.data(), ck.numel(), nk.data(), nk.numel()},
-                                  {cv.data(), cv.numel(), nv.data(), nv.numel()}};
-      tr = ring.start(seg, dt, RingDirection::forward, &ctx, 0);
-    }
+    RingShift::Transfer tr = start_kv_shift(ring, ks, vs, s, steps, ck, cv, nk, nv, ctx);
     const int owner = travels ? ring.mesh_rank_of(j) : ks.mesh().rank();
     const auto kruns = token_runs(p, ks, owner, j, ring.size());
     const index_t Nk = local_tokens(ck);
@@ -412,12 +421,7 @@ void ring_attention_backward(const RingAttnPlan& p, const RingShift& ring, const
         acc_v = in_v;
       }
       if (acc_travels && ring.size() > 1) {  // pass it on (after the last step: back to its owner)
-        const int from = ring.neighbor(-(s + 1));
-        in_k = Tensor<T, R>::empty(ring_block_shape<R>(ks, ring, from), dev);
-        in_v = Tensor<T, R>::empty(ring_block_shape<R>(vs, ring, from), dev);
-        const RingSegment seg[2] = {{acc_k.data(), acc_k.numel(), in_k.data(), in_k.numel()},
-                                    {acc_v.data(), acc_v.numel(), in_v.data(), in_v.numel()}};
-        acc_tr = ring.start(seg, dt, RingDirection::forward, &ctx, 1);
+        acc_tr = start_pair_shift(ring, ks, vs, ring.neighbor(-(s + 1)), acc_k, acc_v, in_k, in_v, ctx, 1);
       }
     }
     tr.finish();
