@@ -31,7 +31,11 @@ struct HaloTransfer::Impl {
   int tag = 0;
   std::vector<Request> reqs;
   std::vector<char*> recv_at;  // per receiving peer of the posted stage: its staging region
-  ExecContext* ectx = nullptr;  // the buffer's device context (box engine; set at construction)
+  // The transfer owns its execution context: the device, stream and settings of the calling
+  // thread's current context at construction, kept by value, so finish() is safe after that
+  // context's ContextGuard scope ended or on another thread.
+  std::unique_ptr<ExecContext> own_ctx;
+  ExecContext* ectx = nullptr;  // own_ctx (box engine)
   ExecContext* ctx = nullptr;   // passed to the communicator: null for host blocks, else *ectx
 
   bool fwd() const { return dir == Direction::forward; }
@@ -153,7 +157,7 @@ bool halo_accumulable(DType dt) {
 }  // namespace
 
 HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo, Direction dir, const Block& in,
-                           bool consume_input)
+                           bool consume_input, const Block* out)
     : impl_(std::make_unique<Impl>()) {
   const char* op = dir == Direction::forward ? "halo_exchange" : "halo_exchange_adjoint";
   auto& m = *impl_;
@@ -165,7 +169,12 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
   m.lo = halo.lo;
   m.len = spec.local_box().len;
   m.ext = halo_extended_shape(spec, halo);
-  m.ectx = &current_context(in.device);
+  {
+    const ExecContext& cur = current_context(in.device);
+    m.own_ctx = std::make_unique<ExecContext>(cur.device(), cur.stream());
+    m.own_ctx->settings() = cur.settings();
+    m.ectx = m.own_ctx.get();
+  }
   m.ctx = in.device.is_cpu() ? nullptr : m.ectx;
   if (dir == Direction::forward) {
     SHARD_CHECK(dt == in.dtype, op, "block of dtype {} passed as {}", in.dtype, dt);
@@ -191,6 +200,14 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
     m.staging = m.plan->acquire_staging(static_cast<std::size_t>(m.plan->staging_elements) * m.es, in.device);
   if (dir == Direction::adjoint && consume_input && in.is_contiguous()) {
     m.buf = in;  // the caller handed the gradient over: work in place
+  } else if (out) {
+    // The caller's extended buffer (fill_ghosts: a user's ghosted array): checked by the caller.
+    m.buf = *out;
+    const Block inner = exec::sub_box(m.buf, m.lo, m.len);
+    bool aliased = inner.data == in.data && inner.rank == in.rank;
+    for (int d = 0; aliased && d < in.rank; ++d)
+      aliased = inner.strides[static_cast<std::size_t>(d)] == in.strides[static_cast<std::size_t>(d)];
+    if (!aliased) exec::box_copy(inner, in, *m.ectx);
   } else {
     m.buf = Block::allocate(dt, in.device, m.ext);
     if (dir == Direction::forward) exec::box_copy(exec::sub_box(m.buf, m.lo, m.len), in, *m.ectx);

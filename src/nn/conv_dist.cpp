@@ -1,10 +1,13 @@
 // The type-erased core of the domain-parallel convolution (nn/functional/conv.hpp): forward with
 // the halo exchange overlapped by the computation on the rank's own block, and backward (input
-// gradient through the halo adjoint, overlapped by the weight gradient).
+// gradient through the halo adjoint, overlapped by the weight gradient). Only the conv schedule
+// lives here; the halo transports (thin faces, whole block, sliced adjoint) are the halo plan's
+// options in dist/halo_transport.hpp.
 #include <algorithm>
 #include <cstring>
 
 #include "shardtensor/nn/functional/conv.hpp"
+#include "shardtensor/dist/halo_transport.hpp"
 #include "shardtensor/exec/box.hpp"
 
 namespace shard::nn::functional {
@@ -125,50 +128,28 @@ void zero_box(const Block& b, const std::vector<index_t>& lo, const std::vector<
   exec::box_zero(exec::sub_box(b, lo, len), current_context(b.device));
 }
 
-/// dst[dst_lo + i] += src[src_lo + i] over the box `len`.
-void add_box(const Block& src, const std::vector<index_t>& slo, const Block& dst, const std::vector<index_t>& dlo,
-             const std::vector<index_t>& len) {
-  exec::box_add(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len), current_context(dst.device));
-}
-
 /// dst[dst_lo + i] = src[src_lo + i] over the box `len`.
 void copy_box(const Block& src, const std::vector<index_t>& slo, const Block& dst, const std::vector<index_t>& dlo,
               const std::vector<index_t>& len) {
   exec::box_copy(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len), current_context(dst.device));
 }
 
-/// Calls f(lo, len) (full N, C, spatial boxes) for disjoint boxes covering `ext` minus the inner
-/// spatial box [ilo, ihi) clamped to ext (an onion decomposition, dim by dim).
-template <class F>
-void for_each_outer_box(const std::vector<index_t>& ext, const std::vector<index_t>& ilo,
-                        const std::vector<index_t>& ihi, F&& f) {
-  const std::size_t R = ext.size();
-  std::vector<index_t> lo(R, 0), len = ext;
-  for (std::size_t d = 2; d < R; ++d) {
-    auto emit = [&](index_t a, index_t b) {
-      if (b <= a) return;
-      auto l = lo, n = len;
-      l[d] = a;
-      n[d] = b - a;
-      for (auto e : n)
-        if (e == 0) return;
-      f(l, n);
-    };
-    const index_t a = std::clamp<index_t>(ilo[d - 2], 0, ext[d]), b = std::clamp<index_t>(ihi[d - 2], a, ext[d]);
-    emit(0, a);
-    emit(b, ext[d]);
-    lo[d] = a;
-    len[d] = b - a;
-  }
-}
-
-index_t numel_of(const std::vector<index_t>& s) {
-  index_t n = 1;
-  for (auto e : s) n *= e;
-  return n;
-}
-
 Block allocate(DType dt, Device dev, const std::vector<index_t>& shape) { return Block::allocate(dt, dev, shape); }
+
+/// The halo plan's transport options for this conv: the context's transport and slice size, the
+/// window spans (block cells a boundary box reads), spatial dims sliceable.
+shard::detail::StencilHaloOptions halo_options(const WindowPlan& plan, Device dev) {
+  shard::detail::StencilHaloOptions o;
+  o.op = "conv";
+  o.transport = current_context(dev).settings().halo_transport;
+  o.chunk_bytes = conv_backward_chunk_bytes(dev);
+  o.reach.assign(2, 0);
+  for (int d = 0; d < plan.spatial(); ++d) {
+    o.reach.push_back(plan.dims[static_cast<std::size_t>(d)].span());
+    o.slice_dims.push_back(d + 2);
+  }
+  return o;
+}
 
 Block zeros(DType dt, Device dev, const std::vector<index_t>& shape) {
   Block b = allocate(dt, dev, shape);
@@ -176,93 +157,13 @@ Block zeros(DType dt, Device dev, const std::vector<index_t>& shape) {
   return b;
 }
 
-/// The thin halo. When a single spatial dim d needs ghost cells, the halo exchange and its
-/// adjoint run on the tensor T made of every part's first and last `edge` cells along d (the
-/// whole block when it is thinner): T holds every cell that any rank's ghost layers copy from
-/// (every boundary mode, multi-hop included, since edge > the ghost widths) and every block cell
-/// the boundary boxes read (edge >= span: their windows start outside the block). T keeps the
-/// global order of those cells, so the exchange on T with the same widths and modes delivers
-/// exactly the ghost cells of the real one, and neither direction copies the block's interior.
-struct Thin {
-  bool ok = false;
-  int d = -1;
-  index_t edge = 0, t = 0, off = 0, n = 0;
-  DistSpec spec;
-  /// Block-local row of T-local row j along d.
-  index_t block_row(index_t j) const { return n <= 2 * edge || j < edge ? j : n - t + j; }
-};
-
-Thin make_thin(const WindowPlan& plan, const DistSpec& in_spec) {
-  Thin th;
-  int count = 0;
-  for (int d = 0; d < plan.spatial(); ++d) {
-    const auto u = static_cast<std::size_t>(d);
-    if (plan.halo_lo[u] + plan.halo_hi[u] > 0) {
-      ++count;
-      th.d = d;
-    }
-  }
-  if (count != 1) return th;
-  const auto u = static_cast<std::size_t>(th.d);
-  th.edge = std::max(std::max(plan.halo_lo[u], plan.halo_hi[u]) + 1, plan.dims[u].span());
-  const ShardLayout& L = in_spec.layout(th.d + 2);
-  std::vector<index_t> ts;
-  index_t total = 0;
-  for (index_t p = 0; p < L.parts(); ++p) {
-    ts.push_back(std::min(L.size(p), 2 * th.edge));
-    total += ts.back();
-  }
-  auto global = in_spec.global_shape();
-  global[u + 2] = total;
-  ShardSizes sizes = in_spec.sizes();
-  sizes[u + 2] = L.parts() > 1 ? ts : std::vector<index_t>{};
-  th.spec = DistSpec(in_spec.mesh(), in_spec.placements(), global, sizes);
-  th.off = plan.in_block[u].lo;
-  th.n = plan.in_block[u].len;
-  th.t = std::min(th.n, 2 * th.edge);
-  th.ok = true;
-  return th;
-}
-
-/// This rank's block of T (a view of x when the block is thin enough).
-Block thin_local(DType dt, const Thin& th, const Block& xb) {
-  if (th.t == th.n) return xb;
-  auto shape = xb.shape_vec();
-  const auto ud = static_cast<std::size_t>(th.d) + 2;
-  shape[ud] = th.t;
-  Block tl = allocate(dt, xb.device, shape);
-  auto len = shape;
-  len[ud] = th.edge;
-  std::vector<index_t> z(shape.size(), 0), hi(shape.size(), 0), thi(shape.size(), 0);
-  hi[ud] = th.n - th.edge;
-  thi[ud] = th.edge;
-  copy_box(xb, z, tl, z, len);
-  copy_box(xb, hi, tl, thi, len);
-  return tl;
-}
-
-/// The pieces of the global range [r0, r1) along the thin dim: below the block (T_ext rows), in
-/// it (block rows), above it (T_ext rows). Calls f(kind, src_row, dst_offset, len), kind 0 = T_ext.
-template <class F>
-void thin_pieces(const Thin& th, index_t lo_w, index_t r0, index_t r1, F&& f) {
-  const index_t a = std::min(r1, th.off), b0 = std::max(r0, th.off), b1 = std::min(r1, th.off + th.n);
-  const index_t c = std::max(r0, th.off + th.n);
-  if (a > r0) f(0, r0 - (th.off - lo_w), index_t{0}, a - r0);
-  if (b1 > b0) f(1, b0 - th.off, b0 - r0, b1 - b0);
-  if (r1 > c) f(0, lo_w + th.t + (c - th.off - th.n), c - r0, r1 - c);
-}
-
-/// The gradient of the cells outside the block read by one boundary box (block cells zeroed).
-struct GhostGrad {
-  std::vector<Range> in;
-  Block g;
-};
-
 /// Ghost-cell gradients of every boundary box: the part of the extended block's gradient that
 /// the block's own input-gradient pass does not produce.
-std::vector<GhostGrad> ghost_input_grads(DType dt, Device dev, const WindowPlan& plan, const ConvChannels& ch,
-                                         const void* gy, const void* w, bool compute) {
-  std::vector<GhostGrad> ghost_grads;
+/// Each is a box in extended-block coordinates, zero at the block's own cells.
+std::vector<shard::detail::GhostGradient> ghost_input_grads(DType dt, Device dev, const WindowPlan& plan,
+                                                            const ConvChannels& ch, const void* gy, const void* w,
+                                                            bool compute) {
+  std::vector<shard::detail::GhostGradient> ghost_grads;
   if (!compute) return ghost_grads;
   const int S = plan.spatial();
   const Block gyb = view(dt, dev, gy, block_shape(ch.batch, ch.out, plan.out_block));
@@ -289,7 +190,7 @@ std::vector<GhostGrad> ghost_input_grads(DType dt, Device dev, const WindowPlan&
       len.push_back(std::max<index_t>(0, b - a));
     }
     if (overlap) zero_box(gin, lo, len);
-    ghost_grads.push_back({std::move(in), std::move(gin)});
+    ghost_grads.push_back({local_start(in, ext_ranges(plan)), std::move(gin)});
   }
   return ghost_grads;
 }
@@ -307,17 +208,15 @@ void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistS
     if (compute) conv_fwd(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
     return;
   }
-  // Post the exchange, then compute every local output from the block alone (cells outside it
-  // read as zero): right for the outputs whose windows stay in the block or in zero padding,
-  // which is all but the boundary boxes. Those are recomputed from the finished extended block.
-  const Thin th = make_thin(plan, in_spec);
-  const Block xb = x.shape_vec() == xshape ? x : view(dt, dev, x.data, xshape);
-  if (th.ok) shard::detail::validate_halo(in_spec, plan.halo, "conv");  // the real halo's limits
-  shard::detail::HaloTransfer tr(dt, th.ok ? th.spec : in_spec, plan.halo,
-                                 shard::detail::HaloTransfer::Direction::forward, th.ok ? thin_local(dt, th, xb) : xb);
-  if (!conv_overlap(dev)) tr.finish();  // benchmark switch: the same work, without the overlap
+  // Post the exchange (its transport is the halo plan's choice), then compute every local output
+  // from the block alone (cells outside it read as zero): right for the outputs whose windows stay
+  // in the block or in zero padding, which is all but the boundary boxes. Those are recomputed
+  // from the ghost cells once they have arrived.
+  const Block xb = x.shape_vec() == xshape ? x : view(dt, dev, x.data, xshape);  // strided views read in place
+  shard::detail::StencilHaloForward halo(dt, in_spec, plan.halo, xb, halo_options(plan, dev));
+  if (!conv_overlap(dev)) halo.finish();  // benchmark switch: the same work, without the overlap
   if (compute) conv_fwd(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
-  const Block& ext = tr.finish();
+  halo.finish();
   if (!compute) return;
   const auto ext_r = ext_ranges(plan);
   const Block yb = view(dt, dev, y, block_shape(ch.batch, ch.out, plan.out_block));
@@ -331,18 +230,7 @@ void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistS
     if (!reads) continue;  // reads zero padding only along some dim: the block pass was exact
     const auto in_shape = block_shape(ch.batch, ch.in, in);
     Block xin = allocate(dt, dev, in_shape);
-    if (!th.ok) {
-      copy_box(ext, local_start(in, ext_r), xin, std::vector<index_t>(in_shape.size(), 0), in_shape);
-    } else {
-      const auto ud = static_cast<std::size_t>(th.d);
-      thin_pieces(th, plan.halo_lo[ud], in[ud].lo, in[ud].hi(), [&](int kind, index_t src, index_t dst, index_t len) {
-        auto slo = local_start(in, plan.in_block), dlo = std::vector<index_t>(in_shape.size(), 0), l = in_shape;
-        slo[ud + 2] = src;
-        dlo[ud + 2] = dst;
-        l[ud + 2] = len;
-        copy_box(kind == 0 ? ext : xb, slo, xin, dlo, l);
-      });
-    }
+    halo.read(local_start(in, ext_r), xin);
     const auto out_shape = block_shape(ch.batch, ch.out, ob);
     Block yo = allocate(dt, dev, out_shape);
     conv_fwd(dt, dev, geometry(plan, ch, in, ob), xin.data, w, bias, yo.data);
@@ -367,217 +255,70 @@ void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistS
 Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
                          const Block& x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
                          void* gw) {
-  using shard::detail::HaloTransfer;
+  using shard::detail::HaloAdjointKind;
   const bool compute = !plan.empty_output() && ch.batch > 0;
-  const int S = plan.spatial();
-  Block gx;
-  // Input gradient. Without a chunk dim (below): the gradient of the extended block (or of the
-  // block itself without a halo), then the halo adjoint sends the ghost cells' gradients to
-  // their owners while the weight gradient is computed. With an unsharded zero-padded spatial
-  // dim `cd` and a large block: the sliced transport below, whose memory beyond dx is a slice.
-  bool gw_done = false;
+  const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
   auto compute_gw = [&] {
-    gw_done = true;
-    if (gw) {
-      index_t wn = ch.out * (ch.in / ch.groups);
-      for (const auto& d : plan.dims) wn *= d.kernel;
-      if (compute) {
-        conv_bwd_filter(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
-        // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
-        const Block gyb = view(dt, dev, gy, block_shape(ch.batch, ch.out, plan.out_block));
-        const Block gwb = view(dt, dev, gw, {wn});
-        Block tmp = allocate(dt, dev, {wn});
-        for (const auto& b : ghosts.boxes) {
-          const auto out_shape = block_shape(ch.batch, ch.out, b.out);
-          Block gyo = allocate(dt, dev, out_shape);
-          copy_box(gyb, local_start(b.out, plan.out_block), gyo, std::vector<index_t>(out_shape.size(), 0), out_shape);
-          conv_bwd_filter(dt, dev, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
-          exec::box_add(gwb, tmp, current_context(dev));
-        }
-      } else {
-        exec::box_zero(view(dt, dev, gw, {wn}), current_context(dev));
-      }
+    if (!gw) return;
+    index_t wn = ch.out * (ch.in / ch.groups);
+    for (const auto& d : plan.dims) wn *= d.kernel;
+    if (!compute) {
+      exec::box_zero(view(dt, dev, gw, {wn}), current_context(dev));
+      return;
+    }
+    conv_bwd_filter(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
+    // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
+    const Block gyb = view(dt, dev, gy, block_shape(ch.batch, ch.out, plan.out_block));
+    const Block gwb = view(dt, dev, gw, {wn});
+    Block tmp = allocate(dt, dev, {wn});
+    for (const auto& b : ghosts.boxes) {
+      const auto out_shape = block_shape(ch.batch, ch.out, b.out);
+      Block gyo = allocate(dt, dev, out_shape);
+      copy_box(gyb, local_start(b.out, plan.out_block), gyo, std::vector<index_t>(out_shape.size(), 0), out_shape);
+      conv_bwd_filter(dt, dev, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
+      exec::box_add(gwb, tmp, current_context(dev));
     }
   };
-  std::unique_ptr<HaloTransfer> tr;
-  Thin th;
-  int cd = -1;
-  auto land = [&] {
-    if (!tr) return;
-    gx = tr->finish();
-    tr.reset();
+  /// The block's own input gradient: every local output's contribution to the block's cells.
+  auto block_grad = [&] {
+    Block g = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
+    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, g.data);
+    return g;
   };
-  if (input_grad && !plan.exchange) {
-    const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-    gx = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
-    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, gx.data);
-  } else if (input_grad && (th = make_thin(plan, in_spec)).ok) {
-    // Thin transport: ghost gradients from the boundary boxes go into a zero T_ext, whose
-    // adjoint (on T) is in flight while dx of the block and dW are computed; what it returns is
-    // added to dx's face cells.
-    const auto ud = static_cast<std::size_t>(th.d) + 2;
-    const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, dev, plan, ch, gy, w, compute);
-    auto zshape = block_shape(ch.batch, ch.in, plan.in_block);
-    zshape[ud] = th.t + plan.halo_lo[ud - 2] + plan.halo_hi[ud - 2];
-    Block z = zeros(dt, dev, zshape);
-    for (const auto& gg : ghost_grads)
-      thin_pieces(th, plan.halo_lo[ud - 2], gg.in[ud - 2].lo, gg.in[ud - 2].hi(),
-                  [&](int kind, index_t src, index_t dst, index_t len) {
-                    if (kind != 0) return;  // block cells: zero in gg (counted by the block pass)
-                    auto dlo = local_start(gg.in, plan.in_block), slo = std::vector<index_t>(zshape.size(), 0);
-                    auto l = gg.g.shape_vec();
-                    dlo[ud] = src;
-                    slo[ud] = dst;
-                    l[ud] = len;
-                    add_box(gg.g, slo, z, dlo, l);
-                  });
-    tr = std::make_unique<HaloTransfer>(dt, th.spec, plan.halo, HaloTransfer::Direction::adjoint, z, true);
-    z = Block{};
-    Block res;
-    if (!conv_overlap(dev)) {  // benchmark switch
-      res = tr->finish();
-      tr.reset();
-    }
-    const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-    gx = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
-    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, gx.data);
+  if (!input_grad) {
     compute_gw();
-    if (tr) res = tr->finish();
-    tr.reset();
-    // T-local rows [0, t) are block rows block_row(j): one run, or the two faces.
-    const index_t first = th.t == th.n ? th.t : th.edge;
-    for (index_t j0 : {index_t{0}, first}) {
-      const index_t len = j0 == 0 ? first : th.t - first;
-      if (len <= 0) continue;
-      std::vector<index_t> slo(static_cast<std::size_t>(res.rank), 0), dlo(static_cast<std::size_t>(res.rank), 0);
-      auto l = res.shape_vec();
-      slo[ud] = j0;
-      dlo[ud] = th.block_row(j0);
-      l[ud] = len;
-      add_box(res, slo, gx, dlo, l);
-    }
-  } else if (input_grad) {
+    return Block{};
+  }
+  if (!plan.exchange) {
+    Block gx = block_grad();
+    compute_gw();
+    return gx;
+  }
+  // The input gradient's transport is the halo plan's choice (dist/halo_transport.hpp).
+  const auto opt = halo_options(plan, dev);
+  const HaloAdjointKind kind = shard::detail::choose_halo_adjoint(dt, in_spec, plan.halo, opt);
+  if (kind == HaloAdjointKind::whole_block) {
+    // The gradient of the extended block, whose halo adjoint sends the ghost cells' gradients to
+    // their owners while the weight gradient is computed.
     const auto ext_r = ext_ranges(plan);
     const auto ext_shape = block_shape(ch.batch, ch.in, ext_r);
-    index_t nch = 1;
-    for (int d = 0; d < S && cd < 0; ++d) {
-      const auto u = static_cast<std::size_t>(d);
-      if (in_spec.layout(d + 2).parts() == 1 && plan.halo_lo[u] == 0 && plan.halo_hi[u] == 0) cd = d;
-    }
-    if (cd >= 0) {
-      // The slice count must be the same on every rank (each slice is a collective): from the
-      // global size per rank, not from this rank's (uneven) block.
-      const double bytes = static_cast<double>(numel_of(in_spec.global_shape())) *
-                           static_cast<double>(dtype_size(dt)) / static_cast<double>(in_spec.mesh().size());
-      nch = std::min<index_t>(plan.in_block[static_cast<std::size_t>(cd)].len,
-                              static_cast<index_t>(bytes / static_cast<double>(conv_backward_chunk_bytes(dev))) + 1);
-      if (nch <= 1) cd = -1;
-    }
-    if (cd < 0) {
-      Block g = compute ? allocate(dt, dev, ext_shape) : zeros(dt, dev, ext_shape);
-      if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, ext_r, plan.out_block), gy, w, g.data);
-      tr = std::make_unique<HaloTransfer>(dt, in_spec, plan.halo, HaloTransfer::Direction::adjoint, g, true);
-      if (!conv_overlap(dev)) land();  // benchmark switch
-    } else {
-      // Sliced transport. The block's own gradient comes from one kernel call on the block
-      // (exact for the block's cells: every local output's contribution); the ghost cells'
-      // gradients come from the boundary boxes only (small). The halo adjoint then only has to
-      // carry ghost gradients: it runs slice by slice along cd on a zero buffer holding them,
-      // and what it returns (non-zero only within max width + 1 of the block faces) is added
-      // to the block's gradient. Besides dx this needs one slice buffer and one slice result.
-      const auto uc = static_cast<std::size_t>(cd);
-      const Range cb = plan.in_block[uc];
-      const std::vector<GhostGrad> ghost_grads = ghost_input_grads(dt, dev, plan, ch, gy, w, compute);
-      // Faces that can receive gradients from the adjoint: within max(lo, hi) + 1 of the block
-      // faces along every dim with a halo (the sources of every ghost cell, in every mode).
-      std::vector<index_t> inner_lo(static_cast<std::size_t>(S)), inner_hi(static_cast<std::size_t>(S));
-      for (int d = 0; d < S; ++d) {
-        const auto u = static_cast<std::size_t>(d);
-        const index_t n = plan.in_block[u].len;
-        if (plan.halo_lo[u] + plan.halo_hi[u] == 0) {
-          inner_lo[u] = 0;
-          inner_hi[u] = n;
-        } else {
-          const index_t r = std::max(plan.halo_lo[u], plan.halo_hi[u]) + 1;
-          inner_lo[u] = std::min(r, n);
-          inner_hi[u] = std::max(inner_lo[u], n - r);
-        }
-      }
-      index_t max_chunk = 0;
-      for (index_t k = 0; k < nch; ++k) max_chunk = std::max(max_chunk, balanced_size(cb.len, nch, k));
-      auto zmax = block_shape(ch.batch, ch.in, ext_r);
-      zmax[uc + 2] = max_chunk;
-      const Block zbuf = zeros(dt, dev, zmax);
-      std::vector<index_t> zshape = zmax;
-      index_t pending_lo = 0;
-      auto post = [&](index_t k) {
-        const index_t u0 = cb.lo + balanced_offset(cb.len, nch, k), u1 = u0 + balanced_size(cb.len, nch, k);
-        auto shape = block_shape(ch.batch, ch.in, ext_r);
-        shape[uc + 2] = u1 - u0;
-        Block z = view(dt, dev, zbuf.data, shape);
-        z.owner = zbuf.owner;
-        if (shape != zshape) {  // another slice extent: the zero layout moved
-          exec::box_zero(view(dt, dev, zbuf.data, zmax), current_context(dev));
-          zshape = shape;
-        }
-        for (const auto& gg : ghost_grads) {
-          const index_t a = std::max(u0, gg.in[uc].lo), b = std::min(u1, gg.in[uc].hi());
-          if (b <= a) continue;
-          std::vector<index_t> slo{0, 0}, dlo{0, 0}, len{ch.batch, ch.in};
-          for (int d = 0; d < S; ++d) {
-            const auto u = static_cast<std::size_t>(d);
-            const bool c = u == uc;
-            slo.push_back(c ? a - gg.in[u].lo : 0);
-            dlo.push_back(c ? a - u0 : gg.in[u].lo - ext_r[u].lo);
-            len.push_back(c ? b - a : gg.in[u].len);
-          }
-          add_box(gg.g, slo, z, dlo, len);
-        }
-        auto gk = in_spec.global_shape();
-        gk[uc + 2] = u1 - u0;
-        const DistSpec chunk_spec(in_spec.mesh(), in_spec.placements(), gk, in_spec.sizes());
-        tr = std::make_unique<HaloTransfer>(dt, chunk_spec, plan.halo, HaloTransfer::Direction::adjoint, z, true);
-        pending_lo = u0;
-      };
-      auto land_slice = [&] {
-        if (!tr) return;
-        const Block res = tr->finish();
-        tr.reset();
-        std::vector<index_t> blo(static_cast<std::size_t>(res.rank), 0);
-        blo[uc + 2] = pending_lo - cb.lo;
-        for_each_outer_box(res.shape_vec(), inner_lo, inner_hi,
-                           [&](const std::vector<index_t>& lo, const std::vector<index_t>& len) {
-                             auto d = lo;
-                             d[uc + 2] += blo[uc + 2];
-                             add_box(res, lo, gx, d, len);
-                           });
-        // Restore the zero buffer: the ghosts and the faces the adjoint added into.
-        Block z = view(dt, dev, zbuf.data, zshape);
-        std::vector<index_t> zlo(static_cast<std::size_t>(S)), zhi(static_cast<std::size_t>(S));
-        for (int d = 0; d < S; ++d) {
-          const auto u = static_cast<std::size_t>(d);
-          zlo[u] = inner_lo[u] + plan.halo_lo[u];
-          zhi[u] = inner_hi[u] + plan.halo_lo[u];
-        }
-        for_each_outer_box(zshape, zlo, zhi, [&](const std::vector<index_t>& lo, const std::vector<index_t>& len) {
-          zero_box(z, lo, len);
-        });
-      };
-      post(0);  // in flight while the block's own gradient is computed
-      const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
-      gx = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
-      if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, gx.data);
-      for (index_t k = 1; k < nch; ++k) {
-        land_slice();
-        post(k);
-      }
-      if (!conv_overlap(dev)) land_slice();  // benchmark switch
-      compute_gw();  // while the last slice is in flight
-      land_slice();
-    }
+    Block g = compute ? allocate(dt, dev, ext_shape) : zeros(dt, dev, ext_shape);
+    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, ext_r, plan.out_block), gy, w, g.data);
+    shard::detail::HaloTransfer tr(dt, in_spec, plan.halo, shard::detail::HaloTransfer::Direction::adjoint, g, true);
+    g = Block{};
+    if (!conv_overlap(dev)) tr.finish();  // benchmark switch
+    compute_gw();
+    return tr.finish();
   }
-  if (!gw_done) compute_gw();
-  land();
+  // Thin or sliced: the block's gradient from one kernel call on the block; the ghost cells'
+  // gradients from the boundary boxes only (small), in flight meanwhile.
+  shard::detail::GhostHaloAdjoint adj(dt, in_spec, plan.halo, dev, kind,
+                                      ghost_input_grads(dt, dev, plan, ch, gy, w, compute), opt);
+  Block gx = block_grad();
+  adj.progress(gx);
+  if (!conv_overlap(dev)) adj.finish(gx);  // benchmark switch
+  compute_gw();                            // while the last transfer is in flight
+  adj.finish(gx);
   return gx;
 }
 

@@ -5,6 +5,8 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <shardtensor/dist/halo_transport.hpp>
+
 #include "support/mpi_harness.hpp"
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
@@ -166,6 +168,55 @@ TEST_CASE("sharded conv is exact with the backward in slices and without overlap
   fn::check_sharded<double, 5>(conv3d_body<double>(s3), s3);
   ctx.settings().overlap_halo = false;
   fn::check_sharded<float, 4>(conv2d_body<float>(s), s);
+}
+
+TEST_CASE("sharded conv is exact with every halo transport of the halo plan", "[nn][conv][mpi][halo_transport]") {
+  for (HaloTransport tp : {HaloTransport::thin, HaloTransport::whole_block}) {
+    INFO("transport " << static_cast<int>(tp));
+    ExecContext ctx(Device::cpu());
+    ctx.settings().halo_transport = tp;
+    ContextGuard guard(ctx);
+    const Shape<4> s{2, 4, 7, 10};
+    fn::check_sharded<double, 4>(conv2d_body<double>(s), s);
+    fn::check_sharded<float, 4>(conv2d_modes_body<float>({2, 2, 10, 7}), {2, 2, 10, 7});
+    fn::check_sharded<double, 3>(conv1d_body<double>({2, 3, 9}), {2, 3, 9});
+    ctx.settings().halo_chunk_bytes = 200;  // sliced adjoint where no dim is thin
+    fn::check_sharded<double, 4>(conv_transpose_body<double>({2, 4, 7, 5}), {2, 4, 7, 5});
+  }
+}
+
+TEST_CASE("the halo plan picks the conv's transports", "[nn][conv][mpi][halo_transport]") {
+  using shard::detail::HaloAdjointKind;
+  for_each_comm_size([](CommPtr comm) {
+    const int P = comm->size();
+    const DeviceMesh m1(comm, {P});
+    const Shape<4> s{2, 3, 40, 30};
+    const DistSpec one(m1, {Shard(2)}, {s.begin(), s.end()});
+    const HaloSpec h1{{0, 0, 1, 0}, {0, 0, 2, 0}, std::vector<Boundary>(4, Boundary::zero)};
+    shard::detail::StencilHaloOptions o;
+    o.reach = {0, 0, 4, 0};
+    o.slice_dims = {2, 3};
+    // One dim with ghosts: thin faces of depth max(max(lo, hi) + 1, reach) = 4.
+    const auto th = shard::detail::make_thin_halo(one, h1, o.reach);
+    REQUIRE(th.ok);
+    CHECK(th.d == 2);
+    CHECK(th.edge == 4);
+    CHECK(th.spec.global_shape()[2] == std::min<index_t>(40, P * 8));
+    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h1, o) == HaloAdjointKind::thin);
+    // Whole block forced: the sliced adjoint along the unsharded, ghost-free dim 3 when the block
+    // is larger than a slice, else the extended block's gradient.
+    o.transport = HaloTransport::whole_block;
+    o.chunk_bytes = 1000;
+    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h1, o) == HaloAdjointKind::sliced);
+    o.chunk_bytes = std::size_t{1} << 30;
+    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h1, o) == HaloAdjointKind::whole_block);
+    // Two dims with ghosts: never thin.
+    HaloSpec h2 = h1;
+    h2.lo[3] = 1;
+    o.transport = HaloTransport::thin;
+    CHECK_FALSE(shard::detail::make_thin_halo(one, h2, o.reach).ok);
+    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h2, o) == HaloAdjointKind::whole_block);
+  });
 }
 
 TEST_CASE("sharded conv gradients match finite differences", "[nn][conv][fd][mpi]") {

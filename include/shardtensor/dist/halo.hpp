@@ -34,6 +34,7 @@
 /// is sent back to the owner of the cell it was copied from and added there (periodic: wrapped
 /// back; reflect/replicate: added to the mirrored / edge cell; zero: dropped), dim by dim in
 /// reverse order. Test identity: <H x, g> == <x, H^T g> with sums over all ranks.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -121,8 +122,10 @@ class HaloTransfer {
   /// (the shape check is collective over the mesh, so a wrong shape throws on every rank).
   /// `consume_input` (adjoint only): `in` may be overwritten and used as the working buffer
   /// when it is contiguous, which saves a copy of the whole extended block.
+  /// `out` (forward only): the extended buffer to fill in place instead of a new one (its
+  /// interior is copied from `in` unless it already is `in`); shape and device checked by the caller.
   HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo, Direction dir, const Block& in,
-               bool consume_input = false);
+               bool consume_input = false, const Block* out = nullptr);
   ~HaloTransfer();
   HaloTransfer(const HaloTransfer&) = delete;
   HaloTransfer& operator=(const HaloTransfer&) = delete;
@@ -222,6 +225,49 @@ template <class T, int Rank>
 Tensor<T, Rank> halo_exchange_adjoint(const DistSpec& x_spec, const Tensor<T, Rank>& grad_ext, const HaloSpec& halo,
                                       bool overwrite_grad_ext = false) {
   return halo_exchange_adjoint_start(x_spec, grad_ext, halo, overwrite_grad_ext).finish();
+}
+
+/// Fills the ghost cells of a user's ghosted array in place: the library's halo exchange as a
+/// simulation's own exchange. `ghosted` is this rank's array with its ghost layers, of shape
+/// `local[d] + halo.lo[d] + halo.hi[d]` (strided views allowed), whose interior box
+/// [lo, lo + local) holds this rank's block of `x` (typically `x` = from_local of exactly that
+/// interior view, zero-copy). Afterwards every ghost cell holds what halo_exchange(x, halo) gives
+/// it: neighbours' data (multi-hop and corners of 2-D/3-D decompositions included), and beyond
+/// the global domain edge the dim's Boundary (zero, periodic, reflect, replicate). The interior
+/// is not written (nor copied when it is x's local block). Collective over the mesh; a wrong
+/// shape, device or dtype is a shard::Error on every rank before any message.
+template <class T, int Rank>
+void fill_ghosts(const DistTensor<T, Rank>& x, const Tensor<T, Rank>& ghosted, const HaloSpec& halo) {
+  const DistSpec& spec = x.spec();
+  detail::validate_halo(spec, halo, "fill_ghosts");
+  const auto want = detail::halo_extended_shape(spec, halo);
+  const bool shape_ok = std::equal(ghosted.shape().begin(), ghosted.shape().end(), want.begin(), want.end());
+  const bool dev_ok = ghosted.device() == x.local().device();
+  spec.mesh().comm()->check_all(
+      shape_ok && dev_ok, "fill_ghosts",
+      shape_ok ? (dev_ok ? std::string()
+                         : fmt::format("ghosted array on {} but the tensor's block on {}", ghosted.device(),
+                                       x.local().device()))
+               : fmt::format("ghosted array of shape {} but {} with {} needs {} on this rank", ghosted.shape(), spec,
+                             halo, want));
+  const Block out = as_block(ghosted);
+  detail::HaloTransfer t(dtype_of<T>, spec, halo, detail::HaloTransfer::Direction::forward, as_block(x.local()),
+                         false, &out);
+  t.finish();
+  ghosted.bump_version();  // an in-place write shardtensor made (saved-tensor safety)
+}
+
+/// fill_ghosts with `width` ghost layers on both sides of every dim listed in `dims` (the
+/// sharded dims of a simulation array) and one boundary mode.
+template <class T, int Rank>
+void fill_ghosts(const DistTensor<T, Rank>& x, const Tensor<T, Rank>& ghosted, index_t width, Boundary boundary,
+                 const std::vector<int>& dims) {
+  std::vector<index_t> w(Rank, 0);
+  for (int d : dims) {
+    SHARD_CHECK(d >= 0 && d < Rank, "fill_ghosts", "dim {} outside a rank-{} tensor", d, Rank);
+    w[static_cast<std::size_t>(d)] = width;
+  }
+  fill_ghosts(x, ghosted, HaloSpec::symmetric(std::move(w), boundary));
 }
 
 }  // namespace shard

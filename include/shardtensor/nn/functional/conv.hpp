@@ -31,15 +31,16 @@
 ///
 /// Halo transport. When a single spatial dim needs ghost cells (the common case: one sharded
 /// dim, zero padding elsewhere), the exchange and its adjoint run on the thin tensor of every
-/// part's face cells (max(width + 1, span) cells at each face; src/nn/conv_dist.cpp), so neither
+/// part's face cells (max(width + 1, span) cells at each face; dist/halo_transport.hpp), so neither
 /// copies the block's interior: per-rank memory and time are the unsharded conv's / P plus the
 /// halos (bench/run_conv_dist.sh: 96% / 94% strong-scaling efficiency for the conv2d / conv3d
 /// cases at 2 ranks). Otherwise the halo runs on the whole extended block; in backward, when an
-/// unsharded zero-padded spatial dim exists, the ghost gradients are sent in slices along it
+/// unsharded ghost-free spatial dim exists, the ghost gradients are sent in slices along it
 /// (ExecSettings::halo_chunk_bytes of the current CPU context, default 2 MiB) on one zeroed slice
 /// buffer, so only slice-sized buffers exist beyond dx. ExecSettings::overlap_halo = false
 /// finishes each exchange before the compute it overlaps (benchmarks); results do not depend on
-/// either setting. tests/nn/mpi_conv.cpp checks every path equals the unsharded conv at 1..4 ranks.
+/// either setting; ExecSettings::halo_transport (automatic | thin | whole_block) forces a transport.
+/// tests/nn/mpi_conv.cpp checks every path equals the unsharded conv at 1..4 ranks.
 ///
 /// Gradients: dx is laid out like x; dW and db are this rank's sums, Partial(sum) on every mesh
 /// dim that shards x (or on which the upstream gradient is Partial), Replicate elsewhere; Var's
