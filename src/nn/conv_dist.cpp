@@ -83,6 +83,12 @@ Block view(DType dt, Device dev, const void* data, const std::vector<index_t>& s
 
 index_t vol3(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
 
+index_t numel_of(const std::vector<index_t>& s) {
+  index_t n = 1;
+  for (auto e : s) n *= e;
+  return n;
+}
+
 /// A contiguous 1-d block of n elements at `data` on `dev` (the conv family checks element counts).
 Block flat(DType dt, Device dev, const void* data, index_t n) {
   return Block::view(dt, dev, const_cast<void*>(data), &n, 1);
