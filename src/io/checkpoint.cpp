@@ -12,6 +12,7 @@
 //                           laid out like the parameter, so it loads at any rank count / mesh
 //   state/ints              i64[k]; state/bytes/<i> u8
 // Every dataset carries its checksum (io/hdf5.cpp), verified when it is read.
+#include "io/fsync.hpp"
 #include "shardtensor/io/checkpoint.hpp"
 
 #include <fcntl.h>
@@ -135,15 +136,7 @@ std::vector<BufferEntry> agreed_buffers(const optim::OptimizerState& os,
 
 bool clean_key(const std::string& k) { return !k.empty() && k.find_first_of("\t\n") == std::string::npos; }
 
-/// fsync of a path (file or directory); "" or the error.
-std::string fsync_path(const std::string& p, bool dir) {
-  const int fd = ::open(p.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return fmt::format("open('{}') for fsync: {}", p, std::strerror(errno));
-  std::string err;
-  if (::fsync(fd) != 0) err = fmt::format("fsync('{}'): {}", p, std::strerror(errno));
-  if (::close(fd) != 0 && err.empty()) err = fmt::format("close('{}'): {}", p, std::strerror(errno));
-  return err;
-}
+using shard::io::detail::fsync_path;
 
 
 }  // namespace

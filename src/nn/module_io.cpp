@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "io/fsync.hpp"
 #include "shardtensor/nn/module.hpp"
 
 namespace shard::nn {
@@ -64,15 +65,7 @@ CommPtr comm_of(const std::vector<NamedParameter<T>>& params) {
   return params.empty() ? std::make_shared<SelfComm>() : params.front().param->mesh().comm();
 }
 
-/// fsync of a file or directory; "" or the error.
-std::string fsync_path(const std::string& p, bool dir) {
-  const int fd = ::open(p.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return fmt::format("open('{}') for fsync: {}", p, std::strerror(errno));
-  std::string err;
-  if (::fsync(fd) != 0) err = fmt::format("fsync('{}'): {}", p, std::strerror(errno));
-  if (::close(fd) != 0 && err.empty()) err = fmt::format("close('{}'): {}", p, std::strerror(errno));
-  return err;
-}
+using shard::io::detail::fsync_path;
 
 /// Writes `buf` to `path` atomically: `<path>.tmp` in the same directory, fwrite + fflush +
 /// fclose + fsync (all checked), rename, fsync of the directory. "" or the error.
