@@ -185,7 +185,8 @@ void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, con
               "operands on different devices: input on {}, weight on {}", x.value().device(), w.value().device());
   const DistSpec& xs = x.value().spec();
   check_unsharded(xs, 1, op, "input");
-  SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes");
+  SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes: {}",
+              mesh_mismatch(w.value().mesh(), xs.mesh()));
   check_replicated(w.value().spec(), op, "weight");
   SHARD_CHECK(groups >= 1, op, "groups {} must be >= 1", groups);
   const auto ws = w.value().global_shape();
@@ -210,7 +211,8 @@ void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, con
   if (b) {
     SHARD_CHECK(b->value().device() == x.value().device(), op,
                 "operands on different devices: input on {}, bias on {}", x.value().device(), b->value().device());
-    SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes");
+    SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes: {}",
+                mesh_mismatch(b->value().mesh(), xs.mesh()));
     check_replicated(b->value().spec(), op, "bias");
     SHARD_CHECK(b->value().global_shape()[0] == cout, op, "bias of shape {} for {} output channels (weight {})",
                 b->value().global_shape(), cout, ws);

@@ -127,7 +127,8 @@ template <class T, int R>
 Var<T, R> redistribute_like(const Var<T, R>& a, const DistSpec& target) {
   const char* op = "redistribute_like";
   const DistSpec& as = a.value().spec();
-  SHARD_CHECK(as.mesh() == target.mesh(), op, "input {} and target {} live on different meshes", as, target);
+  SHARD_CHECK(as.mesh() == target.mesh(), op, "input {} and target {} live on different meshes: {}", as, target,
+              mesh_mismatch(as.mesh(), target.mesh()));
   SHARD_CHECK(target.ndim() == R, op, "target {} has rank {} but the input has rank {}", target, target.ndim(), R);
   ShardSizes sizes(static_cast<std::size_t>(R));
   for (int d = 0; d < R; ++d) {
