@@ -3,6 +3,8 @@
 //  - shapes whose element / byte count overflows int64 (2^32 x 2^32 wrapped to 0 elements and
 //    allocated nothing; an upsample by 2^40 per dim sized its output from a wrapped count and hung
 //    in the kernel);
+//  - window parameters (padding, dilation, stride, kernel, scale) so large that derived extents
+//    wrapped around (garbage pooled, misleading messages, errors from inside a kernel);
 //  - operands on two DeviceMesh objects of the same shape: the message says what to do.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -48,9 +50,9 @@ TEST_CASE("shapes whose element or byte count overflows int64 are refused", "[di
     in_step(*comm);
     // An op whose output shape overflows: refused from the spec, on every rank, before any work.
     autograd::Var<double, 4> x(DistTensor<double, 4>::random({1, 2, 8, 8}, mesh, {Shard(2)}, 1), true);
-    CHECK_THAT(error_of([&] { F::upsample(x, ResizeMode::nearest, {index_t(1) << 40, index_t(1) << 40}); }),
+    CHECK_THAT(error_of([&] { F::upsample(x, ResizeMode::nearest, {index_t(1) << 30, index_t(1) << 30}); }),
                ContainsSubstring("overflows"));
-    CHECK_THAT(error_of([&] { F::upsample(x, ResizeMode::linear, {index_t(1) << 40, index_t(1) << 40}); }),
+    CHECK_THAT(error_of([&] { F::upsample(x, ResizeMode::linear, {index_t(1) << 30, index_t(1) << 30}); }),
                ContainsSubstring("overflows"));
     in_step(*comm);
     auto y = F::upsample(x, ResizeMode::nearest, {2, 3});  // still works afterwards
@@ -83,5 +85,39 @@ TEST_CASE("operands on two DeviceMesh objects of one shape: the message says wha
     DeviceMesh a2 = a;
     autograd::Var<double, 4> z(DistTensor<double, 4>::random({1, 2, 8, 8}, a2, {Shard(2)}, 2), true);
     CHECK_NOTHROW(F::sum(F::add(x, z)).backward());
+  });
+}
+
+TEST_CASE("window ops refuse parameters whose derived extents would overflow int64", "[nn][errors][outsider][mpi]") {
+  for_each_comm_size([](CommPtr comm) {
+    const int P = comm->size();
+    DeviceMesh mesh(comm, {P});
+    const index_t e62 = index_t(1) << 62, e40 = index_t(1) << 40;
+    autograd::Var<double, 4> x(DistTensor<double, 4>::random({1, 2, 8, 8}, mesh, {Shard(2)}, 1), true);
+    autograd::Var<double, 4> w(DistTensor<double, 4>::random({2, 2, 3, 3}, mesh, {Replicate()}, 2), true);
+    using O2 = F::ConvOptions<2>;
+    using OT = F::ConvTransposeOptions<2>;
+    // padding / dilation 2^62 wrapped the padded extent and span negative; pool kernel 2^62 with
+    // padding 2^62 - 1 was accepted and pooled garbage; conv_transpose stride 2^62 "gave an empty
+    // output"; upsample by 2^62 failed inside the kernel.
+    for (const std::string& msg :
+         {error_of([&] { F::conv(x, w, std::nullopt, O2::symmetric(e62)); }),
+          error_of([&] { F::conv(x, w, std::nullopt, O2::symmetric(1, 1, e62)); }),
+          error_of([&] { F::conv(x, w, std::nullopt, O2::symmetric(1, e62)); }),
+          error_of([&] { F::max_pool(x, PoolParams<2>{.kernel = {e62, 2}, .pad_lo = {e62 - 1, 0}, .pad_hi = {e62 - 1, 0}}); }),
+          error_of([&] { F::avg_pool(x, PoolParams<2>{.kernel = {2, 2}, .stride = {e40, 1}}); }),
+          error_of([&] { F::conv_transpose(x, w, std::nullopt, OT::symmetric(0, e62)); }),
+          error_of([&] { F::conv_transpose(x, w, std::nullopt, OT::symmetric(0, 1, e40)); }),
+          error_of([&] { F::upsample(x, ResizeMode::nearest, {e62, 1}); }),
+          error_of([&] { F::upsample(x, ResizeMode::linear, {1, index_t(1) << 31}); })}) {
+      INFO(msg);
+      CHECK_THAT(msg, ContainsSubstring("at most 2147483647"));
+    }
+    in_step(*comm);
+    // large accepted parameters still work where the result is small (not kMaxWindowParam itself:
+    // the CPU conv's backward_data takes time linear in the stride)
+    auto y = F::conv(x, w, std::nullopt, O2::symmetric(1, 4096));  // one output row/col
+    CHECK(y.value().global_shape() == Shape<4>{1, 2, 1, 1});
+    CHECK_NOTHROW(F::sum(y).backward());
   });
 }

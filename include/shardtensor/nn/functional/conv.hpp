@@ -57,6 +57,7 @@
 /// cropped), then the bias. Backward: halo forward of dy + the local conv (the conv forward above,
 /// with its overlap) for dx; the weight gradient from dy's block and ghosts; db = sum of dy.
 /// Zero padding only (as PyTorch's ConvTranspose).
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <optional>
@@ -342,8 +343,14 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
     SHARD_CHECK(opt.output_padding[d] >= 0 && opt.output_padding[d] < std::max(w.stride, w.dilation), op,
                 "output_padding {} must be >= 0 and < max(stride {}, dilation {})", opt.output_padding, opt.stride,
                 opt.dilation);
+    SHARD_CHECK(std::max({w.kernel, w.stride, w.dilation, w.pad_lo, w.pad_hi}) <= kMaxWindowParam, op,
+                "spatial dim {}: kernel {}, stride {}, dilation {}, padding {} + {} must each be at most {}", d,
+                w.kernel, w.stride, w.dilation, w.pad_lo, w.pad_hi, kMaxWindowParam);
     const index_t G = xs.global_shape()[u + 2];
-    const index_t gy = (G - 1) * w.stride - w.pad_lo - w.pad_hi + w.span() + opt.output_padding[d] + 1;
+    index_t gy = 0;
+    SHARD_CHECK(!__builtin_mul_overflow(std::max<index_t>(G - 1, 0), w.stride, &gy), op,
+                "spatial dim {}: input extent {} times stride {} overflows int64", d, G, w.stride);
+    gy += -w.pad_lo - w.pad_hi + w.span() + opt.output_padding[d] + 1;
     SHARD_CHECK(G >= 1 && gy >= 1, op,
                 "spatial dim {}: input extent {} with kernel {}, stride {}, padding {} + {} gives an empty output", d,
                 G, w.kernel, w.stride, w.pad_lo, w.pad_hi);
