@@ -173,7 +173,8 @@ struct PaddedBlock {
 };
 
 /// channel_linear (+ bias), sum over C, max over the spatial dims (Partial(max) when sharded),
-/// mean over N and W (Partial(sum)), the global mean, and channel_linear of concat(x, u), all on
+/// mean over N and W (Partial(sum)), the global mean and max, nearest / bilinear upsampling (the
+/// bilinear one with a halo when sharded) and channel_linear of concat(x, u), all on
 /// strided x / u; every result resolved and squared so each gradient depends on x.
 template <class T>
 Var<T, 1> mix_reduce_loss(const Var<T, 4>& x, const Var<T, 4>& u, const Var<T, 2>& w, const Var<T, 1>& b,
@@ -188,6 +189,8 @@ Var<T, 1> mix_reduce_loss(const Var<T, 4>& x, const Var<T, 4>& u, const Var<T, 2
   l = F::add(l, sq(F::mean(x, {0, 3})));
   l = F::add(l, F::resolve(F::mean(x)));
   l = F::add(l, F::resolve(F::max(x)));
+  l = F::add(l, sq(F::upsample_nearest(x, Shape<2>{2, 3})));
+  l = F::add(l, sq(F::mul(F::upsample_linear(x, Shape<2>{2, 2}), F::upsample_nearest(u, Shape<2>{2, 2}))));
   return F::add(l, sq(F::channel_linear(F::concat(x, u), w2)));
 }
 
@@ -210,7 +213,7 @@ double rel_r(const Tensor<T, R>& a, const Tensor<T, R>& b) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("linear, channel_linear, reductions and concat on strided interior views equal the unsharded computation",
+TEMPLATE_TEST_CASE("linear, channel_linear, reductions, upsampling and concat on strided interior views equal the unsharded computation",
                    "[nn][strided][linear][reduce][mpi]", float, double) {
   using T = TestType;
   const double tol = std::is_same_v<T, double> ? 1e-10 : 1e-4;

@@ -593,3 +593,48 @@ TEMPLATE_TEST_CASE("no copy of a stable strided view: linear, channel_linear and
   CHECK(max_rel_diff(w1.grad().local(), w1b.grad().local()) <= gemm_tol<T>());
   CHECK(max_rel_diff(w2.grad().local(), w2b.grad().local()) == 0.0);
 }
+
+TEMPLATE_TEST_CASE("upsampling reads strided views in place: nearest and linear equal the contiguous result bitwise",
+                   "[nn][upsample][strided]", float, double) {
+  using T = TestType;
+  DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
+  auto check = [&](auto view, auto scale) {
+    using Ten = decltype(view);
+    constexpr int R = Ten::rank;
+    REQUIRE_FALSE(view.is_contiguous());
+    for (ResizeMode mode : {ResizeMode::nearest, ResizeMode::linear}) {
+      INFO((mode == ResizeMode::nearest ? "nearest" : "linear") << ", rank " << R);
+      auto run = [&](const Tensor<T, R>& xl) {
+        Var<T, R> x(DistTensor<T, R>::from_local(xl, mesh, {Replicate()}), true);
+        auto y = F::upsample(x, mode, scale);
+        Var<T, R> g(DistTensor<T, R>::random(y.value().global_shape(), mesh, {Replicate()}, 77), false);
+        F::sum(F::mul(y, g)).backward();
+        return std::pair{y.value().local().contiguous(), x.grad().local().contiguous()};
+      };
+      const auto [y_s, g_s] = run(view.declare_stable());
+      const auto [y_c, g_c] = run(view.contiguous());
+      CHECK(diff(y_s, y_c) == 0.0);
+      CHECK(diff(g_s, g_c) == 0.0);
+    }
+  };
+  Padded<T, 3> a(Shape<3>{2, 3, 17}, 2, 101), a2(Shape<3>{2, 3, 17}, 1, 102, 2);
+  check(a.view, Shape<1>{3});
+  check(a2.view, Shape<1>{2});
+  Padded<T, 4> b(Shape<4>{2, 3, 9, 11}, 2, 103), b2(Shape<4>{1, 2, 7, 6}, 1, 104, 3);
+  Transposed4<T> bt(Shape<4>{2, 3, 9, 11}, 1, 105);
+  check(b.view, Shape<2>{2, 3});
+  check(b2.view, Shape<2>{2, 2});
+  check(bt.view, Shape<2>{3, 2});
+  Padded<T, 5> c(Shape<5>{1, 2, 5, 6, 7}, 1, 106);
+  check(c.view, Shape<3>{2, 2, 2});
+  // No copy: the forward on a stable view allocates its output (4x the input) and nothing else.
+  Padded<T, 4> big(Shape<4>{1, 8, 96, 128}, 2, 107);
+  const std::size_t xbytes = static_cast<std::size_t>(big.view.numel()) * sizeof(T);
+  Var<T, 4> x(DistTensor<T, 4>::from_local(big.view.declare_stable(), mesh, {Replicate()}), true);
+  for (ResizeMode mode : {ResizeMode::nearest, ResizeMode::linear}) {
+    Var<T, 4> y;
+    const std::size_t rise = peak_rise([&] { y = F::upsample(x, mode, Shape<2>{2, 2}); });
+    INFO("input " << xbytes << " B, upsample forward +" << rise << " B (output " << 4 * xbytes << " B)");
+    CHECK(rise < 4 * xbytes + xbytes / 4);
+  }
+}
