@@ -291,3 +291,46 @@ TEMPLATE_TEST_CASE("linear, channel_linear, reductions, upsampling and concat on
     }
   });
 }
+
+TEMPLATE_TEST_CASE("neighbourhood attention on strided q, k, v interior views equals the unsharded computation",
+                   "[nn][strided][attention][mpi]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, double> ? 1e-10 : 1e-4;
+  const Shape<5> kQ{2, 11, 9, 2, 3};  // [B, S0, S1, H, D]: S0 / S1 sharded unevenly
+  const F::NeighborhoodOptions opt{{3, 4}, {1, 1}, {false, true}, 0};
+  DeviceMesh self(std::make_shared<SelfComm>(), {1});
+  Var<T, 5> q0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 31), true);
+  Var<T, 5> k0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 32), true);
+  Var<T, 5> v0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 33), true);
+  Var<T, 5> g0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 34), false);
+  auto l0 = F::sum(F::mul(F::neighborhood_attention(q0, k0, v0, opt), g0));
+  l0.backward();
+  const double loss0 = static_cast<double>(l0.value().local().data()[0]);
+  for_each_comm_size([&](CommPtr comm) {
+    const int P = comm->size();
+    std::vector<Layout> ls{{{P}, {Shard(1)}}, {{P}, {Shard(2)}}};
+    if (P == 4) ls.push_back({{2, 2}, {Shard(1), Shard(2)}});
+    for (bool stable : {true, false}) {
+      for (const auto& L : ls) {
+        INFO(P << " ranks, mesh " << fmt::format("{}", L.mesh_shape) << ", placements "
+               << fmt::format("{}", L.placements) << (stable ? ", stable views" : ", snapshot views"));
+        DeviceMesh mesh(comm, L.mesh_shape);
+        const DistSpec spec(mesh, L.placements, {kQ[0], kQ[1], kQ[2], kQ[3], kQ[4]});
+        PaddedBlock<T, 5> qf(spec, kQ, 1, 31, stable), kf(spec, kQ, 1, 32, stable), vf(spec, kQ, 1, 33, stable);
+        REQUIRE(!qf.interior.is_contiguous());
+        Var<T, 5> q(DistTensor<T, 5>::from_local(qf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 5> k(DistTensor<T, 5>::from_local(kf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 5> v(DistTensor<T, 5>::from_local(vf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 5> g(DistTensor<T, 5>::random(kQ, mesh, L.placements, 34), false);
+        auto loss = F::resolve(F::sum(F::mul(F::neighborhood_attention(q, k, v, opt), g)));
+        loss.backward();
+        if (stable) CHECK(q.value().local().data() == qf.interior.data());
+        const double lv = static_cast<double>(loss.value().local().data()[0]);
+        CHECK(std::abs(lv - loss0) <= tol * std::max(1.0, std::abs(loss0)));
+        CHECK(rel_r(q.grad().full_tensor(), q0.grad().local()) <= tol);
+        CHECK(rel_r(k.grad().full_tensor(), k0.grad().local()) <= tol);
+        CHECK(rel_r(v.grad().full_tensor(), v0.grad().local()) <= tol);
+      }
+    }
+  });
+}

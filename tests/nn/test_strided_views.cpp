@@ -638,3 +638,50 @@ TEMPLATE_TEST_CASE("upsampling reads strided views in place: nearest and linear 
     CHECK(rise < 4 * xbytes + xbytes / 4);
   }
 }
+
+TEMPLATE_TEST_CASE("neighbourhood attention reads strided q, k, v in place and equals the contiguous result bitwise",
+                   "[nn][attention][strided]", float, double) {
+  using T = TestType;
+  DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
+  auto check = [&](auto qv, auto kv, auto vv, const F::NeighborhoodOptions& o) {
+    constexpr int R = decltype(qv)::rank;
+    auto run = [&](const Tensor<T, R>& ql, const Tensor<T, R>& kl, const Tensor<T, R>& vl) {
+      Var<T, R> q(DistTensor<T, R>::from_local(ql, mesh, {Replicate()}), true);
+      Var<T, R> k(DistTensor<T, R>::from_local(kl, mesh, {Replicate()}), true);
+      Var<T, R> v(DistTensor<T, R>::from_local(vl, mesh, {Replicate()}), true);
+      auto y = F::neighborhood_attention(q, k, v, o);
+      Var<T, R> g(DistTensor<T, R>::random(y.value().global_shape(), mesh, {Replicate()}, 111), false);
+      F::sum(F::mul(y, g)).backward();
+      return std::tuple{y.value().local().contiguous(), q.grad().local().contiguous(), k.grad().local().contiguous(),
+                        v.grad().local().contiguous()};
+    };
+    const auto [y_s, gq_s, gk_s, gv_s] = run(qv.declare_stable(), kv.declare_stable(), vv.declare_stable());
+    const auto [y_c, gq_c, gk_c, gv_c] = run(qv.contiguous(), kv.contiguous(), vv.contiguous());
+    CHECK(diff(y_s, y_c) == 0.0);
+    CHECK(diff(gq_s, gq_c) == 0.0);
+    CHECK(diff(gk_s, gk_c) == 0.0);
+    CHECK(diff(gv_s, gv_c) == 0.0);
+  };
+  {
+    INFO("2-D [2, 9, 8, 2, 5] interiors of ghosted arrays (ghosts on S1, H, D), window 3x3");
+    Padded<T, 5> q(Shape<5>{2, 9, 8, 2, 5}, 1, 112), k(Shape<5>{2, 9, 8, 2, 5}, 2, 113), v(Shape<5>{2, 9, 8, 2, 4}, 1, 114);
+    check(q.view, k.view, v.view, F::NeighborhoodOptions{{3, 3}, {}, {}, 0});
+    check(q.view, k.view, v.view, F::NeighborhoodOptions{{3, 4}, {1, 2}, {true, false}, 0});
+  }
+  {
+    INFO("1-D [2, 17, 3, 4], q with inner step 2 (copied once)");
+    Padded<T, 4> q(Shape<4>{2, 17, 3, 4}, 1, 115, 2), k(Shape<4>{2, 17, 3, 4}, 1, 116), v(Shape<4>{2, 17, 3, 4}, 2, 117);
+    check(q.view, k.view, v.view, F::NeighborhoodOptions{{5}, {}, {}, 0});
+  }
+  // No copy: the forward on stable views allocates its output and lse, no copy of q, k or v.
+  Padded<T, 5> q(Shape<5>{1, 32, 32, 4, 16}, 1, 118), k(Shape<5>{1, 32, 32, 4, 16}, 1, 119),
+      v(Shape<5>{1, 32, 32, 4, 16}, 1, 120);
+  const std::size_t qbytes = static_cast<std::size_t>(q.view.numel()) * sizeof(T);
+  Var<T, 5> qv(DistTensor<T, 5>::from_local(q.view.declare_stable(), mesh, {Replicate()}), true);
+  Var<T, 5> kv(DistTensor<T, 5>::from_local(k.view.declare_stable(), mesh, {Replicate()}), true);
+  Var<T, 5> vv(DistTensor<T, 5>::from_local(v.view.declare_stable(), mesh, {Replicate()}), true);
+  Var<T, 5> y;
+  const std::size_t rise = peak_rise([&] { y = F::neighborhood_attention(qv, kv, vv, F::NeighborhoodOptions{{3, 3}}); });
+  INFO("q " << qbytes << " B, neighbourhood attention forward +" << rise << " B");
+  CHECK(rise < qbytes + qbytes / 4);  // out (q's size) and lse (1/16); a copy of q, k, v adds 3 x qbytes
+}
