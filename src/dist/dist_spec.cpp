@@ -102,6 +102,9 @@ DistSpec::DistSpec(DeviceMesh mesh, std::vector<Placement> placements, std::vect
   SHARD_CHECK(static_cast<int>(im->placements.size()) == m.ndim(), "DistSpec",
               "{} placements for a {}-D mesh {} (need one per mesh dim)", im->placements.size(), m.ndim(), m.shape());
   for (auto e : im->global) SHARD_CHECK(e >= 0, "DistSpec", "negative extent in global shape {}", im->global);
+  // 16 bytes: the widest element (c128), so any tensor of this spec has a byte count that fits.
+  SHARD_CHECK(numel_fits(im->global, 16), "DistSpec", "global shape {} overflows a 64-bit element/byte count",
+              im->global);
   for (int md = 0; md < m.ndim(); ++md) {
     const auto& p = im->placements[static_cast<std::size_t>(md)];
     SHARD_CHECK(!p.is_shard() || (p.dim >= 0 && p.dim < nd), "DistSpec",

@@ -426,7 +426,8 @@ Block run_step(const RedistStep& s, const DeviceMesh& mesh, const Block& in, con
 }  // namespace
 
 std::shared_ptr<const RedistributePlan> redistribute_plan(const DistSpec& src, const DistSpec& dst) {
-  SHARD_CHECK(src.mesh() == dst.mesh(), "redistribute", "source and target live on different meshes");
+  SHARD_CHECK(src.mesh() == dst.mesh(), "redistribute", "source and target live on different meshes: {}",
+              mesh_mismatch(src.mesh(), dst.mesh()));
   SHARD_CHECK(src.global_shape() == dst.global_shape(), "redistribute", "global shapes differ: {} vs {}",
               src.global_shape(), dst.global_shape());
   std::vector<index_t> key = mesh_key(src.mesh());

@@ -47,6 +47,13 @@ DeviceMesh::DeviceMesh(CommPtr comm, std::vector<int> shape, std::vector<std::st
   for (int m = 0; m < ndim(); ++m) impl_->dim_comms.push_back(dims_comm({m}));
 }
 
+std::string mesh_mismatch(const DeviceMesh& a, const DeviceMesh& b) {
+  if (a.shape() != b.shape()) return fmt::format("meshes of shapes {} and {}", a.shape(), b.shape());
+  return fmt::format("two different DeviceMesh objects, both of shape {} (a mesh is the object, not its shape: build "
+                     "the DeviceMesh once and use it, or copies of it, for every tensor that meets in an op)",
+                     a.shape());
+}
+
 DeviceMesh DeviceMesh::world(std::vector<int> shape, std::vector<std::string> names) {
   return DeviceMesh(default_comm(), std::move(shape), std::move(names));
 }

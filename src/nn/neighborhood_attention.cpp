@@ -31,8 +31,8 @@ NbhdPlan make_nbhd_plan(const char* op, const DistSpec& qs, const DistSpec& ks, 
   const int S = R - 3;
   check_nbhd_options(op, S, o);
   // Operands: one mesh, one placement list, one layout of every dim but v's head dim.
-  SHARD_CHECK(qs.mesh() == ks.mesh() && qs.mesh() == vs.mesh(), op, "q, k, v live on different meshes ({}, {}, {})",
-              qs.mesh().shape(), ks.mesh().shape(), vs.mesh().shape());
+  SHARD_CHECK(qs.mesh() == ks.mesh() && qs.mesh() == vs.mesh(), op, "q, k, v live on different meshes: {}",
+              mesh_mismatch(qs.mesh(), qs.mesh() == ks.mesh() ? vs.mesh() : ks.mesh()));
   SHARD_CHECK(qs.placements() == ks.placements() && qs.placements() == vs.placements(), op,
               "q, k, v must have the same placements: q {} k {} v {}", qs, ks, vs);
   SHARD_CHECK(qs.global_shape() == ks.global_shape(), op,

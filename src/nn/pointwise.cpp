@@ -23,8 +23,7 @@ std::vector<int> aligned_sharding(const DistSpec& s, int R, int od) {
 
 DistSpec broadcast_spec(const DistSpec& a, const DistSpec& b, const char* op) {
   const int R = std::max(a.ndim(), b.ndim());
-  SHARD_CHECK(a.mesh() == b.mesh(), op, "operands live on different meshes ({} vs {})", a.mesh().shape(),
-              b.mesh().shape());
+  SHARD_CHECK(a.mesh() == b.mesh(), op, "operands live on different meshes: {}", mesh_mismatch(a.mesh(), b.mesh()));
   if (a == b) return a;  // same shape, placements and layouts: the result is laid out like both
   std::vector<index_t> g(static_cast<std::size_t>(R));
   for (int od = 0; od < R; ++od) {

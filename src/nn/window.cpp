@@ -15,6 +15,9 @@ void check_window_dim(const char* op, const WindowDim& w, int d) {
               "spatial dim {}: kernel {}, stride {} and dilation {} must be >= 1", d, w.kernel, w.stride, w.dilation);
   SHARD_CHECK(w.pad_lo >= 0 && w.pad_hi >= 0, op, "spatial dim {}: padding lo {} hi {} must be >= 0", d, w.pad_lo,
               w.pad_hi);
+  SHARD_CHECK(std::max({w.kernel, w.stride, w.dilation, w.pad_lo, w.pad_hi}) <= kMaxWindowParam, op,
+              "spatial dim {}: kernel {}, stride {}, dilation {}, padding {} + {} must each be at most {}", d, w.kernel,
+              w.stride, w.dilation, w.pad_lo, w.pad_hi, kMaxWindowParam);
 }
 
 index_t anchor_of(const WindowDim& w) { return std::clamp<index_t>(w.pad_lo, 0, w.span()); }

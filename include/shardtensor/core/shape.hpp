@@ -21,6 +21,18 @@ template <std::size_t R> constexpr index_t numel(const std::array<index_t, R>& s
   return n;
 }
 
+/// True when the product of the (non-negative) extents in `s`, times `elem_bytes`, fits in
+/// index_t: a shape whose element count or byte size overflows int64 must be refused before
+/// anything is sized from it (its wrapped-around numel would allocate and index garbage).
+template <class Extents> constexpr bool numel_fits(const Extents& s, index_t elem_bytes = 1) {
+  for (auto e : s)
+    if (e == 0) return true;
+  index_t n = elem_bytes;
+  for (auto e : s)
+    if (e < 0 || __builtin_mul_overflow(n, static_cast<index_t>(e), &n)) return false;
+  return true;
+}
+
 /// Row-major (C) strides for `s`.
 template <std::size_t R> constexpr std::array<index_t, R> contiguous_strides(const std::array<index_t, R>& s) {
   std::array<index_t, R> st{};

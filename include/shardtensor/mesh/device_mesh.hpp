@@ -71,6 +71,11 @@ class DeviceMesh {
   std::shared_ptr<Impl> impl_;
 };
 
+/// For error messages: how meshes `a` and `b` differ. A mesh is identified by the object (its
+/// communicators), not by its shape, so two DeviceMesh objects of one shape built from one
+/// communicator are different meshes; the text says so and what to do.
+std::string mesh_mismatch(const DeviceMesh& a, const DeviceMesh& b);
+
 }  // namespace shard
 
 template <> struct fmt::formatter<shard::DeviceMesh> {

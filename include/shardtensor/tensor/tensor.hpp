@@ -75,6 +75,8 @@ class Tensor {
   /// Uninitialised contiguous tensor.
   static Tensor empty(const Shape<Rank>& shape, Device dev = Device::cpu()) {
     for (auto e : shape) SHARD_CHECK(e >= 0, "Tensor::empty", "negative extent in shape {}", shape);
+    SHARD_CHECK(numel_fits(shape, static_cast<index_t>(sizeof(T))), "Tensor::empty",
+                "shape {} of {}-byte elements overflows a 64-bit byte count", shape, sizeof(T));
     Tensor t;
     t.shape_ = shape;
     t.strides_ = contiguous_strides(shape);

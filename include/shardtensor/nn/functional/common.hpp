@@ -86,8 +86,8 @@ inline void check_replicated(const DistSpec& s, const char* op, const char* what
 
 /// Throws unless a and b live on the same mesh with equal placements, global shapes and layouts.
 inline void check_same_spec(const DistSpec& a, const DistSpec& b, const char* op, const char* wa, const char* wb) {
-  SHARD_CHECK(a.mesh() == b.mesh(), op, "{} and {} live on different meshes ({} vs {})", wa, wb, a.mesh().shape(),
-              b.mesh().shape());
+  SHARD_CHECK(a.mesh() == b.mesh(), op, "{} and {} live on different meshes: {}", wa, wb,
+              mesh_mismatch(a.mesh(), b.mesh()));
   SHARD_CHECK(a == b, op, "{} and {} must have the same global shape, placements and shard sizes: {} {} vs {} {}", wa,
               wb, a, a.sizes(), b, b.sizes());
 }

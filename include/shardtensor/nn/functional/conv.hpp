@@ -57,6 +57,7 @@
 /// cropped), then the bias. Backward: halo forward of dy + the local conv (the conv forward above,
 /// with its overlap) for dx; the weight gradient from dy's block and ghosts; db = sum of dy.
 /// Zero padding only (as PyTorch's ConvTranspose).
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <optional>
@@ -185,7 +186,8 @@ void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, con
               "operands on different devices: input on {}, weight on {}", x.value().device(), w.value().device());
   const DistSpec& xs = x.value().spec();
   check_unsharded(xs, 1, op, "input");
-  SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes");
+  SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes: {}",
+              mesh_mismatch(w.value().mesh(), xs.mesh()));
   check_replicated(w.value().spec(), op, "weight");
   SHARD_CHECK(groups >= 1, op, "groups {} must be >= 1", groups);
   const auto ws = w.value().global_shape();
@@ -210,7 +212,8 @@ void check_conv_args(const char* op, const Var<T, R>& x, const Var<T, R>& w, con
   if (b) {
     SHARD_CHECK(b->value().device() == x.value().device(), op,
                 "operands on different devices: input on {}, bias on {}", x.value().device(), b->value().device());
-    SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes");
+    SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes: {}",
+                mesh_mismatch(b->value().mesh(), xs.mesh()));
     check_replicated(b->value().spec(), op, "bias");
     SHARD_CHECK(b->value().global_shape()[0] == cout, op, "bias of shape {} for {} output channels (weight {})",
                 b->value().global_shape(), cout, ws);
@@ -340,8 +343,14 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
     SHARD_CHECK(opt.output_padding[d] >= 0 && opt.output_padding[d] < std::max(w.stride, w.dilation), op,
                 "output_padding {} must be >= 0 and < max(stride {}, dilation {})", opt.output_padding, opt.stride,
                 opt.dilation);
+    SHARD_CHECK(std::max({w.kernel, w.stride, w.dilation, w.pad_lo, w.pad_hi}) <= kMaxWindowParam, op,
+                "spatial dim {}: kernel {}, stride {}, dilation {}, padding {} + {} must each be at most {}", d,
+                w.kernel, w.stride, w.dilation, w.pad_lo, w.pad_hi, kMaxWindowParam);
     const index_t G = xs.global_shape()[u + 2];
-    const index_t gy = (G - 1) * w.stride - w.pad_lo - w.pad_hi + w.span() + opt.output_padding[d] + 1;
+    index_t gy = 0;
+    SHARD_CHECK(!__builtin_mul_overflow(std::max<index_t>(G - 1, 0), w.stride, &gy), op,
+                "spatial dim {}: input extent {} times stride {} overflows int64", d, G, w.stride);
+    gy += -w.pad_lo - w.pad_hi + w.span() + opt.output_padding[d] + 1;
     SHARD_CHECK(G >= 1 && gy >= 1, op,
                 "spatial dim {}: input extent {} with kernel {}, stride {}, padding {} + {} gives an empty output", d,
                 G, w.kernel, w.stride, w.pad_lo, w.pad_hi);

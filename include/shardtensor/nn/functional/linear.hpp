@@ -32,7 +32,8 @@ index_t check_linear_args(const Var<T, R>& x, const Var<T, 2>& w, const std::opt
   const DistSpec& xs = x.value().spec();
   check_no_partial(xs, op, "input");
   check_unsharded(xs, cdim, op, "input");
-  SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes");
+  SHARD_CHECK(w.value().mesh() == xs.mesh(), op, "weight and input live on different meshes: {}",
+              mesh_mismatch(w.value().mesh(), xs.mesh()));
   check_replicated(w.value().spec(), op, "weight");
   const auto ws = w.value().global_shape();
   const index_t cin = xs.global_shape()[static_cast<std::size_t>(cdim)];
@@ -41,7 +42,8 @@ index_t check_linear_args(const Var<T, R>& x, const Var<T, 2>& w, const std::opt
   if (b) {
     SHARD_CHECK(b->value().device() == dev, op, "operands on different devices: bias on {} but the input on {}",
                 b->value().device(), dev);
-    SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes");
+    SHARD_CHECK(b->value().mesh() == xs.mesh(), op, "bias and input live on different meshes: {}",
+                mesh_mismatch(b->value().mesh(), xs.mesh()));
     check_replicated(b->value().spec(), op, "bias");
     SHARD_CHECK(b->value().global_shape()[0] == ws[0], op, "bias of shape {} for a weight of shape {} ({} outputs)",
                 b->value().global_shape(), ws, ws[0]);

@@ -39,7 +39,8 @@ void check_channel_param(const std::optional<Var<T, 1>>& p, index_t C, const Dis
   if (!p) return;
   SHARD_CHECK(p->value().device() == xs_dev, op, "operands on different devices: {} on {} but the input on {}", what,
               p->value().device(), xs_dev);
-  SHARD_CHECK(p->value().mesh() == xs.mesh(), op, "{} and input live on different meshes", what);
+  SHARD_CHECK(p->value().mesh() == xs.mesh(), op, "{} and input live on different meshes: {}", what,
+              mesh_mismatch(p->value().mesh(), xs.mesh()));
   check_replicated(p->value().spec(), op, what);
   SHARD_CHECK(p->value().global_shape()[0] == C, op, "{} has {} entries but the input {} has {} channels", what,
               p->value().global_shape()[0], xs.global_shape(), C);

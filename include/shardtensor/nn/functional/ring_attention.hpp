@@ -137,8 +137,8 @@ inline RingAttnPlan plan_ring_attention(const DistSpec& qs, const DistSpec& ks, 
                                         bool causal, bool zigzag, const char* op, bool heads_sharded = false) {
   const int R = qs.ndim();
   RingAttnPlan p;
-  SHARD_CHECK(qs.mesh() == ks.mesh() && qs.mesh() == vs.mesh(), op, "q, k and v live on different meshes ({}, {}, {})",
-              qs.mesh().shape(), ks.mesh().shape(), vs.mesh().shape());
+  SHARD_CHECK(qs.mesh() == ks.mesh() && qs.mesh() == vs.mesh(), op, "q, k and v live on different meshes: {}",
+              mesh_mismatch(qs.mesh(), qs.mesh() == ks.mesh() ? vs.mesh() : ks.mesh()));
   for (const DistSpec* s : {&qs, &ks, &vs}) {
     check_no_partial(*s, op, "an input");
     if (!heads_sharded) check_unsharded(*s, R - 2, op, "q, k and v (heads)");

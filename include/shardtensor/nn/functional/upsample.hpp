@@ -46,8 +46,10 @@ UpsampleRun<S> make_upsample_run(const char* op, const DistSpec& xs, ResizeMode 
     const index_t f = scale[d], G = xs.global_shape()[u + 2];
     SHARD_CHECK(f >= 1, op, "scale factors {} must be >= 1", scale);
     SHARD_CHECK(G >= 1, op, "spatial dim {} of input {} is empty", d, xs.global_shape());
+    SHARD_CHECK(f <= kMaxWindowParam && !__builtin_mul_overflow(f, G, &ext[u]), op,
+                "scale factor {} of spatial dim {} (extent {}) must be at most {} and give an extent that fits int64",
+                f, d, G, kMaxWindowParam);
     const ShardLayout& L = xs.layout(d + 2);
-    ext[u] = f * G;
     index_t lo = 0, hi = 0;
     for (index_t q = 0; q < L.parts(); ++q) {
       sizes[u].push_back(f * L.size(q));

@@ -42,6 +42,12 @@
 namespace shard::nn::functional {
 
 /// One spatial dim of a window op: kernel, stride, dilation, padding per side and padding mode.
+/// Largest kernel extent, stride, dilation, padding or scale factor a window op accepts (2^31 - 1).
+/// Global extents are below 2^59 (DistSpec: element count times 16 bytes fits int64), so with
+/// parameters in this range the derived extents (padded extent, span, anchors) cannot overflow;
+/// the few products that still could (transposed and upsampled extents) are checked where formed.
+inline constexpr index_t kMaxWindowParam = (index_t(1) << 31) - 1;
+
 struct WindowDim {
   index_t kernel = 1, stride = 1, dilation = 1, pad_lo = 0, pad_hi = 0;
   Boundary mode = Boundary::zero;  ///< zero: out-of-domain cells are padding (clipped, see file comment)
@@ -127,7 +133,8 @@ template <class T, int R>
 Var<T, R> redistribute_like(const Var<T, R>& a, const DistSpec& target) {
   const char* op = "redistribute_like";
   const DistSpec& as = a.value().spec();
-  SHARD_CHECK(as.mesh() == target.mesh(), op, "input {} and target {} live on different meshes", as, target);
+  SHARD_CHECK(as.mesh() == target.mesh(), op, "input {} and target {} live on different meshes: {}", as, target,
+              mesh_mismatch(as.mesh(), target.mesh()));
   SHARD_CHECK(target.ndim() == R, op, "target {} has rank {} but the input has rank {}", target, target.ndim(), R);
   ShardSizes sizes(static_cast<std::size_t>(R));
   for (int d = 0; d < R; ++d) {
