@@ -199,8 +199,10 @@ inline void check_no_empty_parts(shard::index_t n, int parts, int halvings, cons
                          (level ? " after " + std::to_string(level) + " halving(s) (extent " +
                                       std::to_string(b.back()) + ")"
                                 : std::string()) +
-                         "; the model needs at least one cell per rank at every level (use a larger grid, fewer "
-                         "ranks along it, or a smaller depth)");
+                         (halvings > 0 ? "; the model needs at least one cell per rank at every level (use a "
+                                         "larger grid, fewer ranks along it, or a smaller depth)"
+                                       : "; the model needs at least one cell per rank (use a larger grid, or "
+                                         "fewer ranks along it)"));
     }
     n /= 2;
     for (auto& g : b) g = std::min((g + 1) / 2, n);

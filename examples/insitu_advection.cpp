@@ -275,8 +275,7 @@ class Surrogate {
 
  private:
   /// The library's communicator: a duplicate of the simulation's (MpiComm dups it; d.cart stays
-  /// the simulation's). The watchdog timeout is set before the mesh splits it, so the mesh's
-  /// sub-communicators inherit it.
+  /// the simulation's). The mesh's sub-communicators follow its watchdog timeout.
   static shard::CommPtr make_comm(const Decomp& d, const SimArgs& a) {
     auto c = std::make_shared<shard::MpiComm>(d.cart);
     c->set_name("insitu surrogate");

@@ -222,6 +222,13 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
     start = static_cast<long>(st.step);
     if (world->rank() == 0) {
       std::printf("resumed from %s at step %ld\n", a.checkpoint.c_str(), start);
+      // The learning-rate schedule spans --steps: a different total is allowed (extending a run)
+      // but changes the rates from here on, so say so rather than pass it silently.
+      const auto total = st.ints.find("sched.total");
+      if (total != st.ints.end() && total->second != a.common.steps)
+        std::printf("note: the checkpoint's learning-rate schedule spans %lld steps, this run's --steps %d: the "
+                    "rates from step %ld follow this run's schedule (not bit-identical to an uninterrupted run)\n",
+                    static_cast<long long>(total->second), a.common.steps, start);
       std::fflush(stdout);
     }
   }

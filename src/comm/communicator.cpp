@@ -184,7 +184,9 @@ Request SelfComm::ialltoallv(const void* send, std::span<const index_t> sc, std:
 }
 std::shared_ptr<Communicator> SelfComm::split(int color, int) {
   if (color < 0) return nullptr;
-  return std::make_shared<SelfComm>();
+  auto out = std::make_shared<SelfComm>();
+  out->follow_timeout_of(*this);
+  return out;
 }
 
 CommPtr default_comm() {

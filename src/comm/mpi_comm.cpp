@@ -728,7 +728,7 @@ std::shared_ptr<Communicator> MpiComm::split(int color, int key) {
   auto out = std::make_shared<MpiComm>(nc);  // duplicates nc
   MPI_Comm_free(&nc);
   out->transport_ = transport_;
-  out->set_timeout(timeout());
+  out->follow_timeout_of(*this);
   return out;
 }
 

@@ -292,7 +292,9 @@ class NcclComm final : public Communicator {
       return nullptr;
     }
     SHARD_CHECK(sub != nullptr, "NcclComm::split", "ncclCommSplit gave no communicator for color {}", color);
-    return std::make_shared<NcclComm>(std::move(sub_base), sub, dev_);
+    auto out = std::make_shared<NcclComm>(std::move(sub_base), sub, dev_);
+    out->follow_timeout_of(*this);
+    return out;
   }
 
  private:

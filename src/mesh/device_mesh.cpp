@@ -90,6 +90,8 @@ CommPtr DeviceMesh::dims_comm(std::vector<int> dims) const {
   std::vector<int> key_dims;
   for (int m = 0; m < ndim(); ++m)
     if (in_set[static_cast<std::size_t>(m)]) key_dims.push_back(m);
+  // Held across the split too: two first uses racing on one rank must not both split.
+  std::lock_guard<std::mutex> lock(impl_->set_comms_mutex);
   auto it = impl_->set_comms.find(key_dims);
   if (it != impl_->set_comms.end()) return it->second;
   int color = 0, key = 0;

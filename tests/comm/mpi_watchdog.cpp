@@ -48,3 +48,37 @@ TEST_CASE("watchdog: split inherits the timeout; DeviceMesh names its sub-commun
     c->set_timeout(0);
   });
 }
+
+TEST_CASE("watchdog: a timeout set after the mesh exists reaches its sub-communicators", "[comm][mpi][watchdog]") {
+  for_each_comm_size([](CommPtr c) {
+    c->set_timeout(0);
+    const int p = c->size();
+    DeviceMesh mesh(c, {1, p});  // sub-communicators made now, while the watchdog is off
+    const auto both = mesh.dims_comm({0, 1});
+    const auto lazy_before = p > 1 ? mesh.dims_comm({0}) : mesh.dim_comm(0);
+    CHECK(mesh.dim_comm(0)->timeout() == 0.0);
+    CHECK(mesh.dim_comm(1)->timeout() == 0.0);
+    c->set_timeout(30);  // the embedding code turns it on later, on the mesh's communicator
+    CHECK(mesh.dim_comm(0)->timeout() == 30.0);
+    CHECK(mesh.dim_comm(1)->timeout() == 30.0);
+    CHECK(both->timeout() == 30.0);
+    CHECK(lazy_before->timeout() == 30.0);
+    // A sub-communicator's own setting wins for it and for what is split from it ...
+    mesh.dim_comm(1)->set_timeout(7);
+    CHECK(mesh.dim_comm(1)->timeout() == 7.0);
+    auto grand = mesh.dim_comm(1)->split(0, mesh.dim_comm(1)->rank());
+    REQUIRE(grand);
+    CHECK(grand->timeout() == 7.0);
+    CHECK(mesh.dim_comm(0)->timeout() == 30.0);
+    // ... and a watched collective on it still runs.
+    double v = 1;
+    mesh.dim_comm(1)->allreduce(&v, &v, 1, DType::f64, ReduceOp::sum);
+    CHECK(v == static_cast<double>(p));
+    // Off on the parent: children without their own setting follow.
+    c->set_timeout(0);
+    CHECK(mesh.dim_comm(0)->timeout() == 0.0);
+    CHECK(mesh.dim_comm(1)->timeout() == 7.0);
+    mesh.dim_comm(1)->set_timeout(0);
+    CHECK(grand->timeout() == 0.0);
+  });
+}

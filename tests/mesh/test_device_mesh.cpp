@@ -2,6 +2,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <thread>
+#include <vector>
+
 #include <shardtensor/shardtensor.hpp>
 
 using namespace shard;
@@ -55,4 +58,32 @@ TEST_CASE("DeviceMesh rejects bad input with messages naming the op", "[mesh][de
   CHECK_THROWS_WITH(mesh.rank_of({0, 1}), ContainsSubstring("outside mesh"));
   CHECK_THROWS_WITH(mesh.coords_of(1), ContainsSubstring("DeviceMesh::coords_of"));
   CHECK_THROWS_WITH(mesh.dims_comm({2}), ContainsSubstring("DeviceMesh::dims_comm"));
+}
+
+TEST_CASE("DeviceMesh: concurrent first uses of dims_comm make one communicator per set", "[mesh][device_mesh]") {
+  // Over a SelfComm a split is local, so threads may race on first uses; the cache must hand
+  // every thread the same communicator for a set (an unlocked map made two, or corrupted itself).
+  for (int round = 0; round < 20; ++round) {
+    DeviceMesh mesh(std::make_shared<SelfComm>(), {1, 1, 1, 1, 1});
+    constexpr int kThreads = 8;
+    std::vector<std::vector<const Communicator*>> got(kThreads);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        for (unsigned set = 1; set < 32; ++set) {
+          std::vector<int> dims;
+          for (int m = 0; m < 5; ++m)
+            if (set & (1u << m)) dims.push_back(m);
+          got[static_cast<std::size_t>(t)].push_back(mesh.dims_comm(dims).get());
+        }
+      });
+    for (auto& th : ts) th.join();
+    for (int t = 1; t < kThreads; ++t) REQUIRE(got[static_cast<std::size_t>(t)] == got[0]);
+    for (unsigned set = 1; set < 32; ++set) {
+      std::vector<int> dims;
+      for (int m = 0; m < 5; ++m)
+        if (set & (1u << m)) dims.push_back(m);
+      CHECK(mesh.dims_comm(dims).get() == got[0][set - 1]);
+    }
+  }
 }

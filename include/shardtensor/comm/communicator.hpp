@@ -11,6 +11,7 @@
 ///    operation is ordered on `ctx->stream()`: work queued on the stream before the call is seen
 ///    by it; a blocking call returns when its result is usable by work queued on that stream
 ///    afterwards; a request's wait() returns when the result is usable on that stream.
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <span>
@@ -104,8 +105,10 @@ class Communicator {
                              std::span<const index_t> send_displs, void* recv, std::span<const index_t> recv_counts,
                              std::span<const index_t> recv_displs, DType dt, ExecContext* ctx = nullptr) = 0;
 
-  /// New communicator of the ranks with the same `color`, ordered by `key` (collective). It
-  /// inherits this communicator's watchdog timeout (not its name).
+  /// New communicator of the ranks with the same `color`, ordered by `key` (collective). Its
+  /// watchdog timeout follows this communicator's (also when set later, e.g. on a mesh's
+  /// communicator after the mesh made its sub-communicators) until set on the new one itself;
+  /// the name is not inherited.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
   // ---- identity and collective watchdog ----
@@ -121,8 +124,16 @@ class Communicator {
   /// once per process; unset, empty or 0 = off); a call's ExecContext can override it
   /// (ExecSettings::comm_timeout). Backends without blocking waits (SelfComm) ignore it. Off, it
   /// costs nothing: the MPI backend then calls the blocking MPI functions as before.
-  double timeout() const { return timeout_s_; }
-  void set_timeout(double seconds) { timeout_s_ = seconds > 0 ? seconds : 0.0; }
+  /// A communicator made by split() follows its parent's setting until set_timeout is called on
+  /// it (then its own value wins, for it and for communicators split from it).
+  double timeout() const {
+    for (const TimeoutState* s = timeout_.get(); s != nullptr; s = s->parent.get()) {
+      const double v = s->own.load(std::memory_order_relaxed);
+      if (v >= 0) return v;
+    }
+    return env_comm_timeout();
+  }
+  void set_timeout(double seconds) { timeout_->own.store(seconds > 0 ? seconds : 0.0, std::memory_order_relaxed); }
 
   // ---- conveniences built on the primitives (non-virtual) ----
   /// reduce_scatterv with equal counts.
@@ -152,10 +163,18 @@ class Communicator {
  protected:
   /// DType used to move raw bytes.
   static constexpr DType byte_dtype() { return DType::u8; }
+  /// For split(): this (new) communicator's timeout follows `parent`'s until set on this one.
+  void follow_timeout_of(const Communicator& parent) { timeout_->parent = parent.timeout_; }
 
  private:
+  /// The watchdog setting: own value (< 0 = not set here) and the parent's state it follows.
+  /// Shared pointers, so a split child keeps following after the parent object is gone.
+  struct TimeoutState {
+    std::atomic<double> own{-1.0};
+    std::shared_ptr<const TimeoutState> parent;
+  };
   std::string name_;
-  double timeout_s_ = env_comm_timeout();
+  std::shared_ptr<TimeoutState> timeout_ = std::make_shared<TimeoutState>();
   static double env_comm_timeout();
 };
 

@@ -48,7 +48,10 @@ class DeviceMesh {
   /// Ranks that share every coordinate but m's, ordered by coordinate m.
   const CommPtr& dim_comm(int m) const { return impl_->dim_comms[static_cast<std::size_t>(m)]; }
   /// Ranks that share every coordinate outside `dims`, ordered row-major over `dims` (ascending
-  /// mesh dim order). Collective on first use for a given set; cached afterwards.
+  /// mesh dim order). Collective on first use for a given set (every rank must make that first
+  /// call, in the same order as its other collectives); cached afterwards. Thread-safe: the cache
+  /// is locked, so threads may look up sets concurrently (a first use still runs one split,
+  /// under the lock).
   CommPtr dims_comm(std::vector<int> dims) const;
 
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b) { return a.impl_ == b.impl_; }
@@ -62,6 +65,7 @@ class DeviceMesh {
     std::vector<std::string> names;
     std::vector<int> coords;
     std::vector<CommPtr> dim_comms;
+    mutable std::mutex set_comms_mutex;                     ///< guards set_comms
     mutable std::map<std::vector<int>, CommPtr> set_comms;  ///< key: sorted mesh dims (any count)
   };
   std::shared_ptr<Impl> impl_;
