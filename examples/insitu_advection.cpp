@@ -252,8 +252,7 @@ class Surrogate {
     // before this phase ends, so they are declared valid and the periodic conv3x3 reads them
     // instead of exchanging its own halo (the backward still sends ghost gradients home).
     auto x = ghost_reuse_ ? shard::DistTensor<T, 4>::from_local(
-                                x_local, mesh_, pl, shard::GhostLayers::uniform(4, 1, {2, 3}, shard::Boundary::periodic),
-                                sizes_)
+                                x_local, mesh_, pl, sizes_, shard::GhostLayers::uniform(4, 1, {2, 3}, shard::Boundary::periodic))
                           : shard::DistTensor<T, 4>::from_local(x_local, mesh_, pl, sizes_);
     auto y = shard::DistTensor<T, 4>::from_local(y_local, mesh_, pl, sizes_);
     // Zero-copy: the distributed tensors' local blocks are the simulation's memory.

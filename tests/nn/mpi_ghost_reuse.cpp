@@ -125,7 +125,7 @@ struct SimArray {
     std::vector<index_t> w(R, 0);
     for (int d = 2; d < R; ++d) w[static_cast<std::size_t>(d)] = g;
     fill_ghosts(x, padded, HaloSpec::symmetric(w, fill));
-    xg = DistTensor<T, R>::from_local(interior, mesh, L.pl, decl, sz);
+    xg = DistTensor<T, R>::from_local(interior, mesh, L.pl, sz, decl);
   }
   /// Writes `v` into every ghost cell through the raw memory, as a simulation does (untracked:
   /// no version changes; the interior keeps its values).
@@ -449,39 +449,38 @@ TEST_CASE("ghost declarations are checked on every rank", "[nn][ghost_reuse][err
     // Widths that differ between ranks.
     if (P > 1) {
       auto e = error_of([&] {
-        DistTensor<T, 4>::from_local(interior, mesh, pl, GhostLayers::uniform(4, r == P - 1 ? 2 : 1, {2, 3}), none);
+        DistTensor<T, 4>::from_local(interior, mesh, pl, none, GhostLayers::uniform(4, r == P - 1 ? 2 : 1, {2, 3}));
       });
       CHECK_THAT(e, ContainsSubstring("ghost layers") && ContainsSubstring("differ"));
       // Edge modes that differ.
       e = error_of([&] {
-        DistTensor<T, 4>::from_local(interior, mesh, pl,
+        DistTensor<T, 4>::from_local(interior, mesh, pl, none,
                                      GhostLayers::uniform(4, 1, {2, 3}, r == 0 ? std::optional<Boundary>(Boundary::periodic)
-                                                                              : std::nullopt),
-                                     none);
+                                                                              : std::nullopt));
       });
       CHECK_THAT(e, ContainsSubstring("ghost layers"));
       // Declared on some ranks only.
       e = error_of([&] {
         if (r == 0) DistTensor<T, 4>::from_local(interior, mesh, pl, none);
-        else DistTensor<T, 4>::from_local(interior, mesh, pl, GhostLayers::uniform(4, 1, {2, 3}), none);
+        else DistTensor<T, 4>::from_local(interior, mesh, pl, none, GhostLayers::uniform(4, 1, {2, 3}));
       });
       CHECK_THAT(e, ContainsSubstring("ghost layers"));
     }
     // Negative widths on one rank.
     GhostLayers neg = GhostLayers::uniform(4, 1, {2, 3});
     if (r == 0) neg.lo[2] = -1;
-    auto e = error_of([&] { DistTensor<T, 4>::from_local(interior, mesh, pl, neg, none); });
+    auto e = error_of([&] { DistTensor<T, 4>::from_local(interior, mesh, pl, none, neg); });
     CHECK_THAT(e, ContainsSubstring(">= 0"));
     // Wrong number of dims.
     GhostLayers shortg = GhostLayers::uniform(3, 1, {2});
-    e = error_of([&] { DistTensor<T, 4>::from_local(interior, mesh, pl, shortg, none); });
+    e = error_of([&] { DistTensor<T, 4>::from_local(interior, mesh, pl, none, shortg); });
     CHECK_THAT(e, ContainsSubstring("ghost layers describe"));
     // Ghosts on a broadcast (stride 0) dim.
     auto bcast = Tensor<T, 4>::view(mem.data() + 20, {2, 2, 5, 5}, {81, 0, 9, 1});
-    e = error_of([&] { DistTensor<T, 4>::from_local(bcast, mesh, pl, GhostLayers::uniform(4, 1, {1}), none); });
+    e = error_of([&] { DistTensor<T, 4>::from_local(bcast, mesh, pl, none, GhostLayers::uniform(4, 1, {1})); });
     CHECK_THAT(e, ContainsSubstring("stride"));
     // A valid declaration works, and mark_ghosts_valid without one is refused.
-    auto ok = DistTensor<T, 4>::from_local(interior, mesh, pl, GhostLayers::uniform(4, 2, {2, 3}), none);
+    auto ok = DistTensor<T, 4>::from_local(interior, mesh, pl, none, GhostLayers::uniform(4, 2, {2, 3}));
     CHECK(ok.ghost_layers() != nullptr);
     CHECK(ok.ghosts_current());
     auto plain = DistTensor<T, 4>::from_local(interior, mesh, pl, none);

@@ -46,11 +46,12 @@ class DistTensor {
   /// from_local of the interior view of a user's halo-padded array whose memory around the view
   /// holds valid ghost cells as `ghosts` declares (widths per dim, domain-edge modes; see
   /// dist/ghosts.hpp for the whole contract): ops needing a halo within them read the user's
-  /// ghosts instead of exchanging. Collective; the declaration must be the same on every rank
-  /// (checked with the shapes: shard::Error on every rank otherwise). The ghosts are valid at the
-  /// view's current storage version (see mark_ghosts_valid).
+  /// ghosts instead of exchanging. `sizes` as above (`{}`: gathered). Collective; the declaration
+  /// must be the same on every rank (checked with the shapes: shard::Error on every rank
+  /// otherwise). The ghosts are valid at the view's current storage version (see
+  /// mark_ghosts_valid).
   static DistTensor from_local(const Local& local, const DeviceMesh& mesh, std::vector<Placement> placements,
-                               const GhostLayers& ghosts, const ShardSizes& sizes = {}) {
+                               const ShardSizes& sizes, const GhostLayers& ghosts) {
     return from_local_impl(local, mesh, std::move(placements), &ghosts, sizes);
   }
 

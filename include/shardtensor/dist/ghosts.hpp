@@ -5,7 +5,7 @@
 ///
 /// A simulation holds its field in an array with ghost layers that its own exchange (or
 /// shard::fill_ghosts) has just filled. `DistTensor::from_local(interior_view, mesh, placements,
-/// GhostLayers{...}[, sizes])` views the interior (zero-copy, as from_local always does) and
+/// sizes, GhostLayers{...})` (sizes `{}`: gathered) views the interior (zero-copy, as from_local always does) and
 /// records that the memory around it holds valid ghost cells. The contract:
 ///  - **Widths.** `lo[d]` / `hi[d]` cells below / above the interior along tensor dim d, at the
 ///    view's own strides: the cell at local index i (i < 0 or i >= extent along d) is at
