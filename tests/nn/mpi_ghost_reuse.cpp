@@ -3,7 +3,7 @@
 // DistTensor::from_local with GhostLayers; conv (1-3 spatial dims) and max / avg pooling then read
 // those ghosts instead of exchanging. Checked at 1..4 ranks on 1-D and 2-D meshes with uneven
 // (simulation-style) shards, fp64 and fp32, zero and periodic boundaries, kernels 3 and 5 with
-// ghost widths 1, 2, 3:
+// ghost widths 1, 2, 3 (and reflect / replicate ghosts):
 //  - forward and every gradient (dx, dW, db) equal the exchange path and the unsharded oracle;
 //  - the exchange is really skipped: no point-to-point message in the forward (a counting
 //    communicator), and poisoned ghost cells change the result (while the exchange path ignores
@@ -229,21 +229,22 @@ constexpr double tol() {
 /// The conv matrix of one rank count: every layout, zero / periodic, kernel 3 / 5, widths 1..3.
 template <class T, int R>
 void conv_matrix(CommPtr comm, const Shape<R>& G, const std::vector<index_t>& kernels,
-                 const std::vector<index_t>& widths) {
+                 const std::vector<index_t>& widths,
+                 const std::vector<Boundary>& modes = {Boundary::zero, Boundary::periodic}) {
   auto counter = std::make_shared<CountingComm>(comm);
   const int P = comm->size();
   std::map<std::pair<int, index_t>, Result> refs;
-  for (Boundary mode : {Boundary::zero, Boundary::periodic})
+  for (Boundary mode : modes)
     for (index_t k : kernels) refs[{static_cast<int>(mode), k}] = oracle_conv<T, R>(G, k, mode);
   for (const auto& L : layouts<R>(P)) {
     DeviceMesh mesh(counter, L.mesh);
-    for (Boundary mode : {Boundary::zero, Boundary::periodic}) {
+    for (Boundary mode : modes) {
       for (index_t k : kernels) {
         const Result& ref = refs.at({static_cast<int>(mode), k});
         for (index_t g : widths) {
-          // Declared edge: periodic ghosts hold the wrap; zero-filled ghosts are declared "not
+          // Declared edge: periodic / reflect / replicate ghosts hold that mode; zero-filled ghosts are declared "not
           // valid at the domain edge" (zero padding never reads them).
-          const std::optional<Boundary> edge = mode == Boundary::periodic ? std::optional<Boundary>(mode) : std::nullopt;
+          const std::optional<Boundary> edge = mode != Boundary::zero ? std::optional<Boundary>(mode) : std::nullopt;
           SimArray<T, R> a(mesh, L, G, g, mode, GhostLayers::uniform(R, g, spatial_dims(R), edge), true);
           INFO(L.name << " mesh, " << boundary_name(mode) << ", kernel " << k << ", ghost width " << g << ", " << P
                       << " ranks");
@@ -280,6 +281,12 @@ TEMPLATE_TEST_CASE("conv1d and conv3d read declared ghosts", "[nn][conv][ghost_r
   for_each_comm_size([](CommPtr comm) {
     conv_matrix<TestType, 3>(comm, {2, 2, 13}, {3, 5}, {1, 2});
     conv_matrix<TestType, 5>(comm, {1, 2, 9, 7, 5}, {3}, {1, 2});
+  });
+}
+
+TEST_CASE("conv2d reads declared reflect and replicate ghosts", "[nn][conv][ghost_reuse][mpi]") {
+  for_each_comm_size([](CommPtr comm) {
+    conv_matrix<double, 4>(comm, {1, 2, 11, 9}, {3}, {1, 2}, {Boundary::reflect, Boundary::replicate});
   });
 }
 
