@@ -251,8 +251,8 @@ class Surrogate {
     // both spatial dims, periodic wrap at the domain edge, corners included) and nothing writes u
     // before this phase ends, so they are declared valid and the periodic conv3x3 reads them
     // instead of exchanging its own halo (the backward still sends ghost gradients home).
-    auto x = ghost_reuse_ ? shard::DistTensor<T, 4>::from_local(
-                                x_local, mesh_, pl, sizes_, shard::GhostLayers::uniform(4, 1, {2, 3}, shard::Boundary::periodic))
+    const auto ghosts = shard::GhostLayers::uniform(4, 1, {2, 3}, shard::Boundary::periodic);
+    auto x = ghost_reuse_ ? shard::DistTensor<T, 4>::from_local(x_local, mesh_, pl, sizes_, ghosts)
                           : shard::DistTensor<T, 4>::from_local(x_local, mesh_, pl, sizes_);
     auto y = shard::DistTensor<T, 4>::from_local(y_local, mesh_, pl, sizes_);
     // Zero-copy: the distributed tensors' local blocks are the simulation's memory.
@@ -383,8 +383,8 @@ int run(int argc, char** argv, bool& print) {
     for (auto v : d.xsizes) xs += (xs.empty() ? "" : ",") + std::to_string(v);
     std::printf("insitu_advection: %d ranks, process grid %dx%d, grid %ldx%ld, rows per rank {%s}, columns per rank "
                 "{%s}, surrogate %s (every %d steps, %d iterations, %s views, ghost reuse %s)\n",
-                P, py, px, a.ny, a.nx, ys.c_str(), xs.c_str(), a.surrogate.c_str(), a.every, a.train_iters, a.view.c_str(),
-                a.ghost_reuse.c_str());
+                P, py, px, a.ny, a.nx, ys.c_str(), xs.c_str(), a.surrogate.c_str(), a.every, a.train_iters,
+                a.view.c_str(), a.ghost_reuse.c_str());
     std::fflush(stdout);
   }
 

@@ -68,7 +68,9 @@ template <int R>
 std::vector<Layout> layouts(int P) {
   std::vector<Layout> L{{"1d-first", {P}, {Shard(2)}}, {"1d-last", {P}, {Shard(R - 1)}}};
   if (R >= 4) {
-    const std::vector<int> m = P == 4 ? std::vector<int>{2, 2} : P == 3 ? std::vector<int>{1, 3} : std::vector<int>{P, 1};
+    const std::vector<int> m = P == 4   ? std::vector<int>{2, 2}
+                               : P == 3 ? std::vector<int>{1, 3}
+                                        : std::vector<int>{P, 1};
     L.push_back({"2d", m, {Shard(2), Shard(3)}});
   }
   return L;
@@ -461,9 +463,8 @@ TEST_CASE("ghost declarations are checked on every rank", "[nn][ghost_reuse][err
       CHECK_THAT(e, ContainsSubstring("ghost layers") && ContainsSubstring("differ"));
       // Edge modes that differ.
       e = error_of([&] {
-        DistTensor<T, 4>::from_local(interior, mesh, pl, none,
-                                     GhostLayers::uniform(4, 1, {2, 3}, r == 0 ? std::optional<Boundary>(Boundary::periodic)
-                                                                              : std::nullopt));
+        const std::optional<Boundary> edge = r == 0 ? std::optional<Boundary>(Boundary::periodic) : std::nullopt;
+        DistTensor<T, 4>::from_local(interior, mesh, pl, none, GhostLayers::uniform(4, 1, {2, 3}, edge));
       });
       CHECK_THAT(e, ContainsSubstring("ghost layers"));
       // Declared on some ranks only.

@@ -67,7 +67,8 @@ class DistTensor {
   /// Declares the ghost cells valid again at the current storage version (after the simulation's
   /// own exchange). Local, no communication; seen by every copy of this handle.
   void mark_ghosts_valid() const {
-    SHARD_CHECK(ghosts_ != nullptr, "DistTensor::mark_ghosts_valid", "no ghost layers declared (from_local with GhostLayers)");
+    SHARD_CHECK(ghosts_ != nullptr, "DistTensor::mark_ghosts_valid",
+                "no ghost layers declared (from_local with GhostLayers)");
     ghosts_->valid = true;
     ghosts_->version = local_.version();
   }
@@ -131,7 +132,8 @@ class DistTensor {
         if (g.lo[u] < 0 || g.hi[u] < 0)
           err = fmt::format("ghost widths lo {} hi {} must be >= 0", g.lo, g.hi);
         else if ((g.lo[u] > 0 || g.hi[u] > 0) && local.strides()[u] <= 0)
-          err = fmt::format("ghost layers on dim {} whose stride is {} (ghosts need a positive stride; view strides {})",
+          err = fmt::format("ghost layers on dim {} whose stride is {} (ghosts need a positive stride; "
+                            "view strides {})",
                             d, local.strides()[u], local.strides());
       }
     }
