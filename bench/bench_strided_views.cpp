@@ -6,8 +6,10 @@
 //   copy:        the same views copied to contiguous tensors first, every step: what main did
 //                inside F::conv and F::mse_loss (x.local().contiguous() on a strided view);
 //   contiguous:  contiguous library tensors (the lower bound: no view, no copy).
-// Counters: peak_MiB = rise of shardtensor's host allocation high-water mark over the step (the
+// Counters (both step kinds): peak_MiB = rise of shardtensor's host allocation high-water mark over the step (the
 // bytes the step allocates at its peak), MiB_field = one field's size.
+// BM_heads_step_*: the ops converted after conv (channel_linear, sum, max, mean, upsample), see
+// run_heads below.
 // Run: OMP_NUM_THREADS=2 build/bench/bench_strided_views --benchmark_repetitions=5
 //      --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -78,8 +80,67 @@ void BM_surrogate_step_contiguous(benchmark::State& s) { run(s, Mode::contiguous
 
 }  // namespace
 
+// ---- The remaining ops (strided2): one step of channel_linear (16 -> 16, + bias; mse against the
+// next state, weight / bias gradients), sum over C, max over the spatial dims, mean of all and a
+// nearest 2x upsampling, all on the field x (as a diagnostics / coarse-to-fine head would).
+//   strided: x and t are the stable interior views (read in place);
+//   copy:    main's behaviour for these ops: channel_linear, sum, max, upsample and mean each
+//            copied the view first (5 copies of x per step; mse already read t in place);
+//   contiguous: library tensors.
+void run_heads(benchmark::State& state, Mode mode) {
+  const index_t n = state.range(0);
+  DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
+  Field xf(n, 1), nf(n, 2);
+  const auto xc = xf.interior.contiguous(), nc = nf.interior.contiguous();
+  Var<float, 2> w(DistTensor<float, 2>::random({kC, kC}, mesh, {Replicate()}, 3, RandomInit::uniform(-0.2, 0.2)), true);
+  Var<float, 1> b(DistTensor<float, 1>::random({kC}, mesh, {Replicate()}, 4), true);
+  auto var = [&](const Tensor<float, 4>& t) {
+    return Var<float, 4>(DistTensor<float, 4>::from_local(t, mesh, {Replicate()}), false);
+  };
+  auto step = [&] {
+    auto x_for = [&]() {  // the block an op reads
+      return var(mode == Mode::strided ? xf.interior : mode == Mode::copy ? xf.interior.contiguous() : xc);
+    };
+    const auto t = var(mode == Mode::contiguous ? nc : nf.interior);
+    auto loss = F::mse_loss(F::channel_linear(x_for(), w, b), t);
+    auto s = F::sum(x_for(), {1});
+    auto m = F::max(x_for(), {2, 3});
+    auto u = F::upsample_nearest(x_for(), Shape<2>{2, 2});
+    auto mu = F::mean(x_for());
+    benchmark::DoNotOptimize(s.value().local().data());
+    benchmark::DoNotOptimize(m.value().local().data());
+    benchmark::DoNotOptimize(u.value().local().data());
+    benchmark::DoNotOptimize(mu.value().local().data());
+    loss.backward();
+    w.zero_grad();
+    b.zero_grad();
+  };
+  step();
+  std::size_t peak = 0;
+  const std::uint64_t large0 = host_allocator_stats().large_allocs;
+  for (auto _ : state) {
+    const std::size_t before = memory_stats().current_bytes;
+    reset_peak_memory();
+    step();
+    peak = std::max(peak, memory_stats().peak_bytes - before);
+  }
+  state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
+  state.counters["MiB_field"] = static_cast<double>(xc.numel() * 4) / (1 << 20);
+  // Host block requests >= 1 MiB per step (outputs, gradients and, for copy, the copies of x).
+  state.counters["big_allocs"] =
+      static_cast<double>(host_allocator_stats().large_allocs - large0) / static_cast<double>(state.iterations());
+}
+
+void BM_heads_step_strided(benchmark::State& s) { run_heads(s, Mode::strided); }
+void BM_heads_step_copy(benchmark::State& s) { run_heads(s, Mode::copy); }
+void BM_heads_step_contiguous(benchmark::State& s) { run_heads(s, Mode::contiguous); }
+
 BENCHMARK(BM_surrogate_step_strided)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_surrogate_step_copy)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_surrogate_step_contiguous)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK(BM_heads_step_strided)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_heads_step_copy)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_heads_step_contiguous)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -40,6 +40,13 @@ void check_strided(const Block& x, const Block& y, DType dt, const char* op, con
               what, x.dtype, dt);
   SHARD_CHECK(x.shape_vec() == y.shape_vec(), op, "{} has shape {}, expected {}", what, x.shape_vec(), y.shape_vec());
 }
+/// The reduced operand x as the table reads it: as it is when contiguous or when the table reads
+/// strided inputs in place (CPU); else a contiguous copy on x's device (held by the Block).
+Block reduced_input(const Block& x, const ReduceKernels& tab, const char* op, ExecContext& ctx) {
+  SHARD_CHECK(x.dtype == DType::f32 || x.dtype == DType::f64, op, "input has dtype {}; f32 or f64 needed", x.dtype);
+  if (x.is_contiguous() || tab.takes_strided_input() || x.numel() == 0) return x;
+  return detail::materialize(x, ctx);
+}
 void check_same_shape(const Block& a, const Block& b, const char* op, const char* what) {
   SHARD_CHECK(a.numel() == b.numel(), op, "{} has {} elements, expected {} (shapes {} vs {})", what, b.numel(),
               a.numel(), b.shape_vec(), a.shape_vec());
@@ -49,19 +56,21 @@ void check_same_shape(const Block& a, const Block& b, const char* op, const char
 
 void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx) {
   const char* op = "sum";
-  check_main(x, op, "input");
   check_like(out, x, x.dtype, op, "result");
   check_keepdim(x, out, op, "result");
+  const auto& tab = table(x.device, op);
+  const Block xr = reduced_input(x, tab, op, ctx);
   if (out.numel() == 0) return;
-  table(x.device, op).reduce_sum(x, out, scale, ctx);
+  tab.reduce_sum(xr, out, scale, ctx);
 }
 void reduce_max(const Block& x, const Block& out, ExecContext& ctx) {
   const char* op = "max";
-  check_main(x, op, "input");
   check_like(out, x, x.dtype, op, "result");
   check_keepdim(x, out, op, "result");
+  const auto& tab = table(x.device, op);
+  const Block xr = reduced_input(x, tab, op, ctx);
   if (out.numel() == 0) return;
-  table(x.device, op).reduce_max(x, out, ctx);
+  tab.reduce_max(xr, out, ctx);
 }
 void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext& ctx) {
   const char* op = "sum_backward";
@@ -73,18 +82,18 @@ void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext
 }
 void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ctx) {
   const char* op = "max_backward";
-  check_main(x, op, "input");
   check_like(m, x, x.dtype, op, "maximum");
   check_like(ties, x, DType::f64, op, "tie counts");
   check_keepdim(x, m, op, "maximum");
   check_same_shape(m, ties, op, "tie counts");
+  const auto& tab = table(x.device, op);
+  const Block xr = reduced_input(x, tab, op, ctx);
   if (m.numel() == 0) return;
-  table(x.device, op).max_ties(x, m, ties, ctx);
+  tab.max_ties(xr, m, ties, ctx);
 }
 void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
                   ExecContext& ctx) {
   const char* op = "max_backward";
-  check_main(x, op, "input");
   check_like(m, x, x.dtype, op, "maximum");
   check_like(g, x, x.dtype, op, "gradient");
   check_like(ties, x, DType::f64, op, "tie counts");
@@ -92,9 +101,11 @@ void max_backward(const Block& x, const Block& m, const Block& g, const Block& t
   check_keepdim(x, m, op, "maximum");
   check_same_shape(m, g, op, "gradient");
   check_same_shape(m, ties, op, "tie counts");
-  check_same_shape(x, gx, op, "input gradient");
+  SHARD_CHECK(gx.shape_vec() == x.shape_vec(), op, "input gradient has shape {}, expected {}", gx.shape_vec(),
+              x.shape_vec());
   if (x.numel() == 0) return;
-  table(x.device, op).max_backward(x, m, g, ties, gx, ctx);
+  const auto& tab = table(x.device, op);
+  tab.max_backward(reduced_input(x, tab, op, ctx), m, g, ties, gx, ctx);
 }
 
 double sum_all(const Block& x, ExecContext& ctx) {

@@ -30,7 +30,11 @@ Block::Extents keepdim_strides(const Block& x, const Block& out) {
   return st;
 }
 
-/// Calls f(i, j) for each element i of a contiguous block of shape s with j its offset under st.
+/// Calls f(i, j, o) for each element of x in element (row-major) order: i its index in a contiguous
+/// block of x's shape, j its offset under the keepdim strides st, o its offset in x under x's own
+/// strides (o == i for a contiguous x). Walking a strided x (e.g. the interior of a halo-padded
+/// array) row by row in this order visits the same values in the same order as its contiguous copy,
+/// so sums and maxima are bitwise those of the copy.
 template <class Fn>
 void for_each_mapped(const Block& x, const Block::Extents& st, Fn f) {
   const index_t n = x.numel();
@@ -38,25 +42,33 @@ void for_each_mapped(const Block& x, const Block::Extents& st, Fn f) {
   const int R = x.rank;
   const auto& s = x.shape;
   const index_t inner = R ? s[static_cast<std::size_t>(R - 1)] : 1, outer = n / inner,
-                is = R ? st[static_cast<std::size_t>(R - 1)] : 0;
+                is = R ? st[static_cast<std::size_t>(R - 1)] : 0, xs = detail::row_step(x);
+  const bool dense = x.is_contiguous();
   for (index_t r = 0; r < outer; ++r) {
     index_t rem = r, off = 0;
     for (int d = R - 2; d >= 0; --d) {
       off += (rem % s[static_cast<std::size_t>(d)]) * st[static_cast<std::size_t>(d)];
       rem /= s[static_cast<std::size_t>(d)];
     }
-    for (index_t i = 0; i < inner; ++i) f(r * inner + i, off + i * is);
+    const index_t base = r * inner;
+    if (dense) {
+      for (index_t i = 0; i < inner; ++i) f(base + i, off + i * is, base + i);
+    } else {
+      const index_t xo = detail::row_offset(x, r);
+      for (index_t i = 0; i < inner; ++i) f(base + i, off + i * is, xo + i * xs);
+    }
   }
 }
 
 struct CpuReduce final : ReduceKernels {
+  bool takes_strided_input() const override { return true; }
   void reduce_sum(const Block& x, const Block& out, double scale, ExecContext&) const override {
     by_dtype(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* px = static_cast<const T*>(x.data);
       std::vector<double> acc(static_cast<std::size_t>(out.numel()), 0.0);
       for_each_mapped(x, keepdim_strides(x, out),
-                      [&](index_t i, index_t j) { acc[static_cast<std::size_t>(j)] += px[i]; });
+                      [&](index_t, index_t j, index_t o) { acc[static_cast<std::size_t>(j)] += px[o]; });
       T* po = static_cast<T*>(out.data);
       for (std::size_t j = 0; j < acc.size(); ++j) po[j] = static_cast<T>(acc[j] * scale);
     });
@@ -67,7 +79,7 @@ struct CpuReduce final : ReduceKernels {
       const T* px = static_cast<const T*>(x.data);
       T* po = static_cast<T*>(out.data);
       std::fill(po, po + out.numel(), -std::numeric_limits<T>::infinity());
-      for_each_mapped(x, keepdim_strides(x, out), [&](index_t i, index_t j) { po[j] = std::max(po[j], px[i]); });
+      for_each_mapped(x, keepdim_strides(x, out), [&](index_t, index_t j, index_t o) { po[j] = std::max(po[j], px[o]); });
     });
   }
   void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext&) const override {
@@ -76,7 +88,7 @@ struct CpuReduce final : ReduceKernels {
       const T f = static_cast<T>(scale);
       const T* pg = static_cast<const T*>(g.data);
       T* pgx = static_cast<T*>(gx.data);
-      for_each_mapped(gx, keepdim_strides(gx, g), [&](index_t i, index_t j) { pgx[i] = pg[j] * f; });
+      for_each_mapped(gx, keepdim_strides(gx, g), [&](index_t i, index_t j, index_t) { pgx[i] = pg[j] * f; });
     });
   }
   void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext&) const override {
@@ -86,8 +98,8 @@ struct CpuReduce final : ReduceKernels {
       const T* pm = static_cast<const T*>(m.data);
       double* pt = static_cast<double*>(ties.data);
       std::fill(pt, pt + ties.numel(), 0.0);
-      for_each_mapped(x, keepdim_strides(x, m), [&](index_t i, index_t j) {
-        if (px[i] == pm[j]) pt[j] += 1.0;
+      for_each_mapped(x, keepdim_strides(x, m), [&](index_t, index_t j, index_t o) {
+        if (px[o] == pm[j]) pt[j] += 1.0;
       });
     });
   }
@@ -100,8 +112,8 @@ struct CpuReduce final : ReduceKernels {
       const T* pg = static_cast<const T*>(g.data);
       const double* pt = static_cast<const double*>(ties.data);
       T* pgx = static_cast<T*>(gx.data);
-      for_each_mapped(x, keepdim_strides(x, m), [&](index_t i, index_t j) {
-        pgx[i] = px[i] == pm[j] ? static_cast<T>(pg[j] / pt[j]) : T(0);
+      for_each_mapped(x, keepdim_strides(x, m), [&](index_t i, index_t j, index_t o) {
+        pgx[i] = px[o] == pm[j] ? static_cast<T>(pg[j] / pt[j]) : T(0);
       });
     });
   }

@@ -11,6 +11,9 @@ namespace shard::exec {
 struct ReduceKernels {
   static constexpr KernelFamily id = KernelFamily::reduce;
   virtual ~ReduceKernels() = default;
+  /// True when reduce_sum / reduce_max / max_ties / max_backward read a strided x (any strides,
+  /// e.g. the interior of a halo-padded array) in place; else the front passes a contiguous copy.
+  virtual bool takes_strided_input() const { return false; }
   virtual void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx) const = 0;
   virtual void reduce_max(const Block& x, const Block& out, ExecContext& ctx) const = 0;
   virtual void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext& ctx) const = 0;

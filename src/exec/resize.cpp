@@ -3,6 +3,8 @@
 
 #include "exec/front_util.hpp"
 #include "exec/resize_kernels.hpp"
+#include "exec/strided_rows.hpp"
+#include "shardtensor/exec/block.hpp"
 
 namespace shard::exec {
 
@@ -18,6 +20,17 @@ void resize_forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const vo
                     ExecContext& ctx) {
   const auto& k = detail::front_table<ResizeKernels>("resize_forward", dt, dev, ctx);
   if (dev.is_cuda()) check_resize_geometry("resize_forward", mode, g);  // the CPU kernel checks as it builds its taps
+  if (g.x_strided && !k.takes_strided_input()) {  // one contiguous copy for tables without strides
+    SHARD_CHECK(g.channels >= 1 && g.planes % g.channels == 0, "resize_forward", "{} planes are not N x {} channels",
+                g.planes, g.channels);
+    const index_t shape[5] = {g.planes / g.channels, g.channels, g.in_len[0], g.in_len[1], g.in_len[2]};
+    const Block xc = detail::materialize(
+        Block::view(dt, dev, const_cast<void*>(x), shape, 5, g.x_strides.data()), ctx);
+    ResizeGeometry gc = g;
+    gc.x_strided = false;
+    k.forward(dt, mode, gc, xc.data, y, ctx);
+    return;
+  }
   k.forward(dt, mode, g, x, y, ctx);
 }
 

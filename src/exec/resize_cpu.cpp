@@ -52,28 +52,35 @@ void forward_impl(ResizeMode mode, const ResizeGeometry& g, const T* x, T* y) {
   const auto t = tap_tables("resize_forward", mode, g);
   const index_t pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
   const index_t rows = g.planes * g.out_len[0] * g.out_len[1];
-  const auto& n1 = g.in_len[1];
-  const auto& n2 = g.in_len[2];
+  // x's element strides: plane (sample, channel), the 3 spatial dims. A strided x (a view of user
+  // memory) is read in place with the same arithmetic: bitwise the result of its contiguous copy.
+  const index_t C = g.x_strided ? g.channels : 1, sn = g.x_strided ? g.x_strides[0] : pin,
+                sc = g.x_strided ? g.x_strides[1] : 0, s0 = g.x_strided ? g.x_strides[2] : g.in_len[1] * g.in_len[2],
+                s1 = g.x_strided ? g.x_strides[3] : g.in_len[2], s2 = g.x_strided ? g.x_strides[4] : 1;
 #pragma omp parallel for schedule(static) if (g.planes * pout > (1 << 14))
   for (index_t r = 0; r < rows; ++r) {
     const index_t pl = r / (g.out_len[0] * g.out_len[1]), o0 = (r / g.out_len[1]) % g.out_len[0],
                   o1 = r % g.out_len[1];
-    const T* xp = x + pl * pin;
+    const T* xp = x + (pl / C) * sn + (pl % C) * sc;
     T* yr = y + pl * pout + (o0 * g.out_len[1] + o1) * g.out_len[2];
     const Tap a = t[0][o0], b = t[1][o1];
-    const T* r00 = xp + (a.i0 * n1 + b.i0) * n2;
+    const T* r00 = xp + a.i0 * s0 + b.i0 * s1;
     if (mode == ResizeMode::nearest) {
-      for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0];
+      if (s2 == 1)
+        for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0];
+      else
+        for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0 * s2];
       continue;
     }
-    const T* r01 = xp + (a.i0 * n1 + b.i1) * n2;
-    const T* r10 = xp + (a.i1 * n1 + b.i0) * n2;
-    const T* r11 = xp + (a.i1 * n1 + b.i1) * n2;
+    const T* r01 = xp + a.i0 * s0 + b.i1 * s1;
+    const T* r10 = xp + a.i1 * s0 + b.i0 * s1;
+    const T* r11 = xp + a.i1 * s0 + b.i1 * s1;
     const double w00 = a.w0 * b.w0, w01 = a.w0 * b.w1, w10 = a.w1 * b.w0, w11 = a.w1 * b.w1;
     for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) {
       const Tap c = t[2][o2];
-      const double v0 = c.w0 * (w00 * r00[c.i0] + w01 * r01[c.i0] + w10 * r10[c.i0] + w11 * r11[c.i0]);
-      const double v1 = c.w1 * (w00 * r00[c.i1] + w01 * r01[c.i1] + w10 * r10[c.i1] + w11 * r11[c.i1]);
+      const index_t i0 = c.i0 * s2, i1 = c.i1 * s2;
+      const double v0 = c.w0 * (w00 * r00[i0] + w01 * r01[i0] + w10 * r10[i0] + w11 * r11[i0]);
+      const double v1 = c.w1 * (w00 * r00[i1] + w01 * r01[i1] + w10 * r10[i1] + w11 * r11[i1]);
       yr[o2] = static_cast<T>(v0 + v1);
     }
   }
@@ -117,6 +124,7 @@ void backward_impl(ResizeMode mode, const ResizeGeometry& g, const T* gy, T* gx)
 }
 
 struct CpuResize final : ResizeKernels {
+  bool takes_strided_input() const override { return true; }
   void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                ExecContext&) const override {
     if (dt == DType::f32)

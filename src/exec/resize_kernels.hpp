@@ -11,6 +11,9 @@ namespace shard::exec {
 struct ResizeKernels {
   static constexpr KernelFamily id = KernelFamily::resize;
   virtual ~ResizeKernels() = default;
+  /// True when forward reads a strided x (ResizeGeometry::x_strided) in place; else the front
+  /// passes a contiguous copy.
+  virtual bool takes_strided_input() const { return false; }
   virtual void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                        ExecContext& ctx) const = 0;
   virtual void backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx,

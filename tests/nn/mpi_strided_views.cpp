@@ -139,3 +139,198 @@ TEMPLATE_TEST_CASE("ops on strided interior views of padded user arrays equal th
     }
   });
 }
+
+// ---- linear / channel_linear, reductions and concat on strided views (the remaining ops) ----
+
+namespace {
+
+/// A rank's halo-padded array of any rank (ghost width kGhost on the dims >= first_ghost, NaN) and
+/// the zero-copy view of its interior, filled with the global field `seed` of shape `global`.
+template <class T, int R>
+struct PaddedBlock {
+  std::vector<T> mem;
+  Tensor<T, R> interior;
+  PaddedBlock(const DistSpec& spec, const Shape<R>& global, int first_ghost, std::uint64_t seed, bool stable) {
+    const auto& b = spec.local_box();
+    Shape<R> len{}, padded{}, lo{};
+    for (int d = 0; d < R; ++d) {
+      len[d] = b.len[static_cast<std::size_t>(d)];
+      lo[d] = b.lo[static_cast<std::size_t>(d)];
+      padded[d] = len[d] + (d >= first_ghost ? 2 * kGhost : 0);
+    }
+    mem.assign(static_cast<std::size_t>(numel(padded)), std::numeric_limits<T>::quiet_NaN());
+    Shape<R> st{};
+    index_t acc = 1, off = 0;
+    for (int d = R - 1; d >= 0; --d) {
+      st[d] = acc;
+      if (d >= first_ghost) off += kGhost * acc;
+      acc *= padded[d];
+    }
+    interior = Tensor<T, R>::view(mem.data() + off, len, st);
+    if (stable) interior = interior.declare_stable();
+    interior.fill_random(seed, lo, global);
+  }
+};
+
+/// channel_linear (+ bias), sum over C, max over the spatial dims (Partial(max) when sharded),
+/// mean over N and W (Partial(sum)), the global mean and max, nearest / bilinear upsampling (the
+/// bilinear one with a halo when sharded) and channel_linear of concat(x, u), all on
+/// strided x / u; every result resolved and squared so each gradient depends on x.
+template <class T>
+Var<T, 1> mix_reduce_loss(const Var<T, 4>& x, const Var<T, 4>& u, const Var<T, 2>& w, const Var<T, 1>& b,
+                          const Var<T, 2>& w2) {
+  auto sq = [](const auto& v) {
+    auto r = F::resolve(v);
+    return F::resolve(F::sum(F::mul(r, r)));
+  };
+  auto l = sq(F::channel_linear(x, w, b));
+  l = F::add(l, sq(F::sum(x, {1})));
+  l = F::add(l, sq(F::max(x, {2, 3})));
+  l = F::add(l, sq(F::mean(x, {0, 3})));
+  l = F::add(l, F::resolve(F::mean(x)));
+  l = F::add(l, F::resolve(F::max(x)));
+  l = F::add(l, sq(F::upsample_nearest(x, Shape<2>{2, 3})));
+  l = F::add(l, sq(F::mul(F::upsample_linear(x, Shape<2>{2, 2}), F::upsample_nearest(u, Shape<2>{2, 2}))));
+  return F::add(l, sq(F::channel_linear(F::concat(x, u), w2)));
+}
+
+/// linear (+ bias) on tokens [B, L, C], sum over L, max over C, mean of all: strided x.
+template <class T>
+Var<T, 1> token_loss(const Var<T, 3>& x, const Var<T, 2>& w, const Var<T, 1>& b) {
+  auto sq = [](const auto& v) {
+    auto r = F::resolve(v);
+    return F::resolve(F::sum(F::mul(r, r)));
+  };
+  auto l = F::add(sq(F::linear(x, w, b)), sq(F::sum(x, {1})));
+  l = F::add(l, sq(F::max(x, {2})));
+  return F::add(l, F::resolve(F::mean(x)));
+}
+
+template <class T, int R>
+double rel_r(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  return max_rel_diff(a, b);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("linear, channel_linear, reductions, upsampling and concat on strided interior views equal the unsharded computation",
+                   "[nn][strided][linear][reduce][mpi]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, double> ? 1e-10 : 1e-4;
+  DeviceMesh self(std::make_shared<SelfComm>(), {1});
+  // Oracle 1: channels-first fields [2, 3, 11, 9] (library memory, one rank).
+  Var<T, 4> x0(DistTensor<T, 4>::random(kX, self, {Replicate()}, 21), true);
+  Var<T, 4> u0(DistTensor<T, 4>::random(kX, self, {Replicate()}, 22), true);
+  Var<T, 2> w0(DistTensor<T, 2>::random({4, 3}, self, {Replicate()}, 23), true);
+  Var<T, 1> b0(DistTensor<T, 1>::random({4}, self, {Replicate()}, 24), true);
+  Var<T, 2> v0(DistTensor<T, 2>::random({2, 6}, self, {Replicate()}, 25), true);
+  auto l0 = mix_reduce_loss(x0, u0, w0, b0, v0);
+  l0.backward();
+  const double loss0 = static_cast<double>(l0.value().local().data()[0]);
+  // Oracle 2: tokens [2, 13, 6].
+  const Shape<3> kT{2, 13, 6};
+  Var<T, 3> tx0(DistTensor<T, 3>::random(kT, self, {Replicate()}, 26), true);
+  Var<T, 2> tw0(DistTensor<T, 2>::random({5, 6}, self, {Replicate()}, 27), true);
+  Var<T, 1> tb0(DistTensor<T, 1>::random({5}, self, {Replicate()}, 28), true);
+  auto tl0 = token_loss(tx0, tw0, tb0);
+  tl0.backward();
+  const double tloss0 = static_cast<double>(tl0.value().local().data()[0]);
+
+  auto close = [tol](double a, double b) { return std::abs(a - b) <= tol * std::max(1.0, std::abs(b)); };
+  for_each_comm_size([&](CommPtr comm) {
+    const int P = comm->size();
+    for (bool stable : {true, false}) {
+      for (const auto& L : layouts(P)) {
+        INFO(P << " ranks, mesh " << fmt::format("{}", L.mesh_shape) << ", placements "
+               << fmt::format("{}", L.placements) << (stable ? ", stable views" : ", snapshot views"));
+        DeviceMesh mesh(comm, L.mesh_shape);
+        std::vector<Placement> rep(L.mesh_shape.size(), Replicate());
+        const DistSpec spec(mesh, L.placements, {kX[0], kX[1], kX[2], kX[3]});
+        PaddedBlock<T, 4> xf(spec, kX, 2, 21, stable), uf(spec, kX, 2, 22, stable);
+        REQUIRE(!xf.interior.is_contiguous());
+        Var<T, 4> x(DistTensor<T, 4>::from_local(xf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 4> u(DistTensor<T, 4>::from_local(uf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 2> w(DistTensor<T, 2>::random({4, 3}, mesh, rep, 23), true);
+        Var<T, 1> b(DistTensor<T, 1>::random({4}, mesh, rep, 24), true);
+        Var<T, 2> v(DistTensor<T, 2>::random({2, 6}, mesh, rep, 25), true);
+        auto loss = mix_reduce_loss(x, u, w, b, v);
+        loss.backward();
+        if (stable) CHECK(x.value().local().data() == xf.interior.data());  // saved in place
+        CHECK(close(static_cast<double>(loss.value().local().data()[0]), loss0));
+        CHECK(rel_r(x.grad().full_tensor(), x0.grad().local()) <= tol);
+        CHECK(rel_r(u.grad().full_tensor(), u0.grad().local()) <= tol);
+        CHECK(rel_r(w.grad().full_tensor(), w0.grad().local()) <= tol);
+        CHECK(rel_r(v.grad().full_tensor(), v0.grad().local()) <= tol);
+        CHECK(rel_r(b.grad().full_tensor(), b0.grad().local()) <= tol);
+        std::size_t nan = 0;
+        for (T e : xf.mem) nan += e != e;
+        CHECK(nan == xf.mem.size() - static_cast<std::size_t>(xf.interior.numel()));
+      }
+      // Tokens sharded along L (and B on a 2-D mesh), rows padded on L and C.
+      std::vector<Layout> tls{{{P}, {Shard(1)}}};
+      if (P == 4) tls.push_back({{2, 2}, {Shard(0), Shard(1)}});
+      if (P == 2) tls.push_back({{2, 1}, {Shard(1), Shard(0)}});
+      for (const auto& L : tls) {
+        INFO(P << " ranks, tokens, mesh " << fmt::format("{}", L.mesh_shape) << ", placements "
+               << fmt::format("{}", L.placements) << (stable ? ", stable views" : ", snapshot views"));
+        DeviceMesh mesh(comm, L.mesh_shape);
+        std::vector<Placement> rep(L.mesh_shape.size(), Replicate());
+        const DistSpec spec(mesh, L.placements, {kT[0], kT[1], kT[2]});
+        PaddedBlock<T, 3> xf(spec, kT, 1, 26, stable);
+        Var<T, 3> x(DistTensor<T, 3>::from_local(xf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 2> w(DistTensor<T, 2>::random({5, 6}, mesh, rep, 27), true);
+        Var<T, 1> b(DistTensor<T, 1>::random({5}, mesh, rep, 28), true);
+        auto loss = token_loss(x, w, b);
+        loss.backward();
+        if (stable) CHECK(x.value().local().data() == xf.interior.data());
+        CHECK(close(static_cast<double>(loss.value().local().data()[0]), tloss0));
+        CHECK(rel_r(x.grad().full_tensor(), tx0.grad().local()) <= tol);
+        CHECK(rel_r(w.grad().full_tensor(), tw0.grad().local()) <= tol);
+        CHECK(rel_r(b.grad().full_tensor(), tb0.grad().local()) <= tol);
+      }
+    }
+  });
+}
+
+TEMPLATE_TEST_CASE("neighbourhood attention on strided q, k, v interior views equals the unsharded computation",
+                   "[nn][strided][attention][mpi]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, double> ? 1e-10 : 1e-4;
+  const Shape<5> kQ{2, 11, 9, 2, 3};  // [B, S0, S1, H, D]: S0 / S1 sharded unevenly
+  const F::NeighborhoodOptions opt{{3, 4}, {1, 1}, {false, true}, 0};
+  DeviceMesh self(std::make_shared<SelfComm>(), {1});
+  Var<T, 5> q0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 31), true);
+  Var<T, 5> k0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 32), true);
+  Var<T, 5> v0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 33), true);
+  Var<T, 5> g0(DistTensor<T, 5>::random(kQ, self, {Replicate()}, 34), false);
+  auto l0 = F::sum(F::mul(F::neighborhood_attention(q0, k0, v0, opt), g0));
+  l0.backward();
+  const double loss0 = static_cast<double>(l0.value().local().data()[0]);
+  for_each_comm_size([&](CommPtr comm) {
+    const int P = comm->size();
+    std::vector<Layout> ls{{{P}, {Shard(1)}}, {{P}, {Shard(2)}}};
+    if (P == 4) ls.push_back({{2, 2}, {Shard(1), Shard(2)}});
+    for (bool stable : {true, false}) {
+      for (const auto& L : ls) {
+        INFO(P << " ranks, mesh " << fmt::format("{}", L.mesh_shape) << ", placements "
+               << fmt::format("{}", L.placements) << (stable ? ", stable views" : ", snapshot views"));
+        DeviceMesh mesh(comm, L.mesh_shape);
+        const DistSpec spec(mesh, L.placements, {kQ[0], kQ[1], kQ[2], kQ[3], kQ[4]});
+        PaddedBlock<T, 5> qf(spec, kQ, 1, 31, stable), kf(spec, kQ, 1, 32, stable), vf(spec, kQ, 1, 33, stable);
+        REQUIRE(!qf.interior.is_contiguous());
+        Var<T, 5> q(DistTensor<T, 5>::from_local(qf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 5> k(DistTensor<T, 5>::from_local(kf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 5> v(DistTensor<T, 5>::from_local(vf.interior, mesh, L.placements, spec.sizes()), true);
+        Var<T, 5> g(DistTensor<T, 5>::random(kQ, mesh, L.placements, 34), false);
+        auto loss = F::resolve(F::sum(F::mul(F::neighborhood_attention(q, k, v, opt), g)));
+        loss.backward();
+        if (stable) CHECK(q.value().local().data() == qf.interior.data());
+        const double lv = static_cast<double>(loss.value().local().data()[0]);
+        CHECK(std::abs(lv - loss0) <= tol * std::max(1.0, std::abs(loss0)));
+        CHECK(rel_r(q.grad().full_tensor(), q0.grad().local()) <= tol);
+        CHECK(rel_r(k.grad().full_tensor(), k0.grad().local()) <= tol);
+        CHECK(rel_r(v.grad().full_tensor(), v0.grad().local()) <= tol);
+      }
+    }
+  });
+}

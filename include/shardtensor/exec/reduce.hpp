@@ -4,7 +4,9 @@
 /// sums and dot products, and the mse / relative-L2 loss kernels. Dispatch goes by the blocks'
 /// device (CPU: src/exec/reduce_cpu.cpp; CUDA: kernels/reduce.cu, deterministic: fixed-order
 /// block trees, no floating-point atomics). All blocks are contiguous, f32 or f64 unless noted,
-/// on one device; sums accumulate in double. Results returned as `double` are on the host (the
+/// on one device; sums accumulate in double. The reduced input x of reduce_sum / reduce_max /
+/// max_ties / max_backward may be strided (any strides): the CPU table reads it in place, in
+/// element order (bitwise the result of a contiguous copy); other tables get a contiguous copy. Results returned as `double` are on the host (the
 /// call waits for the device).
 #include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"

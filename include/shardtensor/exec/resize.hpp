@@ -25,10 +25,16 @@ struct ResizeGeometry {
   index_t planes = 1;
   std::array<index_t, 3> scale{1, 1, 1}, global_in{1, 1, 1}, in_lo{0, 0, 0}, in_len{1, 1, 1}, out_lo{0, 0, 0},
       out_len{1, 1, 1};
+  /// A strided forward input (e.g. the interior of a user's halo-padded array): x_strides are its
+  /// element strides over N, C and the 3 spatial dims, with planes = N * channels. The CPU table
+  /// reads it in place; other tables get a contiguous copy from the front. Unused when false.
+  bool x_strided = false;
+  index_t channels = 1;
+  std::array<index_t, 5> x_strides{0, 0, 0, 0, 0};
 };
 
-/// y[planes, out_len] from x[planes, in_len]; throws shard::Error unless the block holds every
-/// input the outputs read.
+/// y[planes, out_len] from x[planes, in_len] (contiguous, or strided as g.x_strided says); throws
+/// shard::Error unless the block holds every input the outputs read.
 void resize_forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y, Device dev,
                     ExecContext& ctx);
 /// gx[planes, in_len] = adjoint of resize_forward applied to gy[planes, out_len] (overwrites gx).

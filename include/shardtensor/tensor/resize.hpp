@@ -87,9 +87,15 @@ Tensor<T, R> resize_forward(const Tensor<T, R>& x, ResizeMode mode, const Resize
     ys[2 + d] = b.out_len[d];
   }
   auto y = Tensor<T, R>::empty(ys, x.device());
-  const auto xc = x.contiguous();
-  exec::resize_forward(dtype_of<T>, mode, detail::resize_geometry<R - 2>(x.size(0) * x.size(1), b, in_len), xc.data(),
-                       y.data(), x.device(), current_context(x.device()));
+  auto g = detail::resize_geometry<R - 2>(x.size(0) * x.size(1), b, in_len);
+  if (!x.is_contiguous() && x.numel() > 0) {  // a strided view (user memory): read in place
+    g.x_strided = true;
+    g.channels = x.size(1);
+    g.x_strides[0] = x.stride(0);
+    g.x_strides[1] = x.stride(1);
+    for (int d = 0; d < R - 2; ++d) g.x_strides[static_cast<std::size_t>(5 - (R - 2) + d)] = x.stride(2 + d);
+  }
+  exec::resize_forward(dtype_of<T>, mode, g, x.data(), y.data(), x.device(), current_context(x.device()));
   return y;
 }
 

@@ -72,6 +72,14 @@ void check_nbhd_options(const char* op, int spatial, const NeighborhoodOptions& 
 NbhdPlan make_nbhd_plan(const char* op, const DistSpec& qs, const DistSpec& ks, const DistSpec& vs,
                         const NeighborhoodOptions& o);
 
+/// t as the kernels read it: as it is when its head-feature dim D has unit stride (any other
+/// strides: e.g. the interior of a user's halo-padded array, read in place on every device),
+/// else one contiguous copy.
+template <class T, int R>
+Tensor<T, R> nbhd_operand(const Tensor<T, R>& t) {
+  return t.stride(R - 1) == 1 || t.size(R - 1) <= 1 ? t : t.contiguous();
+}
+
 /// Kernel operand view of a [B, S..., H, D] tensor (spatial dims right-aligned to three).
 template <class T, int R>
 exec::NbhdIn nbhd_in(const Tensor<T, R>& t) {
@@ -121,10 +129,10 @@ Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, c
     kx = hk.finish();
     vx = hv.finish();
   } else {
-    kx = k.value().local().contiguous();
-    vx = v.value().local().contiguous();
+    kx = detail::nbhd_operand(k.value().local());
+    vx = detail::nbhd_operand(v.value().local());
   }
-  const Tensor<T, R> ql = q.value().local().contiguous();
+  const Tensor<T, R> ql = detail::nbhd_operand(q.value().local());
   Shape<R> oshape = ql.shape();
   oshape[R - 1] = plan->geom.Dv;
   Tensor<T, R> out = Tensor<T, R>::empty(oshape, dev);

@@ -13,6 +13,8 @@
 ///    (also across ranks) share it equally (like torch.amax). It costs two small allreduces over
 ///    the mesh dims that shard reduced dims (the global max and the tie count).
 ///  - Inputs may be Partial(sum) for sum/mean (linear); max refuses Partial inputs.
+///  - A strided local block (a view of user memory) is read in place, forward and backward (CPU;
+///    the CUDA front makes one contiguous device copy); results are bitwise those of a copy.
 #include "shardtensor/exec/reduce.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
@@ -58,7 +60,9 @@ Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) 
   for (int m : red_mdims) pl[static_cast<std::size_t>(m)] = Partial(pop);
   const DistSpec out_spec = derived_spec(xs, pl, og);
 
-  const auto xl = x.local().contiguous();
+  // x as it is: a strided view (e.g. the interior of a user's halo-padded array) is read in place
+  // by the CPU table and saved as it is (a stable view; a snapshot view was copied by local()).
+  const Tensor<T, R> xl = x.local();
   const Device dev = xl.device();
   ExecContext& ctx = current_context(dev);
   const auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
