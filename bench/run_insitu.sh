@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Overhead of in-situ training (issue 8, scope 6): runs examples/insitu_advection with the
-# surrogate off, on with stable (zero-copy) views and on with snapshot views, REPEATS times each,
+# surrogate off, on with stable (zero-copy) views and on with snapshot views (each with and without
+# ghost reuse), REPEATS times each,
 # and prints the median over the repeats of each run's median simulation step, median surrogate
 # phase and page faults per step. Prints the machine load before and after.
 #   bench/run_insitu.sh [build-dir] [np] [repeats] [example flags...]
@@ -15,12 +16,22 @@ med() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) prin
 field() { sed -n "s/^$1=\([-0-9.e+]*\).*/\1/p"; }
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC')  $(uname -n)  np=$NP  repeats=$REPEATS  OMP_NUM_THREADS=$OMP_NUM_THREADS  flags: ${ARGS[*]}"
 echo "# load before: $(uptime)"
-printf "%-18s %14s %14s %16s %14s %16s %16s\n" mode sim_ms/step sim_minflt/step surr_ms/phase surr_ms/step total_ms/step surr_minflt/phase
-for mode in "off" "on --view stable" "on --view snapshot"; do
-  out=()
-  for ((r = 0; r < REPEATS; ++r)); do out+=("$("${MPI[@]}" "$EXE" "${ARGS[@]}" --diag-every 1000000 --surrogate $mode)"); done
-  col() { for o in "${out[@]}"; do echo "$o" | field "$1"; done | med; }
-  printf "%-18s %14s %14s %16s %14s %16s %16s\n" "${mode/ --view/}" "$(col sim_ms_per_step)" "$(col sim_minflt_per_step)" \
+# Modes: the surrogate off; on with stable / snapshot views, each with ghost reuse (the conv reads
+# the simulation's ghost cells, the default) and without (--ghost-reuse off: the library's own
+# halo exchange). The repeats are interleaved over the modes, so load drift hits every mode alike.
+MODES=("off" "on --view stable" "on --view stable --ghost-reuse off" "on --view snapshot"
+       "on --view snapshot --ghost-reuse off")
+declare -A OUT
+for ((r = 0; r < REPEATS; ++r)); do
+  for mode in "${MODES[@]}"; do
+    OUT[$mode]+="$("${MPI[@]}" "$EXE" "${ARGS[@]}" --diag-every 1000000 --surrogate $mode)"$'\n'
+  done
+done
+printf "%-26s %14s %14s %16s %14s %16s %16s\n" mode sim_ms/step sim_minflt/step surr_ms/phase surr_ms/step total_ms/step surr_minflt/phase
+for mode in "${MODES[@]}"; do
+  col() { echo "${OUT[$mode]}" | field "$1" | med; }
+  label="${mode//--view /}"; label="${label//--ghost-reuse off/no-ghost-reuse}"
+  printf "%-26s %14s %14s %16s %14s %16s %16s\n" "$label" "$(col sim_ms_per_step)" "$(col sim_minflt_per_step)" \
     "$(col surrogate_ms_per_phase)" "$(col surrogate_ms_per_sim_step)" "$(col total_ms_per_sim_step)" "$(col surrogate_minflt_per_phase)"
 done
 echo "# load after: $(uptime)"

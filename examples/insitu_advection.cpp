@@ -22,6 +22,9 @@
 //  - zero-copy views: the input is the INTERIOR of the ghosted state array (strided view: pointer
 //    to the first interior cell, row stride lx+2), the target is the step's tendency array; both
 //    are declared stable because the simulation does not write them until backward has run;
+//  - the state's ghost cells, just filled by the simulation's own exchange, declared valid
+//    (--ghost-reuse on, the default; dist/ghosts.hpp): the periodic conv3x3 reads them instead of
+//    running its own halo exchange (off: the library exchanges; the losses are bit-identical);
 //  - and trains conv3x3(periodic) -> tanh -> conv1x1 (fp64, Adam) for --train-iters iterations to
 //    map the state to its tendency. The loss is printed per phase (it decreases).
 // The simulation's diagnostics are bit-identical with the surrogate on and off (ctest
@@ -62,6 +65,7 @@ struct SimArgs {
   int diag_every = 20;
   std::string surrogate = "on";
   std::string view = "stable";  // stable (zero-copy) | snapshot (the library copies what it saves)
+  std::string ghost_reuse = "on";  // on: the surrogate's conv reads the simulation's ghost cells
   std::string grid;      // process grid "PYxPX"; empty: MPI_Dims_create
   std::uint64_t seed = 1;
   double comm_timeout = -1;  // < 0: leave SHARDTENSOR_COMM_TIMEOUT's value
@@ -215,7 +219,8 @@ class Surrogate {
                shard::nn::functional::ConvOptions<2>::same({3, 3}, 1, shard::Boundary::periodic), true, a.seed),
         conv2_(mesh_, a.width, 1, {1, 1}, {}, true, a.seed + 1),
         opt_(params(), {.lr = a.lr}),
-        stable_(a.view == "stable") {
+        stable_(a.view == "stable"),
+        ghost_reuse_(a.ghost_reuse == "on") {
     // The mesh must put every rank where the simulation's Cartesian grid has it (row-major on
     // both sides with reorder = 0; checked, not assumed).
     const auto c = mesh_.coords_of(comm_->rank());
@@ -242,7 +247,13 @@ class Surrogate {
       y_local = y_local.declare_stable();
     }
     const std::vector<shard::Placement> pl{shard::Shard(2), shard::Shard(3)};
-    auto x = shard::DistTensor<T, 4>::from_local(x_local, mesh_, pl, sizes_);
+    // Ghost reuse (dist/ghosts.hpp): exchange_halo has just filled u's ghost cells (width 1 on
+    // both spatial dims, periodic wrap at the domain edge, corners included) and nothing writes u
+    // before this phase ends, so they are declared valid and the periodic conv3x3 reads them
+    // instead of exchanging its own halo (the backward still sends ghost gradients home).
+    const auto ghosts = shard::GhostLayers::uniform(4, 1, {2, 3}, shard::Boundary::periodic);
+    auto x = ghost_reuse_ ? shard::DistTensor<T, 4>::from_local(x_local, mesh_, pl, sizes_, ghosts)
+                          : shard::DistTensor<T, 4>::from_local(x_local, mesh_, pl, sizes_);
     auto y = shard::DistTensor<T, 4>::from_local(y_local, mesh_, pl, sizes_);
     // Zero-copy: the distributed tensors' local blocks are the simulation's memory.
     comm_->check_all(x.local().data() == u.interior() && y.local().data() == tend.data(), "insitu_advection",
@@ -285,6 +296,7 @@ class Surrogate {
   shard::nn::Conv<T, 2> conv1_, conv2_;
   shard::optim::Adam<T> opt_;
   bool stable_ = true;
+  bool ghost_reuse_ = true;
   shard::ShardSizes sizes_;
 };
 
@@ -312,6 +324,10 @@ void add_flags(CLI::App& app, SimArgs& a) {
                  "how the library holds the simulation's arrays: stable (declare_stable, zero-copy) or snapshot "
                  "(the default policy of Tensor::view: a copy when autograd saves it)")
       ->check(CLI::IsMember({"stable", "snapshot"}))->capture_default_str();
+  app.add_option("--ghost-reuse", a.ghost_reuse,
+                 "on: the input is declared with the simulation's valid ghost cells (width 1, periodic) and the "
+                 "surrogate's conv3x3 reads them instead of running its own halo exchange; off: the library exchanges")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_option("--grid", a.grid, "process grid PYxPX (default: MPI_Dims_create)")->check(cli::mesh_check(2, 2));
   app.add_option("--seed", a.seed, "seed of the initial condition and of the surrogate's parameters")
       ->check(cli::decimal_integer(false))->capture_default_str();
@@ -366,8 +382,9 @@ int run(int argc, char** argv, bool& print) {
     for (auto v : d.ysizes) ys += (ys.empty() ? "" : ",") + std::to_string(v);
     for (auto v : d.xsizes) xs += (xs.empty() ? "" : ",") + std::to_string(v);
     std::printf("insitu_advection: %d ranks, process grid %dx%d, grid %ldx%ld, rows per rank {%s}, columns per rank "
-                "{%s}, surrogate %s (every %d steps, %d iterations, %s views)\n",
-                P, py, px, a.ny, a.nx, ys.c_str(), xs.c_str(), a.surrogate.c_str(), a.every, a.train_iters, a.view.c_str());
+                "{%s}, surrogate %s (every %d steps, %d iterations, %s views, ghost reuse %s)\n",
+                P, py, px, a.ny, a.nx, ys.c_str(), xs.c_str(), a.surrogate.c_str(), a.every, a.train_iters,
+                a.view.c_str(), a.ghost_reuse.c_str());
     std::fflush(stdout);
   }
 

@@ -5,6 +5,7 @@
 // options in dist/halo_transport.hpp.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "shardtensor/nn/functional/conv.hpp"
 #include "shardtensor/dist/halo_transport.hpp"
@@ -204,7 +205,8 @@ std::vector<shard::detail::GhostGradient> ghost_input_grads(DType dt, Device dev
 }  // namespace
 
 void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved) {
+                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved,
+                       const Block* user_ext) {
   const auto xshape = block_shape(ch.batch, ch.in, plan.in_block);
   SHARD_CHECK(x.shape_vec() == xshape || (x.is_contiguous() && x.numel() == numel_of(xshape)), "conv",
               "local block of shape {} where {} is expected", x.shape_vec(), xshape);
@@ -219,7 +221,11 @@ void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistS
   // in the block or in zero padding, which is all but the boundary boxes. Those are recomputed
   // from the ghost cells once they have arrived.
   const Block xb = x.shape_vec() == xshape ? x : view(dt, dev, x.data, xshape);  // strided views read in place
-  shard::detail::StencilHaloForward halo(dt, in_spec, plan.halo, xb, halo_options(plan, dev));
+  // The ghost cells come from the exchange, or from the user's declared ghosts (no communication).
+  std::optional<shard::detail::StencilHaloForward> halo_src;
+  if (user_ext) halo_src.emplace(*user_ext);
+  else halo_src.emplace(dt, in_spec, plan.halo, xb, halo_options(plan, dev));
+  auto& halo = *halo_src;
   if (!conv_overlap(dev)) halo.finish();  // benchmark switch: the same work, without the overlap
   if (compute) conv_fwd(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
   halo.finish();

@@ -313,8 +313,8 @@ class Var {
   /// Replaces a user-memory view by a copy in library memory while gradients are recorded.
   void snapshot_user_view() const {
     if (!grad_enabled()) return;
-    const auto& l = s_->value.local();
-    s_->value = Value(s_->value.spec(), l.clone());
+    // The copy keeps declared ghost layers (copied with the block; dist/ghosts.hpp).
+    s_->value = s_->value.snapshot();
     s_->snapshot_pending = false;
   }
   GradBox& box() const { return s_->node ? static_cast<ValueNode&>(*s_->node).box : s_->leaf_box; }

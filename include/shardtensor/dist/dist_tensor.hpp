@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "shardtensor/dist/dist_spec.hpp"
+#include "shardtensor/dist/ghosts.hpp"
 #include "shardtensor/dist/gather.hpp"
 #include "shardtensor/dist/redistribute.hpp"
 #include "shardtensor/exec/box.hpp"
@@ -40,6 +41,77 @@ class DistTensor {
   /// be consistent with one global shape (checked on every rank, never hangs).
   static DistTensor from_local(const Local& local, const DeviceMesh& mesh, std::vector<Placement> placements,
                                const ShardSizes& sizes = {}) {
+    return from_local_impl(local, mesh, std::move(placements), nullptr, sizes);
+  }
+  /// from_local of the interior view of a user's halo-padded array whose memory around the view
+  /// holds valid ghost cells as `ghosts` declares (widths per dim, domain-edge modes; see
+  /// dist/ghosts.hpp for the whole contract): ops needing a halo within them read the user's
+  /// ghosts instead of exchanging. `sizes` as above (`{}`: gathered). Collective; the declaration
+  /// must be the same on every rank (checked with the shapes: shard::Error on every rank
+  /// otherwise). The ghosts are valid at the view's current storage version (see
+  /// mark_ghosts_valid).
+  static DistTensor from_local(const Local& local, const DeviceMesh& mesh, std::vector<Placement> placements,
+                               const ShardSizes& sizes, const GhostLayers& ghosts) {
+    return from_local_impl(local, mesh, std::move(placements), &ghosts, sizes);
+  }
+
+  // ------------------------------------------------------------------ declared ghost layers
+  /// The ghost layers declared by from_local (null when none; dropped by every op that makes a
+  /// new tensor).
+  const GhostLayers* ghost_layers() const noexcept { return ghosts_ ? &ghosts_->layers : nullptr; }
+  /// True if ghost layers are declared and valid on this rank: declared valid and the storage
+  /// version unchanged since (local; ops agree on it over the mesh, dist/halo.hpp).
+  bool ghosts_current() const noexcept {
+    return ghosts_ && ghosts_->valid && ghosts_->version == local_.version();
+  }
+  /// Declares the ghost cells valid again at the current storage version (after the simulation's
+  /// own exchange). Local, no communication; seen by every copy of this handle.
+  void mark_ghosts_valid() const {
+    SHARD_CHECK(ghosts_ != nullptr, "DistTensor::mark_ghosts_valid",
+                "no ghost layers declared (from_local with GhostLayers)");
+    ghosts_->valid = true;
+    ghosts_->version = local_.version();
+  }
+  /// Declares the ghost cells stale: ops run their own exchange until mark_ghosts_valid.
+  void mark_ghosts_stale() const noexcept {
+    if (ghosts_) ghosts_->valid = false;
+  }
+  /// This rank's block extended by lo[d] / hi[d] declared ghost cells along dim d (each within the
+  /// declaration): a strided view of the user's memory around the block (no copy).
+  Local ghosted_local(const std::vector<index_t>& lo, const std::vector<index_t>& hi) const {
+    SHARD_CHECK(ghosts_ != nullptr, "DistTensor::ghosted_local", "no ghost layers declared");
+    const auto& g = ghosts_->layers;
+    Shape<Rank> shape = local_.shape();
+    index_t off = 0;
+    for (int d = 0; d < Rank; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      SHARD_CHECK(lo[u] >= 0 && hi[u] >= 0 && lo[u] <= g.lo[u] && hi[u] <= g.hi[u], "DistTensor::ghosted_local",
+                  "widths lo {} hi {} exceed the declared ghost layers lo {} hi {}", lo, hi, g.lo, g.hi);
+      shape[u] += lo[u] + hi[u];
+      off += lo[u] * local_.strides()[u];
+    }
+    return Local::adopt(local_.storage(), local_.data() - off, shape, local_.strides(), local_.device());
+  }
+  /// A copy in library memory (what autograd saves of a user view): the local block and, when
+  /// ghost layers are declared, the ghost cells with it (a padded buffer whose interior is the
+  /// new local block; the ghosts stay valid if they were). Not collective.
+  DistTensor snapshot() const {
+    if (!ghosts_) return DistTensor(spec_, local_.clone());
+    const auto& g = ghosts_->layers;
+    const Local src = ghosted_local(g.lo, g.hi);
+    Local padded = Local::empty(src.shape(), local_.device());
+    padded.copy_from(src);
+    Shape<Rank> lo{};
+    for (int d = 0; d < Rank; ++d) lo[d] = g.lo[static_cast<std::size_t>(d)];
+    DistTensor out(spec_, padded.slice(lo, local_.shape()));
+    out.ghosts_ = std::make_shared<detail::GhostState>(
+        detail::GhostState{g, ghosts_current(), out.local_.version()});
+    return out;
+  }
+
+ private:
+  static DistTensor from_local_impl(const Local& local, const DeviceMesh& mesh, std::vector<Placement> placements,
+                                    const GhostLayers* ghosts, const ShardSizes& sizes) {
     const auto& comm = mesh.comm();
     // Local validation first, then agreement, both through one collective check.
     std::string err;
@@ -50,6 +122,21 @@ class DistTensor {
         err = fmt::format("placement {} names a dim outside a rank-{} tensor", p, Rank);
     if (err.empty() && !sizes.empty() && static_cast<int>(sizes.size()) != Rank)
       err = fmt::format("explicit sizes given for {} dims of a rank-{} tensor", sizes.size(), Rank);
+    if (err.empty() && ghosts) {
+      const auto& g = *ghosts;
+      if (g.ndim() != Rank || static_cast<int>(g.hi.size()) != Rank || static_cast<int>(g.edge.size()) != Rank)
+        err = fmt::format("ghost layers describe {} / {} / {} dims (lo / hi / edge) of a rank-{} tensor", g.lo.size(),
+                          g.hi.size(), g.edge.size(), Rank);
+      for (int d = 0; d < Rank && err.empty(); ++d) {
+        const auto u = static_cast<std::size_t>(d);
+        if (g.lo[u] < 0 || g.hi[u] < 0)
+          err = fmt::format("ghost widths lo {} hi {} must be >= 0", g.lo, g.hi);
+        else if ((g.lo[u] > 0 || g.hi[u] > 0) && local.strides()[u] <= 0)
+          err = fmt::format("ghost layers on dim {} whose stride is {} (ghosts need a positive stride; "
+                            "view strides {})",
+                            d, local.strides()[u], local.strides());
+      }
+    }
     comm->check_all(err.empty(), "DistTensor::from_local", err);
     // Gather (local shape, placements) from every rank: the placements must agree too.
     std::vector<index_t> mine = to_vec(local.shape());
@@ -58,11 +145,30 @@ class DistTensor {
       mine.push_back(p.is_shard() ? p.dim : -1);
       mine.push_back(p.is_partial() ? static_cast<index_t>(p.op) : -1);
     }
+    // The ghost declaration (none: widths -1) must agree too.
+    const std::size_t gbegin = mine.size();
+    for (int d = 0; d < Rank; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      mine.push_back(ghosts ? ghosts->lo[u] : -1);
+      mine.push_back(ghosts ? ghosts->hi[u] : -1);
+      mine.push_back(ghosts && ghosts->edge[u] ? static_cast<index_t>(*ghosts->edge[u]) : -1);
+    }
     auto shapes = comm->allgather_vectors(mine);
-    for (int r = 0; r < mesh.size() && err.empty(); ++r)
-      if (!std::equal(mine.begin() + Rank, mine.end(), shapes[static_cast<std::size_t>(r)].begin() + Rank))
+    for (int r = 0; r < mesh.size() && err.empty(); ++r) {
+      const auto& theirs = shapes[static_cast<std::size_t>(r)];
+      if (theirs.size() != mine.size() ||
+          !std::equal(mine.begin() + Rank, mine.begin() + static_cast<std::ptrdiff_t>(gbegin), theirs.begin() + Rank))
         err = fmt::format("placements [{}] differ from rank {}'s (every rank must pass the same ones)",
                           fmt::join(placements, ", "), r);
+      else if (!std::equal(mine.begin() + static_cast<std::ptrdiff_t>(gbegin), mine.end(),
+                           theirs.begin() + static_cast<std::ptrdiff_t>(gbegin)))
+        err = ghosts ? fmt::format("ghost layers lo {} hi {} (edge modes included) differ from rank {}'s (every rank "
+                                   "must declare the same ones, or none)",
+                                   ghosts->lo, ghosts->hi, r)
+                     : fmt::format("no ghost layers declared here, but rank {} declares some (every rank must "
+                                   "declare the same ones, or none)",
+                                   r);
+    }
     std::vector<index_t> global(Rank);
     ShardSizes s(Rank);
     for (int d = 0; d < Rank && err.empty(); ++d) {
@@ -92,8 +198,12 @@ class DistTensor {
       if (parts > 1) s[static_cast<std::size_t>(d)] = part_size;
     }
     comm->check_all(err.empty(), "DistTensor::from_local", err);
-    return DistTensor(DistSpec(mesh, std::move(placements), global, s), local);
+    DistTensor out(DistSpec(mesh, std::move(placements), global, s), local);
+    if (ghosts) out.ghosts_ = std::make_shared<detail::GhostState>(detail::GhostState{*ghosts, true, local.version()});
+    return out;
   }
+
+ public:
 
   /// Distributes a full tensor. root < 0: every rank holds the same full tensor (each keeps its
   /// block, no communication). root >= 0: only `root` holds it (others may pass an empty
@@ -258,6 +368,7 @@ class DistTensor {
 
   DistSpec spec_;
   Local local_;
+  std::shared_ptr<detail::GhostState> ghosts_;  ///< declared ghost layers (from_local), shared by copies
 };
 
 /// Declares that this rank's block of `t` was modified through a pointer shardtensor does not see

@@ -39,29 +39,11 @@
 #include <memory>
 #include <vector>
 
+#include "shardtensor/dist/boundary.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
 #include "shardtensor/exec/tensor_block.hpp"
 
 namespace shard {
-
-/// How ghost cells beyond the global domain edge are filled along one tensor dim.
-enum class Boundary : std::uint8_t {
-  zero,       ///< zeros (a convolution's zero padding)
-  periodic,   ///< wrap around: index -1 is n-1 (PyTorch 'circular')
-  reflect,    ///< mirror without repeating the edge: index -1 is 1 (PyTorch 'reflect')
-  replicate,  ///< repeat the edge value: index -1 is 0 (PyTorch 'replicate')
-};
-
-/// Name of a boundary mode ("zero", ...).
-constexpr const char* boundary_name(Boundary b) {
-  switch (b) {
-    case Boundary::zero: return "zero";
-    case Boundary::periodic: return "periodic";
-    case Boundary::reflect: return "reflect";
-    case Boundary::replicate: return "replicate";
-  }
-  return "?";
-}
 
 /// Ghost widths below (`lo`) and above (`hi`) and the boundary mode of every tensor dim. Dims
 /// that need no halo have widths 0 (their mode is ignored).
@@ -255,7 +237,50 @@ void fill_ghosts(const DistTensor<T, Rank>& x, const Tensor<T, Rank>& ghosted, c
                          false, &out);
   t.finish();
   ghosted.bump_version();  // an in-place write shardtensor made (saved-tensor safety)
+  // x's declared ghost layers live in `ghosted` (same memory, same strides) and are covered by
+  // `halo` (widths and edge modes): they are valid again (dist/ghosts.hpp).
+  if (const GhostLayers* g = x.ghost_layers()) {
+    const auto& l = x.local();
+    bool same = ghosted.strides() == l.strides();
+    index_t off = 0;
+    for (int d = 0; d < Rank && same; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      off += halo.lo[u] * l.strides()[u];
+      const bool edge_ok = !g->edge[u] || *g->edge[u] == halo.modes[u] || (g->lo[u] == 0 && g->hi[u] == 0);
+      same = g->lo[u] <= halo.lo[u] && g->hi[u] <= halo.hi[u] && edge_ok;
+    }
+    if (same && ghosted.data() + off == l.data()) x.mark_ghosts_valid();
+  }
 }
+
+namespace detail {
+
+/// True if an op that needs `halo` around x's block may read x's declared ghost layers
+/// (dist/ghosts.hpp) instead of exchanging: on every dim with a halo, the declared widths are at
+/// least the halo's and the declared edge mode is the halo's mode (or the mode is zero and
+/// `zero_edge_unread`: the op never reads a ghost cell beyond the domain edge for zero padding,
+/// as conv and pooling clip their windows to the domain), and the ghosts are current on EVERY
+/// rank. The geometric part depends only on (declaration, halo), the same on every rank (from_local
+/// checks the declaration's agreement); when it holds, the ranks' local "current" verdicts are
+/// combined by one allreduce (min of one integer) over the mesh, so every rank returns the same.
+/// No communication when x declares no ghosts or they are too narrow.
+template <class T, int Rank>
+bool use_declared_ghosts(const DistTensor<T, Rank>& x, const HaloSpec& halo, bool zero_edge_unread) {
+  const GhostLayers* g = x.ghost_layers();
+  if (!g || halo.ndim() != Rank || halo.empty()) return false;
+  for (int d = 0; d < Rank; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    if (halo.lo[u] == 0 && halo.hi[u] == 0) continue;
+    if (g->lo[u] < halo.lo[u] || g->hi[u] < halo.hi[u]) return false;
+    const bool edge_ok = (halo.modes[u] == Boundary::zero && zero_edge_unread) || g->edge[u] == halo.modes[u];
+    if (!edge_ok) return false;
+  }
+  std::int64_t ok = x.ghosts_current() ? 1 : 0, all = 0;
+  x.mesh().comm()->allreduce(&ok, &all, 1, DType::i64, ReduceOp::min);
+  return all == 1;
+}
+
+}  // namespace detail
 
 /// fill_ghosts with `width` ghost layers on both sides of every dim listed in `dims` (the
 /// sharded dims of a simulation array) and one boundary mode.
@@ -272,11 +297,6 @@ void fill_ghosts(const DistTensor<T, Rank>& x, const Tensor<T, Rank>& ghosted, i
 
 }  // namespace shard
 
-template <> struct fmt::formatter<shard::Boundary> : fmt::formatter<fmt::string_view> {
-  template <class Ctx> auto format(shard::Boundary b, Ctx& ctx) const {
-    return fmt::formatter<fmt::string_view>::format(shard::boundary_name(b), ctx);
-  }
-};
 template <> struct fmt::formatter<shard::HaloSpec> {
   constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
   template <class Ctx> auto format(const shard::HaloSpec& h, Ctx& ctx) const {

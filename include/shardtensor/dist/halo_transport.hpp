@@ -13,7 +13,9 @@
 ///    (every boundary mode, multi-hop included) and every block cell a boundary box reads, in
 ///    global order, so the exchange on T with the same widths and modes delivers exactly the
 ///    real ghost cells, and the block's interior is never copied;
-///  - whole extended block: the ordinary halo exchange (dist/halo.hpp).
+///  - whole extended block: the ordinary halo exchange (dist/halo.hpp);
+///  - user ghosts: the ghost layers a simulation declared valid (dist/ghosts.hpp) are read in
+///    place from its memory, and nothing is exchanged (the op decides, the same on every rank).
 ///  Either way `read(lo, dst)` returns any box of the (virtual) extended block.
 ///
 /// Backward (`GhostHaloAdjoint`): the op computes its block's own input gradient from the block
@@ -69,6 +71,10 @@ class StencilHaloForward {
  public:
   StencilHaloForward(DType dt, const DistSpec& spec, const HaloSpec& halo, const Block& local,
                      const StencilHaloOptions& opt);
+  /// The user's ghosts as the source (dist/ghosts.hpp): no exchange at all; read() copies from
+  /// `user_ext`, the extended block viewed in the user's memory (strided; the caller checked,
+  /// collectively, that the declared ghosts cover the halo: detail::use_declared_ghosts).
+  explicit StencilHaloForward(const Block& user_ext);
   ~StencilHaloForward();
   StencilHaloForward(const StencilHaloForward&) = delete;
   StencilHaloForward& operator=(const StencilHaloForward&) = delete;

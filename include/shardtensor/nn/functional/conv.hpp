@@ -157,9 +157,12 @@ struct ConvGhosts {
 /// addresses memory of `dev`, where the kernels, scratch and halo buffers live)
 /// with its halo (exchanged here, overlapped as described in the file comment); w, bias as the
 /// local kernels take them (bias may be null). Fills `saved` when non-null. Collective over the
-/// communicators of the sharded dims.
+/// communicators of the sharded dims. `user_ext` (optional): the extended block (plan.halo around
+/// x) viewed in the user's memory, whose declared ghost cells are read instead of exchanging (no
+/// communication; the caller decided it on every rank alike, dist/ghosts.hpp).
 void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved);
+                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved,
+                       const Block* user_ext = nullptr);
 
 /// Backward of dist_conv_forward for the output gradient gy[batch, ch.out, out_block]: returns
 /// the input block's gradient when `input_grad` (halo adjoint included; empty block otherwise)
@@ -277,8 +280,13 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
   auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
   auto ghosts = std::make_shared<detail::ConvGhosts>();
   const bool keep = autograd::grad_enabled() && weight.requires_grad();
+  // Ghost reuse (dist/ghosts.hpp): the user's declared ghost cells replace the exchange when they
+  // cover the halo (same decision on every rank); zero padding never reads beyond the domain.
+  Block user_ext;
+  if (plan->exchange && shard::detail::use_declared_ghosts(x.value(), plan->halo, true))
+    user_ext = as_block(x.value().ghosted_local(plan->halo.lo, plan->halo.hi));
   detail::dist_conv_forward(dtype_of<T>, dev, *plan, xs, ch, as_block(xl), wl.data(), bias ? bl.data() : nullptr,
-                            y.data(), keep ? ghosts.get() : nullptr);
+                            y.data(), keep ? ghosts.get() : nullptr, user_ext.data ? &user_ext : nullptr);
   std::optional<Var<T, 1>> bb = bias;
   return Var<T, R>::make(
       DistTensor<T, R>(ys, y), op, {x.ref(), weight.ref(), bias ? bias->ref() : autograd::VarRef{}},

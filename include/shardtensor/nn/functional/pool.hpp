@@ -9,7 +9,8 @@
 /// uneven shards, are computed by exactly one rank): the output has x's placements and explicit
 /// ShardSizes derived locally (a k = s = 2 pool maps part boundaries g to ceil(g / 2)). Ghost
 /// widths are the actual needs of the parts (none for a 2x2 pool on even boundaries, one cell
-/// above otherwise); the ghosts come from the halo exchange (Boundary::zero) and the global
+/// above otherwise); the ghosts come from the halo exchange (Boundary::zero), or from the ghost
+/// layers a simulation declared valid (dist/ghosts.hpp: read in place, no exchange), and the global
 /// padding is handled by the local kernels (padding cells are never selected by max, and are
 /// counted by avg only with count_include_pad), by clipping each rank's input box to the domain.
 /// Backward: the local pooling gradient of the box, then the halo ADJOINT returns the ghost
@@ -76,7 +77,12 @@ inline std::vector<Range> pool_base(const PoolRun& r) {
 /// The contiguous input box of this rank (halo exchange included; collective when needed).
 template <class T, int R>
 Tensor<T, R> pool_input(const PoolRun& r, const DistTensor<T, R>& x) {
-  const Tensor<T, R> base = r.plan.exchange ? halo_exchange(x, r.plan.halo) : x.local();
+  // Ghost reuse (dist/ghosts.hpp): declared ghost cells covering the halo are read in place (the
+  // decision is the same on every rank; pooling never reads beyond the domain edge).
+  const Tensor<T, R> base = !r.plan.exchange ? x.local()
+                            : shard::detail::use_declared_ghosts(x, r.plan.halo, true)
+                                ? x.ghosted_local(r.plan.halo.lo, r.plan.halo.hi)
+                                : halo_exchange(x, r.plan.halo);
   if (!r.compute) return Tensor<T, R>();
   const auto br = pool_base(r);
   Shape<R> lo{}, len = base.shape();
