@@ -267,6 +267,20 @@ std::vector<Layout> activation_layouts(int P, const Shape<R>& shape) {
   return out;
 }
 
+/// Tolerance of attention comparisons (softmax sums in another order): fp64 1e-10, fp32 1e-4.
+template <class T>
+constexpr double attn_tol() {
+  return std::is_same_v<T, double> ? 1e-10 : 1e-4;
+}
+
+/// One conv with its weight (and bias) as fresh inputs of the body.
+template <class T, int R>
+void conv_out(Ctx<T>& c, const Var<T, R>& x, const Shape<R>& ws, const F::ConvOptions<R - 2>& o, bool bias = true) {
+  auto w = c.template param<R>(ws);
+  if (bias) c.output(F::conv(x, w, c.template param<1>({ws[0]}), o));
+  else c.output(F::conv(x, w, std::nullopt, o));
+}
+
 #ifdef SHARD_FN_ORACLE_MPI
 /// Compares `body` sharded under every activation layout of every communicator size 1..world with
 /// the unsharded reference, at tolerance tol<T>() (fp64 1e-10, fp32 1e-5).

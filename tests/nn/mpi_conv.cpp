@@ -19,15 +19,6 @@ using O2 = F::ConvOptions<2>;
 
 namespace {
 
-/// One conv with its weight and bias as fresh inputs of the body.
-template <class T, int R>
-void conv_out(Ctx<T>& c, const autograd::Var<T, R>& x, const Shape<R>& ws, const F::ConvOptions<R - 2>& o,
-              bool bias = true) {
-  auto w = c.template param<R>(ws);
-  if (bias) c.output(F::conv(x, w, c.template param<1>({ws[0]}), o));
-  else c.output(F::conv(x, w, std::nullopt, o));
-}
-
 /// 2-D convs: odd / even kernels, stride 1 / 2, dilation 2, groups 2, asymmetric and wide padding.
 template <class T>
 Body<T> conv2d_body(const Shape<4>& s) {

@@ -17,13 +17,9 @@ using namespace shard::test;
 using fn::Body;
 using fn::Ctx;
 using fn::Layout;
+using fn::attn_tol;
 
 namespace {
-
-template <class T>
-constexpr double attn_tol() {
-  return std::is_same_v<T, double> ? 1e-10 : 1e-4;
-}
 
 /// Layouts of [B, S..., H, D] tensors with S = R - 3 spatial dims (tensor dims 1..S) at P ranks:
 /// each spatial dim sharded on a 1-D mesh (uneven where the extent does not divide), an empty

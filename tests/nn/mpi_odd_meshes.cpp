@@ -17,13 +17,10 @@ using namespace shard::test;
 using fn::Body;
 using fn::Ctx;
 using fn::Layout;
+using fn::conv_out;
+using fn::attn_tol;
 
 namespace {
-
-template <class T>
-constexpr double attn_tol() {
-  return std::is_same_v<T, double> ? 1e-10 : 1e-4;
-}
 
 /// Sizes of `n` over `p` parts: p - 1 parts of one element and the rest on the last part (size-1
 /// shards beside a large one; empty parts when n < p).
@@ -82,14 +79,6 @@ void check_layouts(const Body<T>& body, const std::function<std::vector<Layout>(
       fn::require_match(fn::run_case<T>(mesh, L, body), ref, tol);
     }
   });
-}
-
-template <class T, int R>
-void conv_out(Ctx<T>& c, const autograd::Var<T, R>& x, const Shape<R>& ws, const F::ConvOptions<R - 2>& o,
-              bool bias = true) {
-  auto w = c.template param<R>(ws);
-  if (bias) c.output(F::conv(x, w, c.template param<1>({ws[0]}), o));
-  else c.output(F::conv(x, w, std::nullopt, o));
 }
 
 using O2 = F::ConvOptions<2>;

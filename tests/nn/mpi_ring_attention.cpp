@@ -16,10 +16,9 @@ using namespace shard::test;
 using fn::Body;
 using fn::Ctx;
 using fn::Layout;
+using fn::attn_tol;
 
 namespace {
-
-template <class T> constexpr double attn_tol() { return std::is_same_v<T, double> ? 1e-10 : 1e-4; }
 
 enum class Form { ring, ulysses };
 enum class Variant { both, q_replicated, kv_replicated };
