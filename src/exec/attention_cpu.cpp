@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "exec/attention_kernels.hpp"
+#include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/tensor/gemm.hpp"
 
 namespace shard::exec {
@@ -58,18 +59,6 @@ namespace attn_base {
 
 namespace {
 
-enum class Isa { base, avx2, avx512 };
-
-Isa detect_isa() {
-  static const Isa isa = [] {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-      return Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-    return Isa::base;
-  }();
-  return isa;
-}
 
 /// Tile sizes (queries x keys). Defaults measured with bench/bench_attention (docs/performance.md,
 /// issue 7); SHARDTENSOR_ATTN_TILE="BQxBK" overrides them for tuning.
@@ -348,9 +337,9 @@ void merge_t(const AttnGeom& g, AttnOut out, void* lse_v, AttnIn out_b, const vo
 
 template <class T, class F>
 void with_rows(F&& f) {
-  switch (detect_isa()) {
-    case Isa::avx512: return f.template operator()<T, attn_avx512::Rows<T>>();
-    case Isa::avx2: return f.template operator()<T, attn_avx2::Rows<T>>();
+  switch (cpu_isa()) {
+    case CpuIsa::avx512: return f.template operator()<T, attn_avx512::Rows<T>>();
+    case CpuIsa::avx2: return f.template operator()<T, attn_avx2::Rows<T>>();
     default: return f.template operator()<T, attn_base::Rows<T>>();
   }
 }

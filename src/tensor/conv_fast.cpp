@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "conv_engine.hpp"
+#include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/tensor/conv.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
@@ -283,31 +284,18 @@ struct VecD {
 
 namespace {
 
-enum class Isa { none, avx2, avx512 };
-
-Isa detect_isa() {
-  static const Isa isa = [] {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-      return Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-    return Isa::none;
-  }();
-  return isa;
-}
-
-/// The micro-kernel family to use (detect_isa, lowered by the ConvKernel setting).
-Isa active_isa(ConvKernel kernel) {
-  const Isa hw = detect_isa();
+/// The micro-kernel family to use (cpu_isa(), lowered by the ConvKernel setting).
+CpuIsa active_isa(ConvKernel kernel) {
+  const CpuIsa hw = cpu_isa();
   switch (kernel) {
     case ConvKernel::automatic: return hw;
-    case ConvKernel::direct_avx2: return hw == Isa::none ? Isa::none : Isa::avx2;
-    default: return Isa::none;
+    case ConvKernel::direct_avx2: return std::min(hw, CpuIsa::avx2);
+    default: return CpuIsa::scalar;
   }
 }
 
 bool eligible(const Problem& p) {
-  if (active_isa(p.cfg.kernel) == Isa::none) return false;
+  if (active_isa(p.cfg.kernel) == CpuIsa::scalar) return false;
   if (p.taps.stride != Ext3{1, 1, 1} || p.taps.count() == 0 || p.cin_g == 0 || p.cout_g == 0) return false;
   return p.batch > 0 && p.out[0] * p.out[1] * p.out[2] > 0;
 }
@@ -384,7 +372,7 @@ template <> struct Pick<double> {
 template <class T>
 bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) {
   if (!eligible(p)) return false;
-  if (active_isa(p.cfg.kernel) == Isa::avx512) {
+  if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {
     using Vt = typename Pick<T>::A512;
     run_forward<Vt>(p, x, w, bias, y, &avx512::forward_unit<Vt>);
   } else {
@@ -397,7 +385,7 @@ bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T
 template <class T>
 bool fast_weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
   if (!eligible(p) || p.y_ext != p.out || p.y_step != Ext3{1, 1, 1} || p.y_base != Ext3{0, 0, 0}) return false;
-  if (active_isa(p.cfg.kernel) == Isa::avx512) {
+  if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {
     using Vt = typename Pick<T>::A512;
     run_wgrad<Vt>(p, x, gy, gw, &avx512::wgrad_unit<Vt>);
   } else {
@@ -414,8 +402,8 @@ template bool fast_weight_grad<double>(const Problem&, const double*, const doub
 
 const char* kernel_isa(ConvKernel kernel) noexcept {
   switch (active_isa(kernel)) {
-    case Isa::avx512: return "direct_avx512";
-    case Isa::avx2: return "direct_avx2";
+    case CpuIsa::avx512: return "direct_avx512";
+    case CpuIsa::avx2: return "direct_avx2";
     default: return "im2col_blas";
   }
 }

@@ -1,6 +1,9 @@
 // Row-major GEMM over OpenBLAS (cblas) and the BLAS thread-pool controls.
 #include "shardtensor/tensor/gemm.hpp"
 
+#include "shardtensor/core/cpu_isa.hpp"
+#include "shardtensor/core/error.hpp"
+
 #include <cblas.h>
 
 #include <climits>
@@ -25,21 +28,26 @@ namespace {
 /// OpenBLAS builds with DYNAMIC_ARCH pick their kernels from the CPU model at load time and fall
 /// back to the SSE3 "Prescott" kernels for models they do not know (OpenBLAS 0.3.21 does not
 /// know e.g. Intel family 6 model 0xCF, the reference machine): 4-6x slower sgemm. If the user
-/// did not choose a core (OPENBLAS_CORETYPE) and the CPU has AVX-512 or AVX2+FMA, re-select
-/// the matching kernels once, before any GEMM of ours runs.
+/// did not choose a core (OPENBLAS_CORETYPE), re-select the kernels matching `cpu_isa()` once,
+/// before any GEMM of ours runs: when the core is a generic fallback, or when
+/// SHARDTENSOR_CPU_ISA lowered the level (so an AVX-512 machine runs the BLAS an AVX2-only or
+/// pre-AVX machine would: Haswell, or Nehalem for `scalar`).
 void fix_blas_core() {
   if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
   const std::string core = openblas_get_corename();
   const bool generic = core == "Prescott" || core == "Katmai" || core == "Core2" || core == "Nehalem" ||
                        core == "Unknown" || core == "unknown";
-  if (!generic) return;
-  const char* want = nullptr;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-    want = "SkylakeX";
-  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    want = "Haswell";
-  if (!want) return;
+  CpuIsa isa = CpuIsa::scalar;
+  try {
+    isa = cpu_isa();
+  } catch (const Error&) {
+    return;  // a bad SHARDTENSOR_CPU_ISA is reported by the first kernel that asks, not at load time
+  }
+  const bool lowered = cpu_isa_overridden() && isa < cpu_isa_supported();
+  if (!generic && !lowered) return;
+  const char* want = isa == CpuIsa::avx512 ? "SkylakeX" : isa == CpuIsa::avx2 ? "Haswell" : "Nehalem";
+  if (core == want) return;
   setenv("OPENBLAS_CORETYPE", want, 0);
   gotoblas_dynamic_quit();
   gotoblas_dynamic_init();

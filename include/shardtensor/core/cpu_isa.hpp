@@ -1,0 +1,47 @@
+#pragma once
+/// \file cpu_isa.hpp
+/// The one CPU instruction-set detector. Every ISA-dispatched CPU kernel (the direct conv path,
+/// the attention row kernels, the BLAS core choice) asks `cpu_isa()`; nothing else calls
+/// `__builtin_cpu_supports`. The environment variable `SHARDTENSOR_CPU_ISA=scalar|avx2|avx512`
+/// lowers the level (capped at what the CPU has), so one machine can run every code path:
+/// ctest runs the kernel-family tests once per level the machine supports.
+#include <fmt/format.h>
+
+#include <string>
+
+namespace shard {
+
+/// SIMD levels the CPU kernels are compiled for, in increasing order.
+/// `avx2` means AVX2 + FMA; `avx512` means AVX-512 F, VL, BW and DQ.
+enum class CpuIsa : unsigned char { scalar, avx2, avx512 };
+
+/// The highest level this CPU supports (cpuid; independent of the environment).
+CpuIsa cpu_isa_supported() noexcept;
+
+/// The level the kernels use: `SHARDTENSOR_CPU_ISA` if set, capped at `cpu_isa_supported()`,
+/// else `cpu_isa_supported()`. Read once per process. An unknown value throws `shard::Error`
+/// naming the variable and the accepted values (at the first kernel that asks).
+CpuIsa cpu_isa();
+
+/// True when `SHARDTENSOR_CPU_ISA` is set (a lowered level is in effect or was asked for).
+bool cpu_isa_overridden();
+
+/// Parses "scalar", "avx2" or "avx512"; throws `shard::Error` on anything else.
+CpuIsa parse_cpu_isa(const std::string& name);
+
+/// "scalar", "avx2" or "avx512".
+const char* to_string(CpuIsa isa) noexcept;
+
+/// The CPU's model name (/proc/cpuinfo "model name"), "unknown" when unavailable; for
+/// benchmark and test reports, which name the CPU and the ISA beside every figure.
+std::string cpu_model_name();
+
+}  // namespace shard
+
+template <>
+struct fmt::formatter<shard::CpuIsa> : fmt::formatter<fmt::string_view> {
+  template <class Ctx>
+  auto format(shard::CpuIsa isa, Ctx& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(shard::to_string(isa), ctx);
+  }
+};
