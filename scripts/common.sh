@@ -26,9 +26,15 @@ setup_deps() {
 }
 
 configure() {
-  log "configure: $BUILD_DIR $CMAKE_ARGS"
+  local launch=()
+  # ccache when present (setup.sh installs it): a rebuild after a pull, or in a second clone,
+  # recompiles only what changed. CCACHE_DISABLE=1 turns it off.
+  if command -v ccache >/dev/null 2>&1 && [ "${CCACHE_DISABLE:-0}" != 1 ]; then
+    launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  log "configure: $BUILD_DIR $CMAKE_ARGS ${launch[*]}"
   # shellcheck disable=SC2086
-  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release $CMAKE_ARGS "$@"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launch[@]}" $CMAKE_ARGS "$@"
 }
 
 build() {

@@ -1,10 +1,14 @@
 # ctest tests that build tests/consumer against shardtensor as a user would (included from
-# tests/CMakeLists.txt). The inner builds mirror this build's MPI/CUDA/NCCL settings; with CUDA
-# they compile for the first architecture only, to keep the tests fast.
-#   consumer_install   build + install shardtensor, consumer via find_package (+ COMPONENTS cuda)
+# tests/CMakeLists.txt).
+#   consumer_install   install THIS build (cmake --install, the package a user gets from these
+#                      sources and settings: MPI/CUDA/NCCL as configured), consumer via
+#                      find_package (+ COMPONENTS cuda). It does not rebuild the library.
 #   consumer_cpu_only  a CPU-only consumer of that same install with the CUDA toolkit hidden at
 #                      configure time and no CUDA library needed or loaded at run time
-#   consumer_subdir    consumer via add_subdirectory
+#   consumer_subdir    consumer via add_subdirectory: builds the library again inside the consumer,
+#                      CPU-only (MPI as configured): what it checks is the add_subdirectory wiring,
+#                      and nvcc would only recompile the kernels that consumer_install's package
+#                      already carries (README (b) on 2 cores, issue 14).
 set(_consumer_cuda_arch "")
 if(SHARDTENSOR_ENABLE_CUDA)
   list(GET CMAKE_CUDA_ARCHITECTURES 0 _consumer_cuda_arch)
@@ -16,20 +20,28 @@ endif()
 foreach(_mode package subdir)
   if(_mode STREQUAL "package")
     set(_name consumer_install)
+    set(_install_from ${PROJECT_BINARY_DIR})
+    set(_cuda ${SHARDTENSOR_ENABLE_CUDA})
+    set(_nccl ${SHARDTENSOR_ENABLE_NCCL})
   else()
     set(_name consumer_subdir)
+    set(_install_from "")
+    set(_cuda OFF)
+    set(_nccl OFF)
   endif()
   add_test(NAME ${_name}
     COMMAND ${CMAKE_COMMAND}
       -DMODE=${_mode}
       -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
       -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/${_name}
+      -DINSTALL_FROM=${_install_from}
       "-DGENERATOR=${CMAKE_GENERATOR}"
       -DBUILD_TYPE=${CMAKE_BUILD_TYPE}
       -DCXX_COMPILER=${CMAKE_CXX_COMPILER}
+      "-DCXX_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER}"
       -DENABLE_MPI=${SHARDTENSOR_ENABLE_MPI}
-      -DENABLE_CUDA=${SHARDTENSOR_ENABLE_CUDA}
-      -DENABLE_NCCL=${SHARDTENSOR_ENABLE_NCCL}
+      -DENABLE_CUDA=${_cuda}
+      -DENABLE_NCCL=${_nccl}
       -DCUDA_ARCHITECTURES=${_consumer_cuda_arch}
       -DJOBS=2
       -DMPIEXEC=${MPIEXEC_EXECUTABLE}

@@ -1,6 +1,8 @@
 # Builds and runs the consumer project (this directory) against shardtensor; run with cmake -P.
-#   -DMODE=package  : configure + build + install shardtensor into WORK_DIR/prefix, then build the
-#                     consumer with find_package(shardtensor [COMPONENTS cuda]) from that prefix
+#   -DMODE=package  : install shardtensor into WORK_DIR/prefix — from the build tree INSTALL_FROM
+#                     when given (cmake --install), else configure + build + install it from
+#                     SOURCE_DIR —, then build the consumer with find_package(shardtensor
+#                     [COMPONENTS cuda]) from that prefix
 #   -DMODE=cpu_only : build a CPU-only consumer against the install at PREFIX (made by MODE=package)
 #                     with the CUDA toolkit hidden (no nvcc on PATH, CUDAToolkit_ROOT at an empty
 #                     directory, the toolkit's prefixes ignored); check that neither the program nor
@@ -8,7 +10,8 @@
 #   -DMODE=subdir   : build the consumer with add_subdirectory(SOURCE_DIR)
 # Other inputs: SOURCE_DIR WORK_DIR GENERATOR BUILD_TYPE CXX_COMPILER ENABLE_MPI ENABLE_CUDA
 # ENABLE_NCCL CUDA_ARCHITECTURES JOBS MPIEXEC MPIEXEC_NUMPROC_FLAG MPIEXEC_FLAGS (space-separated) NP
-# PREFIX (cpu_only) CUDA_ROOTS (cpu_only: toolkit directories to hide, ;-separated).
+# PREFIX (cpu_only) CUDA_ROOTS (cpu_only: toolkit directories to hide, ;-separated) INSTALL_FROM
+# (package) CXX_LAUNCHER (e.g. ccache, for the inner builds of the library).
 cmake_minimum_required(VERSION 3.24)
 foreach(_v MODE SOURCE_DIR WORK_DIR)
   if(NOT DEFINED ${_v})
@@ -35,6 +38,10 @@ if(BUILD_TYPE)
 endif()
 if(CXX_COMPILER)
   list(APPEND _common -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+endif()
+set(_launcher "")
+if(CXX_LAUNCHER)
+  set(_launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${CXX_LAUNCHER})
 endif()
 foreach(_f MPI CUDA NCCL)
   if(DEFINED ENABLE_${_f})
@@ -88,12 +95,16 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 set(_env "")  # command prefix for the consumer configure (cpu_only: hide the CUDA toolkit)
 if(MODE STREQUAL "package")
   set(_prefix "${WORK_DIR}/prefix")
-  step("configure shardtensor" ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/shardtensor-build" ${_common}
-       ${_feature_flags}
-       -DCMAKE_INSTALL_PREFIX=${_prefix} -DSHARDTENSOR_BUILD_TESTS=OFF -DSHARDTENSOR_BUILD_BENCH=OFF
-       -DSHARDTENSOR_BUILD_EXAMPLES=OFF)
-  step("build shardtensor" ${CMAKE_COMMAND} --build "${WORK_DIR}/shardtensor-build" --parallel ${JOBS})
-  step("install shardtensor" ${CMAKE_COMMAND} --install "${WORK_DIR}/shardtensor-build")
+  if(INSTALL_FROM)
+    step("install shardtensor from ${INSTALL_FROM}" ${CMAKE_COMMAND} --install "${INSTALL_FROM}" --prefix "${_prefix}")
+  else()
+    step("configure shardtensor" ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/shardtensor-build" ${_common}
+         ${_feature_flags} ${_launcher}
+         -DCMAKE_INSTALL_PREFIX=${_prefix} -DSHARDTENSOR_BUILD_TESTS=OFF -DSHARDTENSOR_BUILD_BENCH=OFF
+         -DSHARDTENSOR_BUILD_EXAMPLES=OFF)
+    step("build shardtensor" ${CMAKE_COMMAND} --build "${WORK_DIR}/shardtensor-build" --parallel ${JOBS})
+    step("install shardtensor" ${CMAKE_COMMAND} --install "${WORK_DIR}/shardtensor-build")
+  endif()
   file(GLOB_RECURSE _cfg "${_prefix}/*/shardtensorConfig.cmake")
   foreach(_f include/shardtensor/shardtensor.hpp include/shardtensor/config.hpp)
     if(NOT EXISTS "${_prefix}/${_f}")
@@ -164,7 +175,7 @@ elseif(MODE STREQUAL "cpu_only")
        -DCMAKE_PREFIX_PATH=${PREFIX})
 elseif(MODE STREQUAL "subdir")
   step("configure consumer" ${CMAKE_COMMAND} -S "${_consumer_src}" -B "${WORK_DIR}/consumer-build" ${_common}
-       ${_feature_flags} -DSHARDTENSOR_CONSUMER_MODE=subdir -DSHARDTENSOR_SOURCE_DIR=${SOURCE_DIR})
+       ${_feature_flags} ${_launcher} -DSHARDTENSOR_CONSUMER_MODE=subdir -DSHARDTENSOR_SOURCE_DIR=${SOURCE_DIR})
 else()
   message(FATAL_ERROR "run_consumer.cmake: MODE must be package or subdir, not '${MODE}'")
 endif()

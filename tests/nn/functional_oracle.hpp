@@ -15,6 +15,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include "support/tolerance.hpp"
+
 namespace shard::test::fn {
 
 using autograd::Var;
@@ -166,35 +168,33 @@ Result run_case(const DeviceMesh& mesh, const Layout& layout, const Body<T>& bod
   return r;
 }
 
-/// max|a - b| / max|b| (0 for two empty vectors).
-inline double rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
-    num = std::max(num, std::abs(a[i] - b[i]));
-    den = std::max(den, std::abs(b[i]));
-  }
-  return num / std::max(den, 1e-300);
-}
-
-/// Checks that `got` equals `ref` within `tol` (outputs, gradients, loss) and that leaf gradients
-/// ended with their values' specs. CHECK only (never aborts one rank alone: no MPI hang).
-inline void require_match(const Result& got, const Result& ref, double tol) {
+/// Checks that `got` equals `ref` within the mixed tolerance `tol` (outputs, gradients, loss;
+/// support/tolerance.hpp: the absolute floor of each tensor scales with the largest reference
+/// value of the whole result) and that leaf gradients ended with their values' specs. CHECK only
+/// (never aborts one rank alone: no MPI hang).
+inline void require_match(const Result& got, const Result& ref, const DTol& tol) {
   CHECK(got.outputs.size() == ref.outputs.size());
   CHECK(got.grads.size() == ref.grads.size());
+  double mag = 0;
+  for (const auto* set : {&ref.outputs, &ref.grads})
+    for (const auto& v : *set) mag = std::max(mag, diff_of(v, v).max_ref);
   for (std::size_t i = 0; i < std::min(got.outputs.size(), ref.outputs.size()); ++i) {
     INFO("output " << i);
     CHECK(!ref.outputs[i].empty());
-    CHECK(rel_diff(got.outputs[i], ref.outputs[i]) <= tol);
+    CHECK(diff_of(got.outputs[i], ref.outputs[i]) <= tol.at(ref.outputs[i].size(), mag));
   }
   for (std::size_t i = 0; i < std::min(got.grads.size(), ref.grads.size()); ++i) {
     INFO(ref.grad_names[i]);
     CHECK(!ref.grads[i].empty());
-    CHECK(rel_diff(got.grads[i], ref.grads[i]) <= tol);
+    CHECK(diff_of(got.grads[i], ref.grads[i]) <= tol.at(ref.grads[i].size(), mag));
   }
-  CHECK(std::abs(got.loss - ref.loss) <= tol * std::max(1.0, std::abs(ref.loss)));
+  CHECK(std::abs(got.loss - ref.loss) <= tol.rel * std::max(1.0, std::abs(ref.loss)));
   CHECK(got.grad_specs_ok);
+}
+
+/// The same with a relative tolerance alone (its dtype inferred: < 1e-7 is fp64).
+inline void require_match(const Result& got, const Result& ref, double tol) {
+  require_match(got, ref, dtol_of_rel(tol));
 }
 
 /// Unsharded reference on a one-rank SelfComm mesh.

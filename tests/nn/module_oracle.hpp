@@ -20,6 +20,8 @@
 #include <shardtensor/nn/layers.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include "support/tolerance.hpp"
+
 namespace shard::test::mod {
 
 using autograd::Var;
@@ -138,16 +140,7 @@ Result run(const DeviceMesh& mesh, const Layout& L, const Shape<R>& in_shape, co
 }
 
 /// max|a - b| / max|b| (0 for two empty vectors; inf on a size mismatch or NaN).
-inline double rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
-    num = std::max(num, std::abs(a[i] - b[i]));
-    den = std::max(den, std::abs(b[i]));
-  }
-  return num / std::max(den, 1e-300);
-}
+inline double rel_diff(const std::vector<double>& a, const std::vector<double>& b) { return diff_of(a, b).rel(); }
 
 /// Largest relative difference require_match has seen (reported with SHARD_TEST_VERBOSE=1).
 inline double& worst_seen() {
@@ -158,23 +151,29 @@ inline double& worst_seen() {
 /// Compares a sharded run with the reference: loss, output, input gradient, every parameter's
 /// gradient (present exactly where the reference has one) and value. CHECK only (no rank aborts
 /// alone).
-inline void require_match(const Result& got, const Result& ref, double tol) {
+inline void require_match(const Result& got, const Result& ref, double rel) {
+  const DTol tol = dtol_of_rel(rel);  // mixed rule (support/tolerance.hpp)
+  double mag = std::max(diff_of(ref.y, ref.y).max_ref, diff_of(ref.gx, ref.gx).max_ref);
+  for (const auto& g : ref.grads) mag = std::max(mag, diff_of(g, g).max_ref);
+  auto close = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    return diff_of(a, b) <= tol.at(b.size(), mag);
+  };
   auto& w = worst_seen();
   w = std::max({w, std::abs(got.loss - ref.loss) / std::max(1.0, std::abs(ref.loss)), rel_diff(got.y, ref.y),
                 rel_diff(got.gx, ref.gx)});
   for (std::size_t i = 0; i < std::min(got.grads.size(), ref.grads.size()); ++i)
     w = std::max({w, rel_diff(got.grads[i], ref.grads[i]), rel_diff(got.values[i], ref.values[i])});
-  CHECK(std::abs(got.loss - ref.loss) <= tol * std::max(1.0, std::abs(ref.loss)));
+  CHECK(std::abs(got.loss - ref.loss) <= rel * std::max(1.0, std::abs(ref.loss)));
   CHECK(!ref.y.empty());
-  CHECK(rel_diff(got.y, ref.y) <= tol);
+  CHECK(diff_of(got.y, ref.y) <= tol.at(ref.y.size(), mag));
   CHECK(!ref.gx.empty());
-  CHECK(rel_diff(got.gx, ref.gx) <= tol);
+  CHECK(diff_of(got.gx, ref.gx) <= tol.at(ref.gx.size(), mag));
   REQUIRE(got.names == ref.names);
   for (std::size_t i = 0; i < ref.names.size(); ++i) {
     INFO("parameter " << ref.names[i]);
     CHECK(got.grads[i].empty() == ref.grads[i].empty());
-    CHECK(rel_diff(got.grads[i], ref.grads[i]) <= tol);
-    CHECK(rel_diff(got.values[i], ref.values[i]) <= tol);
+    CHECK(diff_of(got.grads[i], ref.grads[i]) <= tol.at(ref.grads[i].size(), mag));
+    CHECK(close(got.values[i], ref.values[i]));
   }
 }
 

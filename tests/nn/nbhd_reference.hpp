@@ -82,19 +82,4 @@ DenseNbhd<T, R> dense_nbhd(const Tensor<T, R>& q0, const Tensor<T, R>& k0, const
   return r;
 }
 
-/// max |a - b| / max |b|.
-template <class T, int R>
-double nbhd_rel_diff(const Tensor<T, R>& a0, const Tensor<T, R>& b0) {
-  const auto a = a0.contiguous(), b = b0.contiguous();
-  if (a.shape() != b.shape()) return INFINITY;
-  double num = 0, den = 0;
-  for (index_t i = 0; i < a.numel(); ++i) {
-    const double x = static_cast<double>(a.data()[i]), y = static_cast<double>(b.data()[i]);
-    if (std::isnan(x) || std::isnan(y)) return INFINITY;
-    num = std::max(num, std::abs(x - y));
-    den = std::max(den, std::abs(y));
-  }
-  return num / std::max(den, 1e-300);
-}
-
 }  // namespace shard::test
