@@ -6,7 +6,7 @@
 
 #include "exec/conv_kernels.hpp"
 #include "shardtensor/core/error.hpp"
-#include "tensor/conv_engine.hpp"
+#include "exec/conv_cpu_engine.hpp"
 
 namespace shard::exec {
 namespace {

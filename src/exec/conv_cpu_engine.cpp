@@ -1,5 +1,5 @@
 // Tiled im2col + GEMM engine behind conv.hpp (see conv_engine.hpp).
-#include "conv_engine.hpp"
+#include "conv_cpu_engine.hpp"
 
 #include <omp.h>
 

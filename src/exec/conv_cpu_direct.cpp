@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "conv_engine.hpp"
+#include "conv_cpu_engine.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/tensor/conv.hpp"
 #include "shardtensor/tensor/memory.hpp"
@@ -251,7 +251,7 @@ struct VecD {
   SHARD_TGT static inline V bcast(T a) { return _mm512_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
 };
-#include "conv_fast_isa.inc"
+#include "conv_cpu_direct_isa.inc"
 #undef SHARD_TGT
 }  // namespace avx512
 
@@ -278,7 +278,7 @@ struct VecD {
   SHARD_TGT static inline V bcast(T a) { return _mm256_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
 };
-#include "conv_fast_isa.inc"
+#include "conv_cpu_direct_isa.inc"
 #undef SHARD_TGT
 }  // namespace avx2
 
