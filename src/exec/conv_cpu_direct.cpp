@@ -2,7 +2,7 @@
 // forward conv with stride 1, every input gradient (its phases are stride-1 gathers) and the
 // weight gradient with stride 1. Instead of an im2col buffer of (taps x channels) rows, each
 // tile of output rows copies its input block once, zero-padded, and register-blocked
-// micro-kernels read the shifted rows of that block directly (conv_fast_isa.inc).
+// micro-kernels read the shifted rows of that block directly (conv_cpu_direct_isa.inc).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -14,7 +14,7 @@
 
 #include "conv_cpu_engine.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
-#include "shardtensor/tensor/conv.hpp"
+#include "shardtensor/exec/conv.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
 namespace shard::detail::conv_engine {

@@ -1,37 +1,19 @@
-// The type-erased core of the domain-parallel convolution (nn/functional/conv.hpp): forward with
-// the halo exchange overlapped by the computation on the rank's own block, and backward (input
-// gradient through the halo adjoint, overlapped by the weight gradient). Only the conv schedule
-// lives here; the halo transports (thin faces, whole block, sliced adjoint) are the halo plan's
-// options in dist/halo_transport.hpp.
+// The schedule of the domain-parallel convolution (nn/functional/conv.hpp), type-erased and
+// written once for every device: which halo plan runs (dist/halo_transport.hpp: the plan picks
+// its transport from the context's ExecSettings) and which conv-family kernels run
+// (exec/conv.hpp), in what order. Forward: the halo exchange overlapped by the computation on the
+// rank's own block, then the boundary boxes. Backward: the input gradient through the halo
+// adjoint, overlapped by the weight gradient.
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
-#include "shardtensor/nn/functional/conv.hpp"
 #include "shardtensor/dist/halo_transport.hpp"
 #include "shardtensor/exec/box.hpp"
-
-namespace shard::nn::functional {
-
-namespace {
-/// Overlap of the halo exchanges with compute: ExecSettings::overlap_halo of the calling thread's
-/// current CPU context (a benchmark switch; results are identical).
-bool conv_overlap(Device dev) { return current_context(dev).settings().overlap_halo; }
-/// Slice size of the sliced halo adjoint: ExecSettings::halo_chunk_bytes (at least 1).
-std::size_t conv_backward_chunk_bytes(Device dev) {
-  return std::max<std::size_t>(current_context(dev).settings().halo_chunk_bytes, 1);
-}
-}  // namespace
-
-}  // namespace shard::nn::functional
+#include "shardtensor/nn/functional/conv.hpp"
 
 namespace shard::nn::functional::detail {
 
 namespace {
-
-using shard::detail::ConvGeometry;
-using shard::Block;
-
 
 /// Geometry of the conv producing global outputs `out` from an input block holding global cells
 /// `in` (zeros outside it), per spatial dim.
@@ -77,126 +59,95 @@ std::vector<index_t> local_start(const std::vector<Range>& r, const std::vector<
   return s;
 }
 
-/// A contiguous block of `shape` at `data` on `dev`.
-Block view(DType dt, Device dev, const void* data, const std::vector<index_t>& shape) {
-  return Block::view(dt, dev, const_cast<void*>(data), shape.data(), static_cast<int>(shape.size()));
-}
-
-index_t vol3(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
-
 index_t numel_of(const std::vector<index_t>& s) {
   index_t n = 1;
   for (auto e : s) n *= e;
   return n;
 }
 
-/// A contiguous 1-d block of n elements at `data` on `dev` (the conv family checks element counts).
-Block flat(DType dt, Device dev, const void* data, index_t n) {
-  return Block::view(dt, dev, const_cast<void*>(data), &n, 1);
-}
-
-/// The conv family's kernels on contiguous operands at raw pointers on `dev` (shapes from g).
-void conv_fwd(DType dt, Device dev, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y) {
-  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
-  const Block bb = bias ? flat(dt, dev, bias, g.out_channels) : Block{};
-  exec::conv_forward(g, flat(dt, dev, x, g.batch * g.in_channels * vol3(g.in)), flat(dt, dev, w, wn),
-                     bias ? &bb : nullptr, flat(dt, dev, y, g.batch * g.out_channels * vol3(g.out)),
-                     current_context(dev));
-}
-void conv_bwd_data(DType dt, Device dev, const ConvGeometry& g, const void* gy, const void* w, void* gx) {
-  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
-  exec::conv_backward_data(g, flat(dt, dev, gy, g.batch * g.out_channels * vol3(g.out)), flat(dt, dev, w, wn),
-                           nullptr, flat(dt, dev, gx, g.batch * g.in_channels * vol3(g.in)), current_context(dev));
-}
-void conv_bwd_filter(DType dt, Device dev, const ConvGeometry& g, const void* x, const void* gy, void* gw) {
-  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
-  exec::conv_backward_filter(g, flat(dt, dev, x, g.batch * g.in_channels * vol3(g.in)),
-                             flat(dt, dev, gy, g.batch * g.out_channels * vol3(g.out)), flat(dt, dev, gw, wn),
-                             current_context(dev));
-}
-/// The same with the rank's own block x as a Block: a strided view (e.g. the interior of a user's
-/// halo-padded array) is read in place by kernels that take input strides (exec/conv.hpp).
-void conv_fwd(DType dt, Device dev, const ConvGeometry& g, const Block& x, const void* w, const void* bias, void* y) {
-  if (x.is_contiguous()) return conv_fwd(dt, dev, g, x.data, w, bias, y);
-  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
-  const Block bb = bias ? flat(dt, dev, bias, g.out_channels) : Block{};
-  exec::conv_forward(g, x, flat(dt, dev, w, wn), bias ? &bb : nullptr,
-                     flat(dt, dev, y, g.batch * g.out_channels * vol3(g.out)), current_context(dev));
-}
-void conv_bwd_filter(DType dt, Device dev, const ConvGeometry& g, const Block& x, const void* gy, void* gw) {
-  if (x.is_contiguous()) return conv_bwd_filter(dt, dev, g, x.data, gy, gw);
-  const index_t wn = g.out_channels * (g.in_channels / g.groups) * vol3(g.kernel);
-  exec::conv_backward_filter(g, x, flat(dt, dev, gy, g.batch * g.out_channels * vol3(g.out)), flat(dt, dev, gw, wn),
-                             current_context(dev));
+/// `b` (contiguous) viewed with `shape` (same element count).
+Block reshaped(const Block& b, const std::vector<index_t>& shape) {
+  Block v = Block::view(b.dtype, b.device, b.data, shape.data(), static_cast<int>(shape.size()));
+  v.owner = b.owner;
+  return v;
 }
 
 /// Zeros the box [lo, lo + len) of b.
-void zero_box(const Block& b, const std::vector<index_t>& lo, const std::vector<index_t>& len) {
-  exec::box_zero(exec::sub_box(b, lo, len), current_context(b.device));
+void zero_box(const Block& b, const std::vector<index_t>& lo, const std::vector<index_t>& len, ExecContext& ctx) {
+  exec::box_zero(exec::sub_box(b, lo, len), ctx);
 }
 
 /// dst[dst_lo + i] = src[src_lo + i] over the box `len`.
 void copy_box(const Block& src, const std::vector<index_t>& slo, const Block& dst, const std::vector<index_t>& dlo,
-              const std::vector<index_t>& len) {
-  exec::box_copy(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len), current_context(dst.device));
+              const std::vector<index_t>& len, ExecContext& ctx) {
+  exec::box_copy(exec::sub_box(dst, dlo, len), exec::sub_box(src, slo, len), ctx);
 }
 
-Block allocate(DType dt, Device dev, const std::vector<index_t>& shape) { return Block::allocate(dt, dev, shape); }
-
-/// The halo plan's transport options for this conv: the context's transport and slice size, the
-/// window spans (block cells a boundary box reads), spatial dims sliceable.
-shard::detail::StencilHaloOptions halo_options(const WindowPlan& plan, Device dev) {
-  shard::detail::StencilHaloOptions o;
-  o.op = "conv";
-  o.transport = current_context(dev).settings().halo_transport;
-  o.chunk_bytes = conv_backward_chunk_bytes(dev);
-  o.reach.assign(2, 0);
-  for (int d = 0; d < plan.spatial(); ++d) {
-    o.reach.push_back(plan.dims[static_cast<std::size_t>(d)].span());
-    o.slice_dims.push_back(d + 2);
-  }
-  return o;
-}
-
-Block zeros(DType dt, Device dev, const std::vector<index_t>& shape) {
-  Block b = allocate(dt, dev, shape);
-  exec::box_zero(b, current_context(dev));
+Block zeros(DType dt, const std::vector<index_t>& shape, ExecContext& ctx) {
+  Block b = Block::allocate(dt, ctx.device(), shape);
+  exec::box_zero(b, ctx);
   return b;
 }
 
+/// What the halo plan needs to know about this conv: the window spans (block cells a boundary
+/// box reads) and the spatial dims its adjoint may slice.
+StencilHaloShape halo_shape(const WindowPlan& plan) {
+  StencilHaloShape s;
+  s.op = "conv";
+  s.reach.assign(2, 0);
+  for (int d = 0; d < plan.spatial(); ++d) {
+    s.reach.push_back(plan.dims[static_cast<std::size_t>(d)].span());
+    s.slice_dims.push_back(d + 2);
+  }
+  return s;
+}
+
+/// Input range of a boundary box along each spatial dim; false if it reads zero padding only
+/// along some dim (the block pass was exact there).
+bool box_reads(const WindowPlan& plan, const std::vector<Range>& ob, std::vector<Range>& in) {
+  in.clear();
+  bool reads = true;
+  for (int d = 0; d < plan.spatial(); ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    in.push_back(plan.read_range(d, ob[u].lo, ob[u].hi()));
+    reads = reads && in.back().len > 0;
+  }
+  return reads;
+}
+
+/// Zeros the cells of `b` (a box over the global input range `in`) that lie in this rank's own
+/// block: those are counted by the block's own pass.
+void zero_own_cells(const WindowPlan& plan, const ConvChannels& ch, const std::vector<Range>& in, const Block& b,
+                    ExecContext& ctx) {
+  std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
+  bool overlap = true;
+  for (int d = 0; d < plan.spatial(); ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    const index_t a = std::max(in[u].lo, plan.in_block[u].lo), e = std::min(in[u].hi(), plan.in_block[u].hi());
+    overlap = overlap && e > a;
+    lo.push_back(a - in[u].lo);
+    len.push_back(std::max<index_t>(0, e - a));
+  }
+  if (overlap) zero_box(b, lo, len, ctx);
+}
+
 /// Ghost-cell gradients of every boundary box: the part of the extended block's gradient that
-/// the block's own input-gradient pass does not produce.
-/// Each is a box in extended-block coordinates, zero at the block's own cells.
-std::vector<shard::detail::GhostGradient> ghost_input_grads(DType dt, Device dev, const WindowPlan& plan,
-                                                            const ConvChannels& ch, const void* gy, const void* w,
-                                                            bool compute) {
-  std::vector<shard::detail::GhostGradient> ghost_grads;
+/// the block's own input-gradient pass does not produce. Each is a box in extended-block
+/// coordinates, zero at the block's own cells.
+std::vector<GhostGradient> ghost_input_grads(const WindowPlan& plan, const ConvChannels& ch, const Block& gyb,
+                                             const Block& w, bool compute, ExecContext& ctx) {
+  std::vector<GhostGradient> ghost_grads;
   if (!compute) return ghost_grads;
-  const int S = plan.spatial();
-  const Block gyb = view(dt, dev, gy, block_shape(ch.batch, ch.out, plan.out_block));
+  const DType dt = w.dtype;
+  std::vector<Range> in;
   for (const auto& ob : plan.boundary_boxes) {
-    std::vector<Range> in;
-    bool reads = true;
-    for (int d = 0; d < S; ++d) {
-      in.push_back(plan.read_range(d, ob[static_cast<std::size_t>(d)].lo, ob[static_cast<std::size_t>(d)].hi()));
-      reads = reads && in.back().len > 0;
-    }
-    if (!reads) continue;
+    if (!box_reads(plan, ob, in)) continue;
     const auto gshape = block_shape(ch.batch, ch.out, ob);
-    Block gyo = allocate(dt, dev, gshape);
-    copy_box(gyb, local_start(ob, plan.out_block), gyo, std::vector<index_t>(gshape.size(), 0), gshape);
-    Block gin = allocate(dt, dev, block_shape(ch.batch, ch.in, in));
-    conv_bwd_data(dt, dev, geometry(plan, ch, in, ob), gyo.data, w, gin.data);
-    std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
-    bool overlap = true;
-    for (int d = 0; d < S; ++d) {  // the block's cells are counted by the block's own pass
-      const auto u = static_cast<std::size_t>(d);
-      const index_t a = std::max(in[u].lo, plan.in_block[u].lo), b = std::min(in[u].hi(), plan.in_block[u].hi());
-      overlap = overlap && b > a;
-      lo.push_back(a - in[u].lo);
-      len.push_back(std::max<index_t>(0, b - a));
-    }
-    if (overlap) zero_box(gin, lo, len);
+    Block gyo = Block::allocate(dt, ctx.device(), gshape);
+    copy_box(gyb, local_start(ob, plan.out_block), gyo, std::vector<index_t>(gshape.size(), 0), gshape, ctx);
+    Block gin = Block::allocate(dt, ctx.device(), block_shape(ch.batch, ch.in, in));
+    exec::conv_backward_input(geometry(plan, ch, in, ob), gyo, w, nullptr, gin, ctx);
+    zero_own_cells(plan, ch, in, gin, ctx);
     ghost_grads.push_back({local_start(in, ext_ranges(plan)), std::move(gin)});
   }
   return ghost_grads;
@@ -204,97 +155,83 @@ std::vector<shard::detail::GhostGradient> ghost_input_grads(DType dt, Device dev
 
 }  // namespace
 
-void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved,
-                       const Block* user_ext) {
+void conv_forward(const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch, const Block& x,
+                  const Block& w, const Block* bias, const Block& y, ConvGhosts* saved, const Block* user_ext,
+                  ExecContext& ctx) {
   const auto xshape = block_shape(ch.batch, ch.in, plan.in_block);
   SHARD_CHECK(x.shape_vec() == xshape || (x.is_contiguous() && x.numel() == numel_of(xshape)), "conv",
               "local block of shape {} where {} is expected", x.shape_vec(), xshape);
   const bool compute = !plan.empty_output() && ch.batch > 0;
   if (saved) saved->boxes.clear();
+  // x as an N, C, spatial block: strided views are read in place by tables that take strides.
+  const Block xb = x.shape_vec() == xshape ? x : reshaped(x, xshape);
+  const Block yb = reshaped(y, block_shape(ch.batch, ch.out, plan.out_block));
   if (!plan.exchange) {
-    if (compute) conv_fwd(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
+    if (compute) exec::conv_forward(geometry(plan, ch, plan.in_block, plan.out_block), xb, w, bias, yb, ctx);
     return;
   }
   // Post the exchange (its transport is the halo plan's choice), then compute every local output
   // from the block alone (cells outside it read as zero): right for the outputs whose windows stay
   // in the block or in zero padding, which is all but the boundary boxes. Those are recomputed
-  // from the ghost cells once they have arrived.
-  const Block xb = x.shape_vec() == xshape ? x : view(dt, dev, x.data, xshape);  // strided views read in place
-  // The ghost cells come from the exchange, or from the user's declared ghosts (no communication).
-  std::optional<shard::detail::StencilHaloForward> halo_src;
+  // from the ghost cells once they have arrived. The ghost cells come from the exchange, or from
+  // the user's declared ghosts (no communication).
+  std::optional<StencilHaloForward> halo_src;
   if (user_ext) halo_src.emplace(*user_ext);
-  else halo_src.emplace(dt, in_spec, plan.halo, xb, halo_options(plan, dev));
+  else halo_src.emplace(w.dtype, in_spec, plan.halo, xb, halo_shape(plan), ctx);
   auto& halo = *halo_src;
-  if (!conv_overlap(dev)) halo.finish();  // benchmark switch: the same work, without the overlap
-  if (compute) conv_fwd(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, w, bias, y);
+  if (compute) exec::conv_forward(geometry(plan, ch, plan.in_block, plan.out_block), xb, w, bias, yb, ctx);
   halo.finish();
   if (!compute) return;
   const auto ext_r = ext_ranges(plan);
-  const Block yb = view(dt, dev, y, block_shape(ch.batch, ch.out, plan.out_block));
+  std::vector<Range> in;
   for (const auto& ob : plan.boundary_boxes) {
-    std::vector<Range> in;
-    bool reads = true;
-    for (int d = 0; d < plan.spatial(); ++d) {
-      in.push_back(plan.read_range(d, ob[static_cast<std::size_t>(d)].lo, ob[static_cast<std::size_t>(d)].hi()));
-      reads = reads && in.back().len > 0;
-    }
-    if (!reads) continue;  // reads zero padding only along some dim: the block pass was exact
+    if (!box_reads(plan, ob, in)) continue;
     const auto in_shape = block_shape(ch.batch, ch.in, in);
-    Block xin = allocate(dt, dev, in_shape);
+    Block xin = Block::allocate(w.dtype, ctx.device(), in_shape);
     halo.read(local_start(in, ext_r), xin);
     const auto out_shape = block_shape(ch.batch, ch.out, ob);
-    Block yo = allocate(dt, dev, out_shape);
-    conv_fwd(dt, dev, geometry(plan, ch, in, ob), xin.data, w, bias, yo.data);
-    copy_box(yo, std::vector<index_t>(out_shape.size(), 0), yb, local_start(ob, plan.out_block), out_shape);
+    Block yo = Block::allocate(w.dtype, ctx.device(), out_shape);
+    exec::conv_forward(geometry(plan, ch, in, ob), xin, w, bias, yo, ctx);
+    copy_box(yo, std::vector<index_t>(out_shape.size(), 0), yb, local_start(ob, plan.out_block), out_shape, ctx);
     if (saved) {
       // Keep only the ghost cells: the block's own cells are in x, which backward reads anyway.
-      std::vector<index_t> lo{0, 0}, len{ch.batch, ch.in};
-      bool overlap = true;
-      for (int d = 0; d < plan.spatial(); ++d) {
-        const auto u = static_cast<std::size_t>(d);
-        const index_t a = std::max(in[u].lo, plan.in_block[u].lo), b = std::min(in[u].hi(), plan.in_block[u].hi());
-        overlap = overlap && b > a;
-        lo.push_back(a - in[u].lo);
-        len.push_back(std::max<index_t>(0, b - a));
-      }
-      if (overlap) zero_box(xin, lo, len);
+      zero_own_cells(plan, ch, in, xin, ctx);
       saved->boxes.push_back({ob, in, std::move(xin)});
     }
   }
 }
 
-Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                         const Block& x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
-                         void* gw) {
-  using shard::detail::HaloAdjointKind;
+Block conv_backward(const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch, const Block& x,
+                    const ConvGhosts& ghosts, const Block& gy, const Block& w, bool input_grad, const Block* gw,
+                    ExecContext& ctx) {
+  const DType dt = w.dtype;
   const bool compute = !plan.empty_output() && ch.batch > 0;
   const auto shape = block_shape(ch.batch, ch.in, plan.in_block);
+  const Block gyb = reshaped(gy, block_shape(ch.batch, ch.out, plan.out_block));
   auto compute_gw = [&] {
     if (!gw) return;
-    index_t wn = ch.out * (ch.in / ch.groups);
-    for (const auto& d : plan.dims) wn *= d.kernel;
     if (!compute) {
-      exec::box_zero(view(dt, dev, gw, {wn}), current_context(dev));
+      exec::box_zero(*gw, ctx);
       return;
     }
-    conv_bwd_filter(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), x, gy, gw);
+    const Block xb = x.shape_vec() == shape ? x : reshaped(x, shape);
+    exec::conv_backward_weight(geometry(plan, ch, plan.in_block, plan.out_block), xb, gyb, *gw, ctx);
     // Boundary outputs also read ghost cells, which the block pass took as zeros: add their part.
-    const Block gyb = view(dt, dev, gy, block_shape(ch.batch, ch.out, plan.out_block));
-    const Block gwb = view(dt, dev, gw, {wn});
-    Block tmp = allocate(dt, dev, {wn});
+    Block tmp = Block::allocate(dt, ctx.device(), gw->shape_vec());
     for (const auto& b : ghosts.boxes) {
       const auto out_shape = block_shape(ch.batch, ch.out, b.out);
-      Block gyo = allocate(dt, dev, out_shape);
-      copy_box(gyb, local_start(b.out, plan.out_block), gyo, std::vector<index_t>(out_shape.size(), 0), out_shape);
-      conv_bwd_filter(dt, dev, geometry(plan, ch, b.in, b.out), b.ghost.data, gyo.data, tmp.data);
-      exec::box_add(gwb, tmp, current_context(dev));
+      Block gyo = Block::allocate(dt, ctx.device(), out_shape);
+      copy_box(gyb, local_start(b.out, plan.out_block), gyo, std::vector<index_t>(out_shape.size(), 0), out_shape,
+               ctx);
+      exec::conv_backward_weight(geometry(plan, ch, b.in, b.out), b.ghost, gyo, tmp, ctx);
+      exec::box_add(*gw, tmp, ctx);
     }
   };
   /// The block's own input gradient: every local output's contribution to the block's cells.
   auto block_grad = [&] {
-    Block g = compute ? allocate(dt, dev, shape) : zeros(dt, dev, shape);
-    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, plan.in_block, plan.out_block), gy, w, g.data);
+    if (!compute) return zeros(dt, shape, ctx);
+    Block g = Block::allocate(dt, ctx.device(), shape);
+    exec::conv_backward_input(geometry(plan, ch, plan.in_block, plan.out_block), gyb, w, nullptr, g, ctx);
     return g;
   };
   if (!input_grad) {
@@ -306,32 +243,27 @@ Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const Dis
     compute_gw();
     return gx;
   }
-  // The input gradient's transport is the halo plan's choice (dist/halo_transport.hpp).
-  const auto opt = halo_options(plan, dev);
-  const HaloAdjointKind kind = shard::detail::choose_halo_adjoint(dt, in_spec, plan.halo, opt);
-  if (kind == HaloAdjointKind::whole_block) {
+  // The halo plan says which gradient it sends home (its transport is its own choice).
+  StencilHaloAdjoint adj(dt, in_spec, plan.halo, halo_shape(plan), ctx);
+  if (adj.wants_extended_gradient()) {
     // The gradient of the extended block, whose halo adjoint sends the ghost cells' gradients to
     // their owners while the weight gradient is computed.
     const auto ext_r = ext_ranges(plan);
     const auto ext_shape = block_shape(ch.batch, ch.in, ext_r);
-    Block g = compute ? allocate(dt, dev, ext_shape) : zeros(dt, dev, ext_shape);
-    if (compute) conv_bwd_data(dt, dev, geometry(plan, ch, ext_r, plan.out_block), gy, w, g.data);
-    shard::detail::HaloTransfer tr(dt, in_spec, plan.halo, shard::detail::HaloTransfer::Direction::adjoint, g, true);
+    Block g = compute ? Block::allocate(dt, ctx.device(), ext_shape) : zeros(dt, ext_shape, ctx);
+    if (compute) exec::conv_backward_input(geometry(plan, ch, ext_r, plan.out_block), gyb, w, nullptr, g, ctx);
+    adj.start(g);
     g = Block{};
-    if (!conv_overlap(dev)) tr.finish();  // benchmark switch
     compute_gw();
-    return tr.finish();
+    return adj.finish();
   }
   // Thin or sliced: the block's gradient from one kernel call on the block; the ghost cells'
   // gradients from the boundary boxes only (small), in flight meanwhile.
-  shard::detail::GhostHaloAdjoint adj(dt, in_spec, plan.halo, dev, kind,
-                                      ghost_input_grads(dt, dev, plan, ch, gy, w, compute), opt);
+  adj.start(ghost_input_grads(plan, ch, gyb, w, compute, ctx));
   Block gx = block_grad();
   adj.progress(gx);
-  if (!conv_overlap(dev)) adj.finish(gx);  // benchmark switch
-  compute_gw();                            // while the last transfer is in flight
-  adj.finish(gx);
-  return gx;
+  compute_gw();  // while the last transfer is in flight
+  return adj.finish(gx);
 }
 
 }  // namespace shard::nn::functional::detail
