@@ -19,10 +19,11 @@
 #include <vector>
 
 #include <shardtensor/exec/context.hpp>
-#include <shardtensor/tensor/conv.hpp>
+#include <shardtensor/nn/functional/conv_local.hpp>
 #include <shardtensor/tensor/memory.hpp>
 
 using namespace shard;
+using shard::nn::functional::ConvOptions;
 
 namespace {
 
@@ -49,7 +50,7 @@ void run_case(const char* name, const Shape<R>& xs, index_t cout, index_t k, int
     in[d] = xs[2 + d];
     kern[d] = k;
   }
-  const auto p = ConvParams<S>::symmetric(1);
+  const auto p = ConvOptions<S>::symmetric(1);
   // Operands generated on the host once, then moved (a few GiB of host memory at most).
   auto x = Tensor<float, R>::empty(xs);
   x.fill_random(1);

@@ -19,11 +19,12 @@
 #include <string>
 #include <vector>
 
-#include <shardtensor/tensor/conv.hpp>
+#include <shardtensor/nn/functional/conv_local.hpp>
 #include <shardtensor/tensor/gemm.hpp>
 #include <shardtensor/tensor/memory.hpp>
 
 using namespace shard;
+using shard::nn::functional::ConvOptions;
 
 namespace {
 
@@ -96,7 +97,7 @@ void run_case(const char* name, const Shape<R>& xs, index_t cout, index_t k, int
   w.fill_random(2);
   auto b = Tensor<float, 1>::empty({cout});
   b.fill_random(3);
-  const auto p = ConvParams<S>::symmetric(k / 2);
+  const auto p = ConvOptions<S>::symmetric(k / 2);
   Shape<S> in{}, kern{};
   for (int d = 0; d < S; ++d) {
     in[d] = xs[2 + d];

@@ -312,9 +312,9 @@ struct CudaConvKernels final : ConvKernels {
                  op, "bias_add");
   }
 
-  void backward_data(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias, void* gx,
+  void backward_input(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias, void* gx,
                      ExecContext& ctx) const override {
-    const char* op = "conv_backward_data";
+    const char* op = "conv_backward_input";
     const std::size_t es = dtype_size(dt);
     const index_t nx = g.batch * g.in_channels * vol(g.in);
     if (nx == 0) return;
@@ -348,9 +348,9 @@ struct CudaConvKernels final : ConvKernels {
                  op, "bias_add");
   }
 
-  void backward_filter(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw,
+  void backward_weight(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw,
                        ExecContext& ctx) const override {
-    const char* op = "conv_backward_filter";
+    const char* op = "conv_backward_weight";
     const std::size_t es = dtype_size(dt);
     const index_t nw = g.out_channels * (g.in_channels / g.groups) * vol(g.kernel);
     if (nw == 0) return;

@@ -1,6 +1,6 @@
-// Stencil halo transports (dist/halo_transport.hpp): thin faces, whole extended block, and the
-// sliced ghost-only adjoint. Moved out of src/nn/conv_dist.cpp; the data moves through the box
-// engine and HaloTransfer, so both devices run the same code.
+// The halo plan of a stencil op (dist/halo_transport.hpp): thin faces, whole extended block, and
+// the sliced ghost-only adjoint, chosen from the context's ExecSettings. The data moves through
+// the box engine and HaloTransfer, so both devices run the same code.
 #include "shardtensor/dist/halo_transport.hpp"
 
 #include <algorithm>
@@ -8,9 +8,28 @@
 
 #include "shardtensor/exec/box.hpp"
 
-namespace shard::detail {
-
+namespace shard {
+namespace detail {
 namespace {
+
+/// The plan's inputs: the op's shape plus the context's policy (transport, slice size).
+struct StencilHaloOptions {
+  HaloTransport transport = HaloTransport::automatic;
+  std::vector<index_t> reach;
+  std::vector<int> slice_dims;
+  std::size_t chunk_bytes = std::size_t{2} << 20;
+  const char* op = "halo_exchange";
+};
+
+StencilHaloOptions options_of(const StencilHaloShape& shape, const ExecSettings& s) {
+  StencilHaloOptions o;
+  o.transport = s.halo_transport;
+  o.reach = shape.reach;
+  o.slice_dims = shape.slice_dims;
+  o.chunk_bytes = std::max<std::size_t>(s.halo_chunk_bytes, 1);
+  o.op = shape.op;
+  return o;
+}
 
 index_t numel_of(const std::vector<index_t>& s) {
   index_t n = 1;
@@ -124,13 +143,29 @@ ThinHalo make_thin_halo(const DistSpec& spec, const HaloSpec& halo, const std::v
   return th;
 }
 
+namespace {
+HaloAdjointKind choose_halo_adjoint(DType dt, const DistSpec& spec, const HaloSpec& halo,
+                                    const StencilHaloOptions& opt) {
+  if (opt.transport != HaloTransport::whole_block && make_thin_halo(spec, halo, opt.reach).ok)
+    return HaloAdjointKind::thin;
+  return slicing(dt, spec, halo, opt).first >= 0 ? HaloAdjointKind::sliced : HaloAdjointKind::whole_block;
+}
+}  // namespace
+
+}  // namespace detail
+
+using namespace detail;
+
 // ---------------------------------------------------------------- forward
 StencilHaloForward::StencilHaloForward(DType dt, const DistSpec& spec, const HaloSpec& halo, const Block& local,
-                                       const StencilHaloOptions& opt)
+                                       const StencilHaloShape& shape, ExecContext& ctx)
     : local_(local) {
+  const StencilHaloOptions opt = options_of(shape, ctx.settings());
+  const bool overlap = ctx.settings().overlap_halo;
   if (opt.transport != HaloTransport::whole_block) th_ = make_thin_halo(spec, halo, opt.reach);
   if (!th_.ok) {
     tr_ = std::make_unique<HaloTransfer>(dt, spec, halo, HaloTransfer::Direction::forward, local);
+    if (!overlap) finish();  // benchmark switch: the same work, without the overlap
     return;
   }
   validate_halo(spec, halo, opt.op);  // the real halo's limits (T's are looser)
@@ -149,6 +184,7 @@ StencilHaloForward::StencilHaloForward(DType dt, const DistSpec& spec, const Hal
     copy_box(local, hi, tl, thi, len);
   }
   tr_ = std::make_unique<HaloTransfer>(dt, th_.spec, halo, HaloTransfer::Direction::forward, tl);
+  if (!overlap) finish();
 }
 
 StencilHaloForward::StencilHaloForward(const Block& user_ext) : ext_(user_ext) {
@@ -183,23 +219,24 @@ void StencilHaloForward::read(const std::vector<index_t>& lo, const Block& dst) 
   });
 }
 
-// ---------------------------------------------------------------- ghost-only adjoint
-HaloAdjointKind choose_halo_adjoint(DType dt, const DistSpec& spec, const HaloSpec& halo,
-                                    const StencilHaloOptions& opt) {
-  if (opt.transport != HaloTransport::whole_block && make_thin_halo(spec, halo, opt.reach).ok)
-    return HaloAdjointKind::thin;
-  return slicing(dt, spec, halo, opt).first >= 0 ? HaloAdjointKind::sliced : HaloAdjointKind::whole_block;
+// ---------------------------------------------------------------- adjoint
+HaloAdjointKind stencil_halo_adjoint_kind(DType dt, const DistSpec& spec, const HaloSpec& halo,
+                                          const StencilHaloShape& shape, const ExecSettings& settings) {
+  return choose_halo_adjoint(dt, spec, halo, options_of(shape, settings));
 }
 
-struct GhostHaloAdjoint::Impl {
+struct StencilHaloAdjoint::Impl {
   DType dt{};
   Device dev{};
   DistSpec spec;
   HaloSpec halo;
   HaloAdjointKind kind{};
+  StencilHaloOptions opt;
+  bool overlap = true, started = false;
   std::vector<GhostGradient> ghosts;
   std::unique_ptr<HaloTransfer> tr;
   bool landed = false;
+  Block result;  ///< whole_block: the block's gradient
   // thin
   ThinHalo th;
   // sliced
@@ -299,30 +336,54 @@ struct GhostHaloAdjoint::Impl {
   }
 };
 
-GhostHaloAdjoint::GhostHaloAdjoint(DType dt, const DistSpec& spec, const HaloSpec& halo, Device dev,
-                                   HaloAdjointKind kind, std::vector<GhostGradient> ghosts,
-                                   const StencilHaloOptions& opt)
+StencilHaloAdjoint::StencilHaloAdjoint(DType dt, const DistSpec& spec, const HaloSpec& halo,
+                                       const StencilHaloShape& shape, ExecContext& ctx)
     : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
-  SHARD_CHECK(kind != HaloAdjointKind::whole_block, "GhostHaloAdjoint",
-              "the whole-block adjoint is halo_exchange_adjoint on the extended block's gradient");
   m.dt = dt;
-  m.dev = dev;
+  m.dev = ctx.device();
   m.spec = spec;
   m.halo = halo;
-  m.kind = kind;
+  m.opt = options_of(shape, ctx.settings());
+  m.overlap = ctx.settings().overlap_halo;
+  m.kind = choose_halo_adjoint(dt, spec, halo, m.opt);
+}
+
+StencilHaloAdjoint::~StencilHaloAdjoint() = default;  // an unfinished HaloTransfer completes itself
+
+HaloAdjointKind StencilHaloAdjoint::kind() const { return impl_->kind; }
+
+void StencilHaloAdjoint::start(const Block& grad_ext) {
+  auto& m = *impl_;
+  SHARD_CHECK(m.kind == HaloAdjointKind::whole_block && !m.started, m.opt.op,
+              "the halo plan takes the ghost cells' gradients here (kind {}), not the extended block's",
+              static_cast<int>(m.kind));
+  m.started = true;
+  m.tr = std::make_unique<HaloTransfer>(m.dt, m.spec, m.halo, HaloTransfer::Direction::adjoint, grad_ext, true);
+  if (!m.overlap) m.tr->finish();  // benchmark switch
+}
+
+void StencilHaloAdjoint::start(std::vector<GhostGradient> ghosts) {
+  auto& m = *impl_;
+  SHARD_CHECK(m.kind != HaloAdjointKind::whole_block && !m.started, m.opt.op,
+              "the halo plan takes the extended block's gradient here, not the ghost cells'");
+  m.started = true;
   m.ghosts = std::move(ghosts);
+  const DistSpec& spec = m.spec;
+  const HaloSpec& halo = m.halo;
+  const StencilHaloOptions& opt = m.opt;
+  const DType dt = m.dt;
   m.len = spec.local_box().len;
   m.ext = halo_extended_shape(spec, halo);
-  if (kind == HaloAdjointKind::thin) {
+  if (m.kind == HaloAdjointKind::thin) {
     m.th = make_thin_halo(spec, halo, opt.reach);
-    SHARD_CHECK(m.th.ok, "GhostHaloAdjoint", "thin transport for {} needs exactly one dim with ghosts", halo);
+    SHARD_CHECK(m.th.ok, "StencilHaloAdjoint", "thin transport for {} needs exactly one dim with ghosts", halo);
     validate_halo(spec, halo, opt.op);
     m.post_thin();
     return;
   }
   std::tie(m.cd, m.nch) = slicing(dt, spec, halo, opt);
-  SHARD_CHECK(m.cd >= 0, "GhostHaloAdjoint", "no dim of {} can be sliced for {}", spec, halo);
+  SHARD_CHECK(m.cd >= 0, "StencilHaloAdjoint", "no dim of {} can be sliced for {}", spec, halo);
   const std::size_t R = m.len.size();
   // Faces that can receive gradients from the adjoint: within max(lo, hi) + 1 of the block faces
   // along every dim with a halo (the sources of every ghost cell, in every mode).
@@ -344,17 +405,19 @@ GhostHaloAdjoint::GhostHaloAdjoint(DType dt, const DistSpec& spec, const HaloSpe
   for (index_t k = 0; k < m.nch; ++k) max_chunk = std::max(max_chunk, balanced_size(m.len[uc], m.nch, k));
   m.zmax = m.ext;
   m.zmax[uc] = max_chunk;
-  m.zbuf = Block::allocate(dt, dev, m.zmax);
+  m.zbuf = Block::allocate(dt, m.dev, m.zmax);
   exec::box_zero(m.zbuf, m.ctx());
   m.zshape = m.zmax;
   m.post_slice(0);
   m.next = 1;
 }
 
-GhostHaloAdjoint::~GhostHaloAdjoint() = default;  // an unfinished HaloTransfer completes itself
-
-void GhostHaloAdjoint::progress(const Block& gx) {
+void StencilHaloAdjoint::progress(const Block& gx) {
   auto& m = *impl_;
+  if (!m.overlap) {  // benchmark switch: land everything now
+    finish(gx);
+    return;
+  }
   if (m.kind != HaloAdjointKind::sliced) return;
   for (; m.next < m.nch; ++m.next) {
     m.land_slice(gx);
@@ -362,16 +425,30 @@ void GhostHaloAdjoint::progress(const Block& gx) {
   }
 }
 
-void GhostHaloAdjoint::finish(const Block& gx) {
+Block StencilHaloAdjoint::finish(const Block& gx) {
   auto& m = *impl_;
-  if (m.landed) return;
-  if (m.kind == HaloAdjointKind::thin) {
-    m.land_thin(gx);
-  } else {
-    progress(gx);
-    m.land_slice(gx);
+  SHARD_CHECK(m.started, m.opt.op, "the halo adjoint was not started");
+  if (m.kind == HaloAdjointKind::whole_block) {
+    if (!m.landed) {
+      m.result = m.tr->finish();
+      m.tr.reset();
+      m.landed = true;
+    }
+    return m.result;
   }
-  m.landed = true;
+  if (!m.landed) {
+    if (m.kind == HaloAdjointKind::thin) {
+      m.land_thin(gx);
+    } else {
+      for (; m.next < m.nch; ++m.next) {
+        m.land_slice(gx);
+        m.post_slice(m.next);
+      }
+      m.land_slice(gx);
+    }
+    m.landed = true;
+  }
+  return gx;
 }
 
-}  // namespace shard::detail
+}  // namespace shard

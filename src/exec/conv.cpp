@@ -1,5 +1,5 @@
-// Front of the conv kernel family (exec/conv.hpp): operand checks (dtype, device, contiguity,
-// sizes against the geometry), then dispatch by device.
+// Front of the conv kernel family (exec/conv.hpp): operand checks (dtype, every block on
+// ctx.device(), contiguity, sizes against the geometry), then the table of ctx.device().
 #include "shardtensor/exec/conv.hpp"
 
 #include "exec/conv_kernels.hpp"
@@ -7,14 +7,15 @@
 #include "shardtensor/exec/box.hpp"
 
 namespace shard::exec {
+
+SHARD_KEEP_CPU_TABLE(conv);
+
 namespace {
 
 index_t vol(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
 
-const ConvKernels& table(Device dev, const char* op) {
-  if (dev.is_cpu()) return cpu_conv_kernels();
-  return kernels_for<ConvKernels>(dev, op);
-}
+/// The table of the context's device (every operand is checked to be there).
+const ConvKernels& table(const ExecContext& ctx, const char* op) { return kernels_for<ConvKernels>(ctx.device(), op); }
 
 void check_geometry(const char* op, const ConvGeometry& g) {
   SHARD_CHECK(g.spatial_dims >= 1 && g.spatial_dims <= 3, op, "spatial dims {} must be 1, 2 or 3", g.spatial_dims);
@@ -32,15 +33,13 @@ void check_geometry(const char* op, const ConvGeometry& g) {
   }
 }
 
-/// Every operand: same dtype (f32/f64) and device as the first, contiguous, `numel` elements.
+/// Every operand: same dtype (f32/f64) as the first, on ctx.device(), contiguous, `numel` elements.
 void check_operand(const char* op, const char* name, const Block& b, index_t numel, const Block& first,
                    const ExecContext& ctx) {
   SHARD_CHECK(b.dtype == DType::f32 || b.dtype == DType::f64, op, "{} has dtype {} (conv supports f32, f64)", name,
               b.dtype);
   SHARD_CHECK(b.dtype == first.dtype, op, "{} has dtype {} but the first operand has {}", name, b.dtype, first.dtype);
-  SHARD_CHECK(b.device == first.device, op, "operands on different devices: {} on {}, first operand on {}", name,
-              b.device, first.device);
-  SHARD_CHECK(ctx.device() == b.device, op, "context on {} but operands on {}", ctx.device(), b.device);
+  SHARD_CHECK(ctx.device() == b.device, op, "{} on {} but the execution context on {}", name, b.device, ctx.device());
   SHARD_CHECK(b.is_contiguous(), op, "{} (shape {}) must be contiguous", name, b.shape_vec());
   SHARD_CHECK(b.numel() == numel, op, "{} has shape {} ({} elements), geometry needs {}", name, b.shape_vec(),
               b.numel(), numel);
@@ -61,9 +60,8 @@ InputOperand input_operand(const char* op, const ConvGeometry& g0, const Block& 
   InputOperand r{g0, x};
   r.g.x_strides = {};
   if (x.is_contiguous()) return r;
-  SHARD_CHECK(x.dtype == first.dtype && x.device == first.device, op,
-              "input has dtype {} on {}, the first operand {} on {}", x.dtype, x.device, first.dtype, first.device);
-  SHARD_CHECK(ctx.device() == x.device, op, "context on {} but operands on {}", ctx.device(), x.device);
+  SHARD_CHECK(x.dtype == first.dtype, op, "input has dtype {}, the first operand {}", x.dtype, first.dtype);
+  SHARD_CHECK(ctx.device() == x.device, op, "input on {} but the execution context on {}", x.device, ctx.device());
   const int S = g0.spatial_dims;
   SHARD_CHECK(x.rank == 2 + S, op, "a strided input must have rank {} (N, C, {} spatial), got shape {}", 2 + S, S,
               x.shape_vec());
@@ -90,7 +88,7 @@ void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const B
                   ExecContext& ctx) {
   const char* op = "conv_forward";
   check_geometry(op, g);
-  const ConvKernels& tab = table(x.device, op);
+  const ConvKernels& tab = table(ctx, op);
   const InputOperand in = input_operand(op, g, x, tab, w, ctx);
   if (in.x.is_contiguous()) check_operand(op, "input", in.x, g.batch * g.in_channels * vol(g.in), w, ctx);
   check_operand(op, "weight", w, weight_numel(g), w, ctx);
@@ -99,26 +97,26 @@ void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const B
   tab.forward(w.dtype, in.g, in.x.data, w.data, bias ? bias->data : nullptr, y.data, ctx);
 }
 
-void conv_backward_data(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
-                        ExecContext& ctx) {
-  const char* op = "conv_backward_data";
+void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
+                         ExecContext& ctx) {
+  const char* op = "conv_backward_input";
   check_geometry(op, g);
   check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), gy, ctx);
   check_operand(op, "weight", w, weight_numel(g), gy, ctx);
   if (bias) check_operand(op, "bias", *bias, g.in_channels, gy, ctx);
   check_operand(op, "input gradient", gx, g.batch * g.in_channels * vol(g.in), gy, ctx);
-  table(gy.device, op).backward_data(gy.dtype, g, gy.data, w.data, bias ? bias->data : nullptr, gx.data, ctx);
+  table(ctx, op).backward_input(gy.dtype, g, gy.data, w.data, bias ? bias->data : nullptr, gx.data, ctx);
 }
 
-void conv_backward_filter(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
-  const char* op = "conv_backward_filter";
+void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
+  const char* op = "conv_backward_weight";
   check_geometry(op, g);
-  const ConvKernels& tab = table(gy.device, op);
+  const ConvKernels& tab = table(ctx, op);
   const InputOperand in = input_operand(op, g, x, tab, gy, ctx);
   if (in.x.is_contiguous()) check_operand(op, "input", in.x, g.batch * g.in_channels * vol(g.in), gy, ctx);
   check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), gy, ctx);
   check_operand(op, "weight gradient", gw, weight_numel(g), gy, ctx);
-  tab.backward_filter(gy.dtype, in.g, in.x.data, gy.data, gw.data, ctx);
+  tab.backward_weight(gy.dtype, in.g, in.x.data, gy.data, gw.data, ctx);
 }
 
 void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
@@ -128,27 +126,7 @@ void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
   const index_t positions = channels * batch == 0 ? 0 : gy.numel() / (batch * channels);
   check_operand(op, "output gradient", gy, gy.numel(), gy, ctx);
   check_operand(op, "bias gradient", gb, channels, gy, ctx);
-  table(gy.device, op).backward_bias(gy.dtype, batch, channels, positions, gy.data, gb.data, ctx);
+  table(ctx, op).backward_bias(gy.dtype, batch, channels, positions, gy.data, gb.data, ctx);
 }
 
 }  // namespace shard::exec
-
-namespace shard::detail {
-
-void conv_forward_core(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y) {
-  exec::check_geometry("conv_forward", g);
-  exec::cpu_conv_kernels().forward(dt, g, x, w, bias, y, current_context(Device::cpu()));
-}
-
-void conv_backward_input_core(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias,
-                              void* gx) {
-  exec::check_geometry("conv_backward_input", g);
-  exec::cpu_conv_kernels().backward_data(dt, g, gy, w, bias, gx, current_context(Device::cpu()));
-}
-
-void conv_backward_weight_core(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw) {
-  exec::check_geometry("conv_backward_weight", g);
-  exec::cpu_conv_kernels().backward_filter(dt, g, x, gy, gw, current_context(Device::cpu()));
-}
-
-}  // namespace shard::detail

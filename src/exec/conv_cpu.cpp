@@ -1,12 +1,12 @@
 // CPU implementation of the conv kernel family (exec/conv_kernels.hpp): sets up gather-conv
-// problems for the engine (src/tensor/conv_engine.hpp: direct AVX-512/AVX2 kernels, im2col +
-// BLAS) for the forward conv, the phase-decomposed input gradient and the weight gradient; the
+// problems for the engine (conv_cpu_engine.hpp: im2col + BLAS in conv_cpu_engine.cpp, direct
+// AVX-512/AVX2 kernels in conv_cpu_direct.cpp) for the forward conv, the phase-decomposed input gradient and the weight gradient; the
 // bias gradient. Reads the engine settings from the context.
 #include <omp.h>
 
 #include "exec/conv_kernels.hpp"
 #include "shardtensor/core/error.hpp"
-#include "tensor/conv_engine.hpp"
+#include "exec/conv_cpu_engine.hpp"
 
 namespace shard::exec {
 namespace {
@@ -143,19 +143,19 @@ struct CpuConvKernels final : ConvKernels {
       exec::forward<double>(g, cfg, static_cast<const double*>(x), static_cast<const double*>(w),
                             static_cast<const double*>(bias), static_cast<double*>(y));
   }
-  void backward_data(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias, void* gx,
-                     ExecContext& ctx) const override {
-    const EngineSettings cfg = engine_settings(ctx, "conv_backward_data");
+  void backward_input(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias, void* gx,
+                      ExecContext& ctx) const override {
+    const EngineSettings cfg = engine_settings(ctx, "conv_backward_input");
     if (dt == DType::f32)
-      backward_input<float>(g, cfg, static_cast<const float*>(gy), static_cast<const float*>(w),
+      exec::backward_input<float>(g, cfg, static_cast<const float*>(gy), static_cast<const float*>(w),
                             static_cast<const float*>(bias), static_cast<float*>(gx));
     else
-      backward_input<double>(g, cfg, static_cast<const double*>(gy), static_cast<const double*>(w),
+      exec::backward_input<double>(g, cfg, static_cast<const double*>(gy), static_cast<const double*>(w),
                              static_cast<const double*>(bias), static_cast<double*>(gx));
   }
-  void backward_filter(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw,
+  void backward_weight(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw,
                        ExecContext& ctx) const override {
-    const Problem p = forward_problem(g, engine_settings(ctx, "conv_backward_filter"));
+    const Problem p = forward_problem(g, engine_settings(ctx, "conv_backward_weight"));
     if (dt == DType::f32)
       conv_engine::weight_grad<float>(p, static_cast<const float*>(x), static_cast<const float*>(gy),
                                       static_cast<float*>(gw));
@@ -174,13 +174,8 @@ struct CpuConvKernels final : ConvKernels {
 
 const CpuConvKernels g_cpu_conv;
 
-/// Registers the CPU table at load time (kept in a static link by cpu_conv_kernels()).
-struct Registrar {
-  Registrar() { register_family(DeviceKind::cpu, KernelFamily::conv, &g_cpu_conv); }
-} const g_registrar;
-
 }  // namespace
 
-const ConvKernels& cpu_conv_kernels() { return g_cpu_conv; }
+SHARD_CPU_TABLE(conv, g_cpu_conv);
 
 }  // namespace shard::exec

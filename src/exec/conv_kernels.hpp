@@ -1,7 +1,7 @@
 #pragma once
 // The convolution kernel family (private): one table per device kind, looked up by
-// exec/conv.cpp through the registry. CPU: src/exec/conv_cpu.cpp (the direct / im2col engine of
-// src/tensor/conv_engine*.cpp, conv_fast.cpp). CUDA: src/cuda/conv_cuda.cpp (cuDNN; bias kernels
+// exec/conv.cpp through the registry. CPU: src/exec/conv_cpu.cpp (the im2col engine of
+// conv_cpu_engine.cpp and the direct SIMD path of conv_cpu_direct.cpp). CUDA: src/cuda/conv_cuda.cpp (cuDNN; bias kernels
 // and the padded-copy kernel in kernels/conv.cu behind src/kernels_api/conv.hpp).
 //
 // Every pointer is a contiguous N, C, spatial array (except x where takes_input_strides(): then
@@ -19,25 +19,21 @@ struct ConvKernels {
   static constexpr KernelFamily id = KernelFamily::conv;
   virtual ~ConvKernels() = default;
 
-  /// True when forward and backward_filter read x through g.x_strides (innermost stride 1);
+  /// True when forward and backward_weight read x through g.x_strides (innermost stride 1);
   /// otherwise the front hands them a contiguous x (and g.x_strides all zero).
   virtual bool takes_input_strides() const { return false; }
   /// y = conv(x, w) (+ bias[Cout]).
   virtual void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                        ExecContext& ctx) const = 0;
   /// gx = conv^T(gy, w) (+ bias[Cin]); writes every element of gx.
-  virtual void backward_data(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias,
-                             void* gx, ExecContext& ctx) const = 0;
+  virtual void backward_input(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias,
+                              void* gx, ExecContext& ctx) const = 0;
   /// gw = d<conv(x, w), gy>/dw (overwritten).
-  virtual void backward_filter(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw,
+  virtual void backward_weight(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw,
                                ExecContext& ctx) const = 0;
   /// gb[c] = sum over n and p of gy[n, c, p] (overwritten); gy is [batch, channels, positions].
   virtual void backward_bias(DType dt, index_t batch, index_t channels, index_t positions, const void* gy, void* gb,
                              ExecContext& ctx) const = 0;
 };
-
-/// The CPU table (defined in conv_cpu.cpp; referencing it keeps that object, and its registrar,
-/// in a static link).
-const ConvKernels& cpu_conv_kernels();
 
 }  // namespace shard::exec

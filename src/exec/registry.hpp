@@ -51,6 +51,24 @@ const Family& kernels_for(Device dev, const char* op) {
   return *static_cast<const Family*>(require_family(dev, Family::id, op));
 }
 
+/// One way for every family to register its CPU table and keep it linked in a static link
+/// (`<family>` is the KernelFamily enumerator, e.g. conv, pool, nbhd_attention):
+///  - src/exec/<family>_cpu.cpp, in namespace shard::exec, after the table object:
+///      SHARD_CPU_TABLE(<family>, table);
+///    registers `table` for DeviceKind::cpu at load time and defines `<family>_cpu_anchor`;
+///  - src/exec/<family>.cpp (the front), in namespace shard::exec:
+///      SHARD_KEEP_CPU_TABLE(<family>);
+///    an external definition whose initialiser references the anchor, so wherever the front is
+///    linked the CPU file (and its registration) is linked too.
+#define SHARD_CPU_TABLE(family, table)       \
+  extern const int family##_cpu_anchor;      \
+  const int family##_cpu_anchor =            \
+      (::shard::exec::register_family(::shard::DeviceKind::cpu, ::shard::exec::KernelFamily::family, &(table)), 1)
+#define SHARD_KEEP_CPU_TABLE(family)         \
+  extern const int family##_cpu_anchor;      \
+  extern const int* const family##_cpu_keep; \
+  const int* const family##_cpu_keep = &family##_cpu_anchor
+
 /// True when a backend for `kind` registered its runtime (CPU: always).
 inline bool backend_available(DeviceKind kind) noexcept {
   return kind == DeviceKind::cpu || find_family(kind, KernelFamily::runtime) != nullptr;

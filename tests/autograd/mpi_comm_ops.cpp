@@ -1,10 +1,14 @@
-// autograd::with_halo: a 2-D stencil op (correlation with a replicated weight, odd and even
-// kernels, every boundary mode) built on one with_halo node, sharded on 1-D and 2-D meshes (corners)
-// with uneven and empty shards and a Replicate mesh dim, against the single-rank run (values, x and
-// weight gradients, fp64 and fp32), finite differences, the save_extended=false path, and errors.
+// The halo plan of a stencil op on the tape: a 2-D stencil op (correlation with a replicated
+// weight, odd and even kernels, every boundary mode) recorded as one node whose forward reads the
+// extended block through StencilHaloForward and whose backward sends the ghost gradients home
+// through StencilHaloAdjoint (dist/halo_transport.hpp: thin, sliced or whole-block, as the plan
+// picks), sharded on 1-D and 2-D meshes (corners) with uneven and empty shards and a Replicate
+// mesh dim, against the single-rank run (values, x and weight gradients, fp64 and fp32), finite
+// differences, a node that keeps no extended block, and errors.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <shardtensor/autograd/comm_ops.hpp>
+#include <shardtensor/dist/halo_transport.hpp>
 
 #include "support/mpi_harness.hpp"
 
@@ -38,13 +42,60 @@ Tensor<T, 2> correlate(const Tensor<T, 2>& ext, const Tensor<T, 2>& w) {
   return out;
 }
 
-/// The stencil op: one with_halo node reading x's block plus ghosts and the weight w.
+/// One tape node for a stencil op on the halo plan, the way the library's ops record theirs:
+/// `forward(ext)` gets x's extended block; `backward(grad_out, ext)` returns the extended block's
+/// gradient (ext is empty unless `save_ext`), which goes to the plan's adjoint in the form the plan
+/// asks for (the whole extended gradient, or the block's part plus the ghost cells' part).
+template <class T, class Forward, class Backward, class... Extra>
+Var<T, 2> halo_node(const Var<T, 2>& x, const char* name, const HaloSpec& h, bool save_ext, Forward&& forward,
+                    Backward&& backward, const Extra&... extra) {
+  const DistSpec xs = x.value().spec();
+  StencilHaloShape shape;
+  shape.op = name;
+  shape.slice_dims = {0, 1};
+  const auto es = shard::detail::halo_extended_shape(xs, h);
+  auto ext = Tensor<T, 2>::empty({es[0], es[1]});
+  {
+    StencilHaloForward hf(dtype_of<T>, xs, h, as_block(x.local()), shape, current_context(Device::cpu()));
+    hf.read({0, 0}, as_block(ext));
+  }
+  DistTensor<T, 2> out = forward(ext);
+  const DistSpec out_spec = out.spec();
+  return Var<T, 2>::make(
+      std::move(out), name, {x.ref(), extra.ref()...},
+      [x, h, xs, shape, out_spec, saved = save_ext ? ext : Tensor<T, 2>(), bwd = std::forward<Backward>(backward)](
+          const DistTensor<T, 2>& g) {
+        const DistTensor<T, 2> gn = autograd::gradient_as(out_spec, g);
+        Tensor<T, 2> gext = bwd(gn, saved);
+        if (!x.requires_grad()) return;
+        StencilHaloAdjoint adj(dtype_of<T>, xs, h, shape, current_context(Device::cpu()));
+        Tensor<T, 2> gx;
+        if (adj.wants_extended_gradient()) {
+          adj.start(as_block(gext));
+          gx = tensor_of<T, 2>(adj.finish());
+        } else {
+          const Box b = xs.local_box();
+          auto inner = gext.slice({h.lo[0], h.lo[1]}, {b.len[0], b.len[1]});
+          gx = inner.clone();
+          inner.fill(T(0));  // the ghost cells' gradients only
+          adj.start(std::vector<GhostGradient>{GhostGradient{{0, 0}, as_block(gext)}});
+          adj.progress(as_block(gx));
+          adj.finish(as_block(gx));
+        }
+        const DistSpec gs = xs.with_placements(
+            autograd::local_op_input_grad_placements(xs.placements(), out_spec.placements(), gn.placements()),
+            xs.sizes());
+        x.accumulate_grad(DistTensor<T, 2>(gs, gx));
+      });
+}
+
+/// The stencil op: one node reading x's block plus ghosts and the weight w.
 template <class T>
 Var<T, 2> stencil(const Var<T, 2>& x, const Var<T, 2>& w, Boundary mode) {
   const auto h = same_halo(w.value().global_shape()[0], w.value().global_shape()[1], mode);
-  return autograd::with_halo(
-      x, {.name = "stencil", .halo = h},
-      [&](HaloExchange<T, 2>& hx) { return DistTensor<T, 2>(x.value().spec(), correlate(hx.finish(), w.local())); },
+  return halo_node<T>(
+      x, "stencil", h, true,
+      [&](const Tensor<T, 2>& ext) { return DistTensor<T, 2>(x.value().spec(), correlate(ext, w.local())); },
       [x, w](const DistTensor<T, 2>& g, const Tensor<T, 2>& ext) {
         const auto& wl = w.local();
         auto gw = Tensor<T, 2>::zeros(wl.shape());
@@ -66,14 +117,14 @@ Var<T, 2> stencil(const Var<T, 2>& x, const Var<T, 2>& w, Boundary mode) {
       w);
 }
 
-/// A box sum that does not keep the extended block (save_extended = false).
+/// A box sum that does not keep the extended block.
 template <class T>
 Var<T, 2> box_sum(const Var<T, 2>& x, index_t k, Boundary mode) {
   const auto h = same_halo(k, k, mode);
-  return autograd::with_halo(
-      x, {.name = "box_sum", .halo = h, .save_extended = false},
-      [&](HaloExchange<T, 2>& hx) {
-        return DistTensor<T, 2>(x.value().spec(), correlate(hx.finish(), Tensor<T, 2>::full({k, k}, T(1))));
+  return halo_node<T>(
+      x, "box_sum", h, false,
+      [&](const Tensor<T, 2>& ext) {
+        return DistTensor<T, 2>(x.value().spec(), correlate(ext, Tensor<T, 2>::full({k, k}, T(1))));
       },
       [k](const DistTensor<T, 2>& g, const Tensor<T, 2>& ext) {
         CHECK(ext.numel() == 0);
@@ -164,7 +215,7 @@ std::vector<Layout> layouts_for(int P) {
 
 }  // namespace
 
-TEST_CASE("with_halo stencil: sharded values and gradients equal the single-rank run", "[autograd][halo][mpi]") {
+TEST_CASE("stencil halo plan on the tape: sharded values and gradients equal the single-rank run", "[autograd][halo][mpi]") {
   const Shape<2> shape{9, 7};
   const std::vector<Shape<2>> kernels = {{3, 3}, {2, 4}, {5, 1}};
   for_each_comm_size([&](CommPtr comm) {
@@ -192,7 +243,7 @@ TEST_CASE("with_halo stencil: sharded values and gradients equal the single-rank
   });
 }
 
-TEST_CASE("with_halo stencil: gradients match finite differences", "[autograd][halo][mpi]") {
+TEST_CASE("stencil halo plan on the tape: gradients match finite differences", "[autograd][halo][mpi]") {
   for_each_comm_size([](CommPtr comm) {
     const int P = comm->size();
     DeviceMesh mesh(comm, P == 4 ? std::vector<int>{2, 2} : std::vector<int>{P, 1});
@@ -239,7 +290,7 @@ TEST_CASE("with_halo stencil: gradients match finite differences", "[autograd][h
   });
 }
 
-TEST_CASE("with_halo records one node; bad halos and bad gradient shapes throw on every rank", "[autograd][halo][mpi]") {
+TEST_CASE("a stencil node on the halo plan is one node; bad halos and bad gradient shapes throw on every rank", "[autograd][halo][mpi]") {
   for_each_comm_size([](CommPtr comm) {
     DeviceMesh mesh(comm);
     Var<double, 2> x(DistTensor<double, 2>::random({5, 4}, mesh, {Shard(0)}, 1), true);
@@ -257,9 +308,9 @@ TEST_CASE("with_halo records one node; bad halos and bad gradient shapes throw o
     CHECK_THAT(error_of([&] { stencil(x, wide, Boundary::periodic); }), ContainsSubstring("wider than the global domain"));
     // A backward that returns a wrongly shaped extended gradient on rank 0 only.
     auto h = same_halo(3, 3, Boundary::reflect);
-    auto bad = autograd::with_halo(
-        x, {.name = "bad", .halo = h},
-        [&](HaloExchange<double, 2>& hx) { return DistTensor<double, 2>(x.value().spec(), correlate(hx.finish(), w.local())); },
+    auto bad = halo_node<double>(
+        x, "bad", h, true,
+        [&](const Tensor<double, 2>& ext) { return DistTensor<double, 2>(x.value().spec(), correlate(ext, w.local())); },
         [comm](const DistTensor<double, 2>&, const Tensor<double, 2>& ext) {
           return comm->rank() == 0 ? Tensor<double, 2>::zeros({ext.size(0), ext.size(1) + 1})
                                    : Tensor<double, 2>::zeros(ext.shape());

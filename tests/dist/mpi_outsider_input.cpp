@@ -115,7 +115,7 @@ TEST_CASE("window ops refuse parameters whose derived extents would overflow int
     }
     in_step(*comm);
     // large accepted parameters still work where the result is small (not kMaxWindowParam itself:
-    // the CPU conv's backward_data takes time linear in the stride)
+    // the CPU conv's input gradient takes time linear in the stride)
     auto y = F::conv(x, w, std::nullopt, O2::symmetric(1, 4096));  // one output row/col
     CHECK(y.value().global_shape() == Shape<4>{1, 2, 1, 1});
     CHECK_NOTHROW(F::sum(y).backward());

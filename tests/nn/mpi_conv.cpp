@@ -177,36 +177,40 @@ TEST_CASE("sharded conv is exact with every halo transport of the halo plan", "[
 }
 
 TEST_CASE("the halo plan picks the conv's transports", "[nn][conv][mpi][halo_transport]") {
-  using shard::detail::HaloAdjointKind;
   for_each_comm_size([](CommPtr comm) {
     const int P = comm->size();
     const DeviceMesh m1(comm, {P});
     const Shape<4> s{2, 3, 40, 30};
     const DistSpec one(m1, {Shard(2)}, {s.begin(), s.end()});
     const HaloSpec h1{{0, 0, 1, 0}, {0, 0, 2, 0}, std::vector<Boundary>(4, Boundary::zero)};
-    shard::detail::StencilHaloOptions o;
-    o.reach = {0, 0, 4, 0};
-    o.slice_dims = {2, 3};
+    StencilHaloShape shape;
+    shape.reach = {0, 0, 4, 0};
+    shape.slice_dims = {2, 3};
+    ExecSettings set;
     // One dim with ghosts: thin faces of depth max(max(lo, hi) + 1, reach) = 4.
-    const auto th = shard::detail::make_thin_halo(one, h1, o.reach);
+    const auto th = shard::detail::make_thin_halo(one, h1, shape.reach);
     REQUIRE(th.ok);
     CHECK(th.d == 2);
     CHECK(th.edge == 4);
     CHECK(th.spec.global_shape()[2] == std::min<index_t>(40, P * 8));
-    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h1, o) == HaloAdjointKind::thin);
+    CHECK(stencil_halo_adjoint_kind(DType::f64, one, h1, shape, set) == HaloAdjointKind::thin);
     // Whole block forced: the sliced adjoint along the unsharded, ghost-free dim 3 when the block
     // is larger than a slice, else the extended block's gradient.
-    o.transport = HaloTransport::whole_block;
-    o.chunk_bytes = 1000;
-    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h1, o) == HaloAdjointKind::sliced);
-    o.chunk_bytes = std::size_t{1} << 30;
-    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h1, o) == HaloAdjointKind::whole_block);
+    set.halo_transport = HaloTransport::whole_block;
+    set.halo_chunk_bytes = 1000;
+    CHECK(stencil_halo_adjoint_kind(DType::f64, one, h1, shape, set) == HaloAdjointKind::sliced);
+    set.halo_chunk_bytes = std::size_t{1} << 30;
+    CHECK(stencil_halo_adjoint_kind(DType::f64, one, h1, shape, set) == HaloAdjointKind::whole_block);
+    // The plan object reads the same settings from its context.
+    ExecContext ctx(Device::cpu());
+    ctx.settings() = set;
+    CHECK(StencilHaloAdjoint(DType::f64, one, h1, shape, ctx).wants_extended_gradient());
     // Two dims with ghosts: never thin.
     HaloSpec h2 = h1;
     h2.lo[3] = 1;
-    o.transport = HaloTransport::thin;
-    CHECK_FALSE(shard::detail::make_thin_halo(one, h2, o.reach).ok);
-    CHECK(shard::detail::choose_halo_adjoint(DType::f64, one, h2, o) == HaloAdjointKind::whole_block);
+    set.halo_transport = HaloTransport::thin;
+    CHECK_FALSE(shard::detail::make_thin_halo(one, h2, shape.reach).ok);
+    CHECK(stencil_halo_adjoint_kind(DType::f64, one, h2, shape, set) == HaloAdjointKind::whole_block);
   });
 }
 

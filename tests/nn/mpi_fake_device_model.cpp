@@ -7,7 +7,7 @@
 //     3-D U-Net: forward, MSE loss, backward and one Adam step at 1..4 ranks on every layout of
 //     mod::layouts equal the single-rank CPU reference (fp64 1e-10, fp32 1e-5);
 //   * F::conv / F::conv_transpose with stride, dilation, groups and bias, through the three halo
-//     transports of src/nn/conv_dist.cpp (thin faces on a 1-D mesh, whole block on a 2x2 mesh,
+//     transports of the stencil halo plan (dist/halo_transport.hpp) (thin faces on a 1-D mesh, whole block on a 2x2 mesh,
 //     sliced adjoint on a 2x2 mesh with a tiny halo_chunk_bytes): output and the gradients of
 //     input, weight and bias on the fake device equal the same run on the host;
 //   * operands on different devices: a shard::Error naming the op and both devices.

@@ -1,5 +1,5 @@
 // Serial tests of the window ops at one rank against the plain local kernels on the full tensor
-// (tensor/conv.hpp, pool.hpp, resize.hpp), with non-zero padding modes applied by an explicit
+// (nn/functional/conv_local.hpp, tensor/pool.hpp, resize.hpp), with non-zero padding modes applied by an explicit
 // index-mapped padding (and its adjoint for the gradient); the layout algebra of window.hpp.
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -8,6 +8,7 @@
 #include <shardtensor/shardtensor.hpp>
 
 using namespace shard;
+using shard::nn::functional::ConvOptions;
 using autograd::Var;
 
 namespace {
@@ -84,7 +85,7 @@ void conv_case(const Shape<R>& xs, const Shape<R>& ws, const F::ConvOptions<R - 
   auto y = with_bias ? F::conv(x, w, b, o) : F::conv(x, w, std::nullopt, o);
   // Oracle: explicit padding, then the local kernel without padding.
   const auto xp = pad_full(x.local(), o.pad_lo, o.pad_hi, o.padding_mode);
-  ConvParams<S> p0;
+  ConvOptions<S> p0;
   p0.stride = o.stride;
   p0.dilation = o.dilation;
   p0.groups = o.groups;
@@ -139,7 +140,7 @@ TEMPLATE_TEST_CASE("conv_transpose, pooling and upsampling at one rank equal the
     auto x = rnd<T, 4>({2, 4, 5, 6}, 1), w = rnd<T, 4>({4, 3, 3, 4}, 2);
     auto b = rnd<T, 1>({6}, 3);
     auto y = F::conv_transpose(x, w, b, o);
-    ConvParams<2> p = ConvParams<2>::symmetric(1, 2, 1, 2);
+    ConvOptions<2> p = ConvOptions<2>::symmetric(1, 2, 1, 2);
     const Shape<2> op{1, 1};
     const auto yref = conv_transpose_forward(x.local(), w.local(), b.local(), p, op);
     check_close(y.local(), yref);

@@ -95,8 +95,8 @@ void check_conv(const Shape<R>& xs, index_t cout, const ConvGeometry& g0, index_
   exec::conv_forward(g, as_block(x.view), as_block(w), &bb, as_block(y_s), ctx);
   exec::conv_forward(g, as_block(xc), as_block(w), &bb, as_block(y_c), ctx);
   auto gw_s = Tensor<T, R>::empty(wshape), gw_c = Tensor<T, R>::empty(wshape);
-  exec::conv_backward_filter(g, as_block(x.view), as_block(gy), as_block(gw_s), ctx);
-  exec::conv_backward_filter(g, as_block(xc), as_block(gy), as_block(gw_c), ctx);
+  exec::conv_backward_weight(g, as_block(x.view), as_block(gy), as_block(gw_s), ctx);
+  exec::conv_backward_weight(g, as_block(xc), as_block(gy), as_block(gw_c), ctx);
   ctx.settings() = saved;
   // The same kernels read the same values in the same order: equal bitwise.
   CHECK(diff(y_s, y_c) == 0.0);

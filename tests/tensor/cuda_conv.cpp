@@ -10,6 +10,7 @@
 #include "tensor/test_conv_reference.hpp"
 
 using namespace shard;
+using shard::nn::functional::ConvOptions;
 
 namespace {
 
@@ -30,7 +31,7 @@ struct Case {
   const char* name;
   index_t batch, cin, cout;
   Shape<S> in, kernel;
-  ConvParams<S> p;
+  ConvOptions<S> p;
 };
 
 /// Runs every family entry point on the CPU and on the GPU (fresh CUDA context, TF32 off) and
@@ -94,8 +95,8 @@ void compare(const Case<S>& c) {
                      conv_transpose_backward_weight(xt_in, gyt, c.kernel, c.p)) <= tol<T>());
 }
 
-ConvParams<2> p2(Shape<2> stride, Shape<2> dil, Shape<2> lo, Shape<2> hi, index_t groups) {
-  return ConvParams<2>{.stride = stride, .dilation = dil, .pad_lo = lo, .pad_hi = hi, .groups = groups};
+ConvOptions<2> p2(Shape<2> stride, Shape<2> dil, Shape<2> lo, Shape<2> hi, index_t groups) {
+  return ConvOptions<2>{.stride = stride, .dilation = dil, .pad_lo = lo, .pad_hi = hi, .groups = groups};
 }
 
 }  // namespace
@@ -104,28 +105,28 @@ TEMPLATE_TEST_CASE("cuDNN conv 2-D matches the CPU family (stride, dilation, gro
                    double) {
   SHARD_REQUIRE_GPU();
   const Case<2> cases[] = {
-      {"3x3 pad 1", 2, 4, 6, {11, 9}, {3, 3}, ConvParams<2>::symmetric(1)},
-      {"no pad", 1, 3, 5, {8, 10}, {3, 2}, ConvParams<2>::symmetric(0)},
-      {"stride 2", 2, 4, 4, {13, 12}, {3, 3}, ConvParams<2>::symmetric(1, 2)},
-      {"dilation 2", 1, 2, 3, {12, 11}, {3, 3}, ConvParams<2>::symmetric(2, 1, 2)},
-      {"groups 2", 2, 4, 6, {9, 9}, {3, 3}, ConvParams<2>::symmetric(1, 1, 1, 2)},
-      {"depthwise", 1, 4, 4, {9, 7}, {3, 3}, ConvParams<2>::symmetric(1, 1, 1, 4)},
+      {"3x3 pad 1", 2, 4, 6, {11, 9}, {3, 3}, ConvOptions<2>::symmetric(1)},
+      {"no pad", 1, 3, 5, {8, 10}, {3, 2}, ConvOptions<2>::symmetric(0)},
+      {"stride 2", 2, 4, 4, {13, 12}, {3, 3}, ConvOptions<2>::symmetric(1, 2)},
+      {"dilation 2", 1, 2, 3, {12, 11}, {3, 3}, ConvOptions<2>::symmetric(2, 1, 2)},
+      {"groups 2", 2, 4, 6, {9, 9}, {3, 3}, ConvOptions<2>::symmetric(1, 1, 1, 2)},
+      {"depthwise", 1, 4, 4, {9, 7}, {3, 3}, ConvOptions<2>::symmetric(1, 1, 1, 4)},
       {"asymmetric pads", 2, 3, 4, {10, 9}, {3, 3}, p2({1, 1}, {1, 1}, {2, 0}, {0, 1}, 1)},
       {"mixed", 2, 6, 4, {15, 11}, {3, 2}, p2({1, 2}, {2, 1}, {2, 0}, {1, 1}, 2)},
       {"strided slack", 1, 2, 2, {10, 10}, {3, 3}, p2({3, 2}, {1, 1}, {0, 1}, {1, 0}, 1)},
-      {"1x1", 3, 5, 7, {6, 5}, {1, 1}, ConvParams<2>::symmetric(0)},
+      {"1x1", 3, 5, 7, {6, 5}, {1, 1}, ConvOptions<2>::symmetric(0)},
   };
   for (const auto& c : cases) compare<TestType, 2>(c);
 }
 
 TEMPLATE_TEST_CASE("cuDNN conv 1-D and 3-D match the CPU family", "[cuda][conv]", float, double) {
   SHARD_REQUIRE_GPU();
-  compare<TestType, 1>({"1-D pad 1", 2, 3, 4, {17}, {3}, ConvParams<1>::symmetric(1)});
+  compare<TestType, 1>({"1-D pad 1", 2, 3, 4, {17}, {3}, ConvOptions<1>::symmetric(1)});
   compare<TestType, 1>({"1-D stride/dil/groups/asym", 2, 4, 6, {23}, {3},
-                        ConvParams<1>{.stride = {2}, .dilation = {2}, .pad_lo = {3}, .pad_hi = {0}, .groups = 2}});
-  compare<TestType, 3>({"3-D 3^3 pad 1", 1, 3, 4, {7, 6, 8}, {3, 3, 3}, ConvParams<3>::symmetric(1)});
+                        ConvOptions<1>{.stride = {2}, .dilation = {2}, .pad_lo = {3}, .pad_hi = {0}, .groups = 2}});
+  compare<TestType, 3>({"3-D 3^3 pad 1", 1, 3, 4, {7, 6, 8}, {3, 3, 3}, ConvOptions<3>::symmetric(1)});
   compare<TestType, 3>({"3-D stride 2 groups 2 asym", 2, 4, 4, {9, 7, 8}, {3, 2, 3},
-                        ConvParams<3>{.stride = {2, 1, 2}, .dilation = {1, 2, 1}, .pad_lo = {1, 0, 2},
+                        ConvOptions<3>{.stride = {2, 1, 2}, .dilation = {1, 2, 1}, .pad_lo = {1, 0, 2},
                                       .pad_hi = {0, 1, 1}, .groups = 2}});
 }
 
@@ -135,7 +136,7 @@ TEST_CASE("cuDNN conv: deterministic setting gives bitwise identical repeated re
   ExecContext ctx(gpu);
   ctx.settings().deterministic = true;
   ContextGuard guard(ctx);
-  const auto p = ConvParams<2>::symmetric(1, 1, 1, 2);
+  const auto p = ConvOptions<2>::symmetric(1, 1, 1, 2);
   auto x = shard::test::random_tensor<float, 4>({4, 8, 64, 48}, 1).to(gpu);
   auto w = shard::test::random_tensor<float, 4>({16, 4, 3, 3}, 2).to(gpu);
   auto y = conv_forward(x, w, {}, p);
@@ -156,7 +157,7 @@ TEST_CASE("cuDNN conv: operands on different devices give shard::Error naming th
   SHARD_REQUIRE_GPU();
   auto x = shard::test::random_tensor<float, 4>({1, 2, 5, 5}, 1);
   auto w = shard::test::random_tensor<float, 4>({3, 2, 3, 3}, 2);
-  const auto p = ConvParams<2>::symmetric(1);
+  const auto p = ConvOptions<2>::symmetric(1);
   CHECK_THROWS_AS(conv_forward(x.to(Device::cuda(0)), w, {}, p), Error);
   CHECK_THROWS_AS(conv_forward(x, w.to(Device::cuda(0)), {}, p), Error);
   auto b = shard::test::random_tensor<float, 1>({3}, 3);

@@ -4,12 +4,13 @@
 #include <omp.h>
 
 #include <random>
-#include <shardtensor/tensor/conv.hpp>
+#include <shardtensor/nn/functional/conv_local.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
 #include "tensor/test_conv_reference.hpp"
 
 using namespace shard;
+using shard::nn::functional::ConvOptions;
 using shard::test::random_tensor;
 using shard::test::rel_err;
 
@@ -19,7 +20,7 @@ template <int S>
 struct ConvCase {
   index_t batch = 2, cin = 4, cout = 8;
   Shape<S> in{}, kernel{};
-  ConvParams<S> p;
+  ConvOptions<S> p;
 };
 
 template <int S>
@@ -178,7 +179,7 @@ TEST_CASE("conv: many channels (several register blocks and k-chunks)", "[conv]"
     c.cout = 26;
     c.in = {9, 11};
     c.kernel = {3, 2};
-    c.p = ConvParams<2>{.stride = {1, 1}, .dilation = {1, 2}, .pad_lo = {1, 0}, .pad_hi = {1, 2}, .groups = g};
+    c.p = ConvOptions<2>{.stride = {1, 1}, .dilation = {1, 2}, .pad_lo = {1, 0}, .pad_hi = {1, 2}, .groups = g};
     check_case<double>(c, 300 + g);
     check_case<float>(c, 300 + g);
     c.p.stride = {2, 1};
@@ -189,7 +190,7 @@ TEST_CASE("conv: many channels (several register blocks and k-chunks)", "[conv]"
   c3.cout = 10;
   c3.in = {4, 5, 6};
   c3.kernel = {3, 3, 3};
-  c3.p = ConvParams<3>::symmetric(1);
+  c3.p = ConvOptions<3>::symmetric(1);
   check_case<float>(c3, 320);
 }
 
@@ -200,7 +201,7 @@ TEST_CASE("conv: results do not depend on tiling or the threading policy", "[con
   c.cout = 4;
   c.in = {37, 29};
   c.kernel = {3, 2};
-  c.p = ConvParams<2>{.stride = {1, 2}, .dilation = {2, 1}, .pad_lo = {2, 0}, .pad_hi = {1, 1}, .groups = 2};
+  c.p = ConvOptions<2>{.stride = {1, 2}, .dilation = {2, 1}, .pad_lo = {2, 0}, .pad_hi = {1, 1}, .groups = 2};
   auto x = random_tensor<double, 4>({c.batch, c.cin, 37, 29}, 1);
   auto w = random_tensor<double, 4>({c.cout, c.cin / 2, 3, 2}, 2);
   auto b = random_tensor<double, 1>({c.cout}, 3);
@@ -236,7 +237,7 @@ TEST_CASE("conv: fp64 finite differences of <conv(x, w, b), gy>", "[conv]") {
   c.batch = 2;
   c.in = {6, 7};
   c.kernel = {3, 2};
-  c.p = ConvParams<2>{.stride = {2, 1}, .dilation = {1, 2}, .pad_lo = {1, 0}, .pad_hi = {0, 2}, .groups = 2};
+  c.p = ConvOptions<2>{.stride = {2, 1}, .dilation = {1, 2}, .pad_lo = {1, 0}, .pad_hi = {0, 2}, .groups = 2};
   auto x = random_tensor<double, 4>({2, 4, 6, 7}, 11);
   auto w = random_tensor<double, 4>({8, 2, 3, 2}, 12);
   auto b = random_tensor<double, 1>({8}, 13);
@@ -264,7 +265,7 @@ TEST_CASE("conv: fp64 finite differences of <conv(x, w, b), gy>", "[conv]") {
 TEST_CASE("conv: a 2-D problem larger than one tile (1024-wide rows, fp32)", "[conv]") {
   auto x = random_tensor<float, 4>({1, 3, 9, 1030}, 21);
   auto w = random_tensor<float, 4>({5, 3, 3, 3}, 22);
-  const auto p = ConvParams<2>::symmetric(1);
+  const auto p = ConvOptions<2>::symmetric(1);
   const auto yref = shard::test::ref_conv(x, w, nullptr, p);
   auto gy = random_tensor<float, 4>(yref.shape(), 23);
   const auto gxref = shard::test::ref_conv_backward_input(gy, w, {9, 1030}, p);
@@ -281,13 +282,13 @@ TEST_CASE("conv: a 2-D problem larger than one tile (1024-wide rows, fp32)", "[c
 TEST_CASE("conv: bad input gives shard::Error naming the shapes", "[conv][errors]") {
   auto x = random_tensor<double, 4>({1, 4, 5, 5}, 1);
   auto w = random_tensor<double, 4>({8, 4, 3, 3}, 2);
-  const auto p = ConvParams<2>::symmetric(1);
+  const auto p = ConvOptions<2>::symmetric(1);
   CHECK_THROWS_AS(conv_forward(x, random_tensor<double, 4>({8, 3, 3, 3}, 2), {}, p), Error);  // channels
-  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvParams<2>::symmetric(1, 1, 1, 3)), Error);        // groups
-  CHECK_THROWS_AS(conv_forward(x, random_tensor<double, 4>({6, 1, 3, 3}, 2), {}, ConvParams<2>::symmetric(0, 1, 1, 4)),
+  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvOptions<2>::symmetric(1, 1, 1, 3)), Error);        // groups
+  CHECK_THROWS_AS(conv_forward(x, random_tensor<double, 4>({6, 1, 3, 3}, 2), {}, ConvOptions<2>::symmetric(0, 1, 1, 4)),
                   Error);  // out channels not divisible by groups
   try {
-    conv_forward(x, random_tensor<double, 4>({8, 4, 7, 3}, 2), {}, ConvParams<2>{});  // kernel > input
+    conv_forward(x, random_tensor<double, 4>({8, 4, 7, 3}, 2), {}, ConvOptions<2>{});  // kernel > input
     FAIL("expected shard::Error");
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -295,13 +296,13 @@ TEST_CASE("conv: bad input gives shard::Error naming the shapes", "[conv][errors
     CHECK(msg.find("[5, 5]") != std::string::npos);
     CHECK(msg.find("[7, 3]") != std::string::npos);
   }
-  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvParams<2>{.dilation = {4, 1}, .pad_lo = {1, 1}, .pad_hi = {1, 1}}),
+  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvOptions<2>{.dilation = {4, 1}, .pad_lo = {1, 1}, .pad_hi = {1, 1}}),
                   Error);  // dilated kernel longer than padded input
-  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvParams<2>{.stride = {0, 1}}), Error);
-  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvParams<2>{.pad_lo = {-1, 0}}), Error);
+  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvOptions<2>{.stride = {0, 1}}), Error);
+  CHECK_THROWS_AS(conv_forward(x, w, {}, ConvOptions<2>{.pad_lo = {-1, 0}}), Error);
   CHECK_THROWS_AS(conv_forward(x, w, random_tensor<double, 1>({7}, 3), p), Error);  // bias size
   auto y = conv_forward(x, w, {}, p);
-  CHECK_THROWS_AS(conv_backward_input(y, w, {6, 5}, ConvParams<2>::symmetric(1, 2)), Error);  // wrong gy extent
+  CHECK_THROWS_AS(conv_backward_input(y, w, {6, 5}, ConvOptions<2>::symmetric(1, 2)), Error);  // wrong gy extent
   CHECK_THROWS_AS(conv_backward_input(random_tensor<double, 4>({1, 7, 5, 5}, 4), w, {5, 5}, p), Error);
   CHECK_THROWS_AS(conv_backward_weight(x, random_tensor<double, 4>({1, 8, 4, 5}, 4), {3, 3}, p), Error);
   CHECK_THROWS_AS(conv_backward_weight(random_tensor<double, 4>({2, 4, 5, 5}, 4), y, {3, 3}, p), Error);  // batch

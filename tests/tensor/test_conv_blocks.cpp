@@ -7,18 +7,19 @@
 
 #include <algorithm>
 #include <random>
-#include <shardtensor/tensor/conv.hpp>
+#include <shardtensor/nn/functional/conv_local.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
 #include "tensor/test_conv_reference.hpp"
 
 using namespace shard;
+using shard::nn::functional::ConvOptions;
 using shard::test::random_tensor;
 
 namespace {
 
 template <class T>
-void check_blocks(const Shape<2>& in, const Shape<2>& k, const ConvParams<2>& p, int cuts0, int cuts1,
+void check_blocks(const Shape<2>& in, const Shape<2>& k, const ConvOptions<2>& p, int cuts0, int cuts1,
                   std::uint64_t seed) {
   const double tol = std::is_same_v<T, double> ? 1e-12 : 1e-5;
   INFO("in " << fmt::format("{}", in) << " kernel " << fmt::format("{}", k) << " stride "
@@ -43,7 +44,7 @@ void check_blocks(const Shape<2>& in, const Shape<2>& k, const ConvParams<2>& p,
     for (int j = 0; j < ncuts[1]; ++j) {
       const Shape<2> olo{cuts[0][i], cuts[1][j]}, olen{cuts[0][i + 1] - cuts[0][i], cuts[1][j + 1] - cuts[1][j]};
       if (olen[0] == 0 || olen[1] == 0) continue;
-      ConvParams<2> lp = p;
+      ConvOptions<2> lp = p;
       Shape<2> blo{}, blen{};
       for (int d = 0; d < 2; ++d) {
         const auto [first, end] = conv_input_range(olo[d], olen[d], k[d], p.stride[d], p.dilation[d], p.pad_lo[d]);
@@ -74,7 +75,7 @@ TEST_CASE("conv on halo-extended blocks reproduces the global conv and its gradi
   std::mt19937_64 rng(11);
   auto pick = [&](index_t lo, index_t hi) { return std::uniform_int_distribution<index_t>(lo, hi)(rng); };
   for (int it = 0; it < 40; ++it) {
-    ConvParams<2> p;
+    ConvOptions<2> p;
     Shape<2> in{}, k{};
     p.groups = it % 3 == 0 ? 2 : 1;
     bool ok = true;

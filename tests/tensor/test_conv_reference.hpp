@@ -4,10 +4,12 @@
 // the transposed conv as a scatter over (o, k).
 #include <cmath>
 #include <random>
-#include <shardtensor/tensor/conv.hpp>
+#include <shardtensor/nn/functional/conv_local.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
 namespace shard::test {
+
+using nn::functional::ConvOptions;
 
 /// Converts a tensor to double (contiguous).
 template <class T, int R>
@@ -37,7 +39,7 @@ bool in_box(const Shape<S>& i, const Shape<S>& ext) {
 /// y = conv(x, w) + b (gather form), in double.
 template <class T, int R>
 Tensor<double, R> ref_conv(const Tensor<T, R>& x, const Tensor<T, R>& w, std::type_identity_t<const Tensor<T, 1>*> b,
-                           const ConvParams<R - 2>& p) {
+                           const ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   Shape<S> in{}, k{}, out{};
   for (int d = 0; d < S; ++d) {
@@ -80,7 +82,7 @@ Tensor<double, R> ref_conv(const Tensor<T, R>& x, const Tensor<T, R>& w, std::ty
 /// gx = conv^T(gy) for an input of spatial extent `in` (scatter form), in double.
 template <class T, int R>
 Tensor<double, R> ref_conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, const Shape<R - 2>& in,
-                                          const ConvParams<R - 2>& p) {
+                                          const ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   Shape<S> k{}, out{};
   for (int d = 0; d < S; ++d) {
@@ -121,7 +123,7 @@ Tensor<double, R> ref_conv_backward_input(const Tensor<T, R>& gy, const Tensor<T
 /// gw[co, ci, k] = sum_{n, o} gy[n, co, o] * x[n, g*cin_g + ci, o*s + k*d - lo], in double.
 template <class T, int R>
 Tensor<double, R> ref_conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy, const Shape<R - 2>& k,
-                                           const ConvParams<R - 2>& p) {
+                                           const ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   Shape<S> in{};
   for (int d = 0; d < S; ++d) in[d] = x.size(2 + d);
@@ -158,7 +160,7 @@ Tensor<double, R> ref_conv_backward_weight(const Tensor<T, R>& x, const Tensor<T
 /// Transposed conv (scatter form): y[n, g*cout_g + co, i*s + k*d - lo] += x[n, ci, i] * w[ci, co, k].
 template <class T, int R>
 Tensor<double, R> ref_conv_transpose(const Tensor<T, R>& x, const Tensor<T, R>& w, std::type_identity_t<const Tensor<T, 1>*> b,
-                                     const ConvParams<R - 2>& p, const Shape<R - 2>& out) {
+                                     const ConvOptions<R - 2>& p, const Shape<R - 2>& out) {
   constexpr int S = R - 2;
   Shape<S> k{};
   for (int d = 0; d < S; ++d) k[d] = w.size(2 + d);

@@ -3,19 +3,20 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <random>
-#include <shardtensor/tensor/conv.hpp>
+#include <shardtensor/nn/functional/conv_local.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
 #include "tensor/test_conv_reference.hpp"
 
 using namespace shard;
+using shard::nn::functional::ConvOptions;
 using shard::test::random_tensor;
 using shard::test::rel_err;
 
 namespace {
 
 template <class T, int S>
-void check_transpose(index_t cin, index_t cout_g, const Shape<S>& in, const Shape<S>& k, const ConvParams<S>& p,
+void check_transpose(index_t cin, index_t cout_g, const Shape<S>& in, const Shape<S>& k, const ConvOptions<S>& p,
                      const Shape<S>& op, std::uint64_t seed) {
   constexpr int R = S + 2;
   const double tol = std::is_same_v<T, double> ? 1e-12 : 1e-5;
@@ -64,7 +65,7 @@ TEST_CASE("conv_transpose1d: kernels 1-4, stride 1-3, dilation 1-2, groups, pads
       for (index_t dil : {1, 2})
         for (index_t g : {1, 2})
           for (auto [lo, hi] : {std::pair<index_t, index_t>{0, 0}, {1, 0}, {0, 2}}) {
-            ConvParams<1> p{.stride = {s}, .dilation = {dil}, .pad_lo = {lo}, .pad_hi = {hi}, .groups = g};
+            ConvOptions<1> p{.stride = {s}, .dilation = {dil}, .pad_lo = {lo}, .pad_hi = {hi}, .groups = g};
             for (index_t op = 0; op < std::max(s, dil); ++op) {
               const index_t out = (7 - 1) * s - lo - hi + dil * (k - 1) + op + 1;
               if (out < 1) continue;
@@ -83,7 +84,7 @@ TEST_CASE("conv_transpose2d/3d: random cases", "[conv]") {
     const bool three = done2 >= 40;
     const index_t g = pick(0, 1) ? 2 : 1;
     if (!three) {
-      ConvParams<2> p;
+      ConvOptions<2> p;
       Shape<2> in{}, k{}, op{};
       p.groups = g;
       for (int d = 0; d < 2; ++d) {
@@ -101,7 +102,7 @@ TEST_CASE("conv_transpose2d/3d: random cases", "[conv]") {
       check_transpose<float, 2>(4, 2, in, k, p, op, 100 + it);
       ++done2;
     } else {
-      ConvParams<3> p;
+      ConvOptions<3> p;
       Shape<3> in{}, k{}, op{};
       p.groups = g;
       for (int d = 0; d < 3; ++d) {
@@ -126,7 +127,7 @@ TEST_CASE("conv_transpose2d/3d: random cases", "[conv]") {
 }
 
 TEST_CASE("conv_transpose: fp64 finite differences", "[conv]") {
-  const ConvParams<2> p{.stride = {2, 3}, .dilation = {1, 2}, .pad_lo = {1, 0}, .pad_hi = {0, 1}, .groups = 2};
+  const ConvOptions<2> p{.stride = {2, 3}, .dilation = {1, 2}, .pad_lo = {1, 0}, .pad_hi = {0, 1}, .groups = 2};
   auto x = random_tensor<double, 4>({2, 4, 3, 4}, 1);
   auto w = random_tensor<double, 4>({4, 3, 2, 3}, 2);
   auto b = random_tensor<double, 1>({6}, 3);
@@ -155,10 +156,10 @@ TEST_CASE("conv_transpose: fp64 finite differences", "[conv]") {
 TEST_CASE("conv_transpose: bad input", "[conv][errors]") {
   auto x = random_tensor<double, 4>({1, 4, 3, 3}, 1);
   auto w = random_tensor<double, 4>({4, 2, 3, 3}, 2);
-  const auto p = ConvParams<2>::symmetric(0, 2);
+  const auto p = ConvOptions<2>::symmetric(0, 2);
   CHECK_THROWS_AS(conv_transpose_forward(x, random_tensor<double, 4>({3, 2, 3, 3}, 2), {}, p), Error);
   CHECK_THROWS_AS(conv_transpose_forward(x, w, {}, p, Shape<2>{2, 0}), Error);  // output_padding >= stride
-  CHECK_THROWS_AS(conv_transpose_forward(x, w, {}, ConvParams<2>::symmetric(4, 1)), Error);  // empty output
+  CHECK_THROWS_AS(conv_transpose_forward(x, w, {}, ConvOptions<2>::symmetric(4, 1)), Error);  // empty output
   CHECK_THROWS_AS(conv_transpose_forward(x, w, random_tensor<double, 1>({3}, 3), p), Error);
   auto y = conv_transpose_forward(x, w, {}, p);
   CHECK_THROWS_AS(conv_transpose_backward_input(y, w, {9, 3}, p), Error);

@@ -190,7 +190,7 @@ Tensor<T, Rank> halo_exchange(const DistTensor<T, Rank>& x, const HaloSpec& halo
 /// Starts the adjoint of the halo exchange (split phase): `grad_ext` is the gradient of the
 /// extended block of a tensor laid out by `x_spec`.
 /// With `overwrite_grad_ext`, the (contiguous) `grad_ext` is used as the working buffer and
-/// its contents are destroyed: one copy of the extended block fewer (with_halo does this).
+/// its contents are destroyed: one copy of the extended block fewer (the stencil halo plan does this).
 template <class T, int Rank>
 HaloExchange<T, Rank> halo_exchange_adjoint_start(const DistSpec& x_spec, const Tensor<T, Rank>& grad_ext,
                                                    const HaloSpec& halo, bool overwrite_grad_ext = false) {
@@ -253,8 +253,6 @@ void fill_ghosts(const DistTensor<T, Rank>& x, const Tensor<T, Rank>& ghosted, c
   }
 }
 
-namespace detail {
-
 /// True if an op that needs `halo` around x's block may read x's declared ghost layers
 /// (dist/ghosts.hpp) instead of exchanging: on every dim with a halo, the declared widths are at
 /// least the halo's and the declared edge mode is the halo's mode (or the mode is zero and
@@ -280,6 +278,18 @@ bool use_declared_ghosts(const DistTensor<T, Rank>& x, const HaloSpec& halo, boo
   return all == 1;
 }
 
+/// x's extended block (x's block with `halo` around it) viewed zero-copy in the user's memory
+/// when an op that needs `halo` may read x's declared ghost layers instead of exchanging
+/// (use_declared_ghosts: the same verdict on every rank), else an empty Block. The halo plan of
+/// a stencil op reads it in place (StencilHaloForward(user_ext), dist/halo_transport.hpp).
+template <class T, int Rank>
+Block declared_ghost_block(const DistTensor<T, Rank>& x, const HaloSpec& halo, bool zero_edge_unread) {
+  if (!use_declared_ghosts(x, halo, zero_edge_unread)) return Block{};
+  return as_block(x.ghosted_local(halo.lo, halo.hi));
+}
+
+namespace detail {
+using shard::use_declared_ghosts;  ///< the former name (kept for callers not yet moved)
 }  // namespace detail
 
 /// fill_ghosts with `width` ghost layers on both sides of every dim listed in `dims` (the

@@ -1,41 +1,45 @@
 #pragma once
 /// \file halo_transport.hpp
-/// Transports of a stencil op's halo exchange: options of the (cached, persistent-buffer) halo
-/// plan for ops that compute from their own block first and read ghost cells only in the
-/// boundary boxes near the block faces (conv today; pooling, upsampling and later stencils can
-/// take the same objects). The op keeps its schedule (what to compute while the transfer is in
-/// flight); the transport decides which cells travel and how.
+/// The halo plan of a stencil op (conv today; pooling, upsampling and later stencils can take the
+/// same objects): ops that compute from their own block first and read ghost cells only in the
+/// boundary boxes near the block faces. The op keeps its schedule (what to compute while a
+/// transfer is in flight) and says what it reads (StencilHaloShape: geometry, never a policy);
+/// the plan decides which cells travel and how, from the execution context's ExecSettings
+/// (halo_transport, halo_chunk_bytes, overlap_halo), the same way on every rank.
 ///
-/// Forward (`StencilHaloForward`), chosen by `HaloTransport` (exec/context.hpp settings):
-///  - thin faces: when exactly one tensor dim d needs ghosts, the exchange runs on the tensor T
-///    made of every part's first and last `edge` cells along d (the whole block when thinner),
-///    edge = max(max(lo, hi) + 1, reach[d]). T holds every cell any rank's ghosts copy from
-///    (every boundary mode, multi-hop included) and every block cell a boundary box reads, in
-///    global order, so the exchange on T with the same widths and modes delivers exactly the
-///    real ghost cells, and the block's interior is never copied;
+/// Forward (`StencilHaloForward`), transport chosen by ExecSettings::halo_transport:
+///  - thin faces (automatic when possible, or forced by `thin`): when exactly one tensor dim d
+///    needs ghosts, the exchange runs on the tensor T made of every part's first and last `edge`
+///    cells along d (the whole block when thinner), edge = max(max(lo, hi) + 1, reach[d]). T holds
+///    every cell any rank's ghosts copy from (every boundary mode, multi-hop included) and every
+///    block cell a boundary box reads, in global order, so the exchange on T with the same widths
+///    and modes delivers exactly the real ghost cells, and the block's interior is never copied;
 ///  - whole extended block: the ordinary halo exchange (dist/halo.hpp);
-///  - user ghosts: the ghost layers a simulation declared valid (dist/ghosts.hpp) are read in
-///    place from its memory, and nothing is exchanged (the op decides, the same on every rank).
-///  Either way `read(lo, dst)` returns any box of the (virtual) extended block.
+///  - user ghosts: the ghost layers a simulation declared valid (dist/ghosts.hpp,
+///    `declared_ghost_block`) are read in place from its memory, and nothing is exchanged.
+///  Either way `read(lo, dst)` returns any box of the (virtual) extended block. With
+///  ExecSettings::overlap_halo false the exchange completes at construction (benchmarks).
 ///
-/// Backward (`GhostHaloAdjoint`): the op computes its block's own input gradient from the block
-/// alone and supplies the ghost cells' gradients (boxes in extended-block coordinates, zero
-/// inside the block); the adjoint sends them to their owners, who add them to their gradient:
-///  - thin faces: one adjoint on T's extended block;
-///  - sliced: along an unsharded dim without ghosts (`slice_dims`), slice by slice on one reused
-///    zero buffer when the block is larger than `chunk_bytes` per rank, so that the memory beyond
-///    the gradient is one slice;
-///  - otherwise (`whole_block` from choose_halo_adjoint) the op runs the ordinary
-///    halo_exchange_adjoint on its extended block's gradient.
-/// The choice depends only on (spec, halo, options), which every rank passes alike, so every
-/// rank takes the same transport (each transfer is collective).
+/// Backward (`StencilHaloAdjoint`): the plan says which gradient the op supplies
+/// (`wants_extended_gradient()`):
+///  - the extended block's gradient (`whole_block`): the ordinary halo adjoint on it;
+///  - or the op computes its block's own input gradient from the block alone and supplies the
+///    ghost cells' gradients (boxes in extended-block coordinates, zero inside the block), which
+///    go to their owners and are added to their gradient: `thin` (one adjoint on T's extended
+///    block) or `sliced` (along an unsharded dim without ghosts, StencilHaloShape::slice_dims,
+///    slice by slice of ExecSettings::halo_chunk_bytes on one reused zero buffer, so the memory
+///    beyond the gradient is one slice).
+/// The choice depends only on (spec, halo, shape, settings), which every rank passes alike, so
+/// every rank takes the same transport (each transfer is collective).
 #include <memory>
 #include <vector>
 
 #include "shardtensor/dist/halo.hpp"
 #include "shardtensor/exec/context.hpp"
 
-namespace shard::detail {
+namespace shard {
+
+namespace detail {
 
 /// The thin-face geometry of (spec, halo): see the file comment. `ok` is false unless exactly
 /// one tensor dim needs ghost cells.
@@ -55,13 +59,13 @@ struct ThinHalo {
 /// tensor dim d (a window's span; entries may be omitted = 0).
 ThinHalo make_thin_halo(const DistSpec& spec, const HaloSpec& halo, const std::vector<index_t>& reach);
 
-/// Options of a stencil op's halo transports.
-struct StencilHaloOptions {
-  HaloTransport transport = HaloTransport::automatic;  ///< thin faces when possible, else whole block
-  std::vector<index_t> reach;                          ///< per tensor dim: block cells a boundary box reads
-  std::vector<int> slice_dims;                         ///< dims the sliced adjoint may slice (first fit)
-  std::size_t chunk_bytes = std::size_t{2} << 20;      ///< bytes per slice of the sliced adjoint
-  const char* op = "halo_exchange";                    ///< the op named in errors
+}  // namespace detail
+
+/// What the halo plan needs to know about a stencil op (its geometry, never a transport policy).
+struct StencilHaloShape {
+  std::vector<index_t> reach;     ///< per tensor dim: block cells a boundary box reads (missing = 0)
+  std::vector<int> slice_dims;    ///< dims the sliced adjoint may slice (first fit)
+  const char* op = "halo_exchange";  ///< the op named in errors
 };
 
 /// The forward halo of a stencil op, split phase: construction validates (collectively the same
@@ -69,11 +73,12 @@ struct StencilHaloOptions {
 /// extended block.
 class StencilHaloForward {
  public:
+  /// The exchange of this rank's block `local` (on ctx.device()); transport and overlap from
+  /// ctx.settings().
   StencilHaloForward(DType dt, const DistSpec& spec, const HaloSpec& halo, const Block& local,
-                     const StencilHaloOptions& opt);
+                     const StencilHaloShape& shape, ExecContext& ctx);
   /// The user's ghosts as the source (dist/ghosts.hpp): no exchange at all; read() copies from
-  /// `user_ext`, the extended block viewed in the user's memory (strided; the caller checked,
-  /// collectively, that the declared ghosts cover the halo: detail::use_declared_ghosts).
+  /// `user_ext`, the extended block viewed in the user's memory (declared_ghost_block).
   explicit StencilHaloForward(const Block& user_ext);
   ~StencilHaloForward();
   StencilHaloForward(const StencilHaloForward&) = delete;
@@ -87,17 +92,18 @@ class StencilHaloForward {
   bool thin() const { return th_.ok; }
 
  private:
-  ThinHalo th_;
+  detail::ThinHalo th_;
   Block local_, ext_;
-  std::unique_ptr<HaloTransfer> tr_;
+  std::unique_ptr<detail::HaloTransfer> tr_;
 };
 
 /// How a stencil op's backward sends its ghost gradients home.
 enum class HaloAdjointKind : unsigned char { whole_block, thin, sliced };
 
-/// The adjoint transport for (spec, halo, opt) with elements of `dt` (the same on every rank).
-HaloAdjointKind choose_halo_adjoint(DType dt, const DistSpec& spec, const HaloSpec& halo,
-                                    const StencilHaloOptions& opt);
+/// The adjoint transport the plan takes for (spec, halo, shape) with elements of `dt` under
+/// `settings` (the same on every rank; what StencilHaloAdjoint::kind() returns).
+HaloAdjointKind stencil_halo_adjoint_kind(DType dt, const DistSpec& spec, const HaloSpec& halo,
+                                          const StencilHaloShape& shape, const ExecSettings& settings);
 
 /// Gradient of the ghost cells a boundary box read: its box starts at `lo` (extended-block
 /// coordinates) and has g's shape; g is zero at the block's own cells.
@@ -106,23 +112,39 @@ struct GhostGradient {
   Block g;
 };
 
-/// The ghost-only adjoint (thin or sliced), split phase: construction posts the first transfer;
-/// the op computes its block's gradient gx meanwhile, then calls progress(gx) (lands every
+/// The halo adjoint of a stencil op, split phase. Construction picks the transport from
+/// (spec, halo, shape, ctx.settings()). If wants_extended_gradient(), the op computes its
+/// extended block's gradient and calls start(grad_ext) (the buffer is consumed), then finish()
+/// returns the block's gradient. Otherwise the op calls start(ghosts) with its ghost cells'
+/// gradients, computes its block's gradient gx meanwhile, calls progress(gx) (lands every
 /// transfer but the last, posting the next; overlap the last with more work) and finish(gx),
-/// which adds what arrived to gx. gx must be this rank's local block gradient (contiguous).
-class GhostHaloAdjoint {
+/// which adds what arrived to gx and returns it. With ExecSettings::overlap_halo false every
+/// transfer completes as early as possible (start / progress).
+class StencilHaloAdjoint {
  public:
-  GhostHaloAdjoint(DType dt, const DistSpec& spec, const HaloSpec& halo, Device dev, HaloAdjointKind kind,
-                   std::vector<GhostGradient> ghosts, const StencilHaloOptions& opt);
-  ~GhostHaloAdjoint();
-  GhostHaloAdjoint(const GhostHaloAdjoint&) = delete;
-  GhostHaloAdjoint& operator=(const GhostHaloAdjoint&) = delete;
+  StencilHaloAdjoint(DType dt, const DistSpec& spec, const HaloSpec& halo, const StencilHaloShape& shape,
+                     ExecContext& ctx);
+  ~StencilHaloAdjoint();
+  StencilHaloAdjoint(const StencilHaloAdjoint&) = delete;
+  StencilHaloAdjoint& operator=(const StencilHaloAdjoint&) = delete;
+  /// The transport in use.
+  HaloAdjointKind kind() const;
+  /// True when the op must supply its extended block's gradient (start(const Block&)).
+  bool wants_extended_gradient() const { return kind() == HaloAdjointKind::whole_block; }
+  /// whole_block: posts the adjoint of the extended block's gradient (contiguous; overwritten).
+  void start(const Block& grad_ext);
+  /// thin / sliced: posts the first transfer of the ghost cells' gradients.
+  void start(std::vector<GhostGradient> ghosts);
+  /// thin / sliced: lands every transfer but the last into gx, posting the next.
   void progress(const Block& gx);
-  void finish(const Block& gx);
+  /// Completes: whole_block returns the block's gradient (gx unused); thin / sliced add what
+  /// arrived to gx (this rank's contiguous block gradient) and return it.
+  Block finish(const Block& gx = Block{});
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace shard::detail
+
+}  // namespace shard

@@ -65,75 +65,10 @@
 
 #include "shardtensor/nn/functional/window.hpp"
 #include "shardtensor/exec/pointwise.hpp"
-#include "shardtensor/tensor/conv.hpp"
+#include "shardtensor/nn/functional/conv_local.hpp"
+#include "shardtensor/nn/functional/conv_options.hpp"
 
 namespace shard::nn::functional {
-
-/// Hyper-parameters of an S-dimensional domain-parallel convolution.
-template <int S>
-struct ConvOptions {
-  static_assert(S >= 1 && S <= 3, "ConvOptions: 1, 2 or 3 spatial dims");
-  /// All-ones shape (the default stride and dilation).
-  static constexpr Shape<S> ones() {
-    Shape<S> s{};
-    for (auto& e : s) e = 1;
-    return s;
-  }
-  Shape<S> stride = ones();               ///< step between outputs (>= 1)
-  Shape<S> dilation = ones();             ///< spacing between taps (>= 1)
-  Shape<S> pad_lo{};                      ///< padding before the first input cell, per dim
-  Shape<S> pad_hi{};                      ///< padding after the last input cell, per dim
-  index_t groups = 1;                     ///< channel groups (divides C_in and C_out)
-  std::array<Boundary, S> padding_mode{}; ///< per dim: zero (default), periodic, reflect, replicate
-
-  /// `pad` on both sides of every dim, uniform stride / dilation, one padding mode.
-  static ConvOptions symmetric(index_t pad, index_t stride = 1, index_t dilation = 1, index_t groups = 1,
-                               Boundary mode = Boundary::zero) {
-    ConvOptions o;
-    o.stride.fill(stride);
-    o.dilation.fill(dilation);
-    o.pad_lo.fill(pad);
-    o.pad_hi.fill(pad);
-    o.groups = groups;
-    o.padding_mode.fill(mode);
-    return o;
-  }
-  /// PyTorch padding='same' (stride 1): total dilation*(k-1) per dim, the smaller half below.
-  static ConvOptions same(const Shape<S>& kernel, index_t dilation = 1, Boundary mode = Boundary::zero,
-                          index_t groups = 1) {
-    ConvOptions o = symmetric(0, 1, dilation, groups, mode);
-    for (int d = 0; d < S; ++d) {
-      const index_t span = dilation * (kernel[d] - 1);
-      o.pad_lo[d] = span / 2;
-      o.pad_hi[d] = span - span / 2;
-    }
-    return o;
-  }
-};
-
-/// Hyper-parameters of an S-dimensional domain-parallel transposed convolution (zero padding).
-template <int S>
-struct ConvTransposeOptions {
-  Shape<S> stride = ConvOptions<S>::ones();    ///< upsampling step (>= 1)
-  Shape<S> dilation = ConvOptions<S>::ones();  ///< spacing between taps (>= 1)
-  Shape<S> pad_lo{};                           ///< cropped from the start of the full output, per dim
-  Shape<S> pad_hi{};                           ///< cropped from the end of the full output, per dim
-  Shape<S> output_padding{};                   ///< extra cells at the end (0 <= op < max(stride, dilation))
-  index_t groups = 1;                          ///< channel groups
-
-  /// `pad` on both sides, uniform stride / dilation / output padding.
-  static ConvTransposeOptions symmetric(index_t pad, index_t stride = 1, index_t dilation = 1, index_t groups = 1,
-                                        index_t output_padding = 0) {
-    ConvTransposeOptions o;
-    o.stride.fill(stride);
-    o.dilation.fill(dilation);
-    o.pad_lo.fill(pad);
-    o.pad_hi.fill(pad);
-    o.output_padding.fill(output_padding);
-    o.groups = groups;
-    return o;
-  }
-};
 
 namespace detail {
 
@@ -142,7 +77,7 @@ struct ConvChannels {
   index_t batch = 0, in = 1, out = 1, groups = 1;
 };
 
-/// What dist_conv_forward keeps for the weight gradient: per boundary box (global output and
+/// What conv_forward keeps for the weight gradient: per boundary box (global output and
 /// input ranges) the input cells it read, with this rank's own block cells zeroed.
 struct ConvGhosts {
   struct Box {
@@ -152,24 +87,24 @@ struct ConvGhosts {
   std::vector<Box> boxes;
 };
 
-/// y[batch, ch.out, out_block] = conv of the rank's block x[batch, ch.in, in_block] (contiguous,
-/// or a strided view of that shape read in place where the kernels take strides; every pointer
-/// addresses memory of `dev`, where the kernels, scratch and halo buffers live)
-/// with its halo (exchanged here, overlapped as described in the file comment); w, bias as the
-/// local kernels take them (bias may be null). Fills `saved` when non-null. Collective over the
-/// communicators of the sharded dims. `user_ext` (optional): the extended block (plan.halo around
-/// x) viewed in the user's memory, whose declared ghost cells are read instead of exchanging (no
-/// communication; the caller decided it on every rank alike, dist/ghosts.hpp).
-void dist_conv_forward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                       const Block& x, const void* w, const void* bias, void* y, ConvGhosts* saved,
-                       const Block* user_ext = nullptr);
+/// The schedule (src/nn/conv.cpp): y[batch, ch.out, out_block] = conv of the rank's block
+/// x[batch, ch.in, in_block] (contiguous, or a strided view of that shape read in place where the
+/// kernels take strides) with its halo (the halo plan's exchange, overlapped as described in the
+/// file comment); w and bias (may be null) as the conv family takes them; every block on
+/// ctx.device(), where the kernels, scratch and halo buffers run. Fills `saved` when non-null.
+/// Collective over the communicators of the sharded dims. `user_ext` (optional): the extended
+/// block (plan.halo around x) viewed in the user's memory, whose declared ghost cells are read
+/// instead of exchanging (no communication; declared_ghost_block decided it on every rank alike).
+void conv_forward(const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch, const Block& x,
+                  const Block& w, const Block* bias, const Block& y, ConvGhosts* saved, const Block* user_ext,
+                  ExecContext& ctx);
 
-/// Backward of dist_conv_forward for the output gradient gy[batch, ch.out, out_block]: returns
-/// the input block's gradient when `input_grad` (halo adjoint included; empty block otherwise)
-/// and overwrites gw (if non-null) with this rank's weight gradient. Collective like the forward.
-Block dist_conv_backward(DType dt, Device dev, const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch,
-                         const Block& x, const ConvGhosts& ghosts, const void* gy, const void* w, bool input_grad,
-                         void* gw);
+/// Backward of conv_forward for the output gradient gy[batch, ch.out, out_block]: returns the
+/// input block's gradient when `input_grad` (halo adjoint included; an empty block otherwise)
+/// and overwrites *gw (if non-null) with this rank's weight gradient. Collective like the forward.
+Block conv_backward(const WindowPlan& plan, const DistSpec& in_spec, const ConvChannels& ch, const Block& x,
+                    const ConvGhosts& ghosts, const Block& gy, const Block& w, bool input_grad, const Block* gw,
+                    ExecContext& ctx);
 
 /// Gradient spec of a replicated parameter whose local gradient sums this rank's outputs.
 inline DistSpec window_param_grad_spec(const DistSpec& param, const DistSpec& xs, const DistSpec& grad_out) {
@@ -282,11 +217,10 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
   const bool keep = autograd::grad_enabled() && weight.requires_grad();
   // Ghost reuse (dist/ghosts.hpp): the user's declared ghost cells replace the exchange when they
   // cover the halo (same decision on every rank); zero padding never reads beyond the domain.
-  Block user_ext;
-  if (plan->exchange && shard::detail::use_declared_ghosts(x.value(), plan->halo, true))
-    user_ext = as_block(x.value().ghosted_local(plan->halo.lo, plan->halo.hi));
-  detail::dist_conv_forward(dtype_of<T>, dev, *plan, xs, ch, as_block(xl), wl.data(), bias ? bl.data() : nullptr,
-                            y.data(), keep ? ghosts.get() : nullptr, user_ext.data ? &user_ext : nullptr);
+  const Block user_ext = plan->exchange ? declared_ghost_block(x.value(), plan->halo, true) : Block{};
+  const Block bblk = bias ? as_block(bl) : Block{};
+  detail::conv_forward(*plan, xs, ch, as_block(xl), as_block(wl), bias ? &bblk : nullptr, as_block(y),
+                       keep ? ghosts.get() : nullptr, user_ext.data ? &user_ext : nullptr, current_context(dev));
   std::optional<Var<T, 1>> bb = bias;
   return Var<T, R>::make(
       DistTensor<T, R>(ys, y), op, {x.ref(), weight.ref(), bias ? bias->ref() : autograd::VarRef{}},
@@ -295,8 +229,10 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
         const Tensor<T, R> gy = detail::on_device(gn.local(), dev, "conv backward");
         Tensor<T, R> gw;
         if (weight.requires_grad()) gw = Tensor<T, R>::empty(wl.shape(), dev);
-        auto gx = detail::dist_conv_backward(dtype_of<T>, dev, *plan, xs, ch, as_block(xl), *ghosts, gy.data(), wl.data(),
-                                             x.requires_grad(), weight.requires_grad() ? gw.data() : nullptr);
+        const Block gwb = weight.requires_grad() ? as_block(gw) : Block{};
+        auto gx = detail::conv_backward(*plan, xs, ch, as_block(xl), *ghosts, as_block(gy), as_block(wl),
+                                        x.requires_grad(), weight.requires_grad() ? &gwb : nullptr,
+                                        current_context(dev));
         if (x.requires_grad())
           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
                                              tensor_of<T, R>(gx)));
@@ -372,8 +308,8 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
   const Tensor<T, R> xl = x.local().contiguous(), wl = weight.local().contiguous();
   const Device dev = xl.device();
   const detail::ConvChannels ch{xl.size(0), cout, xs.global_shape()[1], opt.groups};
-  auto yb = detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, Block{}, detail::ConvGhosts{}, xl.data(), wl.data(),
-                                       true, nullptr);
+  auto yb = detail::conv_backward(*plan, ys, ch, Block{}, detail::ConvGhosts{}, as_block(xl), as_block(wl), true,
+                                  nullptr, current_context(dev));
   Tensor<T, R> y = tensor_of<T, R>(yb);
   if (bias) detail::add_channel_bias(y, bias->local().contiguous());
   std::optional<Var<T, 1>> bb = bias;
@@ -385,19 +321,20 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
         detail::ConvGhosts ghosts;
         if (x.requires_grad()) {
           auto gx = Tensor<T, R>::empty(xl.shape(), dev);
-          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, as_block(gy), wl.data(), nullptr, gx.data(),
-                                    weight.requires_grad() ? &ghosts : nullptr);
+          detail::conv_forward(*plan, ys, ch, as_block(gy), as_block(wl), nullptr, as_block(gx),
+                               weight.requires_grad() ? &ghosts : nullptr, nullptr, current_context(dev));
           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()), gx));
         } else if (weight.requires_grad()) {
           // The ghosts of dy are needed for the weight gradient: run the exchange alone.
           auto scratch = Tensor<T, R>::empty(xl.shape(), dev);
-          detail::dist_conv_forward(dtype_of<T>, dev, *plan, ys, ch, as_block(gy), wl.data(), nullptr, scratch.data(),
-                                    &ghosts);
+          detail::conv_forward(*plan, ys, ch, as_block(gy), as_block(wl), nullptr, as_block(scratch), &ghosts, nullptr,
+                               current_context(dev));
         }
         if (weight.requires_grad()) {
           auto gw = Tensor<T, R>::empty(wl.shape(), dev);
-          detail::dist_conv_backward(dtype_of<T>, dev, *plan, ys, ch, as_block(gy), ghosts, xl.data(), wl.data(), false,
-                                     gw.data());
+          const Block gwb = as_block(gw);
+          detail::conv_backward(*plan, ys, ch, as_block(gy), ghosts, as_block(xl), as_block(wl), false, &gwb,
+                                current_context(dev));
           weight.accumulate_grad(DistTensor<T, R>(detail::window_param_grad_spec(weight.value().spec(), xs, gn.spec()), gw));
         }
         if (bb && bb->requires_grad()) detail::push_bias_grad(*bb, gy, xs, gn.spec());

@@ -80,7 +80,7 @@ Tensor<T, R> pool_input(const PoolRun& r, const DistTensor<T, R>& x) {
   // Ghost reuse (dist/ghosts.hpp): declared ghost cells covering the halo are read in place (the
   // decision is the same on every rank; pooling never reads beyond the domain edge).
   const Tensor<T, R> base = !r.plan.exchange ? x.local()
-                            : shard::detail::use_declared_ghosts(x, r.plan.halo, true)
+                            : shard::use_declared_ghosts(x, r.plan.halo, true)
                                 ? x.ghosted_local(r.plan.halo.lo, r.plan.halo.hi)
                                 : halo_exchange(x, r.plan.halo);
   if (!r.compute) return Tensor<T, R>();

@@ -1,11 +1,13 @@
 #pragma once
-/// \file conv.hpp
-/// Local (single-process) N-d convolution for S = 1, 2, 3 spatial dims on Tensor<T, S + 2> in
-/// N, C, spatial layout (T = float or double), on the host or a CUDA device: forward, gradients
-/// with respect to input, weight and bias, and the transposed convolution with its gradients.
-/// These typed fronts check shapes and call the conv kernel family (exec/conv.hpp) on the
-/// calling thread's current context for the operands' device (its ExecSettings choose the CPU
-/// kernel, threading and budget, or cuDNN's determinism and TF32); outputs live on that device.
+/// \file conv_local.hpp
+/// Single-rank N-d convolution for S = 1, 2, 3 spatial dims on Tensor<T, S + 2> in N, C, spatial
+/// layout (T = float or double), on the host or a CUDA device: forward, gradients with respect
+/// to input, weight and bias, and the transposed convolution with its gradients (the unsharded
+/// oracle of F::conv, and a local conv for users). Hyper-parameters are F::ConvOptions with zero
+/// padding (conv_options.hpp). These typed functions check shapes and call the conv kernel family
+/// (exec/conv.hpp) on the calling thread's current context for the operands' device (its
+/// ExecSettings choose the CPU kernel, threading and budget, or cuDNN's determinism and TF32);
+/// outputs live on that device.
 ///
 /// Padding is zero padding given EXPLICITLY PER SIDE (pad_lo, pad_hi): the domain-parallel layer
 /// calls these kernels on halo-extended local blocks, where one side of a block has halo data
@@ -35,58 +37,24 @@
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/exec/tensor_block.hpp"
+#include "shardtensor/nn/functional/conv_options.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
 
-/// Hyper-parameters of an S-dimensional convolution (zero padding, explicit per side).
-/// Designated initialisers work: ConvParams<2>{.stride = {2, 2}, .pad_lo = {1, 1}, .pad_hi = {0, 0}}.
-template <int S>
-struct ConvParams {
-  static_assert(S >= 1 && S <= 3, "ConvParams: 1, 2 or 3 spatial dims");
-  /// All-ones shape (the default stride and dilation).
-  static constexpr Shape<S> ones() {
-    Shape<S> s{};
-    for (auto& e : s) e = 1;
-    return s;
-  }
-  Shape<S> stride = ones();    ///< step between output positions (>= 1)
-  Shape<S> dilation = ones();  ///< spacing between kernel taps (>= 1)
-  Shape<S> pad_lo{};           ///< zeros before the first input element, per dim (>= 0)
-  Shape<S> pad_hi{};           ///< zeros after the last input element, per dim (>= 0)
-  index_t groups = 1;          ///< channel groups (divides C_in and C_out)
-
-  /// Same padding on both sides of every dim, and uniform stride / dilation.
-  static ConvParams symmetric(index_t pad, index_t stride = 1, index_t dilation = 1, index_t groups = 1) {
-    ConvParams p;
-    p.stride.fill(stride);
-    p.dilation.fill(dilation);
-    p.pad_lo.fill(pad);
-    p.pad_hi.fill(pad);
-    p.groups = groups;
-    return p;
-  }
-};
-
-/// The direct-path kernel family that `kernel` (ExecSettings::conv_kernel) selects on this CPU:
-/// "direct_avx512", "direct_avx2" or "im2col_blas".
-const char* conv_kernel_isa(ConvKernel kernel = ConvKernel::automatic) noexcept;
-
 namespace detail {
-/// Host-only raw cores (the CPU table of the conv family on the calling thread's current CPU
-/// context); kept for src/nn/conv_dist.cpp until it calls the exec/conv.hpp front directly.
-void conv_forward_core(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y);
-void conv_backward_input_core(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias,
-                              void* gx);
-void conv_backward_weight_core(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw);
 
-/// Checks stride/dilation >= 1, pads >= 0, groups >= 1.
+/// Checks stride/dilation >= 1, pads >= 0, groups >= 1 and zero padding (the padding modes are
+/// F::conv's, through its halo).
 template <int S>
-void check_conv_params(const char* op, const ConvParams<S>& p) {
+void check_conv_params(const char* op, const nn::functional::ConvOptions<S>& p) {
   for (int d = 0; d < S; ++d) {
     SHARD_CHECK(p.stride[d] >= 1 && p.dilation[d] >= 1, op, "stride {} and dilation {} must be >= 1", p.stride,
                 p.dilation);
     SHARD_CHECK(p.pad_lo[d] >= 0 && p.pad_hi[d] >= 0, op, "padding lo {} hi {} must be >= 0", p.pad_lo, p.pad_hi);
+    SHARD_CHECK(p.padding_mode[static_cast<std::size_t>(d)] == Boundary::zero, op,
+                "padding mode {} in dim {}: the single-rank conv pads with zeros only (F::conv takes every mode)",
+                p.padding_mode[static_cast<std::size_t>(d)], d);
   }
   SHARD_CHECK(p.groups >= 1, op, "groups {} must be >= 1", p.groups);
 }
@@ -94,7 +62,7 @@ void check_conv_params(const char* op, const ConvParams<S>& p) {
 /// Geometry for batch/channels/extents of one conv (S -> 3 dims, leading 1s).
 template <int S>
 ConvGeometry conv_geometry(index_t batch, index_t cin, index_t cout, const Shape<S>& in, const Shape<S>& out,
-                           const Shape<S>& kernel, const ConvParams<S>& p) {
+                           const Shape<S>& kernel, const nn::functional::ConvOptions<S>& p) {
   ConvGeometry g;
   g.spatial_dims = S;
   g.batch = batch;
@@ -144,7 +112,7 @@ constexpr std::pair<index_t, index_t> conv_input_range(index_t out_lo, index_t o
 
 /// Spatial output shape of a conv; throws shard::Error naming the shapes if any extent < 1.
 template <int S>
-Shape<S> conv_output_shape(const Shape<S>& in, const Shape<S>& kernel, const ConvParams<S>& p,
+Shape<S> conv_output_shape(const Shape<S>& in, const Shape<S>& kernel, const nn::functional::ConvOptions<S>& p,
                            const char* op = "conv_output_shape") {
   detail::check_conv_params(op, p);
   Shape<S> out{};
@@ -163,7 +131,7 @@ Shape<S> conv_output_shape(const Shape<S>& in, const Shape<S>& kernel, const Con
 ///   (in - 1) * stride - lo - hi + dilation * (kernel - 1) + output_padding + 1,
 /// with 0 <= output_padding < max(stride, dilation); throws if any extent < 1.
 template <int S>
-Shape<S> conv_transpose_output_shape(const Shape<S>& in, const Shape<S>& kernel, const ConvParams<S>& p,
+Shape<S> conv_transpose_output_shape(const Shape<S>& in, const Shape<S>& kernel, const nn::functional::ConvOptions<S>& p,
                                      const Shape<S>& output_padding, const char* op = "conv_transpose_output_shape") {
   detail::check_conv_params(op, p);
   Shape<S> out{};
@@ -207,7 +175,7 @@ std::optional<Block> bias_block(const std::optional<Tensor<T, 1>>& bias) {
 template <class T, int R>
 Tensor<T, R> conv_forward(const Tensor<T, R>& x, const Tensor<T, R>& w,
                           const std::type_identity_t<std::optional<Tensor<T, 1>>>& bias,
-                          const ConvParams<R - 2>& p) {
+                          const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   detail::check_conv_operands("conv_forward", x, w, p.groups);
   const auto in = detail::spatial_of<S>(x.shape()), k = detail::spatial_of<S>(w.shape());
@@ -229,7 +197,7 @@ Tensor<T, R> conv_forward(const Tensor<T, R>& x, const Tensor<T, R>& w,
 /// spatial shape `in` (needed: with stride > 1 several input extents give one output extent).
 template <class T, int R>
 Tensor<T, R> conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, const Shape<R - 2>& in,
-                                 const ConvParams<R - 2>& p) {
+                                 const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
   const auto k = detail::spatial_of<S>(w.shape());
@@ -243,7 +211,7 @@ Tensor<T, R> conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, 
   xs[1] = w.size(1) * p.groups;
   for (int d = 0; d < S; ++d) xs[2 + d] = in[d];
   auto gx = Tensor<T, R>::empty(xs, gy.device());
-  exec::conv_backward_data(detail::conv_geometry<S>(gy.size(0), xs[1], w.size(0), in, out, k, p),
+  exec::conv_backward_input(detail::conv_geometry<S>(gy.size(0), xs[1], w.size(0), in, out, k, p),
                            as_block(gy.contiguous()), as_block(w.contiguous()), nullptr, as_block(gx),
                            current_context(gy.device()));
   return gx;
@@ -252,7 +220,7 @@ Tensor<T, R> conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, 
 /// gw[Cout, Cin/groups, kernel] = gradient of <conv_forward(x, w, p), gy> with respect to w.
 template <class T, int R>
 Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy, const Shape<R - 2>& kernel,
-                                  const ConvParams<R - 2>& p) {
+                                  const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
   const auto in = detail::spatial_of<S>(x.shape());
@@ -268,7 +236,7 @@ Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy,
   ws[1] = x.size(1) / p.groups;
   for (int d = 0; d < S; ++d) ws[2 + d] = kernel[d];
   auto gw = Tensor<T, R>::empty(ws, x.device());
-  exec::conv_backward_filter(detail::conv_geometry<S>(x.size(0), x.size(1), gy.size(1), in, out, kernel, p),
+  exec::conv_backward_weight(detail::conv_geometry<S>(x.size(0), x.size(1), gy.size(1), in, out, kernel, p),
                              as_block(x.contiguous()), as_block(gy.contiguous()), as_block(gw),
                              current_context(x.device()));
   return gw;
@@ -289,7 +257,7 @@ Tensor<T, 1> conv_backward_bias(const Tensor<T, R>& gy) {
 template <class T, int R>
 Tensor<T, R> conv_transpose_forward(const Tensor<T, R>& x, const Tensor<T, R>& w,
                                     const std::type_identity_t<std::optional<Tensor<T, 1>>>& bias,
-                                    const ConvParams<R - 2>& p, const Shape<R - 2>& output_padding = {}) {
+                                    const nn::functional::ConvOptions<R - 2>& p, const Shape<R - 2>& output_padding = {}) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
   SHARD_CHECK(x.size(1) == w.size(0) && w.size(0) % p.groups == 0, "conv_transpose_forward",
@@ -307,7 +275,7 @@ Tensor<T, R> conv_transpose_forward(const Tensor<T, R>& x, const Tensor<T, R>& w
   auto y = Tensor<T, R>::empty(ys, x.device());
   const auto bb = detail::bias_block(bias);
   // The conv from y-space (extent `out`, cout channels) to x-space (extent `in`, Cin channels).
-  exec::conv_backward_data(detail::conv_geometry<S>(x.size(0), cout, x.size(1), out, in, k, p),
+  exec::conv_backward_input(detail::conv_geometry<S>(x.size(0), cout, x.size(1), out, in, k, p),
                            as_block(x.contiguous()), as_block(w.contiguous()), bb ? &*bb : nullptr, as_block(y),
                            current_context(x.device()));
   return y;
@@ -317,7 +285,7 @@ Tensor<T, R> conv_transpose_forward(const Tensor<T, R>& x, const Tensor<T, R>& w
 /// `in` is x's spatial shape.
 template <class T, int R>
 Tensor<T, R> conv_transpose_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, const Shape<R - 2>& in,
-                                           const ConvParams<R - 2>& p) {
+                                           const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   detail::check_conv_operands("conv_transpose_backward_input", gy, w, p.groups);
   const auto k = detail::spatial_of<S>(w.shape()), ys = detail::spatial_of<S>(gy.shape());
@@ -339,7 +307,7 @@ Tensor<T, R> conv_transpose_backward_input(const Tensor<T, R>& gy, const Tensor<
 /// Gradient of <conv_transpose_forward(x, w, p, op), gy> with respect to w[Cin, Cout/groups, kernel].
 template <class T, int R>
 Tensor<T, R> conv_transpose_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy, const Shape<R - 2>& kernel,
-                                            const ConvParams<R - 2>& p) {
+                                            const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
   static_assert(is_compute_type<T>, "conv supports float and double");
   const auto in = detail::spatial_of<S>(x.shape()), ys = detail::spatial_of<S>(gy.shape());
@@ -355,7 +323,7 @@ Tensor<T, R> conv_transpose_backward_weight(const Tensor<T, R>& x, const Tensor<
   ws[1] = gy.size(1) / p.groups;
   for (int d = 0; d < S; ++d) ws[2 + d] = kernel[d];
   auto gw = Tensor<T, R>::empty(ws, x.device());
-  exec::conv_backward_filter(detail::conv_geometry<S>(gy.size(0), gy.size(1), x.size(1), ys, in, kernel, p),
+  exec::conv_backward_weight(detail::conv_geometry<S>(gy.size(0), gy.size(1), x.size(1), ys, in, kernel, p),
                              as_block(gy.contiguous()), as_block(x.contiguous()), as_block(gw),
                              current_context(x.device()));
   return gw;

@@ -2,7 +2,7 @@
 // forward conv with stride 1, every input gradient (its phases are stride-1 gathers) and the
 // weight gradient with stride 1. Instead of an im2col buffer of (taps x channels) rows, each
 // tile of output rows copies its input block once, zero-padded, and register-blocked
-// micro-kernels read the shifted rows of that block directly (conv_fast_isa.inc).
+// micro-kernels read the shifted rows of that block directly (conv_cpu_direct_isa.inc).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-#include "conv_engine.hpp"
+#include "conv_cpu_engine.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
-#include "shardtensor/tensor/conv.hpp"
+#include "shardtensor/exec/conv.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
 namespace shard::detail::conv_engine {
@@ -251,7 +251,7 @@ struct VecD {
   SHARD_TGT static inline V bcast(T a) { return _mm512_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
 };
-#include "conv_fast_isa.inc"
+#include "conv_cpu_direct_isa.inc"
 #undef SHARD_TGT
 }  // namespace avx512
 
@@ -278,7 +278,7 @@ struct VecD {
   SHARD_TGT static inline V bcast(T a) { return _mm256_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
 };
-#include "conv_fast_isa.inc"
+#include "conv_cpu_direct_isa.inc"
 #undef SHARD_TGT
 }  // namespace avx2
 

@@ -1,5 +1,5 @@
-// Tiled im2col + GEMM engine behind conv.hpp (see conv_engine.hpp).
-#include "conv_engine.hpp"
+// Tiled im2col + GEMM engine of the conv family's CPU table (see conv_cpu_engine.hpp).
+#include "conv_cpu_engine.hpp"
 
 #include <omp.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <optional>
 
-#include "shardtensor/tensor/conv.hpp"
+#include "shardtensor/exec/conv.hpp"
 #include "shardtensor/tensor/gemm.hpp"
 #include "shardtensor/tensor/memory.hpp"
 

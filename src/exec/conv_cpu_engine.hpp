@@ -1,5 +1,6 @@
 #pragma once
-// Private to src/tensor: the tiled im2col + GEMM engine behind conv.hpp.
+// Private to the conv family's CPU table (src/exec/conv_cpu*.cpp): the tiled im2col + GEMM engine and the
+// entry points of the direct SIMD path.
 //
 // Every convolution-like product here is a "gather conv" on a 3-D grid (1-D and 2-D problems
 // have leading extents 1): output position o (a dense grid of extent `out`) of channel co reads
@@ -79,7 +80,7 @@ void gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y);
 template <class T>
 void weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
 
-/// The direct SIMD path (conv_fast.cpp) for stride-1 problems; false if it does not apply
+/// The direct SIMD path (conv_cpu_direct.cpp) for stride-1 problems; false if it does not apply
 /// (strides > 1, no AVX2/AVX-512, or ConvKernel::im2col_blas selected in p.cfg): use the im2col path.
 template <class T>
 bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y);
