@@ -82,11 +82,14 @@ int run(index_t N, index_t H, index_t D, int reps, bool causal, bool peak, int w
     for (auto& e : *x) e = static_cast<T>(nd(rng));
   const double operands_mb = static_cast<double>((8 * n + H * N) * sizeof(T)) / (1024.0 * 1024.0);
   const exec::AttnGeom g{1, H, N, N, D, D};
-  const exec::AttnIn in_q{q.data(), N * H * D, D, H * D}, in_k{k.data(), N * H * D, D, H * D},
-      in_v{v.data(), N * H * D, D, H * D}, in_o{out.data(), N * H * D, D, H * D},
-      in_do{dout.data(), N * H * D, D, H * D};
-  const exec::AttnOut o{out.data(), N * H * D, D, H * D}, gq{dq.data(), N * H * D, D, H * D},
-      gk{dk.data(), N * H * D, D, H * D}, gv{dv.data(), N * H * D, D, H * D};
+  // token-major [1, N, H, D] operands viewed as [1, H, N, D]
+  auto view = [&](const std::vector<T>& x) {
+    return exec::attention_view(dtype_of<T>, Device::cpu(), x.data(), 1, H, N, D, N * H * D, D, H * D);
+  };
+  const Block in_q = view(q), in_k = view(k), in_v = view(v), o = view(out), in_do = view(dout), gq = view(dq),
+              gk = view(dk), gv = view(dv);
+  const index_t nl = H * N;
+  const Block lse_b = Block::view(dtype_of<T>, Device::cpu(), lse.data(), &nl, 1);
   exec::AttnMask m;
   m.scale = 1.0 / std::sqrt(static_cast<double>(D));
   m.causal = causal;
@@ -97,10 +100,9 @@ int run(index_t N, index_t H, index_t D, int reps, bool causal, bool peak, int w
     std::fill(dk.begin(), dk.end(), T(0));
     std::fill(dv.begin(), dv.end(), T(0));
     const double c0 = cpu_now(), t0 = now();
-    exec::attention_forward(dtype_of<T>, g, in_q, in_k, in_v, m, o, lse.data(), Device::cpu(), ctx);
+    exec::attention_forward(g, m, in_q, in_k, in_v, nullptr, o, lse_b, ctx);
     const double t1 = now();
-    exec::attention_backward(dtype_of<T>, g, in_q, in_k, in_v, in_o, in_do, lse.data(), m, gq, gk, gv, Device::cpu(),
-                             ctx);
+    exec::attention_backward(g, m, in_q, in_k, in_v, nullptr, o, in_do, lse_b, &gq, &gk, &gv, ctx);
     const double t2 = now(), c2 = cpu_now();
     if (r > 0) {
       cpu.push_back(c2 - c0);

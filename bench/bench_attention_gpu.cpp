@@ -51,8 +51,11 @@ void run(index_t N, index_t H, index_t D, int reps, ExecContext& ctx) {
        dv = Tensor<T, 1>::empty({n}, dev);
   auto lse = Tensor<float, 1>::empty({H * N}, dev);
   const exec::AttnGeom g{1, H, N, N, D, D};
-  auto in = [&](const Tensor<T, 1>& t) { return exec::AttnIn{t.data(), N * H * D, D, H * D}; };
-  auto outp = [&](Tensor<T, 1>& t) { return exec::AttnOut{t.data(), N * H * D, D, H * D}; };
+  // token-major [1, N, H, D] operands viewed as [1, H, N, D]
+  auto in = [&](const Tensor<T, 1>& t) {
+    return exec::attention_view(dtype_of<T>, dev, t.data(), 1, H, N, D, N * H * D, D, H * D);
+  };
+  const Block lse_b = as_block(lse), bdq = in(dq), bdk = in(dk), bdv = in(dv);
   exec::AttnMask m;
   m.scale = 1.0 / std::sqrt(static_cast<double>(D));
   ctx.synchronize();
@@ -61,11 +64,10 @@ void run(index_t N, index_t H, index_t D, int reps, ExecContext& ctx) {
   for (int r = 0; r < reps + 1; ++r) {
     ctx.synchronize();
     const double t0 = now_ms();
-    exec::attention_forward(dtype_of<T>, g, in(q), in(k), in(v), m, outp(out), lse.data(), dev, ctx);
+    exec::attention_forward(g, m, in(q), in(k), in(v), nullptr, in(out), lse_b, ctx);
     ctx.synchronize();
     const double t1 = now_ms();
-    exec::attention_backward(dtype_of<T>, g, in(q), in(k), in(v), in(out), in(dout), lse.data(), m, outp(dq),
-                             outp(dk), outp(dv), dev, ctx);
+    exec::attention_backward(g, m, in(q), in(k), in(v), nullptr, in(out), in(dout), lse_b, &bdq, &bdk, &bdv, ctx);
     ctx.synchronize();
     const double t2 = now_ms();
     if (r > 0) {

@@ -46,19 +46,24 @@ void BM_dense_fwd_bwd(benchmark::State& state) {
   auto dout = shard::Tensor<float, 5>::full(q.shape(), 1.0f);
   std::vector<float> lse(static_cast<std::size_t>(kH * N));
   const shard::exec::AttnGeom g{1, kH, N, N, kD, kD};
-  auto in = [&](const auto& t) { return shard::exec::AttnIn{t.data(), N * kH * kD, kD, kH * kD}; };
-  auto o = [&](auto& t) { return shard::exec::AttnOut{t.data(), N * kH * kD, kD, kH * kD}; };
+  // token-major [1, N, H, D] operands viewed as [1, H, N, D]
+  auto in = [&](const auto& t) {
+    return shard::exec::attention_view(shard::DType::f32, shard::Device::cpu(), t.data(), 1, kH, N, kD, N * kH * kD,
+                                       kD, kH * kD);
+  };
+  const shard::index_t nl = kH * N;
+  const shard::Block lse_b = shard::Block::view(shard::DType::f32, shard::Device::cpu(), lse.data(), &nl, 1);
+  const shard::Block bdq = in(dq), bdk = in(dk), bdv = in(dv);
   shard::exec::AttnMask m;
   m.scale = 1.0 / std::sqrt(static_cast<double>(kD));
   auto& ctx = shard::current_context(shard::Device::cpu());
   for (auto _ : state) {
-    shard::exec::attention_forward(shard::DType::f32, g, in(q), in(k), in(v), m, o(out), lse.data(),
-                                   shard::Device::cpu(), ctx);
+    shard::exec::attention_forward(g, m, in(q), in(k), in(v), nullptr, in(out), lse_b, ctx);
     dq.fill(0.0f);
     dk.fill(0.0f);
     dv.fill(0.0f);
-    shard::exec::attention_backward(shard::DType::f32, g, in(q), in(k), in(v), in(out), in(dout), lse.data(), m,
-                                    o(dq), o(dk), o(dv), shard::Device::cpu(), ctx);
+    shard::exec::attention_backward(g, m, in(q), in(k), in(v), nullptr, in(out), in(dout), lse_b, &bdq, &bdk, &bdv,
+                                    ctx);
     benchmark::DoNotOptimize(dk.data());
   }
   state.SetItemsProcessed(state.iterations() * N);

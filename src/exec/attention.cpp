@@ -1,8 +1,9 @@
-// Attention kernel family front: size checks and device dispatch (see
-// include/shardtensor/exec/attention.hpp).
+// Attention kernel family front: operand checks (device, dtype, shapes against the geometry) and
+// dispatch on the execution context's device (see include/shardtensor/exec/attention.hpp).
 #include "shardtensor/exec/attention.hpp"
 
 #include "exec/attention_kernels.hpp"
+#include "exec/front_util.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
@@ -12,13 +13,7 @@ const int* const attention_cpu_keep = &attention_cpu_anchor;
 
 namespace {
 
-const AttentionKernels& table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
-  SHARD_CHECK(ctx.device() == dev, op, "operands on different devices: data on {} but the execution context on {}", dev,
-              ctx.device());
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || (dt == DType::bf16 && dev.kind != DeviceKind::cpu), op,
-              "dtype {} not supported on {} (f32 and f64; bf16 on CUDA)", dt, dev);
-  return kernels_for<AttentionKernels>(dev, op);
-}
+DType acc_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
 
 void check_geom(const char* op, const AttnGeom& g) {
   SHARD_CHECK(g.B >= 0 && g.H >= 0 && g.Nq >= 0 && g.Nk >= 0 && g.D >= 0 && g.Dv >= 0, op,
@@ -27,34 +22,108 @@ void check_geom(const char* op, const AttnGeom& g) {
 
 bool empty_rows(const AttnGeom& g) { return g.B == 0 || g.H == 0 || g.Nq == 0; }
 
+/// `b` is on ctx's device, of dtype `dt` and shape [B, H, n, d] (4 entries of `want`) with a unit
+/// stride along its last dim (or an extent <= 1 there).
+void check_operand(const char* op, const char* name, const Block& b, DType dt, const ExecContext& ctx,
+                   std::initializer_list<index_t> want) {
+  SHARD_CHECK(b.device == ctx.device(), op, "operands on different devices: {} on {} but the execution context on {}",
+              name, b.device, ctx.device());
+  SHARD_CHECK(b.dtype == dt, op, "{} has dtype {} but q has {}", name, b.dtype, dt);
+  bool shape_ok = b.rank == static_cast<int>(want.size());
+  int d = 0;
+  for (index_t e : want) shape_ok = shape_ok && b.shape[static_cast<std::size_t>(d++)] == e;
+  SHARD_CHECK(shape_ok, op, "{} has shape {} but the geometry needs {}", name, b.shape_vec(),
+              std::vector<index_t>(want));
+  const auto last = static_cast<std::size_t>(b.rank - 1);
+  SHARD_CHECK(b.rank == 0 || b.shape[last] <= 1 || b.strides[last] == 1, op,
+              "{} (shape {}, strides {}) needs a unit stride along its last dim", name, b.shape_vec(), b.strides_vec());
+}
+
+/// The per-query log-sum-exp array: contiguous [B, H, Nq] in the accumulation type of `dt`.
+void check_lse(const char* op, const char* name, const Block& b, DType dt, const AttnGeom& g, const ExecContext& ctx) {
+  SHARD_CHECK(b.device == ctx.device(), op, "operands on different devices: {} on {} but the execution context on {}",
+              name, b.device, ctx.device());
+  SHARD_CHECK(b.dtype == acc_dtype(dt), op, "{} has dtype {}; {} operands need {}", name, b.dtype, dt, acc_dtype(dt));
+  SHARD_CHECK(b.is_contiguous() && b.numel() == g.B * g.H * g.Nq, op,
+              "{} (shape {}) must be a contiguous [B, H, Nq] = [{}, {}, {}] array", name, b.shape_vec(), g.B, g.H,
+              g.Nq);
+}
+
+AttnIn in_of(const Block& b) { return {b.data, b.strides[0], b.strides[1], b.strides[2]}; }
+AttnOut out_of(const Block* b) { return b ? AttnOut{b->data, b->strides[0], b->strides[1], b->strides[2]} : AttnOut{}; }
+
+/// The mask the tables read: m with the bias Block's pointer and strides (checked here).
+AttnMask with_bias(const char* op, AttnMask m, const Block* bias, DType dt, const AttnGeom& g,
+                   const ExecContext& ctx) {
+  SHARD_CHECK(m.bias == nullptr, op, "pass the bias as a Block (the mask's bias fields are set by the front)");
+  if (!bias) return m;
+  check_operand(op, "bias", *bias, dt, ctx, {g.B, g.H, g.Nq, g.Nk});
+  m.bias = bias->data;
+  m.bias_sb = bias->strides[0];
+  m.bias_sh = bias->strides[1];
+  m.bias_sq = bias->strides[2];
+  m.bias_sk = bias->strides[3];
+  return m;
+}
+
 }  // namespace
 
-void attention_forward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, const AttnMask& m, AttnOut out,
-                       void* lse, Device dev, ExecContext& ctx) {
+Block attention_view(DType dt, Device dev, const void* data, index_t B, index_t H, index_t N, index_t D, index_t sb,
+                     index_t sh, index_t sn) {
+  const index_t shape[4] = {B, H, N, D}, strides[4] = {sb, sh, sn, 1};
+  return Block::view(dt, dev, const_cast<void*>(data), shape, 4, strides);
+}
+
+void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
+                       const Block* bias, const Block& out, const Block& lse, ExecContext& ctx) {
   const char* op = "attention_forward";
-  const auto& t = table(op, dt, dev, ctx);
   check_geom(op, g);
+  const DType dt = q.dtype;
+  check_operand(op, "q", q, dt, ctx, {g.B, g.H, g.Nq, g.D});
+  check_operand(op, "k", k, dt, ctx, {g.B, g.H, g.Nk, g.D});
+  check_operand(op, "v", v, dt, ctx, {g.B, g.H, g.Nk, g.Dv});
+  check_operand(op, "out", out, dt, ctx, {g.B, g.H, g.Nq, g.Dv});
+  check_lse(op, "lse", lse, dt, g, ctx);
+  const auto& t = detail::front_table<AttentionKernels>(op, dt, ctx, true);
+  const AttnMask mb = with_bias(op, m, bias, dt, g, ctx);
   if (empty_rows(g)) return;
-  t.forward(dt, g, q, k, v, m, out, lse, ctx);
+  t.forward(dt, g, in_of(q), in_of(k), in_of(v), mb, out_of(&out), lse.data, ctx);
 }
 
-void attention_backward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, AttnIn out, AttnIn dout,
-                        const void* lse, const AttnMask& m, AttnOut dq, AttnOut dk, AttnOut dv, Device dev,
-                        ExecContext& ctx) {
+void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
+                        const Block* bias, const Block& out, const Block& dout, const Block& lse, const Block* dq,
+                        const Block* dk, const Block* dv, ExecContext& ctx) {
   const char* op = "attention_backward";
-  const auto& t = table(op, dt, dev, ctx);
   check_geom(op, g);
+  const DType dt = q.dtype;
+  check_operand(op, "q", q, dt, ctx, {g.B, g.H, g.Nq, g.D});
+  check_operand(op, "k", k, dt, ctx, {g.B, g.H, g.Nk, g.D});
+  check_operand(op, "v", v, dt, ctx, {g.B, g.H, g.Nk, g.Dv});
+  check_operand(op, "out", out, dt, ctx, {g.B, g.H, g.Nq, g.Dv});
+  check_operand(op, "dout", dout, dt, ctx, {g.B, g.H, g.Nq, g.Dv});
+  check_lse(op, "lse", lse, dt, g, ctx);
+  if (dq) check_operand(op, "dq", *dq, dt, ctx, {g.B, g.H, g.Nq, g.D});
+  if (dk) check_operand(op, "dk", *dk, dt, ctx, {g.B, g.H, g.Nk, g.D});
+  if (dv) check_operand(op, "dv", *dv, dt, ctx, {g.B, g.H, g.Nk, g.Dv});
+  const auto& t = detail::front_table<AttentionKernels>(op, dt, ctx, true);
+  const AttnMask mb = with_bias(op, m, bias, dt, g, ctx);
   if (empty_rows(g) || g.Nk == 0) return;
-  t.backward(dt, g, q, k, v, out, dout, lse, m, dq, dk, dv, ctx);
+  t.backward(dt, g, in_of(q), in_of(k), in_of(v), in_of(out), in_of(dout), lse.data, mb, out_of(dq), out_of(dk),
+             out_of(dv), ctx);
 }
 
-void attention_merge(DType dt, const AttnGeom& g, AttnOut out, void* lse, AttnIn out_b, const void* lse_b, Device dev,
+void attention_merge(const AttnGeom& g, const Block& out, const Block& lse, const Block& out_b, const Block& lse_b,
                      ExecContext& ctx) {
   const char* op = "attention_merge";
-  const auto& t = table(op, dt, dev, ctx);
   check_geom(op, g);
+  const DType dt = out.dtype;
+  check_operand(op, "out", out, dt, ctx, {g.B, g.H, g.Nq, g.Dv});
+  check_operand(op, "out_b", out_b, dt, ctx, {g.B, g.H, g.Nq, g.Dv});
+  check_lse(op, "lse", lse, dt, g, ctx);
+  check_lse(op, "lse_b", lse_b, dt, g, ctx);
+  const auto& t = detail::front_table<AttentionKernels>(op, dt, ctx, true);
   if (empty_rows(g)) return;
-  t.merge(dt, g, out, lse, out_b, lse_b, ctx);
+  t.merge(dt, g, out_of(&out), lse.data, in_of(out_b), lse_b.data, ctx);
 }
 
 }  // namespace shard::exec

@@ -1,7 +1,10 @@
-// Neighbourhood-attention kernel family front: geometry checks and device dispatch (see
-// include/shardtensor/exec/neighborhood.hpp).
+// Neighbourhood-attention kernel family front: geometry and operand checks (device, dtype, shapes)
+// and dispatch on the execution context's device (see include/shardtensor/exec/neighborhood.hpp).
 #include "shardtensor/exec/neighborhood.hpp"
 
+#include <vector>
+
+#include "exec/front_util.hpp"
 #include "exec/neighborhood_kernels.hpp"
 #include "shardtensor/core/error.hpp"
 
@@ -11,14 +14,6 @@ extern const int* const nbhd_attention_cpu_keep;
 const int* const nbhd_attention_cpu_keep = &nbhd_attention_cpu_anchor;
 
 namespace {
-
-const NbhdAttentionKernels& table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
-  SHARD_CHECK(ctx.device() == dev, op, "operands on different devices: data on {} but the execution context on {}", dev,
-              ctx.device());
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || (dt == DType::bf16 && dev.kind != DeviceKind::cpu), op,
-              "dtype {} not supported on {} (f32 and f64; bf16 on CUDA)", dt, dev);
-  return kernels_for<NbhdAttentionKernels>(dev, op);
-}
 
 void check_geom(const char* op, const NbhdGeom& g) {
   SHARD_CHECK(g.B >= 0 && g.H >= 0 && g.D >= 0 && g.Dv >= 0, op, "negative size B={} H={} D={} Dv={}", g.B, g.H, g.D,
@@ -37,24 +32,97 @@ void check_geom(const char* op, const NbhdGeom& g) {
   }
 }
 
-}  // namespace
-
-void nbhd_attention_forward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdOut out, void* lse,
-                            Device dev, ExecContext& ctx) {
-  const char* op = "nbhd_attention_forward";
-  const auto& t = table(op, dt, dev, ctx);
-  check_geom(op, g);
-  if (g.B * g.H * g.nq[0] * g.nq[1] * g.nq[2] == 0) return;
-  t.forward(dt, g, q, k, v, out, lse, ctx);
+/// `b` is on ctx's device, of dtype `dt`, a [B, S..., H, d] block with 1-3 spatial dims whose
+/// extents are `n` right-aligned (the leading geometry extents 1), with a unit d stride.
+void check_operand(const char* op, const char* name, const Block& b, DType dt, const ExecContext& ctx,
+                   const NbhdGeom& g, const index_t* n, index_t d) {
+  SHARD_CHECK(b.device == ctx.device(), op, "operands on different devices: {} on {} but the execution context on {}",
+              name, b.device, ctx.device());
+  SHARD_CHECK(b.dtype == dt, op, "{} has dtype {} but q has {}", name, b.dtype, dt);
+  const int S = b.rank - 3;
+  bool ok = S >= 1 && S <= 3;
+  for (int e = 0; ok && e < 3 - S; ++e) ok = n[e] == 1;
+  std::vector<index_t> want{g.B};
+  for (int e = 3 - (ok ? S : 3); e < 3; ++e) want.push_back(n[e]);
+  want.push_back(g.H);
+  want.push_back(d);
+  ok = ok && b.shape_vec() == want;
+  SHARD_CHECK(ok, op, "{} has shape {} but the geometry needs [B, S..., H, D] = {} (1-3 spatial dims)", name,
+              b.shape_vec(), want);
+  const auto last = static_cast<std::size_t>(b.rank - 1);
+  SHARD_CHECK(b.shape[last] <= 1 || b.strides[last] == 1, op,
+              "{} (shape {}, strides {}) needs a unit stride along its head-feature dim", name, b.shape_vec(),
+              b.strides_vec());
 }
 
-void nbhd_attention_backward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdIn out, NbhdIn dout,
-                             const void* lse, NbhdOut dq, NbhdOut dk, NbhdOut dv, Device dev, ExecContext& ctx) {
-  const char* op = "nbhd_attention_backward";
-  const auto& t = table(op, dt, dev, ctx);
+/// The log-sum-exps: contiguous [B, nq..., H] in the accumulation type of `dt`.
+void check_lse(const char* op, const Block& b, DType dt, const ExecContext& ctx, const NbhdGeom& g) {
+  const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
+  SHARD_CHECK(b.device == ctx.device(), op, "operands on different devices: lse on {} but the execution context on {}",
+              b.device, ctx.device());
+  SHARD_CHECK(b.dtype == acc, op, "lse has dtype {}; {} operands need {}", b.dtype, dt, acc);
+  const index_t n = g.B * g.nq[0] * g.nq[1] * g.nq[2] * g.H;
+  SHARD_CHECK(b.is_contiguous() && b.numel() == n, op, "lse (shape {}) must be contiguous with B * nq... * H = {} elements",
+              b.shape_vec(), n);
+}
+
+/// The kernel tables' view of a checked operand (spatial dims right-aligned to three).
+NbhdIn in_of(const Block& b) {
+  NbhdIn a;
+  a.data = b.data;
+  a.sb = b.strides[0];
+  const int S = b.rank - 3;
+  for (int d = 0; d < S; ++d) a.ss[3 - S + d] = b.strides[static_cast<std::size_t>(1 + d)];
+  a.sh = b.strides[static_cast<std::size_t>(b.rank - 2)];
+  return a;
+}
+NbhdOut out_of(const Block* b) {
+  if (!b) return {};
+  const NbhdIn a = in_of(*b);
+  NbhdOut o;
+  o.data = b->data;
+  o.sb = a.sb;
+  for (int d = 0; d < 3; ++d) o.ss[d] = a.ss[d];
+  o.sh = a.sh;
+  return o;
+}
+
+}  // namespace
+
+void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
+                            const Block& lse, ExecContext& ctx) {
+  const char* op = "nbhd_attention_forward";
   check_geom(op, g);
+  const DType dt = q.dtype;
+  check_operand(op, "q", q, dt, ctx, g, g.nq, g.D);
+  check_operand(op, "k", k, dt, ctx, g, g.nk, g.D);
+  check_operand(op, "v", v, dt, ctx, g, g.nk, g.Dv);
+  check_operand(op, "out", out, dt, ctx, g, g.nq, g.Dv);
+  check_lse(op, lse, dt, ctx, g);
+  const auto& t = detail::front_table<NbhdAttentionKernels>(op, dt, ctx, true);
+  if (g.B * g.H * g.nq[0] * g.nq[1] * g.nq[2] == 0) return;
+  t.forward(dt, g, in_of(q), in_of(k), in_of(v), out_of(&out), lse.data, ctx);
+}
+
+void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
+                             const Block& dout, const Block& lse, const Block* dq, const Block* dk, const Block* dv,
+                             ExecContext& ctx) {
+  const char* op = "nbhd_attention_backward";
+  check_geom(op, g);
+  const DType dt = q.dtype;
+  check_operand(op, "q", q, dt, ctx, g, g.nq, g.D);
+  check_operand(op, "k", k, dt, ctx, g, g.nk, g.D);
+  check_operand(op, "v", v, dt, ctx, g, g.nk, g.Dv);
+  check_operand(op, "out", out, dt, ctx, g, g.nq, g.Dv);
+  check_operand(op, "dout", dout, dt, ctx, g, g.nq, g.Dv);
+  check_lse(op, lse, dt, ctx, g);
+  if (dq) check_operand(op, "dq", *dq, dt, ctx, g, g.nq, g.D);
+  if (dk) check_operand(op, "dk", *dk, dt, ctx, g, g.nk, g.D);
+  if (dv) check_operand(op, "dv", *dv, dt, ctx, g, g.nk, g.Dv);
+  const auto& t = detail::front_table<NbhdAttentionKernels>(op, dt, ctx, true);
   // No early return on an empty query block: dk and dv (the key block) are still overwritten.
-  t.backward(dt, g, q, k, v, out, dout, lse, dq, dk, dv, ctx);
+  t.backward(dt, g, in_of(q), in_of(k), in_of(v), in_of(out), in_of(dout), lse.data, out_of(dq), out_of(dk),
+             out_of(dv), ctx);
 }
 
 }  // namespace shard::exec

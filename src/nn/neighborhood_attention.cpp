@@ -1,10 +1,15 @@
-// Spec algebra of the domain-parallel neighbourhood attention (nn/functional/
-// neighborhood_attention.hpp): option and operand checks, the k/v halo and the local kernel's
-// geometry on this rank. Pure: no communication, every check depends on specs alone.
+// The domain-parallel neighbourhood attention (nn/functional/neighborhood_attention.hpp): its spec
+// algebra (option and operand checks, the k/v halo and the local kernel's geometry on this rank;
+// pure: no communication, every check depends on specs alone) and its schedule (the k/v halo
+// exchanges of dist/halo.hpp, the nbhd_attention kernels of exec/neighborhood.hpp, the halo
+// adjoint overlapping the dq kernel). Type-erased: Blocks, specs, the plan, the context.
 #include "shardtensor/nn/functional/neighborhood_attention.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+
+#include "shardtensor/exec/box.hpp"
 
 namespace shard::nn::functional::detail {
 
@@ -104,6 +109,73 @@ NbhdPlan make_nbhd_plan(const char* op, const DistSpec& qs, const DistSpec& ks, 
   og[static_cast<std::size_t>(R - 1)] = g.Dv;
   p.out_spec = derived_spec(qs, qs.placements(), og);
   return p;
+}
+
+namespace {
+
+using shard::detail::HaloTransfer;
+
+/// t as the kernels read it: as it is when its head-feature dim has unit stride (any other
+/// strides: e.g. the interior of a user's halo-padded array, read in place on every device),
+/// else one contiguous copy on its device.
+Block kernel_operand(const Block& t, ExecContext& ctx) {
+  const auto last = static_cast<std::size_t>(t.rank - 1);
+  if (t.strides[last] == 1 || t.shape[last] <= 1) return t;
+  Block c = Block::allocate(t.dtype, t.device, t.shape.data(), t.rank);
+  exec::box_copy(c, t, ctx);
+  return c;
+}
+
+Block empty_like(const Block& b) { return Block::allocate(b.dtype, b.device, b.shape.data(), b.rank); }
+
+}  // namespace
+
+NbhdSaved neighborhood_attention_forward(const NbhdPlan& p, const DistSpec& ks, const DistSpec& vs, const Block& q,
+                                         const Block& k, const Block& v, const Block& out, const Block& lse,
+                                         ExecContext& ctx) {
+  NbhdSaved s;
+  if (p.exchange) {
+    // Both exchanges are in flight together (every rank posts k's messages before v's, so the
+    // equal tags of the two transfers match in order).
+    HaloTransfer hk(k.dtype, ks, p.halo, HaloTransfer::Direction::forward, k);
+    HaloTransfer hv(v.dtype, vs, p.halo, HaloTransfer::Direction::forward, v);
+    s.kx = hk.finish();
+    s.vx = hv.finish();
+  } else {
+    s.kx = kernel_operand(k, ctx);
+    s.vx = kernel_operand(v, ctx);
+  }
+  s.q = kernel_operand(q, ctx);
+  exec::nbhd_attention_forward(p.geom, s.q, s.kx, s.vx, out, lse, ctx);
+  return s;
+}
+
+NbhdGrads neighborhood_attention_backward(const NbhdPlan& p, const DistSpec& ks, const DistSpec& vs,
+                                          const NbhdSaved& saved, const Block& out, const Block& lse, const Block& dout,
+                                          bool need_dq, bool need_dk, bool need_dv, ExecContext& ctx) {
+  NbhdGrads d;
+  if (need_dq) d.dq = empty_like(saved.q);
+  if (need_dk) d.dk = empty_like(saved.kx);
+  if (need_dv) {
+    d.dv = empty_like(saved.vx);
+  }
+  auto kernel = [&](const Block* a, const Block* b, const Block* c) {
+    exec::nbhd_attention_backward(p.geom, saved.q, saved.kx, saved.vx, out, dout, lse, a, b, c, ctx);
+  };
+  const Block* dq = need_dq ? &d.dq : nullptr;
+  const Block* dk = need_dk ? &d.dk : nullptr;
+  const Block* dv = need_dv ? &d.dv : nullptr;
+  const bool overlap = p.exchange && (need_dk || need_dv);
+  // With halos: dk and dv first, then their adjoints (both in flight together, posted in the
+  // same order on every rank) overlap the dq kernel.
+  kernel(overlap ? nullptr : dq, dk, dv);
+  std::optional<HaloTransfer> ak, av;
+  if (p.exchange && need_dk) ak.emplace(d.dk.dtype, ks, p.halo, HaloTransfer::Direction::adjoint, d.dk, true);
+  if (p.exchange && need_dv) av.emplace(d.dv.dtype, vs, p.halo, HaloTransfer::Direction::adjoint, d.dv, true);
+  if (overlap && need_dq) kernel(dq, nullptr, nullptr);
+  if (ak) d.dk = ak->finish();
+  if (av) d.dv = av->finish();
+  return d;
 }
 
 }  // namespace shard::nn::functional::detail

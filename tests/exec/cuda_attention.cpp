@@ -75,6 +75,22 @@ double rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
 /// Token-major [B, N, H, D] strides.
 exec::AttnIn tin(const void* p, const exec::AttnGeom& g, index_t n, index_t d) { return {p, n * g.H * d, d, g.H * d}; }
 exec::AttnOut tout(void* p, const exec::AttnGeom& g, index_t n, index_t d) { return {p, n * g.H * d, d, g.H * d}; }
+/// The same token-major views as Blocks of dtype T on `dev` (what the front takes).
+template <class T>
+Block tb(Device dev, const void* p, const exec::AttnGeom& g, index_t n, index_t d) {
+  return exec::attention_view(dtype_of<T>, dev, p, g.B, g.H, n, d, n * g.H * d, d, g.H * d);
+}
+/// A contiguous 1-D Block of n elements of L (the log-sum-exps).
+template <class L>
+Block lb(Device dev, void* p, index_t n) {
+  return Block::view(dtype_of<L>, dev, p, &n, 1);
+}
+/// The full [B, H, Nq, Nk] bias of dtype T on `dev`.
+template <class T>
+Block biasb(Device dev, const void* p, const exec::AttnGeom& g) {
+  const index_t shape[4] = {g.B, g.H, g.Nq, g.Nk};
+  return Block::view(dtype_of<T>, dev, const_cast<void*>(p), shape, 4);
+}
 
 template <class T, class L>
 void check_case(const Case& c, unsigned seed) {
@@ -133,23 +149,21 @@ void check_case(const Case& c, unsigned seed) {
                         tout(e_dq.data(), g, g.Nq, g.D), tout(e_dk.data(), g, g.Nk, g.D),
                         tout(e_dv.data(), g, g.Nk, g.Dv));
   } else {
-    exec::AttnMask mc = m;
-    if (c.bias) {
-      mc.bias = bias.data();
-      mc.bias_sb = bsb, mc.bias_sh = bsh, mc.bias_sq = bsq, mc.bias_sk = 1;
-    }
     std::vector<T> out(nout), dq = dq0, dk = dk0, dv = dv0;
     std::vector<L> lse(nl);
     auto& cpu = current_context(Device::cpu());
-    exec::attention_forward(dtype_of<T>, g, tin(q.data(), g, g.Nq, g.D), tin(k.data(), g, g.Nk, g.D),
-                            tin(v.data(), g, g.Nk, g.Dv), mc, tout(out.data(), g, g.Nq, g.Dv), lse.data(),
-                            Device::cpu(), cpu);
-    exec::attention_backward(dtype_of<T>, g, tin(q.data(), g, g.Nq, g.D), tin(k.data(), g, g.Nk, g.D),
-                             tin(v.data(), g, g.Nk, g.Dv), tin(out.data(), g, g.Nq, g.Dv),
-                             tin(dout.data(), g, g.Nq, g.Dv), lse.data(), mc,
-                             tout(c.want_dq ? dq.data() : nullptr, g, g.Nq, g.D),
-                             tout(c.want_dk ? dk.data() : nullptr, g, g.Nk, g.D),
-                             tout(c.want_dv ? dv.data() : nullptr, g, g.Nk, g.Dv), Device::cpu(), cpu);
+    const Device h = Device::cpu();
+    const Block bb = biasb<T>(h, bias.data(), g);
+    const Block* bp = c.bias ? &bb : nullptr;
+    exec::attention_forward(g, m, tb<T>(h, q.data(), g, g.Nq, g.D), tb<T>(h, k.data(), g, g.Nk, g.D),
+                            tb<T>(h, v.data(), g, g.Nk, g.Dv), bp, tb<T>(h, out.data(), g, g.Nq, g.Dv),
+                            lb<L>(h, lse.data(), static_cast<index_t>(nl)), cpu);
+    const Block bdq = tb<T>(h, dq.data(), g, g.Nq, g.D), bdk = tb<T>(h, dk.data(), g, g.Nk, g.D),
+                bdv = tb<T>(h, dv.data(), g, g.Nk, g.Dv);
+    exec::attention_backward(g, m, tb<T>(h, q.data(), g, g.Nq, g.D), tb<T>(h, k.data(), g, g.Nk, g.D),
+                             tb<T>(h, v.data(), g, g.Nk, g.Dv), bp, tb<T>(h, out.data(), g, g.Nq, g.Dv),
+                             tb<T>(h, dout.data(), g, g.Nq, g.Dv), lb<L>(h, lse.data(), static_cast<index_t>(nl)),
+                             c.want_dq ? &bdq : nullptr, c.want_dk ? &bdk : nullptr, c.want_dv ? &bdv : nullptr, cpu);
     e_out = dvec(out);
     e_lse = dvec(lse);
     e_dq = dvec(dq), e_dk = dvec(dk), e_dv = dvec(dv);
@@ -162,19 +176,19 @@ void check_case(const Case& c, unsigned seed) {
   // the GPU
   DevBuf<T> Q(q), K(k), V(v), DO(dout), B(bias), DQ(dq0), DK(dk0), DV(dv0), O{std::vector<T>(nout)};
   DevBuf<L> LS{std::vector<L>(nl)};
-  exec::AttnMask mg = m;
-  if (c.bias) {
-    mg.bias = B.p;
-    mg.bias_sb = bsb, mg.bias_sh = bsh, mg.bias_sq = bsq, mg.bias_sk = 1;
-  }
   auto& gpu = current_context(Device::cuda(0));
-  exec::attention_forward(dtype_of<T>, g, tin(Q.p, g, g.Nq, g.D), tin(K.p, g, g.Nk, g.D), tin(V.p, g, g.Nk, g.Dv), mg,
-                          tout(O.p, g, g.Nq, g.Dv), LS.p, Device::cuda(0), gpu);
-  exec::attention_backward(dtype_of<T>, g, tin(Q.p, g, g.Nq, g.D), tin(K.p, g, g.Nk, g.D), tin(V.p, g, g.Nk, g.Dv),
-                           tin(O.p, g, g.Nq, g.Dv), tin(DO.p, g, g.Nq, g.Dv), LS.p, mg,
-                           tout(c.want_dq ? DQ.p : nullptr, g, g.Nq, g.D),
-                           tout(c.want_dk ? DK.p : nullptr, g, g.Nk, g.D),
-                           tout(c.want_dv ? DV.p : nullptr, g, g.Nk, g.Dv), Device::cuda(0), gpu);
+  const Device d0 = Device::cuda(0);
+  const Block gbias = biasb<T>(d0, B.p, g);
+  const Block* gbp = c.bias ? &gbias : nullptr;
+  exec::attention_forward(g, m, tb<T>(d0, Q.p, g, g.Nq, g.D), tb<T>(d0, K.p, g, g.Nk, g.D),
+                          tb<T>(d0, V.p, g, g.Nk, g.Dv), gbp, tb<T>(d0, O.p, g, g.Nq, g.Dv),
+                          lb<L>(d0, LS.p, static_cast<index_t>(nl)), gpu);
+  const Block gdq = tb<T>(d0, DQ.p, g, g.Nq, g.D), gdk = tb<T>(d0, DK.p, g, g.Nk, g.D),
+              gdv = tb<T>(d0, DV.p, g, g.Nk, g.Dv);
+  exec::attention_backward(g, m, tb<T>(d0, Q.p, g, g.Nq, g.D), tb<T>(d0, K.p, g, g.Nk, g.D),
+                           tb<T>(d0, V.p, g, g.Nk, g.Dv), gbp, tb<T>(d0, O.p, g, g.Nq, g.Dv),
+                           tb<T>(d0, DO.p, g, g.Nq, g.Dv), lb<L>(d0, LS.p, static_cast<index_t>(nl)),
+                           c.want_dq ? &gdq : nullptr, c.want_dk ? &gdk : nullptr, c.want_dv ? &gdv : nullptr, gpu);
   const double tol = is_bf16 ? 3e-2 : std::is_same_v<T, float> ? 1e-5 : 1e-10;
   CHECK(rel_diff(dvec(O.host()), e_out) <= tol);
   CHECK(rel_diff(dvec(LS.host()), e_lse) <= (is_bf16 ? 1e-2 : tol));
@@ -237,27 +251,34 @@ TEST_CASE("CUDA attention merge equals the whole, and oversized head dims are er
   m.scale = 0.2;
   m.causal = true;
   m.q_pos0 = 100;
-  exec::attention_forward(DType::f32, g, tin(Q.p, g, g.Nq, g.D), tin(K.p, g, g.Nk, g.D), tin(V.p, g, g.Nk, g.Dv), m,
-                          tout(O.p, g, g.Nq, g.Dv), L.p, Device::cuda(0), gpu);
+  const Device d0 = Device::cuda(0);
+  const auto nli = static_cast<index_t>(nl);
+  exec::attention_forward(g, m, tb<float>(d0, Q.p, g, g.Nq, g.D), tb<float>(d0, K.p, g, g.Nk, g.D),
+                          tb<float>(d0, V.p, g, g.Nk, g.Dv), nullptr, tb<float>(d0, O.p, g, g.Nq, g.Dv),
+                          lb<float>(d0, L.p, nli), gpu);
   exec::AttnGeom g1 = g, g2 = g;
   g1.Nk = 120;
   g2.Nk = g.Nk - 120;
   exec::AttnMask m2 = m;
   m2.k_pos0 = 120;
-  const index_t ks = g.H * g.D, vs = g.H * g.Dv;
-  exec::attention_forward(DType::f32, g1, tin(Q.p, g, g.Nq, g.D), tin(K.p, g, g.Nk, g.D), tin(V.p, g, g.Nk, g.Dv), m,
-                          tout(O1.p, g, g.Nq, g.Dv), L1.p, Device::cuda(0), gpu);
-  exec::attention_forward(DType::f32, g2, tin(Q.p, g, g.Nq, g.D),
-                          tin(static_cast<float*>(K.p) + 120 * ks, g, g.Nk, g.D),
-                          tin(static_cast<float*>(V.p) + 120 * vs, g, g.Nk, g.Dv), m2, tout(O2.p, g, g.Nq, g.Dv), L2.p,
-                          Device::cuda(0), gpu);
-  exec::attention_merge(DType::f32, g, tout(O1.p, g, g.Nq, g.Dv), L1.p, tin(O2.p, g, g.Nq, g.Dv), L2.p,
-                        Device::cuda(0), gpu);
+  // rows [row0, row0 + n) of the token-major [1, g.Nk, H, d] keys / values
+  auto rows = [&](void* p, index_t row0, index_t n, index_t d) {
+    return exec::attention_view(DType::f32, d0, static_cast<float*>(p) + row0 * g.H * d, g.B, g.H, n, d,
+                                g.Nk * g.H * d, d, g.H * d);
+  };
+  exec::attention_forward(g1, m, tb<float>(d0, Q.p, g, g.Nq, g.D), rows(K.p, 0, g1.Nk, g.D), rows(V.p, 0, g1.Nk, g.Dv),
+                          nullptr, tb<float>(d0, O1.p, g, g.Nq, g.Dv), lb<float>(d0, L1.p, nli), gpu);
+  exec::attention_forward(g2, m2, tb<float>(d0, Q.p, g, g.Nq, g.D), rows(K.p, 120, g2.Nk, g.D),
+                          rows(V.p, 120, g2.Nk, g.Dv), nullptr, tb<float>(d0, O2.p, g, g.Nq, g.Dv),
+                          lb<float>(d0, L2.p, nli), gpu);
+  exec::attention_merge(g, tb<float>(d0, O1.p, g, g.Nq, g.Dv), lb<float>(d0, L1.p, nli),
+                        tb<float>(d0, O2.p, g, g.Nq, g.Dv), lb<float>(d0, L2.p, nli), gpu);
   auto dv = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   CHECK(rel_diff(dv(O1.host()), dv(O.host())) < 1e-5);
   CHECK(rel_diff(dv(L1.host()), dv(L.host())) < 1e-5);
   exec::AttnGeom big{1, 1, 4, 4, 300, 8};
-  CHECK_THROWS_AS(exec::attention_forward(DType::f32, big, tin(Q.p, big, 4, 300), tin(K.p, big, 4, 300),
-                                          tin(V.p, big, 4, 8), m, tout(O.p, big, 4, 8), L.p, Device::cuda(0), gpu),
+  CHECK_THROWS_AS(exec::attention_forward(big, m, tb<float>(d0, Q.p, big, 4, 300), tb<float>(d0, K.p, big, 4, 300),
+                                          tb<float>(d0, V.p, big, 4, 8), nullptr, tb<float>(d0, O.p, big, 4, 8),
+                                          lb<float>(d0, L.p, 4), gpu),
                   Error);
 }

@@ -112,20 +112,23 @@ TEST_CASE("attention kernel (CPU, f64) equals explicit softmax, incl. causal and
     m.q_pos0 = qp0;
     m.k_pos0 = kp0;
     auto& ctx = shard::current_context(Device::cpu());
-    auto in = [&](const std::vector<double>& x, index_t n, index_t d) {
-      return exec::AttnIn{x.data(), g.H * n * d, n * d, d};
+    // head-major [B, H, n, d] views of the vectors (rows from row0)
+    auto in = [&](const std::vector<double>& x, index_t n, index_t d, index_t row0 = 0, index_t rows = -1) {
+      return exec::attention_view(DType::f64, Device::cpu(), x.data() + row0 * d, g.B, g.H, rows < 0 ? n : rows, d,
+                                  g.H * n * d, n * d, d);
     };
-    auto outp = [&](std::vector<double>& x, index_t n, index_t d) {
-      return exec::AttnOut{x.data(), g.H * n * d, n * d, d};
+    auto lse_of = [&](std::vector<double>& x) {
+      const index_t n = static_cast<index_t>(x.size());
+      return Block::view(DType::f64, Device::cpu(), x.data(), &n, 1);
     };
-    exec::attention_forward(DType::f64, g, in(q, g.Nq, g.D), in(k, g.Nk, g.D), in(v, g.Nk, g.Dv), m,
-                            outp(out, g.Nq, g.Dv), lse.data(), Device::cpu(), ctx);
+    exec::attention_forward(g, m, in(q, g.Nq, g.D), in(k, g.Nk, g.D), in(v, g.Nk, g.Dv), nullptr,
+                            in(out, g.Nq, g.Dv), lse_of(lse), ctx);
     CHECK(max_diff(out, ref.out) < 1e-12);
     CHECK(max_diff(lse, ref.lse) < 1e-12);
     if (causal) CHECK(std::isinf(lse[0]));
-    exec::attention_backward(DType::f64, g, in(q, g.Nq, g.D), in(k, g.Nk, g.D), in(v, g.Nk, g.Dv),
-                             in(out, g.Nq, g.Dv), in(dout, g.Nq, g.Dv), lse.data(), m, outp(dq, g.Nq, g.D),
-                             outp(dk, g.Nk, g.D), outp(dv, g.Nk, g.Dv), Device::cpu(), ctx);
+    const Block bdq = in(dq, g.Nq, g.D), bdk = in(dk, g.Nk, g.D), bdv = in(dv, g.Nk, g.Dv);
+    exec::attention_backward(g, m, in(q, g.Nq, g.D), in(k, g.Nk, g.D), in(v, g.Nk, g.Dv), nullptr,
+                             in(out, g.Nq, g.Dv), in(dout, g.Nq, g.Dv), lse_of(lse), &bdq, &bdk, &bdv, ctx);
     CHECK(max_diff(dq, ref.dq) < 1e-12);
     CHECK(max_diff(dk, ref.dk) < 1e-12);
     CHECK(max_diff(dv, ref.dv) < 1e-12);
@@ -136,13 +139,11 @@ TEST_CASE("attention kernel (CPU, f64) equals explicit softmax, incl. causal and
     std::vector<double> o1(out.size()), l1(lse.size()), o2(out.size()), l2(lse.size());
     exec::AttnMask m2 = m;
     m2.k_pos0 = kp0 + 4;
-    exec::attention_forward(DType::f64, g1, in(q, g.Nq, g.D), in(k, g.Nk, g.D), in(v, g.Nk, g.Dv), m,
-                            outp(o1, g.Nq, g.Dv), l1.data(), Device::cpu(), ctx);
-    exec::attention_forward(DType::f64, g2, in(q, g.Nq, g.D), {k.data() + 4 * g.D, g.H * g.Nk * g.D, g.Nk * g.D, g.D},
-                            {v.data() + 4 * g.Dv, g.H * g.Nk * g.Dv, g.Nk * g.Dv, g.Dv}, m2, outp(o2, g.Nq, g.Dv),
-                            l2.data(), Device::cpu(), ctx);
-    exec::attention_merge(DType::f64, g, outp(o1, g.Nq, g.Dv), l1.data(), in(o2, g.Nq, g.Dv), l2.data(),
-                          Device::cpu(), ctx);
+    exec::attention_forward(g1, m, in(q, g.Nq, g.D), in(k, g.Nk, g.D, 0, 4), in(v, g.Nk, g.Dv, 0, 4), nullptr,
+                            in(o1, g.Nq, g.Dv), lse_of(l1), ctx);
+    exec::attention_forward(g2, m2, in(q, g.Nq, g.D), in(k, g.Nk, g.D, 4, g.Nk - 4), in(v, g.Nk, g.Dv, 4, g.Nk - 4),
+                            nullptr, in(o2, g.Nq, g.Dv), lse_of(l2), ctx);
+    exec::attention_merge(g, in(o1, g.Nq, g.Dv), lse_of(l1), in(o2, g.Nq, g.Dv), lse_of(l2), ctx);
     CHECK(max_diff(o1, ref.out) < 1e-12);
     CHECK(max_diff(l1, ref.lse) < 1e-12);
   }
@@ -152,8 +153,23 @@ TEST_CASE("attention kernel: bad dtype and device mismatch are errors", "[exec][
   auto& ctx = shard::current_context(Device::cpu());
   exec::AttnGeom g{1, 1, 1, 1, 1, 1};
   float x = 1, l = 0;
-  CHECK_THROWS_AS(exec::attention_forward(DType::bf16, g, {&x}, {&x}, {&x}, {}, {&x}, &l, Device::cpu(), ctx), Error);
-  CHECK_THROWS_AS(exec::attention_forward(DType::i32, g, {&x}, {&x}, {&x}, {}, {&x}, &l, Device::cpu(), ctx), Error);
+  const index_t one[4] = {1, 1, 1, 1};
+  auto b = [&](DType dt, Device dev, void* p, int rank) { return Block::view(dt, dev, p, one, rank); };
+  const Block xf = b(DType::f32, Device::cpu(), &x, 4), lf = b(DType::f32, Device::cpu(), &l, 3);
+  for (const DType dt : {DType::bf16, DType::i32}) {
+    const Block xb = b(dt, Device::cpu(), &x, 4);
+    CHECK_THROWS_AS(exec::attention_forward(g, {}, xb, xb, xb, nullptr, xb, lf, ctx), Error);
+  }
+  // an operand on another device than the context, a mismatched shape or dtype, a wrong lse
+  const Block xg = b(DType::f32, Device::cuda(0), &x, 4);
+  CHECK_THROWS_AS(exec::attention_forward(g, {}, xf, xg, xf, nullptr, xf, lf, ctx), Error);
+  const index_t two[4] = {1, 1, 2, 1};
+  const Block x2 = Block::view(DType::f32, Device::cpu(), &x, two, 4);
+  CHECK_THROWS_AS(exec::attention_forward(g, {}, xf, xf, x2, nullptr, xf, lf, ctx), Error);
+  const Block xd = b(DType::f64, Device::cpu(), &x, 4);
+  CHECK_THROWS_AS(exec::attention_forward(g, {}, xf, xd, xf, nullptr, xf, lf, ctx), Error);
+  CHECK_THROWS_AS(exec::attention_forward(g, {}, xf, xf, xf, nullptr, xf, xd, ctx), Error);
+  CHECK_NOTHROW(exec::attention_forward(g, {}, xf, xf, xf, nullptr, xf, lf, ctx));
 }
 
 namespace {
@@ -345,22 +361,30 @@ void check_case(const Case& c, double tol, unsigned seed) {
   std::vector<T> biast(bias.size());
   for (std::size_t i = 0; i < bias.size(); ++i) biast[i] = static_cast<T>(bias[i]);
   exec::AttnMask mt = md;
-  if (c.bias != BiasMode::none) mt.bias = biast.data();
-  auto tin = [](const std::vector<T>& x, Layout l) { return exec::AttnIn{x.data(), l.sb, l.sh, l.sn}; };
-  auto tout = [](std::vector<T>& x, Layout l, bool want) {
-    return exec::AttnOut{want ? x.data() : nullptr, l.sb, l.sh, l.sn};
+  mt.bias = nullptr;  // the front takes the bias as a Block
+  Block biasb;
+  if (c.bias != BiasMode::none) {
+    const index_t bshape[4] = {g.B, g.H, g.Nq, g.Nk}, bstrides[4] = {md.bias_sb, md.bias_sh, md.bias_sq, md.bias_sk};
+    biasb = Block::view(dtype_of<T>, Device::cpu(), biast.data(), bshape, 4, bstrides);
+  }
+  auto tin = [&](const std::vector<T>& x, Layout l, index_t n, index_t d) {
+    return exec::attention_view(dtype_of<T>, Device::cpu(), x.data(), g.B, g.H, n, d, l.sb, l.sh, l.sn);
   };
+  const index_t nlse = static_cast<index_t>(lset.size());
+  const Block lseb = Block::view(dtype_of<T>, Device::cpu(), lset.data(), &nlse, 1);
+  const Block* bp = c.bias != BiasMode::none ? &biasb : nullptr;
   auto& ctx = shard::current_context(Device::cpu());
-  exec::attention_forward(dtype_of<T>, g, tin(qt, lq), tin(kt, lk), tin(vt, lv), mt, tout(outt, lo, true),
-                          lset.data(), Device::cpu(), ctx);
+  exec::attention_forward(g, mt, tin(qt, lq, g.Nq, g.D), tin(kt, lk, g.Nk, g.D), tin(vt, lv, g.Nk, g.Dv), bp,
+                          tin(outt, lo, g.Nq, g.Dv), lseb, ctx);
   const auto out = from_layout(outt, g, g.Nq, g.Dv, lo);
   std::vector<double> lse(lset.begin(), lset.end());
   CHECK(rel_diff(out, ref_out) <= tol);
   CHECK(rel_diff(lse, ref_lse) <= tol);
   // backward from the reference's out/lse rounded to T (the contract: the FINAL out and lse)
-  exec::attention_backward(dtype_of<T>, g, tin(qt, lq), tin(kt, lk), tin(vt, lv), tin(outt, lo), tin(dot, lo),
-                           lset.data(), mt, tout(dqt, lq, c.want_dq), tout(dkt, lk, c.want_dk),
-                           tout(dvt, lv, c.want_dv), Device::cpu(), ctx);
+  const Block bdq = tin(dqt, lq, g.Nq, g.D), bdk = tin(dkt, lk, g.Nk, g.D), bdv = tin(dvt, lv, g.Nk, g.Dv);
+  exec::attention_backward(g, mt, tin(qt, lq, g.Nq, g.D), tin(kt, lk, g.Nk, g.D), tin(vt, lv, g.Nk, g.Dv), bp,
+                           tin(outt, lo, g.Nq, g.Dv), tin(dot, lo, g.Nq, g.Dv), lseb, c.want_dq ? &bdq : nullptr,
+                           c.want_dk ? &bdk : nullptr, c.want_dv ? &bdv : nullptr, ctx);
   auto grad_check = [&](const std::vector<T>& got_t, const std::vector<double>& init, const std::vector<double>& ref,
                         index_t n, index_t d, Layout l, bool want) {
     const auto got = from_layout(got_t, g, n, d, l);

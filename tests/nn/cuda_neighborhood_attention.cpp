@@ -100,33 +100,14 @@ TEST_CASE("CUDA neighbourhood attention in bf16 matches fp32 on the host", "[cud
     }
     db[i] = b.to(gpu);
   }
-  auto view = [&](auto& t) {
-    exec::NbhdIn a;
-    a.data = t.data();
-    a.sb = t.stride(0);
-    a.ss[0] = 0;
-    a.ss[1] = t.stride(1);
-    a.ss[2] = t.stride(2);
-    a.sh = t.stride(3);
-    return a;
-  };
   auto oh = Tensor<float, 5>::empty(s);
   auto lh = Tensor<float, 4>::empty({1, 8, 6, 2});
   auto og = Tensor<bf16, 5>::empty(s, gpu);
   auto lg = Tensor<float, 4>::empty({1, 8, 6, 2}, gpu);
-  auto out_of = [&](auto& t) {
-    const auto a = view(t);
-    exec::NbhdOut o;
-    o.data = t.data();
-    o.sb = a.sb;
-    o.ss[1] = a.ss[1];
-    o.ss[2] = a.ss[2];
-    o.sh = a.sh;
-    return o;
-  };
-  exec::nbhd_attention_forward(DType::f32, g, view(hf[0]), view(hf[1]), view(hf[2]), out_of(oh), lh.data(),
-                               Device::cpu(), current_context(Device::cpu()));
-  exec::nbhd_attention_forward(DType::bf16, g, view(db[0]), view(db[1]), view(db[2]), out_of(og), lg.data(), gpu,
+  // [B, S1, S2, H, D] blocks: two spatial dims, right-aligned onto the geometry's three
+  exec::nbhd_attention_forward(g, as_block(hf[0]), as_block(hf[1]), as_block(hf[2]), as_block(oh), as_block(lh),
+                               current_context(Device::cpu()));
+  exec::nbhd_attention_forward(g, as_block(db[0]), as_block(db[1]), as_block(db[2]), as_block(og), as_block(lg),
                                current_context(gpu));
   const auto back = og.to(Device::cpu());
   double num = 0, den = 0;

@@ -1,4 +1,4 @@
-// MPI test of ring attention's per-rank memory (nn/functional/ring_attention.hpp): with the same
+// MPI test of ring attention's per-rank memory (nn/functional/attention.hpp): with the same
 // block on every rank whatever the rank count (weak scaling, N = P x n tokens), the peak of
 // shardtensor's live bytes above the inputs during forward + backward is a fixed number of local
 // blocks at 1..4 ranks, so no rank ever allocates a buffer of the whole sequence. What the ring

@@ -67,18 +67,21 @@ DenseNbhd<T, R> dense_nbhd(const Tensor<T, R>& q0, const Tensor<T, R>& k0, const
   r.dv = Tensor<T, R>::zeros(v.shape());
   std::vector<T> lse(static_cast<std::size_t>(B * H * N));
   const exec::AttnGeom g{B, H, N, N, D, Dv};
-  auto in = [&](const Tensor<T, R>& t, index_t d) { return exec::AttnIn{t.data(), N * H * d, d, H * d}; };
-  auto out = [&](Tensor<T, R>& t, index_t d) { return exec::AttnOut{t.data(), N * H * d, d, H * d}; };
+  // token-major [B, N, H, d] tensors viewed as [B, H, N, d]
+  auto in = [&](const Tensor<T, R>& t, index_t d) {
+    return exec::attention_view(dtype_of<T>, Device::cpu(), t.data(), B, H, N, d, N * H * d, d, H * d);
+  };
   exec::AttnMask m;
   m.scale = o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
-  m.bias = bias.data();
-  m.bias_sq = N;
-  m.bias_sk = 1;
+  const index_t bshape[4] = {B, H, N, N}, bstrides[4] = {0, 0, N, 1};  // one [N, N] mask for every (b, h)
+  const Block bias_b = Block::view(dtype_of<T>, Device::cpu(), bias.data(), bshape, 4, bstrides);
+  const index_t nl = B * H * N;
+  const Block lse_b = Block::view(dtype_of<T>, Device::cpu(), lse.data(), &nl, 1);
   auto& ctx = current_context(Device::cpu());
-  exec::attention_forward(dtype_of<T>, g, in(q, D), in(k, D), in(v, Dv), m, out(r.out, Dv), lse.data(), Device::cpu(),
-                          ctx);
-  exec::attention_backward(dtype_of<T>, g, in(q, D), in(k, D), in(v, Dv), in(r.out, Dv), in(dout, Dv), lse.data(), m,
-                           out(r.dq, D), out(r.dk, D), out(r.dv, Dv), Device::cpu(), ctx);
+  exec::attention_forward(g, m, in(q, D), in(k, D), in(v, Dv), &bias_b, in(r.out, Dv), lse_b, ctx);
+  const Block dq = in(r.dq, D), dk = in(r.dk, D), dv = in(r.dv, Dv);
+  exec::attention_backward(g, m, in(q, D), in(k, D), in(v, Dv), &bias_b, in(r.out, Dv), in(dout, Dv), lse_b, &dq, &dk,
+                           &dv, ctx);
   return r;
 }
 

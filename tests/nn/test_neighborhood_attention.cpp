@@ -163,10 +163,11 @@ TEST_CASE("neighbourhood attention kernel front checks its geometry", "[attentio
   g.B = g.H = g.D = g.Dv = 1;
   double x = 0, lse = 0;
   auto& ctx = current_context(Device::cpu());
-  exec::NbhdIn in{&x};
-  exec::NbhdOut out{&x};
+  const index_t ones[6] = {1, 1, 1, 1, 1, 1};
+  // [B, S0, S1, S2, H, D] operands and a [B, S0, S1, S2, H] lse, every extent 1
+  const Block xb = Block::view(DType::f64, Device::cpu(), &x, ones, 6), lb = Block::view(DType::f64, Device::cpu(), &lse, ones, 5);
   auto run = [&](const exec::NbhdGeom& gg) {
-    return error_of([&] { exec::nbhd_attention_forward(DType::f64, gg, in, in, in, out, &lse, Device::cpu(), ctx); });
+    return error_of([&] { exec::nbhd_attention_forward(gg, xb, xb, xb, xb, lb, ctx); });
   };
   CHECK(run(g).empty());
   CHECK(x == 0);  // one query, one key: out = v
@@ -181,9 +182,18 @@ TEST_CASE("neighbourhood attention kernel front checks its geometry", "[attentio
   bad.nk[0] = 2;
   bad.valid_hi[0] = 2;
   CHECK(run(bad).find("wrapped") != std::string::npos);
-  CHECK(!error_of([&] {
-           exec::nbhd_attention_forward(DType::i32, g, in, in, in, out, &lse, Device::cpu(), ctx);
-         }).empty());
+  const Block xi = Block::view(DType::i32, Device::cpu(), &x, ones, 6);
+  CHECK(!error_of([&] { exec::nbhd_attention_forward(g, xi, xi, xi, xi, lb, ctx); }).empty());
+  // operands on another device than the context, of another shape, or a lse of the wrong dtype
+  const Block xg = Block::view(DType::f64, Device::cuda(0), &x, ones, 6);
+  CHECK(error_of([&] { exec::nbhd_attention_forward(g, xb, xg, xb, xb, lb, ctx); }).find("different devices") !=
+        std::string::npos);
+  const index_t two[6] = {1, 1, 1, 1, 1, 2};
+  const Block x2 = Block::view(DType::f64, Device::cpu(), &x, two, 6);
+  CHECK(error_of([&] { exec::nbhd_attention_forward(g, xb, xb, x2, xb, lb, ctx); }).find("shape") !=
+        std::string::npos);
+  const Block lf = Block::view(DType::f32, Device::cpu(), &lse, ones, 5);
+  CHECK(!error_of([&] { exec::nbhd_attention_forward(g, xb, xb, xb, xb, lf, ctx); }).empty());
 }
 
 TEST_CASE("neighbourhood attention on the CPU is bitwise independent of the thread count", "[attention][nbhd]") {

@@ -2,8 +2,10 @@
 /// \file neighborhood.hpp
 /// Neighbourhood-attention kernel family front (KernelFamily::nbhd_attention): windowed scaled
 /// dot-product attention of one local block, forward (output + per-query log-sum-exp) and
-/// backward, on the device of the operands (CPU: src/exec/neighborhood_cpu.cpp; CUDA:
-/// kernels/neighborhood.cu + src/cuda/neighborhood_cuda.cpp).
+/// backward, on the execution context's device (CPU: src/exec/neighborhood_cpu.cpp; CUDA:
+/// kernels/neighborhood.cu + src/cuda/neighborhood_cuda.cpp). One calling convention: geometry,
+/// operand Blocks, ExecContext; the front checks every Block's device (ctx.device()), dtype and
+/// shape against the geometry before it dispatches.
 ///
 /// Operands are strided [B, S0, S1, S2, H, D] views (element strides for b, the three spatial
 /// dims and h; the d stride is 1). Fewer spatial dims are given as leading dims of extent 1 with
@@ -32,6 +34,7 @@
 #include "shardtensor/core/device.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"
 
 namespace shard::exec {
@@ -50,28 +53,35 @@ struct NbhdGeom {
   double scale = 1.0;                      ///< score scale
 };
 
-/// A read-only strided [B, S0, S1, S2, H, D] operand (element strides; d stride 1).
+/// A read-only strided [B, S0, S1, S2, H, D] operand (element strides; d stride 1), as the kernel
+/// tables read it (the front makes it from a Block).
 struct NbhdIn {
   const void* data = nullptr;
   index_t sb = 0, ss[3] = {0, 0, 0}, sh = 0;
 };
 
-/// A writable strided [B, S0, S1, S2, H, D] operand (element strides; d stride 1).
+/// A writable strided [B, S0, S1, S2, H, D] operand (element strides; d stride 1), as the kernel
+/// tables write it (the front makes it from a Block).
 struct NbhdOut {
   void* data = nullptr;
   index_t sb = 0, ss[3] = {0, 0, 0}, sh = 0;
 };
 
-/// Forward: writes out [B, nq..., H, Dv] and lse [B, nq..., H] (see the file comment).
-void nbhd_attention_forward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdOut out, void* lse,
-                            Device dev, ExecContext& ctx);
+/// Forward: writes out [B, nq..., H, Dv] and lse [B, nq..., H] (see the file comment). q, k, v and
+/// out are strided [B, S..., H, D] Blocks with 1-3 spatial dims S (right-aligned onto the
+/// geometry's three; the geometry's leading unused extents are 1) and a unit d stride: q and out
+/// have the query block's extents nq, k and v the key block's nk. lse is contiguous in the
+/// accumulation type. Every Block on ctx.device(); one dtype (f32, f64; bf16 on CUDA).
+void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
+                            const Block& lse, ExecContext& ctx);
 
 /// Backward from the forward's out and lse and the output gradient dout: OVERWRITES dq
-/// [B, nq..., H, D], dk [B, nk..., H, D] and dv [B, nk..., H, Dv] (a null data pointer: not
-/// computed). delta_i = dout_i . out_i; P_io = exp(s_io - lse_i); dv_e += P dout_i;
+/// [B, nq..., H, D], dk [B, nk..., H, D] and dv [B, nk..., H, Dv] (null: not computed).
+/// delta_i = dout_i . out_i; P_io = exp(s_io - lse_i); dv_e += P dout_i;
 /// dS = P (dout_i . v_e - delta_i); dq_i += scale dS k_e; dk_e += scale dS q_i.
-void nbhd_attention_backward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdIn out, NbhdIn dout,
-                             const void* lse, NbhdOut dq, NbhdOut dk, NbhdOut dv, Device dev, ExecContext& ctx);
+void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
+                             const Block& dout, const Block& lse, const Block* dq, const Block* dk, const Block* dv,
+                             ExecContext& ctx);
 
 /// Left reach of a window of size w in offsets (w / 2): odd w = 2r+1 reaches r below, even w
 /// reaches w/2 below.

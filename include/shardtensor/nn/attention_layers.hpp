@@ -13,7 +13,7 @@
 ///   o = attention(q, k, v)                                (the chosen AttentionForm)
 ///   y = merge_heads(o) Wo^T + bo                          (F::flatten, F::linear)
 ///
-/// AttentionForm picks the domain-parallel attention op (nn/functional/ring_attention.hpp,
+/// AttentionForm picks the domain-parallel attention op (nn/functional/attention.hpp,
 /// neighborhood_attention.hpp): `ring` (K/V blocks travel around the ring over the product of the
 /// mesh dims that shard the tokens; global attention, optionally causal), `ulysses` (all-to-all
 /// from token-sharded to head-sharded, local attention, and back; optionally causal) and
@@ -27,7 +27,7 @@
 #include "shardtensor/nn/conv_layers.hpp"
 #include "shardtensor/nn/functional/layout.hpp"
 #include "shardtensor/nn/functional/neighborhood_attention.hpp"
-#include "shardtensor/nn/functional/ring_attention.hpp"
+#include "shardtensor/nn/functional/attention.hpp"
 
 namespace shard::nn {
 

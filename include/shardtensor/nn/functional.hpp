@@ -15,5 +15,5 @@
 #include "shardtensor/nn/functional/pool.hpp"
 #include "shardtensor/nn/functional/upsample.hpp"
 #include "shardtensor/nn/functional/layout.hpp"
-#include "shardtensor/nn/functional/ring_attention.hpp"
+#include "shardtensor/nn/functional/attention.hpp"
 #include "shardtensor/nn/functional/neighborhood_attention.hpp"

@@ -1,7 +1,10 @@
 #pragma once
 /// \file neighborhood_attention.hpp
 /// Domain-parallel neighbourhood (windowed) attention in 1, 2 or 3 spatial dims, forward and
-/// backward on the autograd tape.
+/// backward on the autograd tape. This header holds the checks' entry points, the plan and the
+/// tape node; the spec algebra and the schedule (halo exchanges, kernels, the overlap of the halo
+/// adjoint with the dq kernel) are src/nn/neighborhood_attention.cpp, the communication the halo
+/// plan of dist/halo.hpp, the kernels the nbhd_attention family (exec/neighborhood.hpp).
 ///
 /// q, k, v are `[B, S_1..S_k, H, Dh]` (k = R - 3 spatial dims; v may have its own head dim Dv);
 /// the spatial dims may be sharded over any mesh dims, unevenly (empty shards included), B may be
@@ -40,6 +43,7 @@
 #include "shardtensor/autograd/comm_ops.hpp"
 #include "shardtensor/dist/halo.hpp"
 #include "shardtensor/exec/neighborhood.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard::nn::functional {
@@ -72,35 +76,29 @@ void check_nbhd_options(const char* op, int spatial, const NeighborhoodOptions& 
 NbhdPlan make_nbhd_plan(const char* op, const DistSpec& qs, const DistSpec& ks, const DistSpec& vs,
                         const NeighborhoodOptions& o);
 
-/// t as the kernels read it: as it is when its head-feature dim D has unit stride (any other
-/// strides: e.g. the interior of a user's halo-padded array, read in place on every device),
-/// else one contiguous copy.
-template <class T, int R>
-Tensor<T, R> nbhd_operand(const Tensor<T, R>& t) {
-  return t.stride(R - 1) == 1 || t.size(R - 1) <= 1 ? t : t.contiguous();
-}
+/// What the forward schedule keeps for the backward: the operands as the kernels read them
+/// (q and the halo-extended k/v blocks).
+struct NbhdSaved {
+  Block q, kx, vx;
+};
 
-/// Kernel operand view of a [B, S..., H, D] tensor (spatial dims right-aligned to three).
-template <class T, int R>
-exec::NbhdIn nbhd_in(const Tensor<T, R>& t) {
-  exec::NbhdIn a;
-  a.data = t.data();
-  a.sb = t.stride(0);
-  for (int d = 0; d < R - 3; ++d) a.ss[6 - R + d] = t.stride(1 + d);
-  a.sh = t.stride(R - 2);
-  return a;
-}
-/// Writable kernel operand view of a [B, S..., H, D] tensor.
-template <class T, int R>
-exec::NbhdOut nbhd_out(Tensor<T, R>& t) {
-  const exec::NbhdIn a = nbhd_in(t);
-  exec::NbhdOut o;
-  o.data = t.data();
-  o.sb = a.sb;
-  for (int d = 0; d < 3; ++d) o.ss[d] = a.ss[d];
-  o.sh = a.sh;
-  return o;
-}
+/// The forward schedule (src/nn/neighborhood_attention.cpp): the k/v halo exchanges (both in
+/// flight together), then the local kernel. q, k, v are this rank's blocks (any strides); writes
+/// out (contiguous, q's block shape with Dv) and lse (contiguous [B, nq..., H]).
+NbhdSaved neighborhood_attention_forward(const NbhdPlan& p, const DistSpec& ks, const DistSpec& vs, const Block& q,
+                                         const Block& k, const Block& v, const Block& out, const Block& lse,
+                                         ExecContext& ctx);
+
+/// Gradients of this rank's q, k, v blocks (empty Blocks where not asked for).
+struct NbhdGrads {
+  Block dq, dk, dv;
+};
+
+/// The backward schedule: dk/dv kernels of the extended blocks, their halo adjoints in flight
+/// while the dq kernel runs; dout contiguous, out's shape.
+NbhdGrads neighborhood_attention_backward(const NbhdPlan& p, const DistSpec& ks, const DistSpec& vs,
+                                          const NbhdSaved& saved, const Block& out, const Block& lse, const Block& dout,
+                                          bool need_dq, bool need_dk, bool need_dv, ExecContext& ctx);
 
 }  // namespace detail
 
@@ -120,66 +118,35 @@ Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, c
   const Device dev = q.value().device();
   auto plan = std::make_shared<const detail::NbhdPlan>(
       detail::make_nbhd_plan(op, q.value().spec(), k.value().spec(), v.value().spec(), opt));
-  // Both exchanges are in flight together (every rank posts k's messages before v's, so the
-  // equal tags of the two transfers match in order).
-  Tensor<T, R> kx, vx;
-  if (plan->exchange) {
-    HaloExchange<T, R> hk = halo_exchange_start(k.value(), plan->halo);
-    HaloExchange<T, R> hv = halo_exchange_start(v.value(), plan->halo);
-    kx = hk.finish();
-    vx = hv.finish();
-  } else {
-    kx = detail::nbhd_operand(k.value().local());
-    vx = detail::nbhd_operand(v.value().local());
-  }
-  const Tensor<T, R> ql = detail::nbhd_operand(q.value().local());
+  const Tensor<T, R>& ql = q.value().local();
   Shape<R> oshape = ql.shape();
   oshape[R - 1] = plan->geom.Dv;
   Tensor<T, R> out = Tensor<T, R>::empty(oshape, dev);
   Shape<R - 1> lshape{};
   for (int d = 0; d < R - 1; ++d) lshape[d] = ql.size(d);
   Tensor<T, R - 1> lse = Tensor<T, R - 1>::empty(lshape, dev);
-  exec::nbhd_attention_forward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx), detail::nbhd_in(vx),
-                               detail::nbhd_out(out), lse.data(), dev, current_context(dev));
+  const auto saved = std::make_shared<const detail::NbhdSaved>(detail::neighborhood_attention_forward(
+      *plan, k.value().spec(), v.value().spec(), as_block(ql), as_block(k.value().local()),
+      as_block(v.value().local()), as_block(out), as_block(lse), current_context(dev)));
   const DistSpec out_spec = plan->out_spec;
   return Var<T, R>::make(
       DistTensor<T, R>(out_spec, out), op, {q.ref(), k.ref(), v.ref()},
-      [q, k, v, plan, ql, kx, vx, out, lse, dev](const DistTensor<T, R>& g) {
+      [q, k, v, plan, saved, out, lse, dev](const DistTensor<T, R>& g) {
         const DistTensor<T, R> gn = autograd::gradient_as(plan->out_spec, g);
         const Tensor<T, R> gout = gn.local().contiguous();
         const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
-        Tensor<T, R> dq, dk, dv;
-        if (gq) dq = Tensor<T, R>::empty(ql.shape(), dev);
-        if (gk) dk = Tensor<T, R>::empty(kx.shape(), dev);
-        if (gv) dv = Tensor<T, R>::empty(vx.shape(), dev);
-        exec::NbhdOut oq, ok, ov;
-        if (gq) oq = detail::nbhd_out(dq);
-        if (gk) ok = detail::nbhd_out(dk);
-        if (gv) ov = detail::nbhd_out(dv);
-        auto kernel = [&](exec::NbhdOut a, exec::NbhdOut b, exec::NbhdOut c) {
-          exec::nbhd_attention_backward(dtype_of<T>, plan->geom, detail::nbhd_in(ql), detail::nbhd_in(kx),
-                                        detail::nbhd_in(vx), detail::nbhd_in(out), detail::nbhd_in(gout), lse.data(),
-                                        a, b, c, dev, current_context(dev));
-        };
+        const detail::NbhdGrads d =
+            detail::neighborhood_attention_backward(*plan, k.value().spec(), v.value().spec(), *saved, as_block(out),
+                                                    as_block(lse), as_block(gout), gq, gk, gv, current_context(dev));
         const DistSpec& xs = q.value().spec();
         const DistSpec gs = xs.with_placements(
             autograd::local_op_input_grad_placements(xs.placements(), plan->out_spec.placements(), gn.placements()),
             xs.sizes());
-        const bool overlap = plan->exchange && (gk || gv);
-        // With halos: dk and dv first, then their adjoints (both in flight together, posted in the
-        // same order on every rank) overlap the dq kernel.
-        kernel(overlap ? exec::NbhdOut{} : oq, ok, ov);
-        HaloExchange<T, R> ak, av;
-        if (plan->exchange && gk) ak = halo_exchange_adjoint_start(k.value().spec(), dk, plan->halo, true);
-        if (plan->exchange && gv) av = halo_exchange_adjoint_start(v.value().spec(), dv, plan->halo, true);
-        if (overlap && gq) kernel(oq, exec::NbhdOut{}, exec::NbhdOut{});
-        if (plan->exchange && gk) dk = ak.finish();
-        if (plan->exchange && gv) dv = av.finish();
-        if (gq) q.accumulate_grad(DistTensor<T, R>(gs, dq));
-        if (gk) k.accumulate_grad(DistTensor<T, R>(gs, dk));
+        if (gq) q.accumulate_grad(DistTensor<T, R>(gs, tensor_of<T, R>(d.dq)));
+        if (gk) k.accumulate_grad(DistTensor<T, R>(gs, tensor_of<T, R>(d.dk)));
         if (gv) {
           const DistSpec& vs = v.value().spec();
-          v.accumulate_grad(DistTensor<T, R>(vs.with_placements(gs.placements(), vs.sizes()), dv));
+          v.accumulate_grad(DistTensor<T, R>(vs.with_placements(gs.placements(), vs.sizes()), tensor_of<T, R>(d.dv)));
         }
       });
 }
