@@ -1,9 +1,10 @@
 #pragma once
-// Shared checks of the kernel-family fronts (norm, pool, resize, gemm): the context must be on the
-// operands' device and the dtype a compute type.
+// Shared checks of the kernel-family fronts: every operand on the context's device with the
+// front's dtype (f32 or f64) and the geometry's shape; the family table for the context's device.
 #include "exec/registry.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"
 
 namespace shard::exec::detail {
@@ -15,6 +16,20 @@ const Family& front_table(const char* op, DType dt, Device dev, const ExecContex
               ctx.device());
   SHARD_CHECK(dt == DType::f32 || dt == DType::f64, op, "dtype {} not supported (f32 and f64 only)", dt);
   return kernels_for<Family>(dev, op);
+}
+
+/// One operand of a Block front: on the context's device, of dtype `dt`; with numel >= 0 also
+/// contiguous with `numel` elements (numel < 0: any strides and shape, checked by the caller).
+inline void check_block(const char* op, const char* what, const Block& b, DType dt, index_t numel,
+                        const ExecContext& ctx) {
+  SHARD_CHECK(b.device == ctx.device(), op,
+              "operands on different devices: {} is on {} but the execution context on {}", what, b.device,
+              ctx.device());
+  SHARD_CHECK(b.dtype == dt, op, "{} has dtype {}, expected {}", what, b.dtype, dt);
+  if (numel >= 0)
+    SHARD_CHECK(b.is_contiguous() && b.numel() == numel, op,
+                "{} must be contiguous with {} elements (shape {}, strides {})", what, numel, b.shape_vec(),
+                b.strides_vec());
 }
 
 }  // namespace shard::exec::detail
