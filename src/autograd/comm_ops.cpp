@@ -3,7 +3,8 @@
 
 namespace shard::autograd {
 
-std::vector<Placement> gradient_placements(const std::vector<Placement>& value, const std::vector<Placement>& upstream) {
+std::vector<Placement> gradient_placements(const std::vector<Placement>& value, const std::vector<Placement>& upstream,
+                                           PartialGrad mode) {
   SHARD_CHECK(value.size() == upstream.size(), "gradient_placements", "{} value placements but {} gradient placements",
               value.size(), upstream.size());
   std::vector<Placement> out(value.size());
@@ -12,7 +13,7 @@ std::vector<Placement> gradient_placements(const std::vector<Placement>& value, 
     const Placement& u = upstream[m];
     if (v.is_shard()) out[m] = v;
     else if (v.is_partial()) out[m] = Replicate();
-    else out[m] = u.is_partial() && u.op == ReduceOp::sum ? Partial(ReduceOp::sum) : Replicate();
+    else out[m] = mode == PartialGrad::keep && u.is_partial() && u.op == ReduceOp::sum ? Partial(ReduceOp::sum) : Replicate();
   }
   return out;
 }

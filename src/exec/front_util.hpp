@@ -1,9 +1,11 @@
 #pragma once
-// Shared checks of the kernel-family fronts (norm, pool, resize, gemm, attention, nbhd_attention):
-// the context must be on the operands' device and the dtype a compute type.
+// Shared checks of the kernel-family fronts: every operand on the context's device with the
+// front's dtype (f32 or f64; bf16 off the CPU for the attention families) and the geometry's
+// shape; the family table for the context's device.
 #include "exec/registry.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"
 
 namespace shard::exec::detail {
@@ -26,6 +28,20 @@ const Family& front_table(const char* op, DType dt, const ExecContext& ctx, bool
   SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || (bf16_off_cpu && dt == DType::bf16 && !dev.is_cpu()), op,
               "dtype {} not supported on {} ({})", dt, dev, bf16_off_cpu ? "f32 and f64; bf16 on CUDA" : "f32 and f64");
   return kernels_for<Family>(dev, op);
+}
+
+/// One operand of a Block front: on the context's device, of dtype `dt`; with numel >= 0 also
+/// contiguous with `numel` elements (numel < 0: any strides and shape, checked by the caller).
+inline void check_block(const char* op, const char* what, const Block& b, DType dt, index_t numel,
+                        const ExecContext& ctx) {
+  SHARD_CHECK(b.device == ctx.device(), op,
+              "operands on different devices: {} is on {} but the execution context on {}", what, b.device,
+              ctx.device());
+  SHARD_CHECK(b.dtype == dt, op, "{} has dtype {}, expected {}", what, b.dtype, dt);
+  if (numel >= 0)
+    SHARD_CHECK(b.is_contiguous() && b.numel() == numel, op,
+                "{} must be contiguous with {} elements (shape {}, strides {})", what, numel, b.shape_vec(),
+                b.strides_vec());
 }
 
 }  // namespace shard::exec::detail

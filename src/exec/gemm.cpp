@@ -1,4 +1,4 @@
-// GEMM kernel family front: size checks and device dispatch (see include/shardtensor/exec/gemm.hpp).
+// GEMM kernel family front: operand checks and device dispatch (see include/shardtensor/exec/gemm.hpp).
 #include "shardtensor/exec/gemm.hpp"
 
 #include <algorithm>
@@ -16,51 +16,74 @@ const int* const gemm_cpu_keep = &gemm_cpu_anchor;
 
 namespace {
 
-void check_sizes(const char* op, Trans ta, Trans tb, index_t m, index_t n, index_t k, index_t lda, index_t ldb,
-                 index_t ldc) {
-  SHARD_CHECK(m >= 0 && n >= 0 && k >= 0, op, "negative size m={} n={} k={}", m, n, k);
-  const index_t a_cols = ta == Trans::no ? k : m, b_cols = tb == Trans::no ? n : k;
-  SHARD_CHECK(lda >= std::max<index_t>(1, a_cols) && ldb >= std::max<index_t>(1, b_cols) &&
-                  ldc >= std::max<index_t>(1, n),
-              op, "leading dimensions lda={} ldb={} ldc={} too small for m={} n={} k={}", lda, ldb, ldc, m, n, k);
-  SHARD_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX, op,
-              "sizes exceed the 32-bit BLAS interface (m={} n={} k={})", m, n, k);
+/// A stored matrix operand: batch, rows, cols, leading dimension and batch stride.
+struct Matrix {
+  index_t batch = 1, rows = 0, cols = 0, ld = 1, stride = 0;
+};
+
+Matrix matrix(const char* op, const char* what, const Block& b) {
+  SHARD_CHECK(b.rank == 2 || b.rank == 3, op, "{} must be a rank-2 matrix or a rank-3 batch of matrices, got shape {}",
+              what, b.shape_vec());
+  const auto r = static_cast<std::size_t>(b.rank);
+  Matrix m;
+  m.rows = b.shape[r - 2];
+  m.cols = b.shape[r - 1];
+  SHARD_CHECK(m.cols <= 1 || b.strides[r - 1] == 1, op, "{} (shape {}, strides {}) needs a unit column stride", what,
+              b.shape_vec(), b.strides_vec());
+  const index_t min_ld = std::max<index_t>(1, m.cols);
+  m.ld = m.rows <= 1 ? std::max(b.strides[r - 2], min_ld) : b.strides[r - 2];
+  SHARD_CHECK(m.ld >= min_ld, op, "{} row stride {} is smaller than its {} columns", what, m.ld, m.cols);
+  if (b.rank == 3) {
+    m.batch = b.shape[0];
+    m.stride = m.batch <= 1 ? 0 : b.strides[0];
+    SHARD_CHECK(m.stride >= 0, op, "{} has a negative batch stride {}", what, m.stride);
+  }
+  return m;
 }
+
 }  // namespace
 
-void gemm(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, double alpha, const void* a, index_t lda,
-          const void* b, index_t ldb, double beta, void* c, index_t ldc, Device dev, ExecContext& ctx) {
-  const auto& t = detail::front_table<GemmKernels>("gemm", dt, dev, ctx);
-  check_sizes("gemm", ta, tb, m, n, k, lda, ldb, ldc);
-  if (m == 0 || n == 0) return;
-  t.gemm_strided_batched(dt, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1, ctx);
+void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c, ExecContext& ctx) {
+  const char* op = "gemm";
+  const DType dt = c.dtype;
+  detail::check_block(op, "A", a, dt, -1, ctx);
+  detail::check_block(op, "B", b, dt, -1, ctx);
+  detail::check_block(op, "C", c, dt, -1, ctx);
+  const auto& t = detail::front_table<GemmKernels>(op, dt, ctx.device(), ctx);
+  const Matrix A = matrix(op, "A", a), B = matrix(op, "B", b), C = matrix(op, "C", c);
+  const index_t m = C.rows, n = C.cols, k = g.ta == Trans::no ? A.cols : A.rows;
+  const index_t am = g.ta == Trans::no ? A.rows : A.cols;
+  const index_t bk = g.tb == Trans::no ? B.rows : B.cols, bn = g.tb == Trans::no ? B.cols : B.rows;
+  SHARD_CHECK(am == m && bk == k && bn == n, op,
+              "shapes do not multiply: op(A) of {} [{} x {}], op(B) of {} [{} x {}], C {}", a.shape_vec(), am, k,
+              b.shape_vec(), bk, bn, c.shape_vec());
+  SHARD_CHECK((A.batch == C.batch || A.batch == 1) && (B.batch == C.batch || B.batch == 1), op,
+              "batch sizes A {} and B {} do not match C's {}", A.batch, B.batch, C.batch);
+  SHARD_CHECK(C.batch <= 1 || C.stride >= m * C.ld, op, "C stride {} overlaps matrices of {} rows with ldc {}",
+              C.stride, m, C.ld);
+  SHARD_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && A.ld <= INT_MAX && B.ld <= INT_MAX && C.ld <= INT_MAX,
+              op, "sizes exceed the 32-bit BLAS interface (m={} n={} k={})", m, n, k);
+  if (m == 0 || n == 0 || C.batch == 0) return;
+  t.gemm_strided_batched(dt, g.ta, g.tb, m, n, k, g.alpha, a.data, A.ld, A.batch == 1 ? 0 : A.stride, b.data, B.ld,
+                         B.batch == 1 ? 0 : B.stride, g.beta, c.data, C.ld, C.stride, C.batch, ctx);
 }
 
-void gemm_strided_batched(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, double alpha, const void* a,
-                          index_t lda, index_t stride_a, const void* b, index_t ldb, index_t stride_b, double beta,
-                          void* c, index_t ldc, index_t stride_c, index_t batch, Device dev, ExecContext& ctx) {
-  const char* op = "gemm_strided_batched";
-  const auto& t = detail::front_table<GemmKernels>(op, dt, dev, ctx);
-  check_sizes(op, ta, tb, m, n, k, lda, ldb, ldc);
-  SHARD_CHECK(batch >= 0 && stride_a >= 0 && stride_b >= 0 && stride_c >= 0, op,
-              "batch {} and strides {}, {}, {} must be >= 0", batch, stride_a, stride_b, stride_c);
-  SHARD_CHECK(batch <= 1 || stride_c >= m * ldc, op, "C stride {} overlaps matrices of {} rows with ldc {}", stride_c,
-              m, ldc);
-  if (m == 0 || n == 0 || batch == 0) return;
-  t.gemm_strided_batched(dt, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch,
-                         ctx);
+void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecContext& ctx) {
+  const char* op = "add_bias";
+  SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
+  detail::check_block(op, "bias", bias, y.dtype, g.channels, ctx);
+  detail::check_block(op, "output", y, y.dtype, g.A * g.channels * g.S, ctx);
+  const auto& t = detail::front_table<GemmKernels>(op, y.dtype, ctx.device(), ctx);
+  if (g.A * g.channels * g.S > 0) t.add_bias(y.dtype, g.A, g.channels, g.S, bias.data, y.data, ctx);
 }
 
-void add_bias(DType dt, index_t A, index_t cout, index_t S, const void* bias, void* y, Device dev, ExecContext& ctx) {
-  const auto& t = detail::front_table<GemmKernels>("add_bias", dt, dev, ctx);
-  SHARD_CHECK(A >= 0 && cout >= 0 && S >= 0, "add_bias", "negative extent A={} C={} S={}", A, cout, S);
-  if (A * cout * S > 0) t.add_bias(dt, A, cout, S, bias, y, ctx);
-}
-
-void bias_grad(DType dt, index_t A, index_t cout, index_t S, const void* g, void* db, Device dev, ExecContext& ctx) {
-  const auto& t = detail::front_table<GemmKernels>("bias_grad", dt, dev, ctx);
-  SHARD_CHECK(A >= 0 && cout >= 0 && S >= 0, "bias_grad", "negative extent A={} C={} S={}", A, cout, S);
-  if (cout > 0) t.bias_grad(dt, A, cout, S, g, db, ctx);
+void bias_grad(const BiasGeometry& g, const Block& gy, const Block& db, ExecContext& ctx) {
+  const char* op = "bias_grad";
+  SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
+  detail::check_block(op, "gradient", gy, db.dtype, g.A * g.channels * g.S, ctx);
+  detail::check_block(op, "bias gradient", db, db.dtype, g.channels, ctx);
+  const auto& t = detail::front_table<GemmKernels>(op, db.dtype, ctx.device(), ctx);
+  if (g.channels > 0) t.bias_grad(db.dtype, g.A, g.channels, g.S, gy.data, db.data, ctx);
 }
 
 }  // namespace shard::exec

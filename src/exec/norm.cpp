@@ -1,4 +1,4 @@
-// Norm kernel family front: device dispatch (see include/shardtensor/exec/norm.hpp).
+// Norm kernel family front: operand checks and device dispatch (see include/shardtensor/exec/norm.hpp).
 #include "shardtensor/exec/norm.hpp"
 
 #include "exec/front_util.hpp"
@@ -13,74 +13,99 @@ extern const int* const norm_cpu_keep;
 const int* const norm_cpu_keep = &norm_cpu_anchor;
 
 namespace {
-const NormKernels& table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
-  return detail::front_table<NormKernels>(op, dt, dev, ctx);
-}
 
-/// The geometry and x the table reads: a strided x (g.xrank > 0) as it is where the table takes
-/// strides, else one contiguous copy on x's device (kept alive by `copy`).
+/// The geometry and x the table reads: a contiguous x as it is; a strided x described by
+/// g.xrank / xshape / xstrides where the table takes strides, else one contiguous copy on x's
+/// device (kept alive by `copy`).
 struct Input {
   NormGeom g;
   const void* x;
   Block copy;
 };
-Input input(const char* op, const NormKernels& tab, DType dt, const NormGeom& g, const void* x, Device dev,
-            ExecContext& ctx) {
-  if (g.xrank == 0) return {g, x, {}};
-  SHARD_CHECK(g.xrank >= 1 && g.xrank <= kMaxBlockRank && g.cdim >= 0 && g.cdim < g.xrank, op,
-              "strided input of rank {} with channel dim {}", g.xrank, g.cdim);
-  index_t a = 1, s = 1;  // extents of the dims before and after the channel dim
-  for (int d = 0; d < g.cdim; ++d) a *= g.xshape[static_cast<std::size_t>(d)];
-  for (int d = g.cdim + 1; d < g.xrank; ++d) s *= g.xshape[static_cast<std::size_t>(d)];
-  SHARD_CHECK(a == g.A && s == g.S && g.xshape[static_cast<std::size_t>(g.cdim)] == g.C, op,
-              "strided input of shape {} does not match [A {}, C {}, S {}]",
-              std::vector<index_t>(g.xshape.begin(), g.xshape.begin() + g.xrank), g.A, g.C, g.S);
-  if (tab.takes_strided_input()) return {g, x, {}};
-  Input in{g, nullptr, {}};
+Input input(const char* op, const NormKernels& tab, const NormGeom& g0, const Block& x, ExecContext& ctx) {
+  detail::check_block(op, "input", x, x.dtype, -1, ctx);
+  Input in{g0, x.data, {}};
   in.g.xrank = 0;
-  const Block v = Block::view(dt, dev, const_cast<void*>(x), g.xshape.data(), g.xrank, g.xstrides.data());
-  in.copy = detail::materialize(v, ctx);
+  if (x.is_contiguous()) {
+    SHARD_CHECK(x.numel() == g0.A * g0.C * g0.S, op, "input of shape {} does not hold [A {}, C {}, S {}]",
+                x.shape_vec(), g0.A, g0.C, g0.S);
+    return in;
+  }
+  SHARD_CHECK(x.rank >= 1 && g0.cdim >= 0 && g0.cdim < x.rank, op, "strided input of rank {} with channel dim {}",
+              x.rank, g0.cdim);
+  index_t a = 1, s = 1;  // extents of the dims before and after the channel dim
+  for (int d = 0; d < g0.cdim; ++d) a *= x.shape[static_cast<std::size_t>(d)];
+  for (int d = g0.cdim + 1; d < x.rank; ++d) s *= x.shape[static_cast<std::size_t>(d)];
+  SHARD_CHECK(a == g0.A && s == g0.S && x.shape[static_cast<std::size_t>(g0.cdim)] == g0.C, op,
+              "strided input of shape {} does not match [A {}, C {}, S {}]", x.shape_vec(), g0.A, g0.C, g0.S);
+  if (tab.takes_strided_input()) {
+    in.g.xrank = x.rank;
+    for (int d = 0; d < x.rank; ++d) {
+      in.g.xshape[static_cast<std::size_t>(d)] = x.shape[static_cast<std::size_t>(d)];
+      in.g.xstrides[static_cast<std::size_t>(d)] = x.strides[static_cast<std::size_t>(d)];
+    }
+    return in;
+  }
+  in.copy = detail::materialize(x, ctx);
   in.x = in.copy.data;
   return in;
 }
+
+/// The table after checking the dense [A, C, S] operands and the optional [C] parameter.
+const NormKernels& table(const char* op, const NormGeom& g, const Block& x, const Block* dense, const char* what,
+                         const Block* w, const Block* b, const ExecContext& ctx) {
+  if (dense) detail::check_block(op, what, *dense, x.dtype, g.A * g.C * g.S, ctx);
+  if (w) detail::check_block(op, "weight", *w, x.dtype, g.C, ctx);
+  if (b) detail::check_block(op, "bias", *b, x.dtype, g.C, ctx);
+  return detail::front_table<NormKernels>(op, x.dtype, ctx.device(), ctx);
+}
+const void* data(const Block* b) { return b ? b->data : nullptr; }
+
 }  // namespace
 
-void norm_sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out, Device dev,
-               ExecContext& ctx) {
-  const auto& tab = table("norm_sums", dt, dev, ctx);
-  const Input in = input("norm_sums", tab, dt, g, x, dev, ctx);
-  tab.sums(dt, in.g, in.x, mean, out, ctx);
+void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx) {
+  const char* op = "norm_sums";
+  const auto& tab = table(op, g, x, nullptr, nullptr, nullptr, nullptr, ctx);
+  const Input in = input(op, tab, g, x, ctx);
+  tab.sums(x.dtype, in.g, in.x, mean, out, ctx);
 }
 
-void norm_apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
-                const void* b, void* y, Device dev, ExecContext& ctx) {
-  const auto& tab = table("norm_apply", dt, dev, ctx);
-  const Input in = input("norm_apply", tab, dt, g, x, dev, ctx);
-  tab.apply(dt, in.g, in.x, mean, invstd, w, b, y, ctx);
+void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const double* mean,
+                const double* invstd, const Block& y, ExecContext& ctx) {
+  const char* op = "norm_apply";
+  const auto& tab = table(op, g, x, &y, "output", w, b, ctx);
+  const Input in = input(op, tab, g, x, ctx);
+  tab.apply(x.dtype, in.g, in.x, mean, invstd, data(w), data(b), y.data, ctx);
 }
 
-void norm_backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                        const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db,
-                        Device dev, ExecContext& ctx) {
-  const auto& tab = table("norm_backward_sums", dt, dev, ctx);
-  const Input in = input("norm_backward_sums", tab, dt, g, x, dev, ctx);
-  tab.backward_sums(dt, in.g, in.x, gy, mean, invstd, w, sg, sgx, dw, db, ctx);
+void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
+                        const double* invstd, double* sg, double* sgx, double* dw, double* db, ExecContext& ctx) {
+  const char* op = "norm_backward_sums";
+  const auto& tab = table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
+  const Input in = input(op, tab, g, x, ctx);
+  tab.backward_sums(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), sg, sgx, dw, db, ctx);
 }
 
-void norm_backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                      const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
-                      void* dx, Device dev, ExecContext& ctx) {
-  const auto& tab = table("norm_backward_dx", dt, dev, ctx);
-  const Input in = input("norm_backward_dx", tab, dt, g, x, dev, ctx);
-  tab.backward_dx(dt, in.g, in.x, gy, mean, invstd, w, sg, sgx, inv_count, dx, ctx);
+void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
+                      const double* invstd, const double* sg, const double* sgx, double inv_count, const Block& dx,
+                      ExecContext& ctx) {
+  const char* op = "norm_backward_dx";
+  const auto& tab = table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
+  detail::check_block(op, "input gradient", dx, x.dtype, g.A * g.C * g.S, ctx);
+  const Input in = input(op, tab, g, x, ctx);
+  tab.backward_dx(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), sg, sgx, inv_count, dx.data, ctx);
 }
 
-void load_f64(DType dt, index_t n, const void* src, double* host, Device dev, ExecContext& ctx) {
-  if (n > 0) table("load_f64", dt, dev, ctx).load_f64(dt, n, src, host, ctx);
+void load_f64(const Block& src, double* host, ExecContext& ctx) {
+  detail::check_block("load_f64", "source", src, src.dtype, src.numel(), ctx);
+  const auto& tab = detail::front_table<NormKernels>("load_f64", src.dtype, ctx.device(), ctx);
+  if (src.numel() > 0) tab.load_f64(src.dtype, src.numel(), src.data, host, ctx);
 }
 
-void store_f64(DType dt, index_t n, const double* host, void* dst, Device dev, ExecContext& ctx) {
-  if (n > 0) table("store_f64", dt, dev, ctx).store_f64(dt, n, host, dst, ctx);
+void store_f64(const double* host, const Block& dst, ExecContext& ctx) {
+  detail::check_block("store_f64", "destination", dst, dst.dtype, dst.numel(), ctx);
+  const auto& tab = detail::front_table<NormKernels>("store_f64", dst.dtype, ctx.device(), ctx);
+  if (dst.numel() > 0) tab.store_f64(dst.dtype, dst.numel(), host, dst.data, ctx);
 }
 
 }  // namespace shard::exec

@@ -1,15 +1,22 @@
 // Front of the optim kernel family: operand checks, then dispatch by the parameter's device.
 #include "shardtensor/exec/optim.hpp"
 
+#include "exec/front_util.hpp"
 #include "exec/optim_kernels.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
+
+/// Keeps src/exec/optim_cpu.cpp (and its registrar) in every link of the front: an external
+/// definition the compiler must emit, whose initialiser references the CPU anchor.
+extern const int* const optim_cpu_keep;
+const int* const optim_cpu_keep = &optim_cpu_anchor;
+
 namespace {
 
-const OptimKernels& table(Device dev, const char* op) {
-  if (dev.is_cpu()) return cpu_optim_kernels();
-  return kernels_for<OptimKernels>(dev, op);
+/// The table for the context's device (operand `b` must be on it, of a supported dtype).
+const OptimKernels& table(const Block& b, const char* op, const ExecContext& ctx) {
+  return detail::front_table<OptimKernels>(op, b.dtype, b.device, ctx);
 }
 void check_state(const Block& s, const Block& w, DType dt, const char* op, const char* what) {
   SHARD_CHECK(s.device == w.device, op, "operands on different devices: {} is on {}, the parameter on {}", what,
@@ -31,7 +38,7 @@ void sgd_update(const Block& w, const Block& g, const Block& buf, const SgdParam
   check_state(g, w, w.dtype, op, "gradient");
   if (p.momentum > 0) check_state(buf, w, w.dtype, op, "momentum buffer");
   if (w.numel() == 0) return;
-  table(w.device, op).sgd(w.dtype, w.numel(), w.data, g.data, p.momentum > 0 ? buf.data : nullptr, p, ctx);
+  table(w, op, ctx).sgd(w.dtype, w.numel(), w.data, g.data, p.momentum > 0 ? buf.data : nullptr, p, ctx);
 }
 
 void adam_update(const Block& w, const Block& g, const Block& m, const Block& v, const AdamParams& p,
@@ -42,7 +49,7 @@ void adam_update(const Block& w, const Block& g, const Block& m, const Block& v,
   check_state(m, w, DType::f64, op, "first moment");
   check_state(v, w, DType::f64, op, "second moment");
   if (w.numel() == 0) return;
-  table(w.device, op).adam(w.dtype, w.numel(), w.data, g.data, static_cast<double*>(m.data),
+  table(w, op, ctx).adam(w.dtype, w.numel(), w.data, g.data, static_cast<double*>(m.data),
                            static_cast<double*>(v.data), p, ctx);
 }
 

@@ -56,12 +56,9 @@ struct CpuOptim final : OptimKernels {
 };
 
 const CpuOptim g_cpu_optim;
-struct Registrar {
-  Registrar() { register_family(DeviceKind::cpu, KernelFamily::optim, &g_cpu_optim); }
-} g_registrar;
 
 }  // namespace
 
-const OptimKernels& cpu_optim_kernels() noexcept { return g_cpu_optim; }
+const int optim_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::optim, &g_cpu_optim), 1);
 
 }  // namespace shard::exec

@@ -16,8 +16,8 @@ struct OptimKernels {
                     ExecContext& ctx) const = 0;
 };
 
-/// The CPU table (optim_cpu.cpp); also registered for DeviceKind::cpu.
-const OptimKernels& cpu_optim_kernels() noexcept;
+/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
+extern const int optim_cpu_anchor;
 
 /// Defined in src/cuda/optim_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
 /// table: the CUDA library's registration unit calls it so a static link keeps that file.

@@ -2,12 +2,19 @@
 // dispatches to the table registered for the device (see pointwise_kernels.hpp).
 #include "shardtensor/exec/pointwise.hpp"
 
+#include "exec/front_util.hpp"
 #include "exec/pointwise_kernels.hpp"
 #include "exec/strided_rows.hpp"
 #include "shardtensor/tensor/memory.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
+
+/// Keeps src/exec/pointwise_cpu.cpp (and its registrar) in every link of the front: an external
+/// definition the compiler must emit, whose initialiser references the CPU anchor.
+extern const int* const pointwise_cpu_keep;
+const int* const pointwise_cpu_keep = &pointwise_cpu_anchor;
+
 namespace {
 
 void check_dtype(const Block& b, DType dt, const char* op, const char* what) {
@@ -32,9 +39,9 @@ void check_flat(const Block& x, const Block& out, const char* op, const char* wh
               "{} must be contiguous with {} elements (shape {}, strides {})", what, out.numel(), x.shape_vec(),
               x.strides_vec());
 }
-const PointwiseKernels& table(const Block& out, const char* op) {
-  if (out.device.is_cpu()) return cpu_pointwise_kernels();
-  return kernels_for<PointwiseKernels>(out.device, op);
+/// The table for the context's device (the result `out` must be on it).
+const PointwiseKernels& table(const Block& out, const char* op, const ExecContext& ctx) {
+  return detail::front_table<PointwiseKernels>(op, out.dtype, out.device, ctx);
 }
 
 }  // namespace
@@ -65,15 +72,15 @@ void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext
     check_operand(x, y, name, "input");
     if (y.numel() == 0) return;
     shard::detail::bump_version(y.owner);
-    if (table(y, name).unary_strided(op, alpha, x, y, ctx)) return;
+    if (table(y, name, ctx).unary_strided(op, alpha, x, y, ctx)) return;
     const Block xc = detail::materialize(x, ctx);
-    table(y, name).unary(op, alpha, y.dtype, y.numel(), xc.data, y.data, ctx);
+    table(y, name, ctx).unary(op, alpha, y.dtype, y.numel(), xc.data, y.data, ctx);
     return;
   }
   check_flat(x, y, name, "input");
   if (y.numel() == 0) return;
   shard::detail::bump_version(y.owner);  // in-place writes (y may alias x) are seen by saved tensors
-  table(y, name).unary(op, alpha, y.dtype, y.numel(), x.data, y.data, ctx);
+  table(y, name, ctx).unary(op, alpha, y.dtype, y.numel(), x.data, y.data, ctx);
 }
 
 void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy, const Block& dx,
@@ -86,18 +93,18 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
     check_operand(y, dx, name, "output");
     check_operand(dy, dx, name, "output gradient");
     if (dx.numel() == 0) return;
-    if (table(dx, name).unary_backward_strided(op, alpha, x, y, dy, dx, ctx)) return;
+    if (table(dx, name, ctx).unary_backward_strided(op, alpha, x, y, dy, dx, ctx)) return;
     const Block xc = x.is_contiguous() ? x : detail::materialize(x, ctx);
     const Block yc = y.is_contiguous() ? y : detail::materialize(y, ctx);
     const Block gc = dy.is_contiguous() ? dy : detail::materialize(dy, ctx);
-    table(dx, name).unary_backward(op, alpha, dx.dtype, dx.numel(), xc.data, yc.data, gc.data, dx.data, ctx);
+    table(dx, name, ctx).unary_backward(op, alpha, dx.dtype, dx.numel(), xc.data, yc.data, gc.data, dx.data, ctx);
     return;
   }
   check_flat(x, dx, name, "input");
   check_flat(y, dx, name, "output");
   check_flat(dy, dx, name, "output gradient");
   if (dx.numel() == 0) return;
-  table(dx, name).unary_backward(op, alpha, dx.dtype, dx.numel(), x.data, y.data, dy.data, dx.data, ctx);
+  table(dx, name, ctx).unary_backward(op, alpha, dx.dtype, dx.numel(), x.data, y.data, dy.data, dx.data, ctx);
 }
 
 void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx) {
@@ -108,7 +115,7 @@ void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecC
   check_operand(b, out, name, "rhs");
   if (out.numel() == 0) return;
   shard::detail::bump_version(out.owner);
-  table(out, name).binary(op, out, a, b, ctx);
+  table(out, name, ctx).binary(op, out, a, b, ctx);
 }
 
 void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b, ExecContext& ctx) {
@@ -119,7 +126,7 @@ void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Bl
   check_operand(a, out, name, "lhs");
   check_operand(b, out, name, "rhs");
   if (out.numel() == 0) return;
-  table(out, name).div_rhs_backward(out, g, a, b, ctx);
+  table(out, name, ctx).div_rhs_backward(out, g, a, b, ctx);
 }
 
 void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) {
@@ -136,7 +143,7 @@ void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext
                 "view shape {} != gradient shape {}", dst_view.shape_vec(), g.shape_vec());
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);
-  table(dst, name).sum_to(dst, dst_view, g, ctx);
+  table(dst, name, ctx).sum_to(dst, dst_view, g, ctx);
 }
 
 }  // namespace shard::exec

@@ -252,12 +252,9 @@ struct CpuPointwise final : PointwiseKernels {
 };
 
 const CpuPointwise g_cpu_pointwise;
-struct Registrar {
-  Registrar() { register_family(DeviceKind::cpu, KernelFamily::pointwise, &g_cpu_pointwise); }
-} g_registrar;
 
 }  // namespace
 
-const PointwiseKernels& cpu_pointwise_kernels() noexcept { return g_cpu_pointwise; }
+const int pointwise_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::pointwise, &g_cpu_pointwise), 1);
 
 }  // namespace shard::exec

@@ -36,9 +36,8 @@ struct PointwiseKernels {
   virtual void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) const = 0;
 };
 
-/// The CPU table (defined in pointwise_cpu.cpp, also registered for DeviceKind::cpu). The front
-/// calls it directly for host blocks, which also keeps that file linked from a static library.
-const PointwiseKernels& cpu_pointwise_kernels() noexcept;
+/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
+extern const int pointwise_cpu_anchor;
 
 /// Defined in src/cuda/pointwise_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
 /// table: the CUDA library's registration unit calls it so a static link keeps that file.

@@ -1,4 +1,4 @@
-// Pool kernel family front: device dispatch (see include/shardtensor/exec/pool.hpp).
+// Pool kernel family front: operand checks and device dispatch (see include/shardtensor/exec/pool.hpp).
 #include "shardtensor/exec/pool.hpp"
 
 #include "exec/front_util.hpp"
@@ -12,34 +12,44 @@ extern const int* const pool_cpu_keep;
 const int* const pool_cpu_keep = &pool_cpu_anchor;
 
 namespace {
-const PoolKernels& table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
-  return detail::front_table<PoolKernels>(op, dt, dev, ctx);
-}
-bool empty(const PoolGeometry& g) {
-  return g.planes == 0 || g.out[0] * g.out[1] * g.out[2] == 0 || g.in[0] * g.in[1] * g.in[2] == 0;
+index_t in_numel(const PoolGeometry& g) { return g.planes * g.in[0] * g.in[1] * g.in[2]; }
+index_t out_numel(const PoolGeometry& g) { return g.planes * g.out[0] * g.out[1] * g.out[2]; }
+bool empty(const PoolGeometry& g) { return in_numel(g) == 0 || out_numel(g) == 0; }
+
+/// The table, after checking the input-side block `in` (in-plane counts) and the output-side block
+/// `out` (out-plane counts) against the geometry; both of `in`'s dtype.
+const PoolKernels& table(const char* op, const PoolGeometry& g, const Block& in, index_t in_n, const Block& out,
+                         index_t out_n, const ExecContext& ctx) {
+  detail::check_block(op, "input", in, in.dtype, in_n, ctx);
+  detail::check_block(op, "output", out, in.dtype, out_n, ctx);
+  SHARD_CHECK(g.planes >= 0, op, "negative plane count {}", g.planes);
+  return detail::front_table<PoolKernels>(op, in.dtype, ctx.device(), ctx);
 }
 }  // namespace
 
-void avg_pool_forward(DType dt, const PoolGeometry& g, const void* x, void* y, Device dev, ExecContext& ctx) {
-  const auto& k = table("avg_pool_forward", dt, dev, ctx);
-  if (!empty(g)) k.avg_forward(dt, g, x, y, ctx);
+void avg_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, ExecContext& ctx) {
+  const auto& k = table("avg_pool_forward", g, x, in_numel(g), y, out_numel(g), ctx);
+  if (!empty(g)) k.avg_forward(x.dtype, g, x.data, y.data, ctx);
 }
 
-void avg_pool_backward(DType dt, const PoolGeometry& g, const void* gy, void* gx, Device dev, ExecContext& ctx) {
-  const auto& k = table("avg_pool_backward", dt, dev, ctx);
-  if (g.planes * g.in[0] * g.in[1] * g.in[2] > 0) k.avg_backward(dt, g, gy, gx, ctx);
+void avg_pool_backward(const PoolGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
+  const auto& k = table("avg_pool_backward", g, gy, out_numel(g), gx, in_numel(g), ctx);
+  if (in_numel(g) > 0) k.avg_backward(gy.dtype, g, gy.data, gx.data, ctx);
 }
 
-void max_pool_forward(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx, Device dev,
-                      ExecContext& ctx) {
-  const auto& k = table("max_pool_forward", dt, dev, ctx);
-  if (!empty(g)) k.max_forward(dt, g, x, y, idx, ctx);
+void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, const Block& idx, ExecContext& ctx) {
+  const char* op = "max_pool_forward";
+  const auto& k = table(op, g, x, in_numel(g), y, out_numel(g), ctx);
+  detail::check_block(op, "indices", idx, DType::i64, out_numel(g), ctx);
+  if (!empty(g)) k.max_forward(x.dtype, g, x.data, y.data, static_cast<std::int64_t*>(idx.data), ctx);
 }
 
-void max_pool_backward(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx, Device dev,
-                       ExecContext& ctx) {
-  const auto& k = table("max_pool_backward", dt, dev, ctx);
-  if (g.planes * g.in[0] * g.in[1] * g.in[2] > 0) k.max_backward(dt, g, gy, idx, gx, ctx);
+void max_pool_backward(const PoolGeometry& g, const Block& gy, const Block& idx, const Block& gx, ExecContext& ctx) {
+  const char* op = "max_pool_backward";
+  const auto& k = table(op, g, gy, out_numel(g), gx, in_numel(g), ctx);
+  detail::check_block(op, "indices", idx, DType::i64, out_numel(g), ctx);
+  if (in_numel(g) > 0)
+    k.max_backward(gy.dtype, g, gy.data, static_cast<const std::int64_t*>(idx.data), gx.data, ctx);
 }
 
 }  // namespace shard::exec

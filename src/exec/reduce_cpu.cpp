@@ -308,12 +308,9 @@ struct CpuReduce final : ReduceKernels {
 };
 
 const CpuReduce g_cpu_reduce;
-struct Registrar {
-  Registrar() { register_family(DeviceKind::cpu, KernelFamily::reduce, &g_cpu_reduce); }
-} g_registrar;
 
 }  // namespace
 
-const ReduceKernels& cpu_reduce_kernels() noexcept { return g_cpu_reduce; }
+const int reduce_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::reduce, &g_cpu_reduce), 1);
 
 }  // namespace shard::exec

@@ -53,8 +53,8 @@ struct ReduceKernels {
                                const double* host_coef, void* gp, void* gt, ExecContext& ctx) const = 0;
 };
 
-/// The CPU table (reduce_cpu.cpp); also registered for DeviceKind::cpu.
-const ReduceKernels& cpu_reduce_kernels() noexcept;
+/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
+extern const int reduce_cpu_anchor;
 
 /// Defined in src/cuda/reduce_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
 /// table: the CUDA library's registration unit calls it so a static link keeps that file.

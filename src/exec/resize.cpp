@@ -1,10 +1,9 @@
-// Resize kernel family front: checks and device dispatch (see include/shardtensor/exec/resize.hpp).
+// Resize kernel family front: operand checks and device dispatch (see include/shardtensor/exec/resize.hpp).
 #include "shardtensor/exec/resize.hpp"
 
 #include "exec/front_util.hpp"
 #include "exec/resize_kernels.hpp"
 #include "exec/strided_rows.hpp"
-#include "shardtensor/exec/block.hpp"
 
 namespace shard::exec {
 
@@ -14,31 +13,50 @@ extern const int* const resize_cpu_keep;
 const int* const resize_cpu_keep = &resize_cpu_anchor;
 
 namespace {
+index_t in_numel(const ResizeGeometry& g) { return g.planes * g.in_len[0] * g.in_len[1] * g.in_len[2]; }
+index_t out_numel(const ResizeGeometry& g) { return g.planes * g.out_len[0] * g.out_len[1] * g.out_len[2]; }
 }  // namespace
 
-void resize_forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y, Device dev,
-                    ExecContext& ctx) {
-  const auto& k = detail::front_table<ResizeKernels>("resize_forward", dt, dev, ctx);
-  if (dev.is_cuda()) check_resize_geometry("resize_forward", mode, g);  // the CPU kernel checks as it builds its taps
-  if (g.x_strided && !k.takes_strided_input()) {  // one contiguous copy for tables without strides
-    SHARD_CHECK(g.channels >= 1 && g.planes % g.channels == 0, "resize_forward", "{} planes are not N x {} channels",
-                g.planes, g.channels);
-    const index_t shape[5] = {g.planes / g.channels, g.channels, g.in_len[0], g.in_len[1], g.in_len[2]};
-    const Block xc = detail::materialize(
-        Block::view(dt, dev, const_cast<void*>(x), shape, 5, g.x_strides.data()), ctx);
-    ResizeGeometry gc = g;
-    gc.x_strided = false;
-    k.forward(dt, mode, gc, xc.data, y, ctx);
+void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, ExecContext& ctx) {
+  const char* op = "resize_forward";
+  const DType dt = x.dtype;
+  const bool dense = x.is_contiguous() || x.numel() == 0;
+  detail::check_block(op, "input", x, dt, -1, ctx);
+  SHARD_CHECK(!dense || x.numel() == in_numel(g0), op, "input of shape {} does not hold {} planes of {}", x.shape_vec(),
+              g0.planes, g0.in_len);
+  detail::check_block(op, "output", y, dt, out_numel(g0), ctx);
+  const auto& k = detail::front_table<ResizeKernels>(op, dt, ctx.device(), ctx);
+  if (ctx.device().is_cuda()) check_resize_geometry(op, g0.mode, g0);  // the CPU kernel checks as it builds its taps
+  ResizeGeometry g = g0;
+  g.x_strided = false;
+  if (dense) {
+    k.forward(dt, g.mode, g, x.data, y.data, ctx);
     return;
   }
-  k.forward(dt, mode, g, x, y, ctx);
+  // A strided [N, C, spatial...] view: its shape must be the geometry's.
+  const int S = x.rank - 2;
+  bool ok = S >= 1 && S <= 3 && x.shape[0] * x.shape[1] == g.planes;
+  for (int d = 0; ok && d < S; ++d) ok = x.shape[static_cast<std::size_t>(2 + d)] == g.in_len[static_cast<std::size_t>(3 - S + d)];
+  SHARD_CHECK(ok, op, "strided input of shape {} does not match {} planes of {}", x.shape_vec(), g.planes, g.in_len);
+  if (!k.takes_strided_input()) {  // one contiguous copy for tables without strides
+    const Block xc = detail::materialize(x, ctx);
+    k.forward(dt, g.mode, g, xc.data, y.data, ctx);
+    return;
+  }
+  g.x_strided = true;
+  g.channels = x.shape[1];
+  g.x_strides = {x.strides[0], x.strides[1], 0, 0, 0};
+  for (int d = 0; d < S; ++d) g.x_strides[static_cast<std::size_t>(5 - S + d)] = x.strides[static_cast<std::size_t>(2 + d)];
+  k.forward(dt, g.mode, g, x.data, y.data, ctx);
 }
 
-void resize_backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx, Device dev,
-                     ExecContext& ctx) {
-  const auto& k = detail::front_table<ResizeKernels>("resize_backward", dt, dev, ctx);
-  if (dev.is_cuda()) check_resize_geometry("resize_backward", mode, g);
-  k.backward(dt, mode, g, gy, gx, ctx);
+void resize_backward(const ResizeGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
+  const char* op = "resize_backward";
+  detail::check_block(op, "output gradient", gy, gy.dtype, out_numel(g), ctx);
+  detail::check_block(op, "input gradient", gx, gy.dtype, in_numel(g), ctx);
+  const auto& k = detail::front_table<ResizeKernels>(op, gy.dtype, ctx.device(), ctx);
+  if (ctx.device().is_cuda()) check_resize_geometry(op, g.mode, g);
+  k.backward(gy.dtype, g.mode, g, gy.data, gx.data, ctx);
 }
 
 }  // namespace shard::exec

@@ -12,7 +12,7 @@
 //                           laid out like the parameter, so it loads at any rank count / mesh
 //   state/ints              i64[k]; state/bytes/<i> u8
 // Every dataset carries its checksum (io/hdf5.cpp), verified when it is read.
-#include "io/fsync.hpp"
+#include "core/fsync.hpp"
 #include "shardtensor/io/checkpoint.hpp"
 
 #include <fcntl.h>
@@ -136,7 +136,7 @@ std::vector<BufferEntry> agreed_buffers(const optim::OptimizerState& os,
 
 bool clean_key(const std::string& k) { return !k.empty() && k.find_first_of("\t\n") == std::string::npos; }
 
-using shard::io::detail::fsync_path;
+using shard::detail::fsync_path;
 
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "io/fsync.hpp"
+#include "core/fsync.hpp"
 #include "shardtensor/nn/module.hpp"
 
 namespace shard::nn {
@@ -65,7 +65,7 @@ CommPtr comm_of(const std::vector<NamedParameter<T>>& params) {
   return params.empty() ? std::make_shared<SelfComm>() : params.front().param->mesh().comm();
 }
 
-using shard::io::detail::fsync_path;
+using shard::detail::fsync_path;
 
 /// Writes `buf` to `path` atomically: `<path>.tmp` in the same directory, fwrite + fflush +
 /// fclose + fsync (all checked), rename, fsync of the directory. "" or the error.

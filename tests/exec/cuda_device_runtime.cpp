@@ -113,7 +113,10 @@ TEST_CASE("cuBLAS: loaded on the first GEMM on a GPU and not at start-up", "[cud
     CHECK_FALSE(mapped("libcublas"));
     double c[4] = {};
     ExecContext ctx(Device::cpu());
-    exec::gemm(DType::f64, Trans::no, Trans::no, 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2, Device::cpu(), ctx);
+    const index_t sh[2] = {2, 2};
+    exec::gemm({}, Block::view(DType::f64, Device::cpu(), const_cast<double*>(a), sh, 2),
+               Block::view(DType::f64, Device::cpu(), const_cast<double*>(b), sh, 2),
+               Block::view(DType::f64, Device::cpu(), c, sh, 2), ctx);
     for (int i = 0; i < 4; ++i) CHECK(c[i] == want[i]);
     CHECK_FALSE(mapped("libcublas"));  // a CPU GEMM does not load it either
     return;
@@ -124,7 +127,9 @@ TEST_CASE("cuBLAS: loaded on the first GEMM on a GPU and not at start-up", "[cud
   rt.copy(d, dev, a, Device::cpu(), sizeof a, Stream{}, /*sync=*/true);
   rt.copy(d + 4, dev, b, Device::cpu(), sizeof b, Stream{}, /*sync=*/true);
   ExecContext ctx(dev);
-  exec::gemm(DType::f64, Trans::no, Trans::no, 2, 2, 2, 1.0, d, 2, d + 4, 2, 0.0, d + 8, 2, dev, ctx);
+  const index_t sh[2] = {2, 2};
+  exec::gemm({}, Block::view(DType::f64, dev, d, sh, 2), Block::view(DType::f64, dev, d + 4, sh, 2),
+             Block::view(DType::f64, dev, d + 8, sh, 2), ctx);
   double c[4] = {};
   rt.copy(c, Device::cpu(), d + 8, dev, sizeof c, Stream{}, /*sync=*/true);
   rt.deallocate(d, 0);

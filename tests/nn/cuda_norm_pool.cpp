@@ -225,10 +225,17 @@ TEMPLATE_TEST_CASE("CUDA GEMM front: transposes, strided batches, alpha and beta
       b.fill_random(2, {0}, b.shape());
       c.fill_random(3, {0}, c.shape());
       auto ag = a.to(gpu), bg = b.to(gpu), cg = c.to(gpu);
-      exec::gemm_strided_batched(dtype_of<T>, ta, tb, m, n, k, 0.75, a.data(), lda, sa, b.data(), ldb, sb, -0.5,
-                                 c.data(), ldc, sc, batch, Device::cpu(), current_context(Device::cpu()));
-      exec::gemm_strided_batched(dtype_of<T>, ta, tb, m, n, k, 0.75, ag.data(), lda, sa, bg.data(), ldb, sb, -0.5,
-                                 cg.data(), ldc, sc, batch, gpu, current_context(gpu));
+      // Stored matrices as rank-3 blocks [batch, rows, cols] with row strides lda/ldb/ldc.
+      auto mat = [&](auto& t, index_t rows, index_t cols, index_t ld, index_t stride) {
+        const index_t shape[3] = {batch, rows, cols}, strides[3] = {stride, ld, 1};
+        return Block::view(dtype_of<T>, t.device(), t.data(), shape, 3, strides);
+      };
+      const index_t ar = ta == Trans::no ? m : k, ac = ta == Trans::no ? k : m;
+      const index_t br = tb == Trans::no ? k : n, bc = tb == Trans::no ? n : k;
+      const exec::GemmGeometry gg{ta, tb, 0.75, -0.5};
+      exec::gemm(gg, mat(a, ar, ac, lda, sa), mat(b, br, bc, ldb, sb), mat(c, m, n, ldc, sc),
+                 current_context(Device::cpu()));
+      exec::gemm(gg, mat(ag, ar, ac, lda, sa), mat(bg, br, bc, ldb, sb), mat(cg, m, n, ldc, sc), current_context(gpu));
       check_same(cg, c, "strided batched gemm");
     }
 }

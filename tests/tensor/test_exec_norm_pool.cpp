@@ -9,13 +9,14 @@
 #include <shardtensor/exec/norm.hpp>
 #include <shardtensor/exec/pool.hpp>
 #include <shardtensor/exec/resize.hpp>
+#include <shardtensor/exec/tensor_block.hpp>
 #include <shardtensor/tensor/gemm.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
-TEMPLATE_TEST_CASE("exec::gemm_strided_batched matches one shard::gemm per matrix", "[exec][gemm]", float, double) {
+TEMPLATE_TEST_CASE("exec::gemm on rank-3 blocks (strided batched) matches one shard::gemm per matrix", "[exec][gemm]", float, double) {
   using T = TestType;
   const index_t m = 5, n = 4, k = 6, batch = 3;
   for (Trans ta : {Trans::no, Trans::yes})
@@ -31,8 +32,14 @@ TEMPLATE_TEST_CASE("exec::gemm_strided_batched matches one shard::gemm per matri
       for (index_t i = 0; i < batch; ++i)
         gemm<T>(ta, tb, m, n, k, T(0.5), a.data() + i * sa, lda, b.data() + i * sb, ldb, T(2), want.data() + i * sc,
                 ldc);
-      exec::gemm_strided_batched(dtype_of<T>, ta, tb, m, n, k, 0.5, a.data(), lda, sa, b.data(), ldb, sb, 2.0,
-                                 c.data(), ldc, sc, batch, Device::cpu(), current_context());
+      // Stored matrices as rank-3 blocks [batch, rows, cols] with row strides lda/ldb/ldc.
+      auto mat = [&](auto& t, index_t rows, index_t cols, index_t ld, index_t stride) {
+        const index_t shape[3] = {batch, rows, cols}, strides[3] = {stride, ld, 1};
+        return Block::view(dtype_of<T>, Device::cpu(), t.data(), shape, 3, strides);
+      };
+      exec::gemm({ta, tb, 0.5, 2.0}, mat(a, ta == Trans::no ? m : k, ta == Trans::no ? k : m, lda, sa),
+                 mat(b, tb == Trans::no ? k : n, tb == Trans::no ? n : k, ldb, sb), mat(c, m, n, ldc, sc),
+                 current_context());
       CHECK(max_rel_diff(c, want) == 0.0);
     }
 }
@@ -48,10 +55,10 @@ TEMPLATE_TEST_CASE("exec::add_bias and exec::bias_grad match plain loops", "[exe
     for (index_t a = 0; a < A; ++a)
       for (index_t c = 0; c < C; ++c)
         for (index_t s = 0; s < S; ++s) want(a, c, s) += b(c);
-    exec::add_bias(dtype_of<T>, A, C, S, b.data(), y.data(), Device::cpu(), current_context());
+    exec::add_bias({A, C, S}, as_block(b), as_block(y), current_context());
     CHECK(max_rel_diff(y, want) == 0.0);
     auto db = Tensor<T, 1>::empty({C});
-    exec::bias_grad(dtype_of<T>, A, C, S, y.data(), db.data(), Device::cpu(), current_context());
+    exec::bias_grad({A, C, S}, as_block(y), as_block(db), current_context());
     for (index_t c = 0; c < C; ++c) {
       double acc = 0;
       for (index_t a = 0; a < A; ++a)
@@ -65,25 +72,39 @@ TEST_CASE("kernel-family fronts refuse mismatched devices, a missing CUDA backen
   ExecContext cpu_ctx;
   float x[4] = {1, 2, 3, 4}, y[4] = {};
   double stats[4] = {};
+  const index_t n4[1] = {4}, n1[2] = {1, 1};
+  auto blk = [&](float* p, DType dt, Device dev) { return Block::view(dt, dev, p, n4, 1); };
   exec::NormGeom g{exec::NormKind::batch, 1, 2, 2, 1};
   // Data said to be on a GPU, context on the host.
-  CHECK_THROWS_WITH(exec::norm_sums(DType::f32, g, x, nullptr, stats, Device::cuda(0), cpu_ctx),
+  CHECK_THROWS_WITH(exec::norm_sums(g, blk(x, DType::f32, Device::cuda(0)), nullptr, stats, cpu_ctx),
                     ContainsSubstring("different devices") && ContainsSubstring("norm_sums"));
   exec::PoolGeometry pg;
-  CHECK_THROWS_WITH(exec::avg_pool_forward(DType::f32, pg, x, y, Device::cuda(0), cpu_ctx),
+  pg.in = {1, 2, 2};
+  pg.out = {1, 2, 2};
+  CHECK_THROWS_WITH(exec::avg_pool_forward(pg, blk(x, DType::f32, Device::cuda(0)), blk(y, DType::f32, Device::cuda(0)),
+                                           cpu_ctx),
                     ContainsSubstring("different devices"));
-  // A bad dtype.
-  CHECK_THROWS_WITH(exec::avg_pool_forward(DType::i32, pg, x, y, Device::cpu(), cpu_ctx), ContainsSubstring("i32"));
-  CHECK_THROWS_WITH(exec::gemm(DType::u8, Trans::no, Trans::no, 1, 1, 1, 1.0, x, 1, x, 1, 0.0, y, 1, Device::cpu(),
-                               cpu_ctx),
-                    ContainsSubstring("gemm"));
+  // Operands of different dtypes, a bad dtype, a shape that does not match the geometry.
+  CHECK_THROWS_WITH(exec::avg_pool_forward(pg, blk(x, DType::f32, Device::cpu()), blk(y, DType::f64, Device::cpu()),
+                                           cpu_ctx),
+                    ContainsSubstring("dtype"));
+  CHECK_THROWS_WITH(exec::avg_pool_forward(pg, blk(x, DType::i32, Device::cpu()), blk(y, DType::i32, Device::cpu()),
+                                           cpu_ctx),
+                    ContainsSubstring("i32"));
+  pg.out = {1, 1, 1};
+  CHECK_THROWS_WITH(exec::avg_pool_forward(pg, blk(x, DType::f32, Device::cpu()), blk(y, DType::f32, Device::cpu()),
+                                           cpu_ctx),
+                    ContainsSubstring("avg_pool_forward") && ContainsSubstring("1 elements"));
+  const Block xm = Block::view(DType::u8, Device::cpu(), x, n1, 2), ym = Block::view(DType::u8, Device::cpu(), y, n1, 2);
+  CHECK_THROWS_WITH(exec::gemm({}, xm, xm, ym, cpu_ctx), ContainsSubstring("gemm"));
+  const Block xf = Block::view(DType::f32, Device::cpu(), x, n1, 2);
+  CHECK_THROWS_WITH(exec::gemm({}, blk(x, DType::f32, Device::cpu()), xf, xf, cpu_ctx), ContainsSubstring("rank-2"));
   // A CUDA device with no usable backend (no CUDA build, backend not linked, or no GPU): a clear error.
   if (cuda_device_count() == 0) {
     ExecContext gpu_ctx(Device::cuda(0));
     exec::ResizeGeometry rg;
-    CHECK_THROWS_AS(exec::resize_forward(DType::f32, ResizeMode::nearest, rg, x, y, Device::cuda(0), gpu_ctx), Error);
-    CHECK_THROWS_AS(exec::gemm(DType::f32, Trans::no, Trans::no, 1, 1, 1, 1.0, x, 1, x, 1, 0.0, y, 1, Device::cuda(0),
-                               gpu_ctx),
-                    Error);
+    const Block xg = Block::view(DType::f32, Device::cuda(0), x, n1, 2);
+    CHECK_THROWS_AS(exec::resize_forward(rg, xg, xg, gpu_ctx), Error);
+    CHECK_THROWS_AS(exec::gemm({}, xg, xg, xg, gpu_ctx), Error);
   }
 }

@@ -45,9 +45,19 @@
 
 namespace shard::autograd {
 
+/// What the gradient of a Replicate value gets on a mesh dim where the upstream gradient is
+/// Partial(sum). `keep`: Partial(sum) (the allreduce is deferred to whoever needs the value; for
+/// backward code whose gradients' placements follow the upstream gradient's, and for redistribute's
+/// adjoint). `resolve`: Replicate (allreduced now; for backward code that lays its gradients out
+/// like the value and reads the gradient's values, e.g. a loss's scalar or a norm's sums).
+/// Every other placement follows the same rule in both modes.
+enum class PartialGrad : bool { keep, resolve };
+
 /// Placements of the gradient of a value laid out by `value`, re-representing an upstream
-/// gradient laid out by `upstream` (same mesh): the redistribute rule in the file comment.
-std::vector<Placement> gradient_placements(const std::vector<Placement>& value, const std::vector<Placement>& upstream);
+/// gradient laid out by `upstream` (same mesh): the redistribute rule in the file comment
+/// (`mode` as PartialGrad says).
+std::vector<Placement> gradient_placements(const std::vector<Placement>& value, const std::vector<Placement>& upstream,
+                                           PartialGrad mode = PartialGrad::keep);
 
 /// Placements of the gradient of a halo op's input laid out by `input`, given the op's output
 /// placements and the (normalised) upstream gradient's: the halo-op rule in the file comment.
@@ -55,11 +65,13 @@ std::vector<Placement> local_op_input_grad_placements(const std::vector<Placemen
                                                       const std::vector<Placement>& output,
                                                       const std::vector<Placement>& grad_out);
 
-/// `g` re-represented as the gradient of a value laid out by `value_spec` (see gradient_placements);
-/// returns `g` itself when nothing changes. Collective over the mesh when data moves.
+/// `g` re-represented as the gradient of a value laid out by `value_spec` (see gradient_placements
+/// and PartialGrad); returns `g` itself when nothing changes. Collective over the mesh when data
+/// moves. The one helper every backward closure uses to align its upstream gradient.
 template <class T, int R>
-DistTensor<T, R> gradient_as(const DistSpec& value_spec, const DistTensor<T, R>& g) {
-  DistSpec target = value_spec.with_placements(gradient_placements(value_spec.placements(), g.placements()),
+DistTensor<T, R> gradient_as(const DistSpec& value_spec, const DistTensor<T, R>& g,
+                             PartialGrad mode = PartialGrad::keep) {
+  DistSpec target = value_spec.with_placements(gradient_placements(value_spec.placements(), g.placements(), mode),
                                                value_spec.sizes());
   return target == g.spec() ? g : g.redistribute(target);
 }

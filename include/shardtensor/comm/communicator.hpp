@@ -21,7 +21,7 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/context.hpp"
-#include "shardtensor/mesh/placement.hpp"
+#include "shardtensor/comm/reduce_op.hpp"
 
 namespace shard {
 

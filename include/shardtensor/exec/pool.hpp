@@ -10,9 +10,8 @@
 #include <array>
 #include <cstdint>
 
-#include "shardtensor/core/device.hpp"
-#include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"
 
 namespace shard::exec {
@@ -25,16 +24,15 @@ struct PoolGeometry {
   bool count_include_pad = true;
 };
 
-/// y[planes, out] = average pooling of x[planes, in] (dt = f32 or f64; both on `dev`).
-void avg_pool_forward(DType dt, const PoolGeometry& g, const void* x, void* y, Device dev, ExecContext& ctx);
+/// y[planes, out] = average pooling of x[planes, in]. x and y contiguous, of one dtype (f32 or
+/// f64), on the context's device, with the geometry's element counts.
+void avg_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, ExecContext& ctx);
 /// gx[planes, in] = adjoint of avg_pool_forward applied to gy[planes, out] (overwrites gx).
-void avg_pool_backward(DType dt, const PoolGeometry& g, const void* gy, void* gx, Device dev, ExecContext& ctx);
-/// y[planes, out] = max pooling of x, idx = flat input-plane index of each max (ties: first in
-/// window order; NaN wins over numbers).
-void max_pool_forward(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx, Device dev,
-                      ExecContext& ctx);
+void avg_pool_backward(const PoolGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx);
+/// y[planes, out] = max pooling of x, idx (i64, y's element count) = flat input-plane index of each
+/// max (ties: first in window order; NaN wins over numbers).
+void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, const Block& idx, ExecContext& ctx);
 /// gx[planes, in] = gy added at the argmax positions idx (overwrites gx).
-void max_pool_backward(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx, Device dev,
-                       ExecContext& ctx);
+void max_pool_backward(const PoolGeometry& g, const Block& gy, const Block& idx, const Block& gx, ExecContext& ctx);
 
 }  // namespace shard::exec

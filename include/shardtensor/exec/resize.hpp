@@ -6,9 +6,8 @@
 /// accumulates in double (CPU: scatter per plane; CUDA: gather per input cell; both fixed-order).
 #include <array>
 
-#include "shardtensor/core/device.hpp"
-#include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"
 
 namespace shard {
@@ -22,24 +21,27 @@ namespace exec {
 /// indices global per dim: the block holds inputs [in_lo, in_lo + in_len) and produces outputs
 /// [out_lo, out_lo + out_len) of the upsampling of a global extent global_in by scale.
 struct ResizeGeometry {
+  ResizeMode mode = ResizeMode::nearest;
   index_t planes = 1;
   std::array<index_t, 3> scale{1, 1, 1}, global_in{1, 1, 1}, in_lo{0, 0, 0}, in_len{1, 1, 1}, out_lo{0, 0, 0},
       out_len{1, 1, 1};
-  /// A strided forward input (e.g. the interior of a user's halo-padded array): x_strides are its
-  /// element strides over N, C and the 3 spatial dims, with planes = N * channels. The CPU table
-  /// reads it in place; other tables get a contiguous copy from the front. Unused when false.
+  /// Set by the front from a strided forward input x[N, C, spatial...] (e.g. the interior of a
+  /// user's halo-padded array): x_strides are its element strides over N, C and the 3 spatial
+  /// dims, with planes = N * channels. The CPU table reads it in place; other tables get a
+  /// contiguous copy from the front. Unused when false.
   bool x_strided = false;
   index_t channels = 1;
   std::array<index_t, 5> x_strides{0, 0, 0, 0, 0};
 };
 
-/// y[planes, out_len] from x[planes, in_len] (contiguous, or strided as g.x_strided says); throws
-/// shard::Error unless the block holds every input the outputs read.
-void resize_forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y, Device dev,
-                    ExecContext& ctx);
-/// gx[planes, in_len] = adjoint of resize_forward applied to gy[planes, out_len] (overwrites gx).
-void resize_backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx, Device dev,
-                     ExecContext& ctx);
+/// y[planes, out_len] (contiguous) from x[planes, in_len]: x contiguous, or a strided
+/// [N, C, in_len...] view (1-3 spatial dims) read in place where the table can; both of one dtype
+/// (f32 or f64) on the context's device. Throws shard::Error unless the block holds every input
+/// the outputs read.
+void resize_forward(const ResizeGeometry& g, const Block& x, const Block& y, ExecContext& ctx);
+/// gx[planes, in_len] = adjoint of resize_forward applied to gy[planes, out_len] (both contiguous;
+/// overwrites gx).
+void resize_backward(const ResizeGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx);
 
 }  // namespace exec
 }  // namespace shard

@@ -5,20 +5,9 @@
 #include <cstdint>
 #include <fmt/format.h>
 
+#include "shardtensor/comm/reduce_op.hpp"
+
 namespace shard {
-
-/// Reduction operator of a Partial placement (and of allreduce / reduce-scatter).
-enum class ReduceOp : std::uint8_t { sum, avg, max, min };
-
-constexpr const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-  }
-  return "?";
-}
 
 /// How a tensor is laid out along one mesh dimension.
 ///  - Shard{d}: tensor dim d is split into blocks, one per rank along the mesh dim.
@@ -56,10 +45,5 @@ template <> struct fmt::formatter<shard::Placement> {
       case shard::Placement::Kind::replicate: return fmt::format_to(ctx.out(), "Replicate()");
       default: return fmt::format_to(ctx.out(), "Partial({})", shard::reduce_op_name(p.op));
     }
-  }
-};
-template <> struct fmt::formatter<shard::ReduceOp> : fmt::formatter<fmt::string_view> {
-  template <class Ctx> auto format(shard::ReduceOp op, Ctx& ctx) const {
-    return fmt::formatter<fmt::string_view>::format(shard::reduce_op_name(op), ctx);
   }
 };

@@ -14,6 +14,7 @@
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/pool.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
@@ -112,9 +113,8 @@ Tensor<T, R> avg_pool_forward(const Tensor<T, R>& x, const PoolParams<R - 2>& p)
   auto y = Tensor<T, R>::empty(ys, x.device());
   const auto xc = x.contiguous();
   exec::avg_pool_forward(
-      dtype_of<T>,
       detail::pool_geometry<R - 2>(ys[0] * ys[1], detail::spatial_shape<R>(x.shape()), detail::spatial_shape<R>(ys), p),
-      xc.data(), y.data(), x.device(), current_context(x.device()));
+      as_block(xc), as_block(y), current_context(x.device()));
   return y;
 }
 
@@ -128,8 +128,8 @@ Tensor<T, R> avg_pool_backward(const Tensor<T, R>& gy, const Shape<R - 2>& in, c
   SHARD_CHECK(ys == gy.shape(), "avg_pool_backward", "output gradient {} does not match input extent {} (expected {})",
               gy.shape(), in, ys);
   const auto gc = gy.contiguous();
-  exec::avg_pool_backward(dtype_of<T>, detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
-                          gc.data(), gx.data(), gy.device(), current_context(gy.device()));
+  exec::avg_pool_backward(detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
+                          as_block(gc), as_block(gx), current_context(gy.device()));
   return gx;
 }
 
@@ -140,9 +140,8 @@ MaxPoolResult<T, R> max_pool_forward(const Tensor<T, R>& x, const PoolParams<R -
   MaxPoolResult<T, R> r{Tensor<T, R>::empty(ys, x.device()), Tensor<std::int64_t, R>::empty(ys, x.device())};
   const auto xc = x.contiguous();
   exec::max_pool_forward(
-      dtype_of<T>,
       detail::pool_geometry<R - 2>(ys[0] * ys[1], detail::spatial_shape<R>(x.shape()), detail::spatial_shape<R>(ys), p),
-      xc.data(), r.values.data(), r.indices.data(), x.device(), current_context(x.device()));
+      as_block(xc), as_block(r.values), as_block(r.indices), current_context(x.device()));
   return r;
 }
 
@@ -161,8 +160,8 @@ Tensor<T, R> max_pool_backward(const Tensor<T, R>& gy, const Tensor<std::int64_t
               "operands on different devices: output gradient on {}, indices on {}", gy.device(), indices.device());
   const auto gc = gy.contiguous();
   const auto ic = indices.contiguous();
-  exec::max_pool_backward(dtype_of<T>, detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
-                          gc.data(), ic.data(), gx.data(), gy.device(), current_context(gy.device()));
+  exec::max_pool_backward(detail::pool_geometry<R - 2>(ys[0] * ys[1], in, detail::spatial_shape<R>(ys), p),
+                          as_block(gc), as_block(ic), as_block(gx), current_context(gy.device()));
   return gx;
 }
 

@@ -26,6 +26,7 @@
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/resize.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {
@@ -88,14 +89,9 @@ Tensor<T, R> resize_forward(const Tensor<T, R>& x, ResizeMode mode, const Resize
   }
   auto y = Tensor<T, R>::empty(ys, x.device());
   auto g = detail::resize_geometry<R - 2>(x.size(0) * x.size(1), b, in_len);
-  if (!x.is_contiguous() && x.numel() > 0) {  // a strided view (user memory): read in place
-    g.x_strided = true;
-    g.channels = x.size(1);
-    g.x_strides[0] = x.stride(0);
-    g.x_strides[1] = x.stride(1);
-    for (int d = 0; d < R - 2; ++d) g.x_strides[static_cast<std::size_t>(5 - (R - 2) + d)] = x.stride(2 + d);
-  }
-  exec::resize_forward(dtype_of<T>, mode, g, x.data(), y.data(), x.device(), current_context(x.device()));
+  g.mode = mode;
+  // A strided view (user memory) is read in place where the table can.
+  exec::resize_forward(g, as_block(x), as_block(y), current_context(x.device()));
   return y;
 }
 
@@ -113,8 +109,9 @@ Tensor<T, R> resize_backward(const Tensor<T, R>& gy, ResizeMode mode, const Resi
   }
   auto gx = Tensor<T, R>::empty(xs, gy.device());
   const auto gc = gy.contiguous();
-  exec::resize_backward(dtype_of<T>, mode, detail::resize_geometry<R - 2>(gy.size(0) * gy.size(1), b, in_len),
-                        gc.data(), gx.data(), gy.device(), current_context(gy.device()));
+  auto g = detail::resize_geometry<R - 2>(gy.size(0) * gy.size(1), b, in_len);
+  g.mode = mode;
+  exec::resize_backward(g, as_block(gc), as_block(gx), current_context(gy.device()));
   return gx;
 }
 

@@ -10,8 +10,9 @@
 ///    made on specs alone throws shard::Error on every rank, before any collective is entered.
 ///  - The gradient of a value with a Partial placement is the gradient of its *resolved* value
 ///    (Replicate on that mesh dim). Op backward closures first align the incoming gradient with
-///    grad_spec(value spec) (redistributing if needed), so their local maths sees a gradient laid
-///    out exactly like the value, with Replicate where the value is Partial.
+///    autograd::gradient_as (PartialGrad::resolve: laid out as grad_spec(value spec), so their
+///    local maths sees a gradient laid out exactly like the value, with Replicate where the value
+///    is Partial; PartialGrad::keep where the op's gradient placements follow the upstream's).
 ///  - A replicated operand whose local contribution covers only this rank's part of a sharded
 ///    result gets a gradient Partial(sum) on those mesh dims; Var's leaf finalisation (or the next
 ///    op's alignment) reduces it.
@@ -21,9 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "shardtensor/autograd/comm_ops.hpp"
 #include "shardtensor/autograd/variable.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
-#include "shardtensor/exec/block.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/exec/context.hpp"
 
 namespace shard::nn::functional {
@@ -41,22 +43,11 @@ inline DistSpec grad_spec(const DistSpec& s) {
   return s.with_placements(p, s.sizes());
 }
 
-/// `g` laid out as grad_spec(value_spec) (redistributed when it is not).
+/// Forwards to autograd::gradient_as(value_spec, g, PartialGrad::resolve), the one gradient
+/// alignment rule; kept only for ring_attention.hpp until it moves to its src/ schedule.
 template <class T, int R>
 DistTensor<T, R> align_grad(const DistTensor<T, R>& g, const DistSpec& value_spec) {
-  if (!value_spec.has_partial() && g.spec() == value_spec) return g;
-  DistSpec want = grad_spec(value_spec);
-  if (g.spec() == want) return g;
-  return g.redistribute(want);
-}
-
-/// A non-owning Block viewing tensor `t` (same memory, shape, strides, device; no allocation).
-/// The caller keeps `t` alive while the kernel it is passed to may run (device memory is freed
-/// in stream order).
-template <class T, int R>
-Block block_of(const Tensor<T, R>& t) {
-  return Block::view(dtype_of<T>, t.device(), const_cast<std::remove_const_t<T>*>(t.data()), t.shape().data(), R,
-                     t.strides().data());
+  return autograd::gradient_as(value_spec, g, autograd::PartialGrad::resolve);
 }
 
 /// The first element of `t`, read on the host (copied from the device when t is not on the host).
@@ -195,7 +186,7 @@ Var<T, R> resolve(const Var<T, R>& x) {
   const DistSpec out_spec = detail::grad_spec(in_spec);
   auto y = x.value().redistribute(out_spec);
   return Var<T, R>::make(std::move(y), "resolve", {x.ref()}, [x, out_spec](const DistTensor<T, R>& g) {
-    x.accumulate_grad(detail::align_grad(g, out_spec));
+    x.accumulate_grad(autograd::gradient_as(out_spec, g, autograd::PartialGrad::resolve));
   });
 }
 

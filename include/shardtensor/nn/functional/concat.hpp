@@ -55,7 +55,7 @@ Var<T, R> concat(const std::vector<Var<T, R>>& xs, int dim = 1) {
   }
   return detail::make_var_n<T, R>(DistTensor<T, R>(out_spec, out), op, refs,
                                   [xs, offsets, out_spec, dim](const DistTensor<T, R>& gin) {
-                                    const auto g = detail::align_grad(gin, out_spec).local();
+                                    const auto g = autograd::gradient_as(out_spec, gin, autograd::PartialGrad::resolve).local();
                                     for (std::size_t i = 0; i < xs.size(); ++i) {
                                       if (!xs[i].requires_grad()) continue;
                                       const auto& v = xs[i].value();

@@ -100,7 +100,7 @@ Var<T, R> permute(const Var<T, R>& x, const std::type_identity_t<std::array<int,
   const DistSpec ys = detail::permuted_spec<R>(xs, perm);
   auto y = detail::permute_local(x.local(), perm);
   return Var<T, R>::make(DistTensor<T, R>(ys, std::move(y)), op, {x.ref()}, [x, xs, ys, inv](const DistTensor<T, R>& g) {
-    const auto ga = detail::align_grad(g, ys);
+    const auto ga = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve);
     x.accumulate_grad(DistTensor<T, R>(detail::grad_spec(xs), detail::permute_local(ga.local(), inv)));
   });
 }
@@ -142,7 +142,7 @@ Var<T, R + 1> unflatten(const Var<T, R>& x, int d, index_t a, index_t b) {
   auto y = xl.template reshape<R + 1>(DistTensor<T, R + 1>::from_vec(ys.local_box().len));
   return Var<T, R + 1>::make(DistTensor<T, R + 1>(ys, std::move(y)), op, {x.ref()},
                              [x, xs, ys](const DistTensor<T, R + 1>& g) {
-                               const auto gl = detail::align_grad(g, ys).local().contiguous();
+                               const auto gl = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve).local().contiguous();
                                const DistSpec gs = detail::grad_spec(xs);
                                x.accumulate_grad(DistTensor<T, R>(
                                    gs, gl.template reshape<R>(DistTensor<T, R>::from_vec(gs.local_box().len))));
@@ -163,7 +163,7 @@ Var<T, R - 1> flatten(const Var<T, R>& x, int d) {
   auto y = xl.template reshape<R - 1>(DistTensor<T, R - 1>::from_vec(ys.local_box().len));
   return Var<T, R - 1>::make(DistTensor<T, R - 1>(ys, std::move(y)), op, {x.ref()},
                              [x, xs, ys](const DistTensor<T, R - 1>& g) {
-                               const auto gl = detail::align_grad(g, ys).local().contiguous();
+                               const auto gl = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve).local().contiguous();
                                const DistSpec gs = detail::grad_spec(xs);
                                x.accumulate_grad(DistTensor<T, R>(
                                    gs, gl.template reshape<R>(DistTensor<T, R>::from_vec(gs.local_box().len))));

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "shardtensor/nn/functional/common.hpp"
-#include "shardtensor/exec/gemm.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 
 namespace shard::nn::functional {
 
@@ -51,145 +51,19 @@ index_t check_linear_args(const Var<T, R>& x, const Var<T, 2>& w, const std::opt
   return ws[0];
 }
 
-/// Channel-mixing core on a contiguous local block viewed as [A, C, S] (cdim = 1: A = N, S =
-/// spatial; cdim = last: A = leading dims, S = 1), on `dev`. Forward / backward pieces.
-template <class T>
-void mix_forward(const T* x, const T* w, const T* b, T* y, index_t A, index_t cin, index_t cout, index_t S, Device dev,
-                 ExecContext& ctx) {
-  if (A == 0 || S == 0) return;
-  const DType dt = dtype_of<T>;
-  if (S == 1) {  // tokens: Y[A, cout] = X[A, cin] W^T
-    exec::gemm(dt, Trans::no, Trans::yes, A, cout, cin, 1.0, x, cin, w, cin, 0.0, y, cout, dev, ctx);
-  } else {  // per sample: Y_a[cout, S] = W[cout, cin] X_a[cin, S]
-    exec::gemm_strided_batched(dt, Trans::no, Trans::no, cout, S, cin, 1.0, w, cin, 0, x, S, cin * S, 0.0, y, S,
-                               cout * S, A, dev, ctx);
-  }
-  if (b) exec::add_bias(dt, A, cout, S, b, y, dev, ctx);
-}
+// The schedule (src/nn/linear.cpp): the GEMMs and bias epilogues on one rank's local block,
+// viewed as [A, C, S] along the channel dim cdim (1: channel_linear; the last dim: linear). x is
+// contiguous, or a strided view that the GEMMs read in place through leading dimensions.
 
-/// dx, dw (accumulated over the samples; must be zero on entry) and db (rounded from double sums);
-/// each may be null.
-template <class T>
-void mix_backward(const T* x, const T* w, const T* g, T* dx, T* dw, T* db, index_t A, index_t cin, index_t cout,
-                  index_t S, Device dev, ExecContext& ctx) {
-  const DType dt = dtype_of<T>;
-  if (db) exec::bias_grad(dt, A, cout, S, g, db, dev, ctx);
-  if (A == 0 || S == 0) return;
-  if (S == 1) {
-    if (dx) exec::gemm(dt, Trans::no, Trans::no, A, cin, cout, 1.0, g, cout, w, cin, 0.0, dx, cin, dev, ctx);
-    if (dw) exec::gemm(dt, Trans::yes, Trans::no, cout, cin, A, 1.0, g, cout, x, cin, 0.0, dw, cin, dev, ctx);
-    return;
-  }
-  if (dx)
-    exec::gemm_strided_batched(dt, Trans::yes, Trans::no, cin, S, cout, 1.0, w, cin, 0, g, S, cout * S, 0.0, dx, S,
-                               cin * S, A, dev, ctx);
-  if (dw)  // one GEMM per sample, accumulated in sample order (as a sum over the batch)
-    for (index_t a = 0; a < A; ++a)
-      exec::gemm(dt, Trans::no, Trans::yes, cout, cin, S, 1.0, g + a * cout * S, S, x + a * cin * S, S, 1.0, dw, cin,
-                 dev, ctx);
-}
-
-/// x's local block read in place by the GEMMs: `offsets.size()` panels in element order. linear
-/// (cdim = R - 1): panel g is a [panel, cin] matrix of tokens (row stride ld, unit column stride)
-/// whose result rows are y[g * panel .. +panel, :]; channel_linear (cdim = 1): panel g is a
-/// [cin, panel] matrix (row stride ld = x's channel stride, unit column stride) of sample g / Q and
-/// spatial points (g % Q) * panel .. +panel, Q = S / panel. A user view of the interior of a
-/// halo-padded array is typically one panel per padded row.
-struct MixPanels {
-  index_t ld = 0;                ///< BLAS leading dimension of each panel
-  index_t panel = 0;             ///< tokens (linear) or spatial points (channel_linear) per panel
-  std::vector<index_t> offsets;  ///< element offset in x of each panel's first element
-};
-
-/// The panels of a strided x of shape `shape` / `strides` for channel dim cdim (1 or R - 1), or
-/// nullopt when BLAS cannot read x in place (the unit-stride dim is not the channel dim (linear) or
-/// the innermost spatial dim (channel_linear)): the caller then takes a contiguous copy.
-template <int R>
-std::optional<MixPanels> mix_panels(const Shape<R>& shape, const Shape<R>& strides, int cdim) {
-  const bool tokens = cdim == R - 1;
-  const int first = tokens ? 0 : 2, last = tokens ? R - 2 : R - 1;
-  const index_t cin = shape[static_cast<std::size_t>(cdim)];
-  // The longest run of dims [k, last] that collapses into one dim of stride `step`.
-  index_t run = 1, step = 0;
-  bool found = false;
-  int k = last + 1;
-  for (int d = last; d >= first; --d) {
-    const auto u = static_cast<std::size_t>(d);
-    if (shape[u] == 1) {
-      k = d;
-      continue;
-    }
-    if (found && strides[u] != step * run) break;
-    if (!found) step = strides[u], found = true;
-    run *= shape[u];
-    k = d;
-  }
-  MixPanels p;
-  p.panel = run;
-  if (tokens) {
-    if (cin != 1 && strides[static_cast<std::size_t>(cdim)] != 1) return std::nullopt;
-    p.ld = found ? step : std::max<index_t>(cin, 1);
-    if (p.ld < std::max<index_t>(cin, 1)) return std::nullopt;
-  } else {
-    if (found && step != 1) return std::nullopt;
-    p.ld = cin == 1 ? std::max<index_t>(run, 1) : strides[1];
-    if (p.ld < std::max<index_t>(run, 1)) return std::nullopt;
-  }
-  // Outer dims, enumerated in row-major order: the leading dims before k (linear), or N and the
-  // spatial dims before k (channel_linear).
-  std::vector<int> outer;
-  if (!tokens) outer.push_back(0);
-  for (int d = first; d < k; ++d) outer.push_back(d);
-  index_t groups = 1;
-  for (int d : outer) groups *= shape[static_cast<std::size_t>(d)];
-  p.offsets.reserve(static_cast<std::size_t>(groups));
-  for (index_t g = 0; g < groups; ++g) {
-    index_t rem = g, off = 0;
-    for (auto it = outer.rbegin(); it != outer.rend(); ++it) {
-      const auto u = static_cast<std::size_t>(*it);
-      off += (rem % shape[u]) * strides[u];
-      rem /= shape[u];
-    }
-    p.offsets.push_back(off);
-  }
-  return p;
-}
-
-/// mix_forward on x read through panels (cdim: 1 or the last dim, as `tokens` says).
-template <class T>
-void mix_forward_panels(const T* x, const MixPanels& p, bool tokens, const T* w, const T* b, T* y, index_t A,
-                        index_t cin, index_t cout, index_t S, Device dev, ExecContext& ctx) {
-  if (A == 0 || S == 0) return;
-  const DType dt = dtype_of<T>;
-  const index_t Q = tokens ? 1 : S / p.panel;
-  for (std::size_t g = 0; g < p.offsets.size(); ++g) {
-    const auto gi = static_cast<index_t>(g);
-    if (tokens)
-      exec::gemm(dt, Trans::no, Trans::yes, p.panel, cout, cin, 1.0, x + p.offsets[g], p.ld, w, cin, 0.0,
-                 y + gi * p.panel * cout, cout, dev, ctx);
-    else
-      exec::gemm(dt, Trans::no, Trans::no, cout, p.panel, cin, 1.0, w, cin, x + p.offsets[g], p.ld, 0.0,
-                 y + (gi / Q) * cout * S + (gi % Q) * p.panel, S, dev, ctx);
-  }
-  if (b) exec::add_bias(dt, A, cout, S, b, y, dev, ctx);
-}
-
-/// The weight gradient on x read through panels, accumulated into dw (zero on entry) in panel order.
-template <class T>
-void mix_weight_grad_panels(const T* x, const MixPanels& p, bool tokens, const T* g, T* dw, index_t cin, index_t cout,
-                            index_t S, Device dev, ExecContext& ctx) {
-  const DType dt = dtype_of<T>;
-  const index_t Q = tokens ? 1 : S / p.panel;
-  for (std::size_t i = 0; i < p.offsets.size(); ++i) {
-    const auto gi = static_cast<index_t>(i);
-    if (tokens)
-      exec::gemm(dt, Trans::yes, Trans::no, cout, cin, p.panel, 1.0, g + gi * p.panel * cout, cout, x + p.offsets[i],
-                 p.ld, 1.0, dw, cin, dev, ctx);
-    else
-      exec::gemm(dt, Trans::no, Trans::yes, cout, cin, p.panel, 1.0, g + (gi / Q) * cout * S + (gi % Q) * p.panel, S,
-                 x + p.offsets[i], p.ld, 1.0, dw, cin, dev, ctx);
-  }
-}
+/// True when the GEMMs can read x (channel dim cdim) as it is; else the caller passes a
+/// contiguous copy.
+bool mix_reads_in_place(const Block& x, int cdim);
+/// y[A, cout, S] = W[cout, cin] x + b (b may be null).
+void mix_forward(const Block& x, const Block& w, const Block* b, int cdim, const Block& y, ExecContext& ctx);
+/// dx (overwritten), dw (accumulated; zero on entry) and db (overwritten, rounded from double sums)
+/// from the output gradient gy; each may be null.
+void mix_backward(const Block& x, const Block& w, const Block& gy, int cdim, const Block* dx, const Block* dw,
+                  const Block* db, ExecContext& ctx);
 
 /// Shared front of channel_linear (cdim = 1) and linear (cdim = R - 1).
 template <class T, int R>
@@ -206,28 +80,18 @@ Var<T, R> mix_channels(const Var<T, R>& x, const Var<T, 2>& w, const std::option
   // of user memory, e.g. the interior of a halo-padded array: saved as it is when stable; a
   // snapshot view was copied by local()); else one contiguous copy.
   const Tensor<T, R> xv = x.local();
-  std::optional<MixPanels> panels;
-  if (!xv.is_contiguous()) panels = mix_panels<R>(xv.shape(), xv.strides(), cdim);
-  const Tensor<T, R> xl = xv.is_contiguous() || panels ? xv : xv.contiguous();
-  if (xl.is_contiguous()) panels.reset();
+  const Tensor<T, R> xl = mix_reads_in_place(as_block(xv), cdim) ? xv : xv.contiguous();
   const auto wl = w.local().contiguous();
   const Tensor<T, 1> bl = b ? b->local().contiguous() : Tensor<T, 1>();
-  index_t A = 1, S = 1;
-  for (int d = 0; d < cdim; ++d) A *= xl.size(d);
-  for (int d = cdim + 1; d < R; ++d) S *= xl.size(d);
   const Device dev = xl.device();
   auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
-  const bool tokens = cdim == R - 1;
-  if (panels)
-    mix_forward_panels<T>(xl.data(), *panels, tokens, wl.data(), b ? bl.data() : nullptr, y.data(), A, cin, cout, S,
-                          dev, current_context(dev));
-  else
-    mix_forward<T>(xl.data(), wl.data(), b ? bl.data() : nullptr, y.data(), A, cin, cout, S, dev, current_context(dev));
+  const Block bias = as_block(bl);
+  mix_forward(as_block(xl), as_block(wl), b ? &bias : nullptr, cdim, as_block(y), current_context(dev));
   std::optional<Var<T, 1>> bb = b;
   return Var<T, R>::make(
       DistTensor<T, R>(out_spec, y), op, {x.ref(), w.ref(), b ? b->ref() : autograd::VarRef{}},
-      [x, w, bb, xs, xl, wl, out_spec, A, S, cin, cout, dev, panels, tokens](const DistTensor<T, R>& gin) {
-        const auto g = align_grad(gin, out_spec).local().contiguous();
+      [x, w, bb, xs, xl, wl, out_spec, cin, cout, cdim, dev](const DistTensor<T, R>& gin) {
+        const auto g = autograd::gradient_as(out_spec, gin, autograd::PartialGrad::resolve).local().contiguous();
         const bool need_b = bb && bb->requires_grad();
         Tensor<T, R> dx;
         if (x.requires_grad()) dx = Tensor<T, R>::empty(xl.shape(), dev);
@@ -235,13 +99,9 @@ Var<T, R> mix_channels(const Var<T, R>& x, const Var<T, 2>& w, const std::option
         if (w.requires_grad()) dw = Tensor<T, 2>::zeros({cout, cin}, dev);
         Tensor<T, 1> db;
         if (need_b) db = Tensor<T, 1>::empty({cout}, dev);
-        // dx and db read no x; the weight gradient reads x through its panels when strided.
-        mix_backward<T>(xl.data(), wl.data(), g.data(), x.requires_grad() ? dx.data() : nullptr,
-                        w.requires_grad() && !panels ? dw.data() : nullptr, need_b ? db.data() : nullptr, A, cin, cout,
-                        S, dev, current_context(dev));
-        if (w.requires_grad() && panels && A > 0 && S > 0)
-          mix_weight_grad_panels<T>(xl.data(), *panels, tokens, g.data(), dw.data(), cin, cout, S, dev,
-                                    current_context(dev));
+        const Block bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
+        mix_backward(as_block(xl), as_block(wl), as_block(g), cdim, x.requires_grad() ? &bdx : nullptr,
+                     w.requires_grad() ? &bdw : nullptr, need_b ? &bdb : nullptr, current_context(dev));
         if (x.requires_grad()) x.accumulate_grad(DistTensor<T, R>(xs, dx));
         if (w.requires_grad()) w.accumulate_grad(DistTensor<T, 2>(param_grad_spec(w.value().spec(), xs), dw));
         if (need_b) bb->accumulate_grad(DistTensor<T, 1>(param_grad_spec(bb->value().spec(), xs), db));

@@ -52,18 +52,18 @@ Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction red
   // exec kernels and saved as they are (Var's saved-tensor policy applies).
   const auto pl = pred.local(), tl = target.local();
   const Device dev = pl.device();
-  const double acc = exec::sq_diff_sum(detail::block_of(pl), detail::block_of(tl), current_context(dev));
+  const double acc = exec::sq_diff_sum(as_block(pl), as_block(tl), current_context(dev));
   const DistSpec ss = detail::scalar_spec(xs, detail::mesh_dims_sharding(xs, [](int) { return true; }));
   auto v = Tensor<T, 1>::full({1}, static_cast<T>(acc * scale), dev);
   auto part = Var<T, 1>::make(DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
                               [pred, target, pl, tl, xs, ss, scale](const DistTensor<T, 1>& gin) {
-                                const double gv = detail::first_value(detail::align_grad(gin, ss).local());
+                                const double gv = detail::first_value(autograd::gradient_as(ss, gin, autograd::PartialGrad::resolve).local());
                                 const Device gdev = pl.device();
                                 auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
                                 Tensor<T, R> gt;
                                 if (target.requires_grad()) gt = Tensor<T, R>::empty(pl.shape(), gdev);
-                                exec::mse_backward(2.0 * scale * gv, detail::block_of(pl), detail::block_of(tl), detail::block_of(gp),
-                                                   target.requires_grad() ? detail::block_of(gt) : Block{},
+                                exec::mse_backward(2.0 * scale * gv, as_block(pl), as_block(tl), as_block(gp),
+                                                   target.requires_grad() ? as_block(gt) : Block{},
                                                    current_context(gdev));
                                 const DistSpec gs = detail::grad_spec(xs);
                                 if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
@@ -96,7 +96,7 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
   const index_t nl = per_sample ? pl.size(0) : 1;
   // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (this rank's part, then global; host memory).
   auto sums = std::make_shared<std::vector<double>>(static_cast<std::size_t>(2 * nl), 0.0);
-  exec::rel_l2_sums(detail::block_of(pl), detail::block_of(tl), nl, sums->data(), current_context(pl.device()));
+  exec::rel_l2_sums(as_block(pl), as_block(tl), nl, sums->data(), current_context(pl.device()));
   detail::allreduce_sum(comm, sums->data(), 2 * nl);
   double loss = 0;
   for (index_t s = 0; s < nl; ++s) loss += std::sqrt((*sums)[2 * s]) / std::sqrt((*sums)[2 * s + 1]);
@@ -106,7 +106,7 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
   auto part = Var<T, 1>::make(
       DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
       [pred, target, pl, tl, xs, ss, sums, nl, nglobal](const DistTensor<T, 1>& gin) {
-        const double gv = detail::first_value(detail::align_grad(gin, ss).local()) / static_cast<double>(nglobal);
+        const double gv = detail::first_value(autograd::gradient_as(ss, gin, autograd::PartialGrad::resolve).local()) / static_cast<double>(nglobal);
         const Device gdev = pl.device();
         auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
         auto gt = Tensor<T, R>::empty(pl.shape(), gdev);
@@ -116,7 +116,7 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
           coef[2 * s] = a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b = (p - t) / (a b)
           coef[2 * s + 1] = gv * a / (b * b * b);     // d/dt adds -a t / b^3
         }
-        exec::rel_l2_backward(detail::block_of(pl), detail::block_of(tl), nl, coef.data(), detail::block_of(gp), detail::block_of(gt),
+        exec::rel_l2_backward(as_block(pl), as_block(tl), nl, coef.data(), as_block(gp), as_block(gt),
                               current_context(gdev));
         const DistSpec gs = detail::grad_spec(xs);
         if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "shardtensor/exec/norm.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard::nn::functional {
@@ -53,6 +54,24 @@ struct RunningStats {
   DistTensor<T, 1>* var = nullptr;
   double momentum = 0.1;
 };
+
+// The schedule (src/nn/norm.cpp): the norm kernels and the statistics' allreduces over `comm`
+// (the mesh dims that shard the reduced dims; null: none) for one rank's local block x (dense, or
+// a strided view read in place). mean / invstd are the K host statistics.
+
+/// Training (run_mean, run_var null or the running statistics to update in place with `momentum`):
+/// two-pass global statistics over `count` elements, then y; eval (batch_eval): y from the running
+/// statistics (both given). Fills mean and invstd.
+void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* run_mean,
+                  const Block* run_var, double momentum, double eps, bool batch_eval, index_t count,
+                  const CommPtr& comm, std::vector<double>& mean, std::vector<double>& invstd, const Block& y,
+                  ExecContext& ctx);
+/// Gradients from gy: dx (stats_grad: through the global statistics, else with them fixed), dw and
+/// db [C] (local sums; with reduce_params summed over `comm` with the statistics' sums). Each of
+/// dx, dw, db may be null.
+void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const std::vector<double>& mean,
+                   const std::vector<double>& invstd, index_t count, bool stats_grad, bool reduce_params,
+                   const CommPtr& comm, const Block* dx, const Block* dw, const Block* db, ExecContext& ctx);
 
 /// The shared front of all norms. `training` only matters for batch (eval uses `rs`).
 template <class T, int R>
@@ -95,90 +114,46 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   const CommPtr comm = comm_over(xs.mesh(), mesh_dims_sharding(xs, reduced));
 
   // A strided local view (e.g. the interior of a halo-padded user array) is read in place by the
-  // norm kernels (described by geo.xrank / xshape / xstrides) and saved as it is.
+  // norm kernels and saved as it is.
   const auto xl = x.local();
   NormGeom geo{kind, 1, C, 1, kind == NormKind::group ? groups : 1};
+  geo.cdim = cdim;
   for (int d = 0; d < cdim; ++d) geo.A *= xl.size(d);
   for (int d = cdim + 1; d < R; ++d) geo.S *= xl.size(d);
-  if (!xl.is_contiguous()) {
-    geo.xrank = R;
-    geo.cdim = cdim;
-    for (int d = 0; d < R; ++d) {
-      geo.xshape[static_cast<std::size_t>(d)] = xl.size(d);
-      geo.xstrides[static_cast<std::size_t>(d)] = xl.stride(d);
-    }
-  }
   const index_t K = geo.stats();
   auto mean = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
   auto invstd = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
-  const DType dt = dtype_of<T>;
-  ExecContext& ctx = current_context(dev);
-  // Statistics live in host doubles (K values); the kernels read and write tensor data on `dev`.
-  if (batch_eval) {
-    exec::load_f64(dt, K, rs.mean->local().contiguous().data(), mean->data(), dev, ctx);
-    exec::load_f64(dt, K, rs.var->local().contiguous().data(), invstd->data(), dev, ctx);
-    for (auto& v : *invstd) v = 1.0 / std::sqrt(v + eps);
-  } else {
-    exec::norm_sums(dt, geo, xl.data(), nullptr, mean->data(), dev, ctx);
-    allreduce_sum(comm, mean->data(), K);
-    for (auto& v : *mean) v /= static_cast<double>(count);
-    exec::norm_sums(dt, geo, xl.data(), mean->data(), invstd->data(), dev, ctx);
-    allreduce_sum(comm, invstd->data(), K);
-    const bool update = kind == NormKind::batch && (rs.mean || rs.var);
-    std::vector<double> rmean(update && rs.mean ? static_cast<std::size_t>(K) : 0);
-    std::vector<double> rvar(update && rs.var ? static_cast<std::size_t>(K) : 0);
-    if (!rmean.empty()) exec::load_f64(dt, K, rs.mean->local().data(), rmean.data(), dev, ctx);
-    if (!rvar.empty()) exec::load_f64(dt, K, rs.var->local().data(), rvar.data(), dev, ctx);
-    const double mom = rs.momentum;
-    for (index_t k = 0; k < K; ++k) {
-      const auto u = static_cast<std::size_t>(k);
-      const double var = (*invstd)[u] / static_cast<double>(count);
-      const double unbiased = count > 1 ? var * static_cast<double>(count) / static_cast<double>(count - 1) : var;
-      // Rounded to T as the running statistic itself is stored (then widened back for the store).
-      if (!rmean.empty()) rmean[u] = static_cast<double>(static_cast<T>((1 - mom) * rmean[u] + mom * (*mean)[u]));
-      if (!rvar.empty()) rvar[u] = static_cast<double>(static_cast<T>((1 - mom) * rvar[u] + mom * unbiased));
-      (*invstd)[u] = 1.0 / std::sqrt(var + eps);
-    }
-    if (!rmean.empty()) exec::store_f64(dt, K, rmean.data(), rs.mean->local().data(), dev, ctx);
-    if (!rvar.empty()) exec::store_f64(dt, K, rvar.data(), rs.var->local().data(), dev, ctx);
-  }
   const auto wl = w ? w->local().contiguous() : Tensor<T, 1>();
   const auto bl = b ? b->local().contiguous() : Tensor<T, 1>();
+  // Running statistics: read as contiguous copies in eval, updated in place in training.
+  const Tensor<T, 1> rm = rs.mean ? (batch_eval ? rs.mean->local().contiguous() : rs.mean->local()) : Tensor<T, 1>();
+  const Tensor<T, 1> rv = rs.var ? (batch_eval ? rs.var->local().contiguous() : rs.var->local()) : Tensor<T, 1>();
   auto y = Tensor<T, R>::empty(xl.shape(), dev);
-  exec::norm_apply(dt, geo, xl.data(), mean->data(), invstd->data(), w ? wl.data() : nullptr,
-                   b ? bl.data() : nullptr, y.data(), dev, ctx);
+  const Block bw = as_block(wl), bb = as_block(bl), brm = as_block(rm), brv = as_block(rv);
+  norm_forward(geo, as_block(xl), w ? &bw : nullptr, b ? &bb : nullptr, rs.mean ? &brm : nullptr,
+               rs.var ? &brv : nullptr, rs.momentum, eps, batch_eval, count, comm, *mean, *invstd, as_block(y),
+               current_context(dev));
 
   const bool stats_grad = !batch_eval;
   const bool reduce_params = kind == NormKind::batch && training;  // dW, db ride on the stats allreduce
   return Var<T, R>::make(
       DistTensor<T, R>(xs, y), op, {x.ref(), w ? w->ref() : autograd::VarRef{}, b ? b->ref() : autograd::VarRef{}},
       [x, w, b, xs, xl, wl, geo, mean, invstd, comm, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
-        const auto g = align_grad(gin, xs).local().contiguous();
-        const index_t K = geo.stats(), C = geo.C;
+        const auto g = autograd::gradient_as(xs, gin, autograd::PartialGrad::resolve).local().contiguous();
+        const index_t C = geo.C;
         const Device dev = xl.device();
-        ExecContext& ctx = current_context(dev);
         const bool need_x = x.requires_grad(), need_w = w && w->requires_grad(), need_b = b && b->requires_grad();
-        const bool sums = need_x && stats_grad;
-        std::vector<double> buf(static_cast<std::size_t>(2 * K + 2 * C), 0.0);
-        double* sg = buf.data();
-        double* sgx = sg + K;
-        double* dw = sgx + K;
-        double* db = dw + C;
-        exec::norm_backward_sums(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
-                                 w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
-                                 need_w ? dw : nullptr, need_b ? db : nullptr, dev, ctx);
-        if (reduce_params) allreduce_sum(comm, buf.data(), static_cast<index_t>(buf.size()));
-        else if (sums) allreduce_sum(comm, buf.data(), 2 * K);
-        if (need_x) {
-          auto dx = Tensor<T, R>::empty(xl.shape(), dev);
-          exec::norm_backward_dx(dtype_of<T>, geo, xl.data(), g.data(), mean->data(), invstd->data(),
-                                 w ? wl.data() : nullptr, sums ? sg : nullptr, sums ? sgx : nullptr,
-                                 1.0 / static_cast<double>(count), dx.data(), dev, ctx);
-          x.accumulate_grad(DistTensor<T, R>(xs, dx));
-        }
-        auto push = [&](const std::optional<Var<T, 1>>& p, const double* v) {
-          auto t = Tensor<T, 1>::empty({C}, dev);
-          exec::store_f64(dtype_of<T>, C, v, t.data(), dev, ctx);
+        Tensor<T, R> dx;
+        if (need_x) dx = Tensor<T, R>::empty(xl.shape(), dev);
+        Tensor<T, 1> dw, db;
+        if (need_w) dw = Tensor<T, 1>::empty({C}, dev);
+        if (need_b) db = Tensor<T, 1>::empty({C}, dev);
+        const Block bw = as_block(wl), bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
+        norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, *mean, *invstd, count, stats_grad,
+                      reduce_params, comm, need_x ? &bdx : nullptr, need_w ? &bdw : nullptr, need_b ? &bdb : nullptr,
+                      current_context(dev));
+        if (need_x) x.accumulate_grad(DistTensor<T, R>(xs, dx));
+        auto push = [&](const std::optional<Var<T, 1>>& p, const Tensor<T, 1>& t) {
           const DistSpec& ps = p->value().spec();
           p->accumulate_grad(DistTensor<T, 1>(reduce_params ? ps : param_grad_spec(ps, xs), t));
         };

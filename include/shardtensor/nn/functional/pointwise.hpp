@@ -86,7 +86,7 @@ Tensor<T, Rx> reduce_to_operand(const Tensor<T, R>& g, const DistSpec& xs, const
   auto out_t = Tensor<T, Rx>::empty(xshape, g.device());
   const auto view = operand_view<T, R, Rx>(out_t, xs, out);
   const auto gc = g.contiguous();
-  exec::sum_to(block_of(out_t), block_of(view), block_of(gc), current_context(g.device()));
+  exec::sum_to(as_block(out_t), as_block(view), as_block(gc), current_context(g.device()));
   return out_t;
 }
 
@@ -116,10 +116,10 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
   auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
   const auto av = operand_view<T, R, Ra>(a.local(), sa, out_spec);
   const auto bv = operand_view<T, R, Rb>(b.local(), sb, out_spec);
-  exec::binary(op, block_of(out), block_of(av), block_of(bv), current_context(dev));
+  exec::binary(op, as_block(out), as_block(av), as_block(bv), current_context(dev));
   return Var<T, R>::make(
       DistTensor<T, R>(out_spec, out), name, {a.ref(), b.ref()}, [a, b, op, out_spec](const DistTensor<T, R>& gin) {
-        const auto g = align_grad(gin, out_spec).local().contiguous();
+        const auto g = autograd::gradient_as(out_spec, gin, autograd::PartialGrad::resolve).local().contiguous();
         const Shape<R> shape = g.shape();
         auto push = [&](auto& x, const Tensor<T, R>& gx_full) {
           using X = std::decay_t<decltype(x)>;
@@ -139,8 +139,8 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
           } else {
             ga = tmp();
             const auto bv2 = operand_view<T, R, Rb>(b.local(), b.value().spec(), out_spec);
-            exec::binary(op == BinaryOp::mul ? BinaryOp::mul : BinaryOp::div, block_of(ga), block_of(g),
-                         block_of(bv2), ctx);
+            exec::binary(op == BinaryOp::mul ? BinaryOp::mul : BinaryOp::div, as_block(ga), as_block(g),
+                         as_block(bv2), ctx);
           }
           push(a, ga);
         }
@@ -150,15 +150,15 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
             gb = g;
           } else if (op == BinaryOp::sub) {
             gb = tmp();
-            exec::unary(UnaryOp::neg, 0.0, block_of(g), block_of(gb), ctx);
+            exec::unary(UnaryOp::neg, 0.0, as_block(g), as_block(gb), ctx);
           } else {
             gb = tmp();
             const auto av2 = operand_view<T, R, Ra>(a.local(), a.value().spec(), out_spec);
             if (op == BinaryOp::mul) {
-              exec::binary(BinaryOp::mul, block_of(gb), block_of(g), block_of(av2), ctx);
+              exec::binary(BinaryOp::mul, as_block(gb), as_block(g), as_block(av2), ctx);
             } else {
               const auto bv2 = operand_view<T, R, Rb>(b.local(), b.value().spec(), out_spec);
-              exec::div_rhs_backward(block_of(gb), block_of(g), block_of(av2), block_of(bv2), ctx);
+              exec::div_rhs_backward(as_block(gb), as_block(g), as_block(av2), as_block(bv2), ctx);
             }
           }
           push(b, gb);
@@ -184,13 +184,13 @@ Var<T, R> unary_op(const Var<T, R>& x, const char* name, UnaryOp op, double alph
   const auto& xl = x.local();
   const Device dev = xl.device();
   auto y = Tensor<T, R>::empty(xl.shape(), dev);
-  exec::unary(op, alpha, block_of(xl), block_of(y), current_context(dev));
+  exec::unary(op, alpha, as_block(xl), as_block(y), current_context(dev));
   DistTensor<T, R> yv(s, y);
   DistTensor<T, R> xv(s, xl);
   return Var<T, R>::make(yv, name, {x.ref()}, [x, xv, yv, op, alpha](const DistTensor<T, R>& gin) {
-    const auto g = align_grad(gin, xv.spec()).local().contiguous();
+    const auto g = autograd::gradient_as(xv.spec(), gin, autograd::PartialGrad::resolve).local().contiguous();
     auto gx = Tensor<T, R>::empty(g.shape(), g.device());
-    exec::unary_backward(op, alpha, block_of(xv.local()), block_of(yv.local()), block_of(g), block_of(gx),
+    exec::unary_backward(op, alpha, as_block(xv.local()), as_block(yv.local()), as_block(g), as_block(gx),
                          current_context(g.device()));
     x.accumulate_grad(DistTensor<T, R>(grad_spec(xv.spec()), gx));
   });
@@ -305,7 +305,7 @@ Var<T, R> as_channel(const Var<T, 1>& v) {
   std::vector<index_t> g(shape.begin(), shape.end());
   DistSpec os(s.mesh(), s.placements(), g);
   return Var<T, R>::make(DistTensor<T, R>(os, local), "as_channel", {v.ref()}, [v, os, s](const DistTensor<T, R>& gin) {
-    auto g2 = detail::align_grad(gin, os);  // Replicate, like os
+    auto g2 = autograd::gradient_as(os, gin, autograd::PartialGrad::resolve);  // Replicate, like os
     auto gl = g2.local().contiguous().template reshape<1>(Shape<1>{g2.local().numel()});
     v.accumulate_grad(DistTensor<T, 1>(s, gl));
   });

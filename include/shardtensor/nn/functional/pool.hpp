@@ -128,7 +128,7 @@ Var<T, R> avg_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
   auto r = std::make_shared<const detail::PoolRun>(std::move(run));
   auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
   const Tensor<T, R> in = detail::pool_input(*r, x.value());
-  if (r->compute) exec::avg_pool_forward(dtype_of<T>, r->geom, in.data(), y.data(), dev, current_context(dev));
+  if (r->compute) exec::avg_pool_forward(r->geom, as_block(in), as_block(y), current_context(dev));
   return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, dev](const DistTensor<T, R>& g) {
     const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
     const Tensor<T, R> gy = gn.local().contiguous();
@@ -137,7 +137,7 @@ Var<T, R> avg_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
       Shape<R> bs = gy.shape();
       for (int d = 0; d < R - 2; ++d) bs[2 + d] = r->box[static_cast<std::size_t>(d)].len;
       gbox = Tensor<T, R>::empty(bs, dev);
-      exec::avg_pool_backward(dtype_of<T>, r->geom, gy.data(), gbox.data(), dev, current_context(dev));
+      exec::avg_pool_backward(r->geom, as_block(gy), as_block(gbox), current_context(dev));
     }
     x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
                                        detail::pool_input_grad(*r, xs, gbox, dev)));
@@ -161,7 +161,7 @@ Var<T, R> max_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
   auto idx = Tensor<std::int64_t, R>::empty(yshape, dev);
   const Tensor<T, R> in = detail::pool_input(*r, x.value());
   if (r->compute)
-    exec::max_pool_forward(dtype_of<T>, r->geom, in.data(), y.data(), idx.data(), dev, current_context(dev));
+    exec::max_pool_forward(r->geom, as_block(in), as_block(y), as_block(idx), current_context(dev));
   return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, idx, dev](const DistTensor<T, R>& g) {
     const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
     const Tensor<T, R> gy = gn.local().contiguous();
@@ -170,7 +170,7 @@ Var<T, R> max_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
       Shape<R> bs = gy.shape();
       for (int d = 0; d < R - 2; ++d) bs[2 + d] = r->box[static_cast<std::size_t>(d)].len;
       gbox = Tensor<T, R>::empty(bs, dev);
-      exec::max_pool_backward(dtype_of<T>, r->geom, gy.data(), idx.data(), gbox.data(), dev, current_context(dev));
+      exec::max_pool_backward(r->geom, as_block(gy), as_block(idx), as_block(gbox), current_context(dev));
     }
     x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
                                        detail::pool_input_grad(*r, xs, gbox, dev)));

@@ -67,20 +67,20 @@ Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) 
   ExecContext& ctx = current_context(dev);
   const auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
   if (kind == ReduceKind::max) {
-    exec::reduce_max(block_of(xl), block_of(out), ctx);
+    exec::reduce_max(as_block(xl), as_block(out), ctx);
   } else {
     const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
-    exec::reduce_sum(block_of(xl), block_of(out), f, ctx);
+    exec::reduce_sum(as_block(xl), as_block(out), f, ctx);
   }
   DistTensor<T, R> outv(out_spec, out);
   return Var<T, R>::make(outv, name, {x.ref()}, [x, xs, xl, outv, kind, count, red_mdims](const DistTensor<T, R>& gin) {
-    const auto g = align_grad(gin, outv.spec()).local().contiguous();
+    const auto g = autograd::gradient_as(outv.spec(), gin, autograd::PartialGrad::resolve).local().contiguous();
     const Device gdev = xl.device();
     ExecContext& gctx = current_context(gdev);
     auto gx = Tensor<T, R>::empty(xl.shape(), gdev);
     if (kind != ReduceKind::max) {
       const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
-      exec::broadcast_scaled(block_of(g), block_of(gx), f, gctx);
+      exec::broadcast_scaled(as_block(g), as_block(gx), f, gctx);
     } else {
       // Global maximum and the global number of positions attaining it, per result element.
       const CommPtr comm = comm_over(xs.mesh(), red_mdims);
@@ -88,10 +88,10 @@ Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) 
       if (comm && comm->size() > 1 && gmax.numel() > 0)
         comm->allreduce(gmax.data(), gmax.data(), gmax.numel(), dtype_of<T>, ReduceOp::max);
       auto ties = Tensor<double, R>::empty(gmax.shape(), gdev);
-      exec::max_ties(block_of(xl), block_of(gmax), block_of(ties), gctx);
+      exec::max_ties(as_block(xl), as_block(gmax), as_block(ties), gctx);
       if (comm && comm->size() > 1 && ties.numel() > 0)
         comm->allreduce(ties.data(), ties.data(), ties.numel(), DType::f64, ReduceOp::sum);
-      exec::max_backward(block_of(xl), block_of(gmax), block_of(g), block_of(ties), block_of(gx), gctx);
+      exec::max_backward(as_block(xl), as_block(gmax), as_block(g), as_block(ties), as_block(gx), gctx);
     }
     x.accumulate_grad(DistTensor<T, R>(grad_spec(xs), gx));
   });
@@ -108,7 +108,7 @@ Var<T, 1> to_scalar(const Var<T, R>& x) {
   DistSpec ss(xs.mesh(), xs.placements(), {1});
   auto local = x.local().contiguous().template reshape<1>(Shape<1>{1});
   return Var<T, 1>::make(DistTensor<T, 1>(ss, local), "to_scalar", {x.ref()}, [x, xs, ss](const DistTensor<T, 1>& gin) {
-    auto g = align_grad(gin, ss).local().contiguous();
+    auto g = autograd::gradient_as(ss, gin, autograd::PartialGrad::resolve).local().contiguous();
     Shape<R> ones{};
     ones.fill(1);
     x.accumulate_grad(DistTensor<T, R>(grad_spec(xs), g.template reshape<R>(ones)));

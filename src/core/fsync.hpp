@@ -1,6 +1,7 @@
 #pragma once
-// fsync of a path, shared by the two atomic writers (nn/module_io.cpp's Module::save and
-// io/checkpoint.cpp's save_checkpoint): write <path>.tmp, fsync it, rename, fsync the directory.
+// fsync of a path (private core utility), shared by the two atomic writers (nn/module_io.cpp's
+// Module::save and io/checkpoint.cpp's save_checkpoint): write <path>.tmp, fsync it, rename, fsync
+// the directory. In core/ so that nn/ does not include io/'s private headers.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,7 +11,7 @@
 
 #include <fmt/format.h>
 
-namespace shard::io::detail {
+namespace shard::detail {
 
 /// fsync of a file or directory; "" or the error.
 inline std::string fsync_path(const std::string& p, bool dir) {
@@ -22,4 +23,4 @@ inline std::string fsync_path(const std::string& p, bool dir) {
   return err;
 }
 
-}  // namespace shard::io::detail
+}  // namespace shard::detail
