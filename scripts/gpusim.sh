@@ -64,6 +64,9 @@ if [ "$(cat "$SIM/.shardtensor-patch" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$SIM"; mkdir -p "$SIM"
   (cd "$SRC" && tar -c --exclude=./build --exclude=./lib --exclude=.git .) | tar -x -C "$SIM"
   patch -d "$SIM" -p1 --quiet <"$PATCH"
+  # The simulator's build stamps a git revision into the library: give the copy a repository.
+  (cd "$SIM" && git init -q && git add -A >/dev/null &&
+    git -c user.email=gpusim@local -c user.name=gpusim commit -qm "GPGPU-Sim + shardtensor patch" >/dev/null)
   echo "$stamp" >"$SIM/.shardtensor-patch"
 fi
 LIBDIR=$(find "$SIM/lib" -name libcudart.so.11.0 -printf '%h\n' 2>/dev/null | head -1 || true)
