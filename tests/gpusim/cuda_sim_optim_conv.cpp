@@ -2,11 +2,14 @@
 // decay, Adam and AdamW) against the CPU table, and conv's own kernels (kernels/conv.cu: bias add,
 // deterministic bias gradient, the zero-padded shifted copy) through their launchers
 // (src/kernels_api/conv.hpp; the conv table itself needs cuDNN, which a simulator cannot run)
-// against the CPU conv table's backward_bias and host references; f32 and f64.
+// against the CPU conv table's backward_bias and host references; and the GEMM family's epilogues
+// (kernels/gemm.cu: bias add, bias gradient; the GEMM itself is cuBLAS) through their launchers
+// against host references; f32 and f64.
 #include "exec/conv_kernels.hpp"
 #include "exec/optim_kernels.hpp"
 #include "gpusim_support.hpp"
 #include "kernels_api/conv.hpp"
+#include "kernels_api/gemm.hpp"
 
 using namespace gpusim;
 
@@ -91,7 +94,36 @@ void conv_kernels_case() {
   }
 }
 
+template <class T>
+void gemm_epilogue_case() {
+  namespace kg = shard::kernels::gemm;
+  const int f64 = std::is_same_v<T, double> ? 1 : 0;
+  void* stream = gctx().stream().handle;
+  const index_t A = 3, O = 6, S = 41;
+  Pair<T> y({A, O, S}, 111u), bias({O}, 112u), db({O});
+  REQUIRE(kg::add_bias(f64, A, O, S, bias.d.data, y.d.data, stream) == 0);
+  auto* hy = static_cast<T*>(y.h.data);
+  const auto* hb = static_cast<const T*>(bias.h.data);
+  for (index_t i = 0; i < A * O * S; ++i) hy[i] += hb[(i / S) % O];
+  GPUSIM_CHECK_CLOSE(y, T, "gemm add_bias");
+  REQUIRE(kg::bias_grad(f64, A, O, S, y.d.data, db.d.data, stream) == 0);
+  auto* hd = static_cast<T*>(db.h.data);
+  for (index_t o = 0; o < O; ++o) {
+    double acc = 0;
+    for (index_t a = 0; a < A; ++a)
+      for (index_t q = 0; q < S; ++q) acc += static_cast<double>(hy[(a * O + o) * S + q]);
+    hd[o] = static_cast<T>(acc);
+  }
+  GPUSIM_CHECK_CLOSE(db, T, "gemm bias_grad");
+}
+
 }  // namespace
+
+TEST_CASE("gpusim gemm epilogues: bias add and bias gradient", "[gpusim][gemm_epilogue]") {
+  GPUSIM_REQUIRE_GPU();
+  SECTION("f32") { gemm_epilogue_case<float>(); }
+  SECTION("f64") { gemm_epilogue_case<double>(); }
+}
 
 TEST_CASE("gpusim optim: SGD (momentum, Nesterov, weight decay), Adam and AdamW", "[gpusim][optim]") {
   GPUSIM_REQUIRE_GPU();
