@@ -6,6 +6,8 @@
 
 using namespace gpusim;
 using exec::PointwiseKernels;
+using exec::BinaryOp;
+using exec::UnaryOp;
 
 namespace {
 

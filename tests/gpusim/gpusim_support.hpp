@@ -24,8 +24,8 @@ using namespace shard;
 
 inline const exec::DeviceRuntime& rt() { return exec::cuda_runtime("gpusim test"); }
 inline Device gpu() { return Device::cuda(0); }
-inline exec::ExecContext& gctx() { return current_context(gpu()); }
-inline exec::ExecContext& hctx() { return current_context(Device::cpu()); }
+inline ExecContext& gctx() { return current_context(gpu()); }
+inline ExecContext& hctx() { return current_context(Device::cpu()); }
 
 template <class T>
 inline double tol() {
