@@ -12,6 +12,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <array>
 
@@ -40,6 +41,7 @@ struct Cublas {
   decltype(&::cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
   decltype(&::cublasDgemmStridedBatched) dgemm_strided_batched = nullptr;
   decltype(&::cublasGetStatusString) status_string = nullptr;
+  decltype(&::cublasSetWorkspace_v2) set_workspace = nullptr;
   std::string error;  ///< why loading failed (empty: loaded)
 };
 
@@ -68,6 +70,7 @@ const Cublas& cublas() {
     resolve(lib, "cublasSgemmStridedBatched", r.sgemm_strided_batched, r.error);
     resolve(lib, "cublasDgemmStridedBatched", r.dgemm_strided_batched, r.error);
     resolve(lib, "cublasGetStatusString", r.status_string, r.error);
+    resolve(lib, "cublasSetWorkspace_v2", r.set_workspace, r.error);
     return r;
   }();
   return c;
@@ -85,7 +88,46 @@ void check_blas(cublasStatus_t st, const char* op) {
     SHARD_FAIL(op, "cuBLAS error {} ({})", static_cast<int>(st), cublas().status_string(st));
 }
 
-/// The calling thread's cuBLAS handle for `device`, bound to `stream` and the context's math mode.
+/// A cuBLAS workspace per (device, stream) of the calling thread. One handle serves every stream
+/// of a thread; without a workspace of each stream's own, cuBLAS would use the handle's default
+/// workspace for all of them, and GEMMs queued on two streams could run at once in one buffer.
+/// Size: NVIDIA's recommendation (32 MiB on Hopper and later, 4 MiB before). The buffers are
+/// kept; past 32 streams the device is synchronised and they are all released.
+void* stream_workspace(int dev, cudaStream_t stream, std::size_t& bytes, const char* op) {
+  struct Entry {
+    int dev;
+    cudaStream_t stream;
+    void* p;
+    std::size_t bytes;
+  };
+  thread_local std::vector<Entry> cache;
+  for (const auto& e : cache)
+    if (e.dev == dev && e.stream == stream) {
+      bytes = e.bytes;
+      return e.p;
+    }
+  if (cache.size() >= 32) {
+    cudaDeviceSynchronize();
+    for (const auto& e : cache) {
+      cudaSetDevice(e.dev);
+      cudaFree(e.p);
+    }
+    cudaSetDevice(dev);
+    cache.clear();
+  }
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) cudaGetLastError();
+  bytes = major >= 9 ? (std::size_t{32} << 20) : (std::size_t{4} << 20);
+  void* p = nullptr;
+  const cudaError_t rc = cudaMalloc(&p, bytes);
+  SHARD_CHECK(rc == cudaSuccess, op, "cannot allocate a {}-byte cuBLAS workspace on cuda:{}: {}", bytes, dev,
+              cudaGetErrorString(rc));
+  cache.push_back({dev, stream, p, bytes});
+  return p;
+}
+
+/// The calling thread's cuBLAS handle for `device`, bound to `stream` (with that stream's own
+/// workspace) and the context's math mode.
 /// Handles live until the thread ends (released with the CUDA context at process exit, as is usual
 /// for cuBLAS handles: destroying them during static destruction may outlive the driver).
 cublasHandle_t handle_for(const ExecContext& ctx, cudaStream_t stream, const char* op) {
@@ -96,7 +138,10 @@ cublasHandle_t handle_for(const ExecContext& ctx, cudaStream_t stream, const cha
   auto& h = handles[static_cast<std::size_t>(dev)];
   const Cublas& blas = cublas_for(op);
   if (!h) check_blas(blas.create(&h), op);
-  check_blas(blas.set_stream(h, stream), op);
+  check_blas(blas.set_stream(h, stream), op);  // (resets the workspace to the default one)
+  std::size_t ws_bytes = 0;
+  void* ws = stream_workspace(dev, stream, ws_bytes, op);
+  check_blas(blas.set_workspace(h, ws, ws_bytes), op);
   check_blas(blas.set_math_mode(h, ctx.settings().allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), op);
   return h;
 }

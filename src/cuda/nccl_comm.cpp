@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,49 @@ class Group {
   ncclComm_t c_;
 };
 
+/// A cudaEvent_t recorded after queued device work (disable-timing; destroyed with the object).
+/// Requests on device memory are event-backed: test() is true only once the work has run on the
+/// GPU, not merely been queued on its stream; wait() keeps the stream-ordered meaning (work queued
+/// later on the same stream runs after it; the host waits with test() or a stream sync).
+struct RecordedEvents {
+  std::vector<cudaEvent_t> events;
+  RecordedEvents() = default;
+  RecordedEvents(const RecordedEvents&) = delete;
+  RecordedEvents& operator=(const RecordedEvents&) = delete;
+  ~RecordedEvents() {
+    for (auto e : events) cudaEventDestroy(e);
+  }
+  void record(cudaStream_t s, const char* op) {
+    cudaEvent_t e = nullptr;
+    cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (rc == cudaSuccess) {
+      rc = cudaEventRecord(e, s);
+      if (rc != cudaSuccess) cudaEventDestroy(e);
+    }
+    SHARD_CHECK(rc == cudaSuccess, op, "cannot record the completion event of a request: {}", cudaGetErrorString(rc));
+    events.push_back(e);
+  }
+  /// True when every recorded event has completed; throws on a device error.
+  bool done(const char* op) const {
+    for (auto e : events) {
+      const cudaError_t rc = cudaEventQuery(e);
+      if (rc == cudaErrorNotReady) {
+        cudaGetLastError();
+        return false;
+      }
+      SHARD_CHECK(rc == cudaSuccess, op, "device error while testing a request: {}", cudaGetErrorString(rc));
+    }
+    return true;
+  }
+};
+
+/// The request of a collective queued on a stream at once.
+struct EventState final : Request::State {
+  RecordedEvents ev;
+  void wait() override {}  // stream-ordered (see RecordedEvents)
+  bool test() override { return ev.done("NcclComm::test"); }
+};
+
 // isend/irecv operations queued until the first wait()/test() or the next call of the
 // communicator, then launched as one group (so a rank's sends and receives cannot block each
 // other on its stream).
@@ -88,30 +132,49 @@ struct P2PQueue {
   ncclComm_t comm = nullptr;
   std::vector<Op> ops;
   std::uint64_t queued = 0, launched = 0;  // tickets
+  /// Completion events of launched groups, keyed by the last ticket of each group.
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<RecordedEvents>>> groups;
 
   void flush() {
     if (ops.empty()) return;
     auto todo = std::move(ops);
     ops.clear();
     launched = queued;
-    Group g("NcclComm::wait", comm);
-    for (const auto& o : todo) {
-      if (o.send) nccl_check(ncclSend(o.buf, o.bytes, ncclUint8, o.peer, comm, o.stream), "isend", "ncclSend", comm);
-      else nccl_check(ncclRecv(o.buf, o.bytes, ncclUint8, o.peer, comm, o.stream), "irecv", "ncclRecv", comm);
+    {
+      Group g("NcclComm::wait", comm);
+      for (const auto& o : todo) {
+        if (o.send) nccl_check(ncclSend(o.buf, o.bytes, ncclUint8, o.peer, comm, o.stream), "isend", "ncclSend", comm);
+        else nccl_check(ncclRecv(o.buf, o.bytes, ncclUint8, o.peer, comm, o.stream), "irecv", "ncclRecv", comm);
+      }
     }
+    auto ev = std::make_shared<RecordedEvents>();
+    std::vector<cudaStream_t> streams;
+    for (const auto& o : todo)
+      if (std::find(streams.begin(), streams.end(), o.stream) == streams.end()) streams.push_back(o.stream);
+    for (auto s : streams) ev->record(s, "NcclComm::wait");
+    // Forget groups that have completed (a later test() of theirs finds no group: done).
+    std::erase_if(groups, [](const auto& g) { return g.second->done("NcclComm::wait"); });
+    groups.emplace_back(launched, std::move(ev));
+  }
+  /// True when the group holding `ticket` has run on the GPU.
+  bool done(std::uint64_t ticket) {
+    for (const auto& g : groups)
+      if (g.first >= ticket) return g.second->done("NcclComm::test");
+    return true;  // its group completed and was forgotten (or it moved no bytes)
   }
 };
 
 struct P2PState final : Request::State {
   std::shared_ptr<P2PQueue> q;
   std::uint64_t ticket = 0;
-  // The operation is ordered on its stream once launched: that is its completion here.
+  // wait(): the operation is launched and ordered on its stream (stream-ordered completion).
+  // test(): true only once it has run on the GPU (it used to be true as soon as it was queued).
   void wait() override {
     if (q->launched < ticket) q->flush();
   }
   bool test() override {
     wait();
-    return true;
+    return q->done(ticket);
   }
 };
 
@@ -262,23 +325,24 @@ class NcclComm final : public Communicator {
     return queue(false, buf, nbytes(count, dt), source, *ctx);
   }
 
-  // Collectives are queued on the stream at once; the request is complete (stream-ordered).
+  // Collectives are queued on the stream at once: wait() is stream-ordered, test() is true once
+  // the collective has run on the GPU (an event recorded after it).
   Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) override {
     if (!on_device(ctx)) return base_->iallreduce(send, recv, count, dt, op, ctx);
     allreduce(send, recv, count, dt, op, ctx);
-    return {};
+    return event_request(*ctx);
   }
   Request iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                       std::span<const index_t> displs, DType dt, ExecContext* ctx) override {
     if (!on_device(ctx)) return base_->iallgatherv(send, count, recv, counts, displs, dt, ctx);
     allgatherv(send, count, recv, counts, displs, dt, ctx);
-    return {};
+    return event_request(*ctx);
   }
   Request ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                      std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) override {
     if (!on_device(ctx)) return base_->ialltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
     alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
-    return {};
+    return event_request(*ctx);
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
@@ -309,6 +373,11 @@ class NcclComm final : public Communicator {
   void check_counts(const char* op, std::span<const index_t> c, std::span<const index_t> d) const {
     SHARD_CHECK(c.size() == static_cast<std::size_t>(size()) && d.size() == c.size(), op,
                 "need {} counts and displacements, got {} and {}", size(), c.size(), d.size());
+  }
+  static Request event_request(const ExecContext& ctx) {
+    auto st = std::make_shared<EventState>();
+    st->ev.record(stream_of(ctx), "NcclComm::request");
+    return Request(st);
   }
   Request queue(bool send, void* buf, std::size_t bytes, int peer, const ExecContext& ctx) {
     auto st = std::make_shared<P2PState>();

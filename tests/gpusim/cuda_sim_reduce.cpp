@@ -1,0 +1,70 @@
+// gpusim lane: the reduce family (kernels/reduce.cu, src/cuda/reduce_cuda.cpp; warp shuffles)
+// against the CPU table: keepdim sum/max over inner, outer and middle dims, broadcast_scaled,
+// max ties + backward, global sums (three kinds), mse and rel_l2 forward/backward; f32 and f64.
+#include "exec/reduce_kernels.hpp"
+#include "gpusim_support.hpp"
+
+using namespace gpusim;
+using exec::ReduceKernels;
+
+namespace {
+const ReduceKernels& cu() { return exec::kernels_for<ReduceKernels>(gpu(), "test"); }
+const ReduceKernels& cpu() { return exec::kernels_for<ReduceKernels>(Device::cpu(), "test"); }
+
+template <class T>
+void reductions() {
+  const std::vector<index_t> s{4, 37, 9};
+  // values on a coarse grid so that max has ties
+  std::vector<double> v = rand_vals(4 * 37 * 9, 51u, -4.0, 4.0);
+  for (auto& e : v) e = std::round(e * 2.0) / 2.0;
+  Pair<T> x(s, v), g0(s, 52u);
+  for (const std::vector<index_t>& os : {std::vector<index_t>{4, 37, 1}, {1, 37, 9}, {4, 1, 9}, {1, 1, 1}}) {
+    INFO("reduced shape " << os[0] << "," << os[1] << "," << os[2]);
+    Pair<T> out(os), m(os), g(os, 53u), gx(s);
+    Pair<double> ties(os);
+    cpu().reduce_sum(x.h, out.h, 0.25, hctx());
+    cu().reduce_sum(x.d, out.d, 0.25, gctx());
+    GPUSIM_CHECK_CLOSE(out, T, "reduce_sum");
+    cpu().reduce_max(x.h, m.h, hctx());
+    cu().reduce_max(x.d, m.d, gctx());
+    GPUSIM_CHECK_CLOSE(m, T, "reduce_max");
+    cpu().broadcast_scaled(g.h, gx.h, 0.5, hctx());
+    cu().broadcast_scaled(g.d, gx.d, 0.5, gctx());
+    GPUSIM_CHECK_CLOSE(gx, T, "broadcast_scaled");
+    cpu().max_ties(x.h, m.h, ties.h, hctx());
+    cu().max_ties(x.d, m.d, ties.d, gctx());
+    GPUSIM_CHECK_CLOSE(ties, double, "max_ties");
+    cpu().max_backward(x.h, m.h, g.h, ties.h, gx.h, hctx());
+    cu().max_backward(x.d, m.d, g.d, ties.d, gx.d, gctx());
+    GPUSIM_CHECK_CLOSE(gx, T, "max_backward");
+  }
+  const index_t n = x.h.numel();
+  for (int kind : {0, 1, 2}) {
+    const double a = cpu().global_sum(kind, dtype_of<T>, n, x.h.data, g0.h.data, hctx());
+    const double b = cu().global_sum(kind, dtype_of<T>, n, x.d.data, g0.d.data, gctx());
+    INFO("global_sum kind " << kind << ": cpu " << a << " cuda " << b);
+    CHECK(std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(a)));
+  }
+  Pair<T> gp(s), gt(s);
+  cpu().mse_backward(0.125, dtype_of<T>, n, x.h.data, g0.h.data, gp.h.data, gt.h.data, hctx());
+  cu().mse_backward(0.125, dtype_of<T>, n, x.d.data, g0.d.data, gp.d.data, gt.d.data, gctx());
+  GPUSIM_CHECK_CLOSE(gp, T, "mse_backward gp");
+  GPUSIM_CHECK_CLOSE(gt, T, "mse_backward gt");
+  // rel_l2: 4 samples of 333 elements
+  double hs[8] = {}, ds[8] = {};
+  cpu().rel_l2_sums(dtype_of<T>, 4, 333, x.h.data, g0.h.data, hs, hctx());
+  cu().rel_l2_sums(dtype_of<T>, 4, 333, x.d.data, g0.d.data, ds, gctx());
+  for (int i = 0; i < 8; ++i) CHECK(std::abs(hs[i] - ds[i]) <= 1e-9 * std::max(1.0, std::abs(hs[i])));
+  const double coef[8] = {0.5, -0.25, 1.5, 0.75, -1.0, 0.125, 2.0, 0.3};
+  cpu().rel_l2_backward(dtype_of<T>, 4, 333, x.h.data, g0.h.data, coef, gp.h.data, gt.h.data, hctx());
+  cu().rel_l2_backward(dtype_of<T>, 4, 333, x.d.data, g0.d.data, coef, gp.d.data, gt.d.data, gctx());
+  GPUSIM_CHECK_CLOSE(gp, T, "rel_l2_backward gp");
+  GPUSIM_CHECK_CLOSE(gt, T, "rel_l2_backward gt");
+}
+}  // namespace
+
+TEST_CASE("gpusim reduce: sums, max, ties, global sums, mse, rel_l2", "[gpusim][reduce]") {
+  GPUSIM_REQUIRE_GPU();
+  SECTION("f32") { reductions<float>(); }
+  SECTION("f64") { reductions<double>(); }
+}
