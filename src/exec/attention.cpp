@@ -8,8 +8,7 @@
 
 namespace shard::exec {
 
-extern const int* const attention_cpu_keep;
-const int* const attention_cpu_keep = &attention_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(attention);
 
 namespace {
 

@@ -374,6 +374,6 @@ const CpuAttention g_cpu_attention;
 
 }  // namespace
 
-const int attention_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::attention, &g_cpu_attention), 1);
+SHARD_CPU_TABLE(attention, g_cpu_attention);
 
 }  // namespace shard::exec

@@ -18,7 +18,5 @@ struct AttentionKernels {
                      ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int attention_cpu_anchor;
 
 }  // namespace shard::exec

@@ -9,6 +9,10 @@
 #include "exec/device_runtime.hpp"
 
 namespace shard::exec {
+
+/// Keeps src/exec/box_cpu.cpp (and its registration) in every link of the front.
+SHARD_KEEP_CPU_TABLE(box);
+
 namespace {
 
 void check_pair(const Block& dst, const Block& src, const char* op) {
@@ -20,10 +24,7 @@ void check_pair(const Block& dst, const Block& src, const char* op) {
               src.shape_vec(), src.device);
 }
 
-const BoxKernels& table(Device dev, const char* op) {
-  if (dev.is_cpu()) return box_cpu_kernels();  // always linked (and keeps box_cpu.cpp in the link)
-  return kernels_for<BoxKernels>(dev, op);
-}
+const BoxKernels& table(Device dev, const char* op) { return kernels_for<BoxKernels>(dev, op); }
 
 ExecContext& context_for(Device dev, ExecContext& ctx) { return ctx.device() == dev ? ctx : current_context(dev); }
 

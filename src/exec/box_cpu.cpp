@@ -161,12 +161,8 @@ struct CpuBoxKernels final : BoxKernels {
 
 const CpuBoxKernels g_cpu_box;
 
-struct Registrar {
-  Registrar() { register_family(DeviceKind::cpu, KernelFamily::box, &g_cpu_box); }
-} const g_registrar;
-
 }  // namespace
 
-const BoxKernels& box_cpu_kernels() noexcept { return g_cpu_box; }
+SHARD_CPU_TABLE(box, g_cpu_box);
 
 }  // namespace shard::exec

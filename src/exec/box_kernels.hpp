@@ -23,8 +23,6 @@ struct BoxKernels {
   virtual void fill(const Block& dst, const void* value, ExecContext& ctx) const = 0;
 };
 
-/// The CPU table (defined in box_cpu.cpp; referenced by the front so the linker keeps it).
-const BoxKernels& box_cpu_kernels() noexcept;
 
 /// A box with its size-1 dims dropped and adjacent dims merged where both operands' strides
 /// allow (row-major order kept): the innermost dim is as long as possible. Used by every backend.

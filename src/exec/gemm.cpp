@@ -11,8 +11,7 @@ namespace shard::exec {
 
 /// Keeps src/exec/gemm_cpu.cpp (and its registrar) in every link of the front: an external
 /// definition the compiler must emit, whose initialiser references the CPU anchor.
-extern const int* const gemm_cpu_keep;
-const int* const gemm_cpu_keep = &gemm_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(gemm);
 
 namespace {
 

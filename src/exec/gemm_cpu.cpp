@@ -71,6 +71,6 @@ const CpuGemm g_cpu_gemm;
 
 }  // namespace
 
-const int gemm_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::gemm, &g_cpu_gemm), 1);
+SHARD_CPU_TABLE(gemm, g_cpu_gemm);
 
 }  // namespace shard::exec

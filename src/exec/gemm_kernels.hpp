@@ -19,7 +19,5 @@ struct GemmKernels {
                          ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int gemm_cpu_anchor;
 
 }  // namespace shard::exec

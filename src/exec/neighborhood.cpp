@@ -10,8 +10,7 @@
 
 namespace shard::exec {
 
-extern const int* const nbhd_attention_cpu_keep;
-const int* const nbhd_attention_cpu_keep = &nbhd_attention_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(nbhd_attention);
 
 namespace {
 

@@ -276,7 +276,6 @@ const CpuNbhdAttention g_cpu_nbhd_attention;
 
 }  // namespace
 
-const int nbhd_attention_cpu_anchor =
-    (register_family(DeviceKind::cpu, KernelFamily::nbhd_attention, &g_cpu_nbhd_attention), 1);
+SHARD_CPU_TABLE(nbhd_attention, g_cpu_nbhd_attention);
 
 }  // namespace shard::exec

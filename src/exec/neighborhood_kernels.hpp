@@ -16,7 +16,5 @@ struct NbhdAttentionKernels {
                         const void* lse, NbhdOut dq, NbhdOut dk, NbhdOut dv, ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int nbhd_attention_cpu_anchor;
 
 }  // namespace shard::exec

@@ -9,8 +9,7 @@ namespace shard::exec {
 
 /// Keeps src/exec/norm_cpu.cpp (and its registrar) in every link of the front: an external
 /// definition the compiler must emit, whose initialiser references the CPU anchor.
-extern const int* const norm_cpu_keep;
-const int* const norm_cpu_keep = &norm_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(norm);
 
 namespace {
 

@@ -300,6 +300,6 @@ const CpuNorm g_cpu_norm;
 
 }  // namespace
 
-const int norm_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::norm, &g_cpu_norm), 1);
+SHARD_CPU_TABLE(norm, g_cpu_norm);
 
 }  // namespace shard::exec

@@ -26,7 +26,5 @@ struct NormKernels {
   virtual void store_f64(DType dt, index_t n, const double* host, void* dst, ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int norm_cpu_anchor;
 
 }  // namespace shard::exec

@@ -59,6 +59,6 @@ const CpuOptim g_cpu_optim;
 
 }  // namespace
 
-const int optim_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::optim, &g_cpu_optim), 1);
+SHARD_CPU_TABLE(optim, g_cpu_optim);
 
 }  // namespace shard::exec

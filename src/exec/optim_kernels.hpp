@@ -16,8 +16,6 @@ struct OptimKernels {
                     ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int optim_cpu_anchor;
 
 /// Defined in src/cuda/optim_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
 /// table: the CUDA library's registration unit calls it so a static link keeps that file.

@@ -12,8 +12,7 @@ namespace shard::exec {
 
 /// Keeps src/exec/pointwise_cpu.cpp (and its registrar) in every link of the front: an external
 /// definition the compiler must emit, whose initialiser references the CPU anchor.
-extern const int* const pointwise_cpu_keep;
-const int* const pointwise_cpu_keep = &pointwise_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(pointwise);
 
 namespace {
 

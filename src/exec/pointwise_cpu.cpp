@@ -255,6 +255,6 @@ const CpuPointwise g_cpu_pointwise;
 
 }  // namespace
 
-const int pointwise_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::pointwise, &g_cpu_pointwise), 1);
+SHARD_CPU_TABLE(pointwise, g_cpu_pointwise);
 
 }  // namespace shard::exec

@@ -36,8 +36,6 @@ struct PointwiseKernels {
   virtual void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int pointwise_cpu_anchor;
 
 /// Defined in src/cuda/pointwise_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
 /// table: the CUDA library's registration unit calls it so a static link keeps that file.

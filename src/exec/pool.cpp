@@ -8,8 +8,7 @@ namespace shard::exec {
 
 /// Keeps src/exec/pool_cpu.cpp (and its registrar) in every link of the front: an external
 /// definition the compiler must emit, whose initialiser references the CPU anchor.
-extern const int* const pool_cpu_keep;
-const int* const pool_cpu_keep = &pool_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(pool);
 
 namespace {
 index_t in_numel(const PoolGeometry& g) { return g.planes * g.in[0] * g.in[1] * g.in[2]; }

@@ -177,6 +177,6 @@ const CpuPool g_cpu_pool;
 
 }  // namespace
 
-const int pool_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::pool, &g_cpu_pool), 1);
+SHARD_CPU_TABLE(pool, g_cpu_pool);
 
 }  // namespace shard::exec

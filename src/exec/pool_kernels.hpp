@@ -16,7 +16,5 @@ struct PoolKernels {
                             ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int pool_cpu_anchor;
 
 }  // namespace shard::exec

@@ -10,8 +10,7 @@ namespace shard::exec {
 
 /// Keeps src/exec/reduce_cpu.cpp (and its registrar) in every link of the front: an external
 /// definition the compiler must emit, whose initialiser references the CPU anchor.
-extern const int* const reduce_cpu_keep;
-const int* const reduce_cpu_keep = &reduce_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(reduce);
 
 namespace {
 

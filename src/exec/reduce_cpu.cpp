@@ -311,6 +311,6 @@ const CpuReduce g_cpu_reduce;
 
 }  // namespace
 
-const int reduce_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::reduce, &g_cpu_reduce), 1);
+SHARD_CPU_TABLE(reduce, g_cpu_reduce);
 
 }  // namespace shard::exec

@@ -53,8 +53,6 @@ struct ReduceKernels {
                                const double* host_coef, void* gp, void* gt, ExecContext& ctx) const = 0;
 };
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int reduce_cpu_anchor;
 
 /// Defined in src/cuda/reduce_cuda.cpp (shardtensor::cuda) next to the static registrar of the CUDA
 /// table: the CUDA library's registration unit calls it so a static link keeps that file.

@@ -9,8 +9,7 @@ namespace shard::exec {
 
 /// Keeps src/exec/resize_cpu.cpp (and its registrar) in every link of the front: an external
 /// definition the compiler must emit, whose initialiser references the CPU anchor.
-extern const int* const resize_cpu_keep;
-const int* const resize_cpu_keep = &resize_cpu_anchor;
+SHARD_KEEP_CPU_TABLE(resize);
 
 namespace {
 index_t in_numel(const ResizeGeometry& g) { return g.planes * g.in_len[0] * g.in_len[1] * g.in_len[2]; }

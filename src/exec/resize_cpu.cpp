@@ -145,7 +145,7 @@ const CpuResize g_cpu_resize;
 
 }  // namespace
 
-const int resize_cpu_anchor = (register_family(DeviceKind::cpu, KernelFamily::resize, &g_cpu_resize), 1);
+SHARD_CPU_TABLE(resize, g_cpu_resize);
 
 void check_resize_geometry(const char* op, ResizeMode mode, const ResizeGeometry& g) {
   for (int d = 0; d < 3; ++d) {

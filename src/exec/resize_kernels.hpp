@@ -39,7 +39,5 @@ inline ResizeTap resize_source_tap(ResizeMode mode, index_t f, index_t G, index_
 /// Throws unless the block geometry is valid and holds every input its outputs read.
 void check_resize_geometry(const char* op, ResizeMode mode, const ResizeGeometry& g);
 
-/// Anchor of the CPU implementation (referenced by the front so the linker keeps its registrar).
-extern const int resize_cpu_anchor;
 
 }  // namespace shard::exec
