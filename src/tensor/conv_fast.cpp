@@ -239,7 +239,7 @@ namespace avx512 {
 struct VecF {
   using T = float;
   using V = __m512;
-  static constexpr int L = 16, MR = 8, NV = 3, WM = 4, WK = 6;
+  static constexpr int L = 16, MR = 8, NV = 3, WM = 4, WK = 6, WMB = 1;
   SHARD_TGT static inline V zero() { return _mm512_setzero_ps(); }
   SHARD_TGT static inline V load(const T* p) { return _mm512_loadu_ps(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_ps(p, v); }
@@ -251,7 +251,7 @@ struct VecF {
 struct VecD {
   using T = double;
   using V = __m512d;
-  static constexpr int L = 8, MR = 8, NV = 3, WM = 4, WK = 6;
+  static constexpr int L = 8, MR = 8, NV = 3, WM = 4, WK = 6, WMB = 1;
   SHARD_TGT static inline V zero() { return _mm512_setzero_pd(); }
   SHARD_TGT static inline V load(const T* p) { return _mm512_loadu_pd(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_pd(p, v); }
@@ -270,7 +270,7 @@ namespace avx2 {
 struct VecF {
   using T = float;
   using V = __m256;
-  static constexpr int L = 8, MR = 4, NV = 3, WM = 2, WK = 6;
+  static constexpr int L = 8, MR = 4, NV = 3, WM = 2, WK = 6, WMB = 0;
   SHARD_TGT static inline V zero() { return _mm256_setzero_ps(); }
   SHARD_TGT static inline V load(const T* p) { return _mm256_loadu_ps(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_ps(p, v); }
@@ -282,7 +282,7 @@ struct VecF {
 struct VecD {
   using T = double;
   using V = __m256d;
-  static constexpr int L = 4, MR = 4, NV = 3, WM = 2, WK = 6;
+  static constexpr int L = 4, MR = 4, NV = 3, WM = 2, WK = 6, WMB = 0;
   SHARD_TGT static inline V zero() { return _mm256_setzero_pd(); }
   SHARD_TGT static inline V load(const T* p) { return _mm256_loadu_pd(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_pd(p, v); }
