@@ -18,6 +18,9 @@
 // CPU-second and the median of the per-round ratios to both sgemms. Run it once per ISA
 // (SHARDTENSOR_CPU_ISA=avx2 also puts OpenBLAS on its Haswell kernels):
 //   SHARDTENSOR_CPU_ISA=avx2 OMP_NUM_THREADS=1 build/bench/bench_conv_local --ratio 7
+// --case small (with --ratio) times conv2d 16->16 3x3 on 1x16x64x128 instead, 100 calls per
+// pass: x, y and the tiles stay in L2, which separates the micro-kernels' speed from the
+// memory traffic of copying tiles in and out of 64 MiB tensors.
 #include <omp.h>
 
 #include <algorithm>
@@ -188,7 +191,7 @@ double sgemm_cpu_seconds(index_t m, index_t n, index_t k, int inner) {
 
 /// --ratio: one thread, thread CPU time, `rounds` rounds of (sgemm 1536^3, sgemm of the case's
 /// GEMM shape, fwd, input gradient, weight gradient) per case.
-int run_ratio(int rounds) {
+int run_ratio(int rounds, const std::string& which) {
   BlasThreadsScope one(1);
   struct Case {
     const char* name;
@@ -196,7 +199,7 @@ int run_ratio(int rounds) {
     double pos;
     std::function<void(double&, double&, double&)> step;
   };
-  auto make = [](auto xs, index_t cout, index_t k) {
+  auto make = [](auto xs, index_t cout, index_t k, int rep) {
     constexpr int R = std::tuple_size_v<std::decay_t<decltype(xs)>>;
     constexpr int S = R - 2;
     Shape<R> ws{};
@@ -219,19 +222,26 @@ int run_ratio(int rounds) {
     gy.fill_random(4);
     return [=](double& f, double& bi, double& bw) {
       double t0 = thread_cpu_now();
-      auto y = conv_forward(x, w, b, p);
-      f = thread_cpu_now() - t0;
+      for (int i = 0; i < rep; ++i) auto y = conv_forward(x, w, b, p);
+      f = (thread_cpu_now() - t0) / rep;
       t0 = thread_cpu_now();
-      auto gx = conv_backward_input(gy, w, in, p);
-      bi = thread_cpu_now() - t0;
+      for (int i = 0; i < rep; ++i) auto gx = conv_backward_input(gy, w, in, p);
+      bi = (thread_cpu_now() - t0) / rep;
       t0 = thread_cpu_now();
-      auto gw = conv_backward_weight(x, gy, kern, p);
-      bw = thread_cpu_now() - t0;
+      for (int i = 0; i < rep; ++i) auto gw = conv_backward_weight(x, gy, kern, p);
+      bw = (thread_cpu_now() - t0) / rep;
     };
   };
   std::vector<Case> cases;
-  cases.push_back({"conv2d 16->16 3x3 1x16x1024^2", 16, 16, 9, 1024.0 * 1024, make(Shape<4>{1, 16, 1024, 1024}, 16, 3)});
-  cases.push_back({"conv3d 8->8 3x3x3 1x8x128^3", 8, 8, 27, 128.0 * 128 * 128, make(Shape<5>{1, 8, 128, 128, 128}, 8, 3)});
+  if (which == "small") {
+    cases.push_back({"conv2d 16->16 3x3 1x16x64x128 (in L2)", 16, 16, 9, 64.0 * 128,
+                     make(Shape<4>{1, 16, 64, 128}, 16, 3, 100)});
+  } else {
+    if (which != "3d")
+      cases.push_back({"conv2d 16->16 3x3 1x16x1024^2", 16, 16, 9, 1024.0 * 1024, make(Shape<4>{1, 16, 1024, 1024}, 16, 3, 1)});
+    if (which != "2d")
+      cases.push_back({"conv3d 8->8 3x3x3 1x8x128^3", 8, 8, 27, 128.0 * 128 * 128, make(Shape<5>{1, 8, 128, 128, 128}, 8, 3, 1)});
+  }
   const index_t nbig = 1536;
   const double big_gf = 2.0 * nbig * nbig * nbig * 1e-9;
   std::vector<double> big;
@@ -305,7 +315,7 @@ int main(int argc, char** argv) {
     }
   }
   ContextGuard guard(ctx);
-  if (ratio_rounds > 0) return run_ratio(ratio_rounds);
+  if (ratio_rounds > 0) return run_ratio(ratio_rounds, which);
   fmt::print("threads: omp {} blas {} ({}), policy {}, kernel {}, budget {} KiB/thread\n", omp_get_max_threads(),
              blas_num_threads(), blas_core_name(), cfg.conv_threading == ConvThreading::tiles ? "tiles" : "blas",
              conv_kernel_isa(cfg.conv_kernel), cfg.conv_column_budget / 1024);
