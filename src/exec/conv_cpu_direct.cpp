@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -28,6 +29,7 @@ struct FastPlan {
   Ext3 lo{}, span{};  ///< per dim: smallest tap offset, extent of the tap offsets
   index_t rows = 1, cols = 1, row_tiles = 1, col_tiles = 1, units = 0;
   index_t p_cap = 0, c_cap = 0;  ///< scratch sizes (elements)
+  bool stream_y = false;  ///< non-temporal stores of y (large outputs, see store_tile_vec)
 };
 
 struct FastTile {
@@ -218,6 +220,9 @@ FastPlan make_plan(const Problem& p, std::size_t elem, int threads, index_t bloc
   const index_t e1 = fp.rows + fp.span[1] - 1, e2 = fp.cols + fp.span[2] - 1;
   fp.p_cap = fp.cin_g * fp.span[0] * e1 * e2 + 2 * block + 128;
   fp.c_cap = mpad * round_up((fp.rows - 1) * e2 + fp.cols, block);
+  // Outputs of 16 MiB and more leave the cache before anything reads them back: store them
+  // non-temporally (no read-for-ownership of y's lines).
+  fp.stream_y = static_cast<std::size_t>(p.batch * p.groups * fp.cout_g * fp.pyx) * elem >= (std::size_t{16} << 20);
   return fp;
 }
 
@@ -234,22 +239,26 @@ namespace avx512 {
 struct VecF {
   using T = float;
   using V = __m512;
-  static constexpr int L = 16, MR = 8, NV = 3, WM = 4, WK = 6;
+  static constexpr int L = 16, MR = 8, NV = 3, WM = 4, WK = 6, WMB = 1;
   SHARD_TGT static inline V zero() { return _mm512_setzero_ps(); }
   SHARD_TGT static inline V load(const T* p) { return _mm512_loadu_ps(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_ps(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm512_set1_ps(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  SHARD_TGT static inline V add(V a, V b) { return _mm512_add_ps(a, b); }
+  SHARD_TGT static inline void stream(T* p, V v) { _mm512_stream_ps(p, v); }
 };
 struct VecD {
   using T = double;
   using V = __m512d;
-  static constexpr int L = 8, MR = 8, NV = 3, WM = 4, WK = 6;
+  static constexpr int L = 8, MR = 8, NV = 3, WM = 4, WK = 6, WMB = 1;
   SHARD_TGT static inline V zero() { return _mm512_setzero_pd(); }
   SHARD_TGT static inline V load(const T* p) { return _mm512_loadu_pd(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm512_storeu_pd(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm512_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  SHARD_TGT static inline V add(V a, V b) { return _mm512_add_pd(a, b); }
+  SHARD_TGT static inline void stream(T* p, V v) { _mm512_stream_pd(p, v); }
 };
 #include "conv_cpu_direct_isa.inc"
 #undef SHARD_TGT
@@ -261,22 +270,26 @@ namespace avx2 {
 struct VecF {
   using T = float;
   using V = __m256;
-  static constexpr int L = 8, MR = 4, NV = 3, WM = 2, WK = 5;
+  static constexpr int L = 8, MR = 4, NV = 3, WM = 2, WK = 6, WMB = 0;
   SHARD_TGT static inline V zero() { return _mm256_setzero_ps(); }
   SHARD_TGT static inline V load(const T* p) { return _mm256_loadu_ps(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_ps(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm256_set1_ps(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  SHARD_TGT static inline V add(V a, V b) { return _mm256_add_ps(a, b); }
+  SHARD_TGT static inline void stream(T* p, V v) { _mm256_stream_ps(p, v); }
 };
 struct VecD {
   using T = double;
   using V = __m256d;
-  static constexpr int L = 4, MR = 4, NV = 3, WM = 2, WK = 5;
+  static constexpr int L = 4, MR = 4, NV = 3, WM = 2, WK = 6, WMB = 0;
   SHARD_TGT static inline V zero() { return _mm256_setzero_pd(); }
   SHARD_TGT static inline V load(const T* p) { return _mm256_loadu_pd(p); }
   SHARD_TGT static inline void store(T* p, V v) { _mm256_storeu_pd(p, v); }
   SHARD_TGT static inline V bcast(T a) { return _mm256_set1_pd(a); }
   SHARD_TGT static inline V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  SHARD_TGT static inline V add(V a, V b) { return _mm256_add_pd(a, b); }
+  SHARD_TGT static inline void stream(T* p, V v) { _mm256_stream_pd(p, v); }
 };
 #include "conv_cpu_direct_isa.inc"
 #undef SHARD_TGT
