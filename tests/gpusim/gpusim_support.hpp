@@ -90,12 +90,28 @@ inline double rel_err(const std::vector<double>& a, const std::vector<double>& b
   return m / s;
 }
 
+/// The first index where a (device) and b (host) differ most, for failure messages.
+inline std::string worst(const std::vector<double>& a, const std::vector<double>& b) {
+  std::size_t w = 0;
+  double m = -1;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = std::isfinite(a[i]) && std::isfinite(b[i]) ? std::abs(a[i] - b[i])
+                     : (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) ? 0.0
+                                                                               : INFINITY;
+    if (d > m) m = d, w = i;
+  }
+  if (a.empty() || b.empty()) return "empty";
+  return "element " + std::to_string(w) + ": cuda " + std::to_string(a[w]) + " cpu " + std::to_string(b[w]);
+}
+
 /// Checks that the device copy of `p` matches its host copy (what the CPU table wrote).
-#define GPUSIM_CHECK_CLOSE(pair, T, what)                                  \
-  do {                                                                      \
-    const double e_ = gpusim::rel_err((pair).device(), (pair).host());     \
-    INFO(what << ": relative error " << e_ << " (tolerance " << gpusim::tol<T>() << ")"); \
-    CHECK(e_ <= gpusim::tol<T>());                                          \
+#define GPUSIM_CHECK_CLOSE(pair, T, what)                                                  \
+  do {                                                                                      \
+    const auto d_ = (pair).device(), h_ = (pair).host();                                  \
+    const double e_ = gpusim::rel_err(d_, h_);                                              \
+    INFO(what << ": relative error " << e_ << " (tolerance " << gpusim::tol<T>() << "); worst " \
+              << gpusim::worst(d_, h_));                                                     \
+    CHECK(e_ <= gpusim::tol<T>());                                                          \
   } while (0)
 
 }  // namespace gpusim
