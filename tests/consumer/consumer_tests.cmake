@@ -82,4 +82,5 @@ add_test(NAME consumer_cpu_only
     -DNP=2
     -P ${CMAKE_CURRENT_LIST_DIR}/run_consumer.cmake)
 set_tests_properties(consumer_cpu_only PROPERTIES LABELS consumer TIMEOUT 600 PROCESSORS 2
-  FIXTURES_REQUIRED shardtensor_consumer_prefix ENVIRONMENT "OMP_NUM_THREADS=1")
+  FIXTURES_REQUIRED shardtensor_consumer_prefix ENVIRONMENT "OMP_NUM_THREADS=1"
+  SKIP_REGULAR_EXPRESSION "consumer \\(cpu_only\\): SKIPPED")

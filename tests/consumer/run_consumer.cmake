@@ -120,6 +120,17 @@ elseif(MODE STREQUAL "cpu_only")
   if(NOT PREFIX OR NOT EXISTS "${PREFIX}")
     message(FATAL_ERROR "consumer (cpu_only): -DPREFIX=<installed shardtensor> is required (made by consumer_install)")
   endif()
+  # A toolkit installed into the system directories (Debian's nvidia-cuda-toolkit puts nvcc in
+  # /usr/bin and libcudart in /usr/lib/<triplet>, e.g. after scripts/gpusim.sh) cannot be hidden
+  # without hiding the compiler and make too: report the test as skipped (ctest matches the line
+  # through SKIP_REGULAR_EXPRESSION), never as passed.
+  foreach(_sys /usr/bin /bin /usr/sbin)
+    if(EXISTS "${_sys}/nvcc")
+      message("consumer (cpu_only): SKIPPED: a CUDA toolkit is installed in the system directories "
+              "(${_sys}/nvcc), so a machine without the toolkit cannot be simulated here")
+      return()
+    endif()
+  endforeach()
   # Hide the toolkit: an empty CUDAToolkit_ROOT (FindCUDAToolkit then searches nowhere else once
   # nvcc is off PATH), no CUDA_PATH/CUDA_HOME, and the toolkit's prefixes on the ignore lists.
   set(_no_cuda "${WORK_DIR}/no-cuda-here")
