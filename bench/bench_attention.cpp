@@ -28,7 +28,7 @@
 
 #include <shardtensor/exec/attention.hpp>
 #include <shardtensor/exec/context.hpp>
-#include <shardtensor/tensor/gemm.hpp>
+#include <shardtensor/exec/blas.hpp>
 
 using namespace shard;
 

@@ -35,7 +35,7 @@
 
 #include <shardtensor/core/cpu_isa.hpp>
 #include <shardtensor/nn/functional/conv_local.hpp>
-#include <shardtensor/tensor/gemm.hpp>
+#include <shardtensor/exec/blas.hpp>
 #include <shardtensor/tensor/memory.hpp>
 
 using namespace shard;

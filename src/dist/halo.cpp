@@ -7,7 +7,9 @@
 #include "halo_plan.hpp"
 #include "shardtensor/exec/box.hpp"
 
-namespace shard::detail {
+namespace shard {
+
+using namespace detail;
 
 namespace {
 
@@ -234,4 +236,4 @@ const Block& HaloTransfer::buffer() const { return impl_->fwd() || !impl_->done 
 
 bool HaloTransfer::finished() const { return impl_->done; }
 
-}  // namespace shard::detail
+}  // namespace shard

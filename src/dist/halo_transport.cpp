@@ -451,4 +451,59 @@ Block StencilHaloAdjoint::finish(const Block& gx) {
   return gx;
 }
 
+Block stencil_halo_adjoint_of_box(DType dt, const DistSpec& spec, const HaloSpec& halo, const StencilHaloShape& shape,
+                                  const Block& gbox, const std::vector<index_t>& lo, ExecContext& ctx) {
+  StencilHaloAdjoint adj(dt, spec, halo, shape, ctx);
+  const auto ext = detail::halo_extended_shape(spec, halo);
+  const auto blk = spec.local_box().len;
+  const int R = static_cast<int>(ext.size());
+  const bool have = gbox.data != nullptr && gbox.numel() > 0;
+  SHARD_CHECK(!have || (gbox.rank == R && static_cast<int>(lo.size()) == R), shape.op,
+              "box gradient of rank {} at {} for a rank-{} extended block", gbox.rank, lo, R);
+  if (have)
+    for (int d = 0; d < R; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      SHARD_CHECK(lo[u] >= 0 && lo[u] + gbox.shape[u] <= ext[u], shape.op,
+                  "box gradient {} at {} outside the extended block {}", gbox.shape_vec(), lo, ext);
+    }
+  auto zeros = [&](const std::vector<index_t>& s) {
+    Block b = Block::allocate(dt, ctx.device(), s);
+    exec::box_zero(b, ctx);
+    return b;
+  };
+  if (adj.wants_extended_gradient()) {
+    bool whole = have && gbox.is_contiguous();
+    for (int d = 0; d < R && whole; ++d)
+      whole = lo[static_cast<std::size_t>(d)] == 0 && gbox.shape[static_cast<std::size_t>(d)] == ext[static_cast<std::size_t>(d)];
+    Block g = whole ? gbox : zeros(ext);
+    if (have && !whole) exec::box_copy(exec::sub_box(g, lo, gbox.shape_vec()), gbox, ctx);
+    adj.start(g);
+    return adj.finish();
+  }
+  // thin / sliced: the box's cells inside the block are the block's own gradient; the rest
+  // (zeroed at the block's cells, as GhostGradient requires) travels to the owners.
+  Block gx = zeros(blk);
+  std::vector<GhostGradient> ghosts;
+  if (have) {
+    std::vector<index_t> in_box(static_cast<std::size_t>(R)), in_gx(in_box), len(in_box);
+    bool overlap = true;
+    for (int d = 0; d < R; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      const index_t a = std::max(lo[u], halo.lo[u]), e = std::min(lo[u] + gbox.shape[u], halo.lo[u] + blk[u]);
+      overlap = overlap && e > a;
+      in_box[u] = a - lo[u];
+      in_gx[u] = a - halo.lo[u];
+      len[u] = std::max<index_t>(0, e - a);
+    }
+    if (overlap) {
+      exec::box_add(exec::sub_box(gx, in_gx, len), exec::sub_box(gbox, in_box, len), ctx);
+      exec::box_zero(exec::sub_box(gbox, in_box, len), ctx);
+    }
+    ghosts.push_back({lo, gbox});
+  }
+  adj.start(std::move(ghosts));
+  adj.progress(gx);
+  return adj.finish(gx);
+}
+
 }  // namespace shard

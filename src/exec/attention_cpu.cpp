@@ -29,7 +29,7 @@
 
 #include "exec/attention_kernels.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
-#include "shardtensor/tensor/gemm.hpp"
+#include "shardtensor/exec/blas.hpp"
 
 namespace shard::exec {
 

@@ -1,6 +1,6 @@
 // CPU implementation of the `box` kernel family: strided copy / add / fill over boxes. The loops
 // are the former copy_box (src/dist/redistribute.cpp), box_kernel / fill_zero (src/dist/halo.cpp)
-// and zero_box / add_box_t (src/nn/conv_dist.cpp), merged: dims are coalesced first (so a box
+// and zero_box / add_box_t (the former src/nn/conv_dist.cpp), merged: dims are coalesced first (so a box
 // that is one contiguous run is one memcpy), inner rows with unit strides move with memcpy /
 // vectorisable loops, and large boxes are split over OpenMP threads by rows (and long rows by
 // chunks).

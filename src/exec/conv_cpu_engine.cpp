@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "shardtensor/exec/conv.hpp"
-#include "shardtensor/tensor/gemm.hpp"
+#include "shardtensor/exec/blas.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
 namespace shard {

@@ -1,10 +1,10 @@
 // CPU implementation of the GEMM kernel family: today's OpenBLAS path (shard::detail::gemm_core in
-// src/tensor/gemm.cpp, with its OpenBLAS core-type fix) per batch entry, and the bias epilogues
+// src/exec/gemm_cpu_blas.cpp, with its OpenBLAS core-type fix) per batch entry, and the bias epilogues
 // moved from nn/functional/linear.hpp (same loops, same summation order).
 #include <vector>
 
 #include "exec/gemm_kernels.hpp"
-#include "shardtensor/tensor/gemm.hpp"
+#include "shardtensor/exec/blas.hpp"
 
 namespace shard::exec {
 namespace {

@@ -106,7 +106,7 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
   table(dx, name, ctx).unary_backward(op, alpha, dx.dtype, dx.numel(), x.data, y.data, dy.data, dx.data, ctx);
 }
 
-void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx) {
+void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
   const char* name = op_name(op);
   check_dtype(out, out.dtype, name, "result");
   SHARD_CHECK(out.is_contiguous(), name, "result must be contiguous");
@@ -117,7 +117,7 @@ void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecC
   table(out, name, ctx).binary(op, out, a, b, ctx);
 }
 
-void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b, ExecContext& ctx) {
+void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
   const char* name = "div_backward";
   check_dtype(out, out.dtype, name, "result");
   SHARD_CHECK(out.is_contiguous(), name, "result must be contiguous");
@@ -128,7 +128,7 @@ void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Bl
   table(out, name, ctx).div_rhs_backward(out, g, a, b, ctx);
 }
 
-void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) {
+void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext& ctx) {
   const char* name = "sum_to";
   check_dtype(dst, dst.dtype, name, "destination");
   SHARD_CHECK(dst.is_contiguous(), name, "destination must be contiguous");

@@ -9,7 +9,7 @@
 
 #include "exec/resize_kernels.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/tensor/resize.hpp"
+#include "shardtensor/exec/resize.hpp"
 
 namespace shard {
 namespace exec {

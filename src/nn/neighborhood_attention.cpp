@@ -113,7 +113,7 @@ NbhdPlan make_nbhd_plan(const char* op, const DistSpec& qs, const DistSpec& ks, 
 
 namespace {
 
-using shard::detail::HaloTransfer;
+using shard::HaloTransfer;
 
 /// t as the kernels read it: as it is when its head-feature dim has unit stride (any other
 /// strides: e.g. the interior of a user's halo-padded array, read in place on every device),

@@ -5,6 +5,8 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <shardtensor/dist/halo_transport.hpp>
+
 #include "support/mpi_harness.hpp"
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
@@ -85,6 +87,28 @@ TEMPLATE_TEST_CASE("sharded upsampling equals the unsharded upsampling", "[nn][u
   fn::check_sharded<TestType, 4>(upsample_body<TestType, 4>({2, 2, 7, 9}, {2, 3}), {2, 2, 7, 9});
   fn::check_sharded<TestType, 3>(upsample_body<TestType, 3>({1, 2, 10}, {3}), {1, 2, 10});
   fn::check_sharded<TestType, 5>(upsample_body<TestType, 5>({1, 1, 4, 5, 3}, {2, 1, 2}), {1, 1, 4, 5, 3});
+}
+
+TEST_CASE("sharded pooling and upsampling are exact with every halo transport of the halo plan",
+          "[nn][pool][upsample][mpi][halo_transport]") {
+  // thin faces (one dim with ghosts), the whole extended block, and the sliced adjoint (a tiny
+  // slice budget), with and without overlap: each transport of dist/halo_transport.hpp.
+  for (HaloTransport tp : {HaloTransport::thin, HaloTransport::whole_block}) {
+    for (std::size_t chunk : {std::size_t{1} << 26, std::size_t{64}}) {
+      for (bool overlap : {true, false}) {
+        INFO("transport " << static_cast<int>(tp) << " chunk " << chunk << " overlap " << overlap);
+        ExecContext ctx(Device::cpu());
+        ctx.settings().halo_transport = tp;
+        ctx.settings().halo_chunk_bytes = chunk;
+        ctx.settings().overlap_halo = overlap;
+        ContextGuard guard(ctx);
+        fn::check_sharded<double, 4>(pool_body<double>({2, 3, 9, 10}), {2, 3, 9, 10});
+        fn::check_sharded<double, 5>(pool3d_body<double>({1, 2, 7, 5, 6}), {1, 2, 7, 5, 6});
+        fn::check_sharded<double, 4>(upsample_body<double, 4>({2, 2, 7, 9}, {2, 3}), {2, 2, 7, 9});
+        fn::check_sharded<float, 3>(upsample_body<float, 3>({1, 2, 10}, {3}), {1, 2, 10});
+      }
+    }
+  }
 }
 
 TEMPLATE_TEST_CASE("U-Net skip connections line up after redistribute_like", "[nn][pool][upsample][mpi]", float,

@@ -10,7 +10,7 @@
 #include <shardtensor/exec/pool.hpp>
 #include <shardtensor/exec/resize.hpp>
 #include <shardtensor/exec/tensor_block.hpp>
-#include <shardtensor/tensor/gemm.hpp>
+#include <shardtensor/exec/blas.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
 using namespace shard;

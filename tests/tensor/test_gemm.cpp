@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include <shardtensor/tensor/gemm.hpp>
+#include <shardtensor/exec/blas.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
 #include "tensor/test_conv_reference.hpp"

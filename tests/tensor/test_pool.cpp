@@ -6,7 +6,7 @@
 #include <limits>
 #include <random>
 #include <shardtensor/tensor/ops.hpp>
-#include <shardtensor/tensor/pool.hpp>
+#include <shardtensor/nn/functional/pool_local.hpp>
 
 #include "tensor/test_conv_reference.hpp"
 

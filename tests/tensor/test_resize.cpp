@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 #include <shardtensor/tensor/ops.hpp>
-#include <shardtensor/tensor/resize.hpp>
+#include <shardtensor/nn/functional/resize_local.hpp>
 
 #include "tensor/test_conv_reference.hpp"
 

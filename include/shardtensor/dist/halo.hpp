@@ -92,7 +92,11 @@ void validate_halo(const DistSpec& spec, const HaloSpec& halo, const char* op);
 /// Shape of this rank's extended block: local[d] + lo[d] + hi[d].
 std::vector<index_t> halo_extended_shape(const DistSpec& spec, const HaloSpec& halo);
 
-/// The type-erased core: one split-phase halo exchange (forward) or its adjoint on Blocks.
+}  // namespace detail
+
+/// The type-erased halo exchange on Blocks: one split-phase exchange (forward) or its adjoint.
+/// This is the public plan object that type-erased schedules (src/nn/*.cpp) use; the typed
+/// functions below wrap it.
 /// Construction validates, allocates the working buffer, copies the input in and posts the first
 /// sharded dim's messages; finish() completes every dim and returns the result. The destructor
 /// completes an unfinished transfer (so peers are never left waiting).
@@ -124,6 +128,8 @@ class HaloTransfer {
   std::unique_ptr<Impl> impl_;
 };
 
+namespace detail {
+using shard::HaloTransfer;  ///< the former name
 }  // namespace detail
 
 /// A halo exchange (or adjoint) in flight. finish() returns the result; it may be called more
@@ -132,7 +138,7 @@ template <class T, int Rank>
 class HaloExchange {
  public:
   HaloExchange() = default;
-  HaloExchange(std::shared_ptr<detail::HaloTransfer> t, const HaloSpec& halo, Device dev)
+  HaloExchange(std::shared_ptr<HaloTransfer> t, const HaloSpec& halo, Device dev)
       : t_(std::move(t)), dev_(dev) {
     for (int d = 0; d < Rank; ++d) {
       lo_[d] = halo.lo[static_cast<std::size_t>(d)];
@@ -163,7 +169,7 @@ class HaloExchange {
   Device device() const { return dev_; }
 
  private:
-  std::shared_ptr<detail::HaloTransfer> t_;
+  std::shared_ptr<HaloTransfer> t_;
   Device dev_{};
   Shape<Rank> lo_{}, hi_{};
   bool have_ = false;
@@ -176,7 +182,7 @@ template <class T, int Rank>
 HaloExchange<T, Rank> halo_exchange_start(const DistTensor<T, Rank>& x, const HaloSpec& halo) {
   const auto& l = x.local();
   // Runs on the block's own device: buffers, packing and messages stay there.
-  auto t = std::make_shared<detail::HaloTransfer>(dtype_of<T>, x.spec(), halo, detail::HaloTransfer::Direction::forward,
+  auto t = std::make_shared<HaloTransfer>(dtype_of<T>, x.spec(), halo, HaloTransfer::Direction::forward,
                                                   as_block(l));
   return HaloExchange<T, Rank>(std::move(t), halo, l.device());
 }
@@ -195,7 +201,7 @@ template <class T, int Rank>
 HaloExchange<T, Rank> halo_exchange_adjoint_start(const DistSpec& x_spec, const Tensor<T, Rank>& grad_ext,
                                                    const HaloSpec& halo, bool overwrite_grad_ext = false) {
   // Runs on grad_ext's own device: buffers, packing and messages stay there.
-  auto t = std::make_shared<detail::HaloTransfer>(dtype_of<T>, x_spec, halo, detail::HaloTransfer::Direction::adjoint,
+  auto t = std::make_shared<HaloTransfer>(dtype_of<T>, x_spec, halo, HaloTransfer::Direction::adjoint,
                                                   as_block(grad_ext), overwrite_grad_ext);
   return HaloExchange<T, Rank>(std::move(t), halo, grad_ext.device());
 }
@@ -233,7 +239,7 @@ void fill_ghosts(const DistTensor<T, Rank>& x, const Tensor<T, Rank>& ghosted, c
                : fmt::format("ghosted array of shape {} but {} with {} needs {} on this rank", ghosted.shape(), spec,
                              halo, want));
   const Block out = as_block(ghosted);
-  detail::HaloTransfer t(dtype_of<T>, spec, halo, detail::HaloTransfer::Direction::forward, as_block(x.local()),
+  HaloTransfer t(dtype_of<T>, spec, halo, HaloTransfer::Direction::forward, as_block(x.local()),
                          false, &out);
   t.finish();
   ghosted.bump_version();  // an in-place write shardtensor made (saved-tensor safety)

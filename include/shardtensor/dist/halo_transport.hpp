@@ -94,7 +94,7 @@ class StencilHaloForward {
  private:
   detail::ThinHalo th_;
   Block local_, ext_;
-  std::unique_ptr<detail::HaloTransfer> tr_;
+  std::unique_ptr<HaloTransfer> tr_;
 };
 
 /// How a stencil op's backward sends its ghost gradients home.
@@ -146,5 +146,14 @@ class StencilHaloAdjoint {
   std::unique_ptr<Impl> impl_;
 };
 
+
+/// The halo adjoint of a stencil op whose backward yields the gradient of ONE box of its extended
+/// block (pooling, upsampling): `gbox` is that gradient (contiguous; overwritten), at `lo`
+/// (extended-block coordinates, one entry per tensor dim), or an empty Block when this rank has
+/// none (it still takes part). Returns this rank's block gradient; every ghost cell's gradient is
+/// added on its owner. The transport is the plan's (StencilHaloAdjoint, from ctx.settings()).
+/// Collective over the dims' communicators.
+Block stencil_halo_adjoint_of_box(DType dt, const DistSpec& spec, const HaloSpec& halo, const StencilHaloShape& shape,
+                                  const Block& gbox, const std::vector<index_t>& lo, ExecContext& ctx);
 
 }  // namespace shard

@@ -22,7 +22,7 @@ struct Stream {
 /// halo plan choose (thin faces when one dim needs ghosts, else the whole extended block).
 enum class HaloTransport : unsigned char { automatic, thin, whole_block };
 
-/// CPU conv kernel choice (tensor/conv.hpp): `automatic` takes the direct SIMD path (implicit GEMM
+/// CPU conv kernel choice (nn/functional/conv_options.hpp, exec/conv.hpp): `automatic` takes the direct SIMD path (implicit GEMM
 /// on a zero-padded input block per tile, AVX-512 or AVX2 micro-kernels) for every stride-1
 /// gather and im2col + BLAS for the rest; `direct_avx2` forces the AVX2 micro-kernels even on an
 /// AVX-512 CPU (tests, comparisons); `im2col_blas` always uses im2col + BLAS.

@@ -2,9 +2,9 @@
 /// \file gemm.hpp
 /// GEMM kernel family front: row-major (strided-batched) GEMM with transposes, alpha and beta,
 /// and the bias epilogues of linear / channel_linear, on the device of the operands (CPU:
-/// OpenBLAS through src/tensor/gemm.cpp; CUDA: cuBLAS, with TF32 only when the context's
+/// OpenBLAS through src/exec/gemm_cpu_blas.cpp; CUDA: cuBLAS, with TF32 only when the context's
 /// ExecSettings::allow_tf32 is set). Host-pointer code (the CPU conv engine) may keep calling
-/// shard::gemm of tensor/gemm.hpp directly.
+/// shard::gemm of exec/blas.hpp directly.
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"

@@ -49,13 +49,13 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
                     ExecContext& ctx);
 /// out = a (op) b over out's shape; out contiguous, a and b of out's rank and shape with any
 /// strides (stride 0 broadcasts).
-void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx);
+void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecContext& ctx);
 /// out = -g * a / b^2 (the gradient of a / b with respect to b) over out's shape; out contiguous,
 /// g, a, b of out's shape with any strides.
-void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b, ExecContext& ctx);
+void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx);
 /// Broadcast adjoint: dst (contiguous, the operand's shape) = 0, then every element of g
 /// (contiguous, the result's shape) is added to dst_view at the same index. dst_view views dst's
 /// memory in the result's index space (stride 0 on broadcast dims). Sums in double.
-void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx);
+void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext& ctx);
 
 }  // namespace shard::exec

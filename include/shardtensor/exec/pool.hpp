@@ -3,7 +3,7 @@
 /// Pool kernel family front: average and max pooling forward and backward on contiguous
 /// [planes, in...] blocks (3 spatial dims; leading extents 1 for 1-D and 2-D pooling), on the
 /// device of the data (CPU: src/exec/pool_cpu.cpp; CUDA: kernels/pool.cu). Semantics as
-/// tensor/pool.hpp: explicit padding per side, padded cells never selected by max and counted
+/// nn/functional/pool_local.hpp: explicit padding per side, padded cells never selected by max and counted
 /// by avg only with count_include_pad; max's argmax is a flat index into the input plane.
 /// Backward passes gather (each input cell sums over the outputs that read it, in output order):
 /// deterministic on every device.

@@ -2,9 +2,10 @@
 /// \file resize.hpp
 /// Resize kernel family front: nearest and (bi/tri)linear upsampling by integer factors on blocks
 /// of a global grid, forward and adjoint, on the device of the data (CPU: src/exec/resize_cpu.cpp;
-/// CUDA: kernels/resize.cu). Index maps and block semantics as tensor/resize.hpp. The adjoint
+/// CUDA: kernels/resize.cu). Index maps and block semantics as nn/functional/resize_local.hpp. The adjoint
 /// accumulates in double (CPU: scatter per plane; CUDA: gather per input cell; both fixed-order).
 #include <array>
+#include <utility>
 
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/block.hpp"
@@ -14,6 +15,11 @@ namespace shard {
 
 /// Interpolation of the upsampling.
 enum class ResizeMode { nearest, linear };
+
+/// Global input range [first, last + 1) that outputs [out_lo, out_lo + out_len) read in one dim
+/// (nn/functional/resize_local.hpp gives the maps); throws if the output range is outside [0, scale * global_in).
+std::pair<index_t, index_t> resize_input_range(ResizeMode mode, index_t scale, index_t global_in, index_t out_lo,
+                                               index_t out_len);
 
 namespace exec {
 

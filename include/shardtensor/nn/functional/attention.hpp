@@ -157,7 +157,7 @@ Var<T, R> attention_planned(const Var<T, R>& q, const Var<T, R>& k, const Var<T,
   return make_var_n<T, R>(
       DistTensor<T, R>(out_spec, out), op, {q.ref(), k.ref(), v.ref()},
       [q, k, v, p, qs, ks, vs, ql, kl, vl, out, lse, out_spec](const DistTensor<T, R>& gin) {
-        const auto g = align_grad(gin, out_spec).local().contiguous();
+        const auto g = autograd::gradient_as(out_spec, gin, autograd::PartialGrad::resolve).local().contiguous();
         const bool need_dq = q.requires_grad(), need_dkv = k.requires_grad() || v.requires_grad();
         Tensor<T, R> dq;
         if (need_dq) dq = Tensor<T, R>::empty(ql.shape(), ql.device());

@@ -43,13 +43,6 @@ inline DistSpec grad_spec(const DistSpec& s) {
   return s.with_placements(p, s.sizes());
 }
 
-/// Forwards to autograd::gradient_as(value_spec, g, PartialGrad::resolve), the one gradient
-/// alignment rule; kept only for ring_attention.hpp until it moves to its src/ schedule.
-template <class T, int R>
-DistTensor<T, R> align_grad(const DistTensor<T, R>& g, const DistSpec& value_spec) {
-  return autograd::gradient_as(value_spec, g, autograd::PartialGrad::resolve);
-}
-
 /// The first element of `t`, read on the host (copied from the device when t is not on the host).
 template <class T, int R>
 T first_value(const Tensor<T, R>& t) {

@@ -168,7 +168,7 @@ void add_channel_bias(const Tensor<T, R>& y, const Tensor<T, 1>& b) {
   std::array<index_t, R> bstride{};
   bstride[1] = 1;
   const Block bb = Block::view(dtype_of<T>, b.device(), b.data(), y.shape().data(), R, bstride.data());
-  exec::binary(exec::BinaryOp::add, yb, yb, bb, current_context(y.device()));
+  exec::binary(exec::BinaryOp::add, yb, bb, yb, current_context(y.device()));
 }
 
 /// The contiguous local block t on `dev` (an upstream gradient arriving on another device, e.g. a

@@ -9,9 +9,11 @@
 /// pred and target must have identical specs (no Partial). Sums accumulate in double. The
 /// gradient of rel_l2_loss is taken as 0 where ||pred - target|| = 0 (a subgradient); a zero target
 /// norm gives inf/nan as the formula does.
+///
+/// Recipe: checks and spec algebra here; the schedule in src/nn/reduction.cpp; the reduce exec
+/// family.
 #include <cmath>
 
-#include "shardtensor/exec/reduce.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard::nn::functional {
@@ -36,6 +38,19 @@ inline DistSpec scalar_spec(const DistSpec& xs, const std::vector<int>& mdims) {
   return DistSpec(xs.mesh(), with_partial(p, mdims, ReduceOp::sum), {1});
 }
 
+/// The schedule (src/nn/reduction.cpp). mse: this rank's sum of squared differences; its
+/// backward gp = coef (p - t), gt = -gp (gt may be an empty Block).
+double mse_forward(const Block& p, const Block& t, ExecContext& ctx);
+void mse_backward(double coef, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx);
+/// rel_l2: sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 over `samples` local samples,
+/// allreduced over `comm` (the mesh dims sharding a sample; null: none); returns this rank's part
+/// of the loss (sum over its samples of the norm ratios / global_samples).
+double rel_l2_forward(const CommPtr& comm, const Block& p, const Block& t, index_t samples, index_t global_samples,
+                      std::vector<double>& sums, ExecContext& ctx);
+/// The gradients for the loss gradient gv (already divided by the global sample count).
+void rel_l2_backward(double gv, const std::vector<double>& sums, index_t samples, const Block& p, const Block& t,
+                     const Block& gp, const Block& gt, ExecContext& ctx);
+
 }  // namespace detail
 
 /// Mean (default) or sum of (pred - target)^2 over the global tensor: a Replicate scalar {1}.
@@ -52,7 +67,7 @@ Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction red
   // exec kernels and saved as they are (Var's saved-tensor policy applies).
   const auto pl = pred.local(), tl = target.local();
   const Device dev = pl.device();
-  const double acc = exec::sq_diff_sum(as_block(pl), as_block(tl), current_context(dev));
+  const double acc = detail::mse_forward(as_block(pl), as_block(tl), current_context(dev));
   const DistSpec ss = detail::scalar_spec(xs, detail::mesh_dims_sharding(xs, [](int) { return true; }));
   auto v = Tensor<T, 1>::full({1}, static_cast<T>(acc * scale), dev);
   auto part = Var<T, 1>::make(DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
@@ -62,7 +77,7 @@ Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction red
                                 auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
                                 Tensor<T, R> gt;
                                 if (target.requires_grad()) gt = Tensor<T, R>::empty(pl.shape(), gdev);
-                                exec::mse_backward(2.0 * scale * gv, as_block(pl), as_block(tl), as_block(gp),
+                                detail::mse_backward(2.0 * scale * gv, as_block(pl), as_block(tl), as_block(gp),
                                                    target.requires_grad() ? as_block(gt) : Block{},
                                                    current_context(gdev));
                                 const DistSpec gs = detail::grad_spec(xs);
@@ -94,13 +109,10 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
                                       : std::vector<int>{};
   const auto pl = pred.local(), tl = target.local();  // strided views are read in place
   const index_t nl = per_sample ? pl.size(0) : 1;
-  // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (this rank's part, then global; host memory).
-  auto sums = std::make_shared<std::vector<double>>(static_cast<std::size_t>(2 * nl), 0.0);
-  exec::rel_l2_sums(as_block(pl), as_block(tl), nl, sums->data(), current_context(pl.device()));
-  detail::allreduce_sum(comm, sums->data(), 2 * nl);
-  double loss = 0;
-  for (index_t s = 0; s < nl; ++s) loss += std::sqrt((*sums)[2 * s]) / std::sqrt((*sums)[2 * s + 1]);
-  loss /= static_cast<double>(nglobal);
+  // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (global; host memory).
+  auto sums = std::make_shared<std::vector<double>>();
+  const double loss = detail::rel_l2_forward(comm, as_block(pl), as_block(tl), nl, nglobal, *sums,
+                                             current_context(pl.device()));
   const DistSpec ss = detail::scalar_spec(xs, batch_mdims);
   auto v = Tensor<T, 1>::full({1}, static_cast<T>(loss), pl.device());
   auto part = Var<T, 1>::make(
@@ -110,14 +122,8 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
         const Device gdev = pl.device();
         auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
         auto gt = Tensor<T, R>::empty(pl.shape(), gdev);
-        std::vector<double> coef(static_cast<std::size_t>(2 * nl));
-        for (index_t s = 0; s < nl; ++s) {
-          const double a = std::sqrt((*sums)[2 * s]), b = std::sqrt((*sums)[2 * s + 1]);
-          coef[2 * s] = a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b = (p - t) / (a b)
-          coef[2 * s + 1] = gv * a / (b * b * b);     // d/dt adds -a t / b^3
-        }
-        exec::rel_l2_backward(as_block(pl), as_block(tl), nl, coef.data(), as_block(gp), as_block(gt),
-                              current_context(gdev));
+        detail::rel_l2_backward(gv, *sums, nl, as_block(pl), as_block(tl), as_block(gp), as_block(gt),
+                                current_context(gdev));
         const DistSpec gs = detail::grad_spec(xs);
         if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
         if (target.requires_grad()) target.accumulate_grad(DistTensor<T, R>(gs, gt));

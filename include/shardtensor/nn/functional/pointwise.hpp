@@ -86,7 +86,7 @@ Tensor<T, Rx> reduce_to_operand(const Tensor<T, R>& g, const DistSpec& xs, const
   auto out_t = Tensor<T, Rx>::empty(xshape, g.device());
   const auto view = operand_view<T, R, Rx>(out_t, xs, out);
   const auto gc = g.contiguous();
-  exec::sum_to(as_block(out_t), as_block(view), as_block(gc), current_context(g.device()));
+  exec::sum_to(as_block(gc), as_block(out_t), as_block(view), current_context(g.device()));
   return out_t;
 }
 
@@ -116,7 +116,7 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
   auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
   const auto av = operand_view<T, R, Ra>(a.local(), sa, out_spec);
   const auto bv = operand_view<T, R, Rb>(b.local(), sb, out_spec);
-  exec::binary(op, as_block(out), as_block(av), as_block(bv), current_context(dev));
+  exec::binary(op, as_block(av), as_block(bv), as_block(out), current_context(dev));
   return Var<T, R>::make(
       DistTensor<T, R>(out_spec, out), name, {a.ref(), b.ref()}, [a, b, op, out_spec](const DistTensor<T, R>& gin) {
         const auto g = autograd::gradient_as(out_spec, gin, autograd::PartialGrad::resolve).local().contiguous();
@@ -139,8 +139,8 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
           } else {
             ga = tmp();
             const auto bv2 = operand_view<T, R, Rb>(b.local(), b.value().spec(), out_spec);
-            exec::binary(op == BinaryOp::mul ? BinaryOp::mul : BinaryOp::div, as_block(ga), as_block(g),
-                         as_block(bv2), ctx);
+            exec::binary(op == BinaryOp::mul ? BinaryOp::mul : BinaryOp::div, as_block(g), as_block(bv2),
+                         as_block(ga), ctx);
           }
           push(a, ga);
         }
@@ -155,10 +155,10 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
             gb = tmp();
             const auto av2 = operand_view<T, R, Ra>(a.local(), a.value().spec(), out_spec);
             if (op == BinaryOp::mul) {
-              exec::binary(BinaryOp::mul, as_block(gb), as_block(g), as_block(av2), ctx);
+              exec::binary(BinaryOp::mul, as_block(g), as_block(av2), as_block(gb), ctx);
             } else {
               const auto bv2 = operand_view<T, R, Rb>(b.local(), b.value().spec(), out_spec);
-              exec::div_rhs_backward(as_block(gb), as_block(g), as_block(av2), as_block(bv2), ctx);
+              exec::div_rhs_backward(as_block(g), as_block(av2), as_block(bv2), as_block(gb), ctx);
             }
           }
           push(b, gb);

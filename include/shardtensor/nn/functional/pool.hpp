@@ -2,7 +2,7 @@
 /// \file pool.hpp
 /// Domain-parallel average and max pooling (1-3 spatial dims) with forward and backward on the
 /// autograd tape. Input N, C, spatial... with any dims sharded (spatial dims over any mesh dims,
-/// uneven and empty shards included); parameters as tensor/pool.hpp's PoolParams (kernel,
+/// uneven and empty shards included); parameters as pool_local.hpp's PoolParams (kernel,
 /// stride (0 = kernel), padding per side < kernel, count_include_pad for avg; floor mode).
 ///
 /// Layout: the anchor rule of window.hpp with dilation 1 (so windows that straddle ranks, with
@@ -16,11 +16,15 @@
 /// Backward: the local pooling gradient of the box, then the halo ADJOINT returns the ghost
 /// cells' gradients to their owners. A Partial input is resolved first. No communication
 /// overlap here (pooling is memory-bound and cheap next to the exchange).
+///
+/// Recipe (docs/architecture.md): checks and spec algebra here; the schedule in src/nn/pool.cpp;
+/// the halo through the stencil halo plan (dist/halo_transport.hpp); the pool exec family.
 #include <cstdint>
 #include <memory>
 
+#include "shardtensor/exec/pool.hpp"
+#include "shardtensor/nn/functional/pool_local.hpp"
 #include "shardtensor/nn/functional/window.hpp"
-#include "shardtensor/tensor/pool.hpp"
 
 namespace shard::nn::functional {
 
@@ -67,50 +71,51 @@ std::pair<PoolRun, DistSpec> make_pool_run(const char* op, const DistSpec& xs, c
   return {std::move(r), ys};
 }
 
-/// The spatial ranges of the block that `pool_input` returns: the extended block or the block.
-inline std::vector<Range> pool_base(const PoolRun& r) {
-  std::vector<Range> b;
-  for (int d = 0; d < r.plan.spatial(); ++d) b.push_back(r.plan.exchange ? r.plan.ext_range(d) : r.plan.in_block[static_cast<std::size_t>(d)]);
-  return b;
-}
+/// Pooling kinds of the schedule.
+enum class PoolKind : unsigned char { avg, max };
 
-/// The contiguous input box of this rank (halo exchange included; collective when needed).
+/// The schedule (src/nn/pool.cpp). Forward: this rank's input box (its block `x`, with the
+/// ghost cells of the plan's halo from the stencil halo plan, or read in place from the user's
+/// declared ghosts `user_ext` when that is a non-empty Block) pooled into y (and idx for max).
+/// Collective over the dims' communicators when the plan exchanges.
+void pool_forward(PoolKind kind, const PoolRun& r, const DistSpec& xs, const Block& x, const Block& user_ext,
+                  const Block& y, const Block* idx, ExecContext& ctx);
+/// Backward: the input gradient of this rank's block from the output gradient gy (contiguous):
+/// the local pooling adjoint on the box, then the halo adjoint. Collective when the plan exchanges.
+Block pool_backward(PoolKind kind, const PoolRun& r, const DistSpec& xs, DType dt, const Block& gy, const Block* idx,
+                    ExecContext& ctx);
+
+/// The typed front of avg_pool / max_pool (checks and spec algebra here, the schedule in src/).
 template <class T, int R>
-Tensor<T, R> pool_input(const PoolRun& r, const DistTensor<T, R>& x) {
+Var<T, R> pool(const Var<T, R>& input, const PoolParams<R - 2>& p, PoolKind kind) {
+  constexpr int S = R - 2;
+  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "pooling: 1-3 spatial dims, float or double");
+  const bool mx = kind == PoolKind::max;
+  const char* op = S == 1 ? (mx ? "max_pool1d" : "avg_pool1d")
+                   : S == 2 ? (mx ? "max_pool2d" : "avg_pool2d")
+                            : (mx ? "max_pool3d" : "avg_pool3d");
+  const auto x = resolve(input);
+  const Device dev = x.value().device();
+  const DistSpec xs = x.value().spec();
+  auto [run, ys] = make_pool_run<S>(op, xs, p);
+  auto r = std::make_shared<const PoolRun>(std::move(run));
+  const Shape<R> yshape = DistTensor<T, R>::from_vec(ys.local_box().len);
+  auto y = Tensor<T, R>::empty(yshape, dev);
+  Tensor<std::int64_t, R> idx;
+  if (mx) idx = Tensor<std::int64_t, R>::empty(yshape, dev);
   // Ghost reuse (dist/ghosts.hpp): declared ghost cells covering the halo are read in place (the
   // decision is the same on every rank; pooling never reads beyond the domain edge).
-  const Tensor<T, R> base = !r.plan.exchange ? x.local()
-                            : shard::use_declared_ghosts(x, r.plan.halo, true)
-                                ? x.ghosted_local(r.plan.halo.lo, r.plan.halo.hi)
-                                : halo_exchange(x, r.plan.halo);
-  if (!r.compute) return Tensor<T, R>();
-  const auto br = pool_base(r);
-  Shape<R> lo{}, len = base.shape();
-  bool whole = true;
-  for (int d = 0; d < R - 2; ++d) {
-    const auto u = static_cast<std::size_t>(d);
-    lo[2 + d] = r.box[u].lo - br[u].lo;
-    len[2 + d] = r.box[u].len;
-    whole = whole && r.box[u] == br[u];
-  }
-  return whole ? base.contiguous() : base.slice(lo, len).contiguous();
-}
-
-/// The input gradient from the gradient of this rank's box (halo adjoint; collective when needed).
-template <class T, int R>
-Tensor<T, R> pool_input_grad(const PoolRun& r, const DistSpec& xs, const Tensor<T, R>& gbox, Device dev) {
-  const auto br = pool_base(r);
-  Shape<R> full = DistTensor<T, R>::from_vec(xs.local_box().len), lo{};
-  bool whole = r.compute;
-  for (int d = 0; d < R - 2; ++d) {
-    const auto u = static_cast<std::size_t>(d);
-    full[2 + d] = br[u].len;
-    lo[2 + d] = r.box[u].lo - br[u].lo;
-    whole = whole && r.box[u] == br[u];
-  }
-  Tensor<T, R> g = whole ? gbox : Tensor<T, R>::zeros(full, dev);
-  if (r.compute && !whole) g.slice(lo, gbox.shape()).copy_from(gbox);
-  return r.plan.exchange ? halo_exchange_adjoint(xs, g, r.plan.halo, true) : g;
+  const Block user_ext = r->plan.exchange ? declared_ghost_block(x.value(), r->plan.halo, true) : Block{};
+  const Block ib = mx ? as_block(idx) : Block{};
+  pool_forward(kind, *r, xs, as_block(x.local()), user_ext, as_block(y), mx ? &ib : nullptr, current_context(dev));
+  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, idx, kind, dev](const DistTensor<T, R>& g) {
+    const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
+    const Tensor<T, R> gy = gn.local().contiguous();
+    const Block ib = kind == PoolKind::max ? as_block(idx) : Block{};
+    const Block gx = pool_backward(kind, *r, xs, dtype_of<T>, as_block(gy), kind == PoolKind::max ? &ib : nullptr,
+                                   current_context(dev));
+    x.accumulate_grad(DistTensor<T, R>(window_input_grad_spec(xs, ys, gn.spec()), tensor_of<T, R>(gx)));
+  });
 }
 
 }  // namespace detail
@@ -118,63 +123,14 @@ Tensor<T, R> pool_input_grad(const PoolRun& r, const DistSpec& xs, const Tensor<
 /// Domain-parallel average pooling of x[N, C, spatial...] (see the file comment).
 template <class T, int R>
 Var<T, R> avg_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
-  constexpr int S = R - 2;
-  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "avg_pool: 1-3 spatial dims, float or double");
-  const char* op = S == 1 ? "avg_pool1d" : S == 2 ? "avg_pool2d" : "avg_pool3d";
-  const auto x = resolve(input);
-  const Device dev = x.value().device();
-  const DistSpec xs = x.value().spec();
-  auto [run, ys] = detail::make_pool_run<S>(op, xs, p);
-  auto r = std::make_shared<const detail::PoolRun>(std::move(run));
-  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
-  const Tensor<T, R> in = detail::pool_input(*r, x.value());
-  if (r->compute) exec::avg_pool_forward(r->geom, as_block(in), as_block(y), current_context(dev));
-  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, dev](const DistTensor<T, R>& g) {
-    const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
-    const Tensor<T, R> gy = gn.local().contiguous();
-    Tensor<T, R> gbox;
-    if (r->compute) {
-      Shape<R> bs = gy.shape();
-      for (int d = 0; d < R - 2; ++d) bs[2 + d] = r->box[static_cast<std::size_t>(d)].len;
-      gbox = Tensor<T, R>::empty(bs, dev);
-      exec::avg_pool_backward(r->geom, as_block(gy), as_block(gbox), current_context(dev));
-    }
-    x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
-                                       detail::pool_input_grad(*r, xs, gbox, dev)));
-  });
+  return detail::pool(input, p, detail::PoolKind::avg);
 }
 
 /// Domain-parallel max pooling of x[N, C, spatial...] (see the file comment). Ties pick the
 /// first maximum in window order, as the local kernel.
 template <class T, int R>
 Var<T, R> max_pool(const Var<T, R>& input, const PoolParams<R - 2>& p) {
-  constexpr int S = R - 2;
-  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "max_pool: 1-3 spatial dims, float or double");
-  const char* op = S == 1 ? "max_pool1d" : S == 2 ? "max_pool2d" : "max_pool3d";
-  const auto x = resolve(input);
-  const Device dev = x.value().device();
-  const DistSpec xs = x.value().spec();
-  auto [run, ys] = detail::make_pool_run<S>(op, xs, p);
-  auto r = std::make_shared<const detail::PoolRun>(std::move(run));
-  const Shape<R> yshape = DistTensor<T, R>::from_vec(ys.local_box().len);
-  auto y = Tensor<T, R>::empty(yshape, dev);
-  auto idx = Tensor<std::int64_t, R>::empty(yshape, dev);
-  const Tensor<T, R> in = detail::pool_input(*r, x.value());
-  if (r->compute)
-    exec::max_pool_forward(r->geom, as_block(in), as_block(y), as_block(idx), current_context(dev));
-  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, idx, dev](const DistTensor<T, R>& g) {
-    const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
-    const Tensor<T, R> gy = gn.local().contiguous();
-    Tensor<T, R> gbox;
-    if (r->compute) {
-      Shape<R> bs = gy.shape();
-      for (int d = 0; d < R - 2; ++d) bs[2 + d] = r->box[static_cast<std::size_t>(d)].len;
-      gbox = Tensor<T, R>::empty(bs, dev);
-      exec::max_pool_backward(r->geom, as_block(gy), as_block(idx), as_block(gbox), current_context(dev));
-    }
-    x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()),
-                                       detail::pool_input_grad(*r, xs, gbox, dev)));
-  });
+  return detail::pool(input, p, detail::PoolKind::max);
 }
 
 /// 2-d average pooling (see avg_pool).

@@ -1,6 +1,7 @@
 #pragma once
 /// \file reduction.hpp
-/// Differentiable sum / mean / max over (possibly sharded) dims. Reductions keep the reduced dims
+/// Differentiable sum / mean / max over (possibly sharded) dims (recipe: checks and spec algebra
+/// here, the schedule in src/nn/reduction.cpp, the reduce exec family). Reductions keep the reduced dims
 /// with extent 1 (keepdim); the all-dims forms return a global shape {1} Var<T,1>.
 ///
 /// The result is left unresolved: on each mesh dim that shards a reduced dim it is Partial(sum)
@@ -37,6 +38,16 @@ std::vector<int> normalise_dims(std::vector<int> dims, const char* op) {
 /// Reduction kinds.
 enum class ReduceKind { sum, mean, max };
 
+/// The schedule (src/nn/reduction.cpp). Forward: out = this rank's keepdim reduction of x (sum
+/// and mean scaled by 1 / count for mean; x may be strided). No communication (the result is
+/// Partial).
+void reduce_forward(ReduceKind kind, index_t count, const Block& x, const Block& out, ExecContext& ctx);
+/// Backward: gx (contiguous, x's shape) from the resolved output gradient g. sum/mean broadcast
+/// g; max sends it to the positions attaining the global maximum (the allreduced `value`, the
+/// forward's local result), ties shared, with two allreduces over `comm` (null: none).
+void reduce_backward(ReduceKind kind, index_t count, const CommPtr& comm, const Block& x, const Block& value,
+                     const Block& g, const Block& gx, ExecContext& ctx);
+
 /// The keepdim reduction behind sum/mean/max.
 template <class T, int R>
 Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) {
@@ -66,33 +77,14 @@ Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) 
   const Device dev = xl.device();
   ExecContext& ctx = current_context(dev);
   const auto out = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(out_spec.local_box().len), dev);
-  if (kind == ReduceKind::max) {
-    exec::reduce_max(as_block(xl), as_block(out), ctx);
-  } else {
-    const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
-    exec::reduce_sum(as_block(xl), as_block(out), f, ctx);
-  }
+  reduce_forward(kind, count, as_block(xl), as_block(out), ctx);
   DistTensor<T, R> outv(out_spec, out);
   return Var<T, R>::make(outv, name, {x.ref()}, [x, xs, xl, outv, kind, count, red_mdims](const DistTensor<T, R>& gin) {
     const auto g = autograd::gradient_as(outv.spec(), gin, autograd::PartialGrad::resolve).local().contiguous();
     const Device gdev = xl.device();
-    ExecContext& gctx = current_context(gdev);
     auto gx = Tensor<T, R>::empty(xl.shape(), gdev);
-    if (kind != ReduceKind::max) {
-      const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
-      exec::broadcast_scaled(as_block(g), as_block(gx), f, gctx);
-    } else {
-      // Global maximum and the global number of positions attaining it, per result element.
-      const CommPtr comm = comm_over(xs.mesh(), red_mdims);
-      auto gmax = outv.local().clone();
-      if (comm && comm->size() > 1 && gmax.numel() > 0)
-        comm->allreduce(gmax.data(), gmax.data(), gmax.numel(), dtype_of<T>, ReduceOp::max);
-      auto ties = Tensor<double, R>::empty(gmax.shape(), gdev);
-      exec::max_ties(as_block(xl), as_block(gmax), as_block(ties), gctx);
-      if (comm && comm->size() > 1 && ties.numel() > 0)
-        comm->allreduce(ties.data(), ties.data(), ties.numel(), DType::f64, ReduceOp::sum);
-      exec::max_backward(as_block(xl), as_block(gmax), as_block(g), as_block(ties), as_block(gx), gctx);
-    }
+    reduce_backward(kind, count, kind == ReduceKind::max ? comm_over(xs.mesh(), red_mdims) : CommPtr{}, as_block(xl),
+                    as_block(outv.local()), as_block(g), as_block(gx), current_context(gdev));
     x.accumulate_grad(DistTensor<T, R>(grad_spec(xs), gx));
   });
 }

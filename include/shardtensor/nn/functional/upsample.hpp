@@ -2,7 +2,7 @@
 /// \file upsample.hpp
 /// Domain-parallel upsampling by integer scale factors with forward and backward on the
 /// autograd tape: nearest and linear (1-D linear, 2-D bilinear, 3-D trilinear) with PyTorch's
-/// align_corners=false semantics (tensor/resize.hpp gives the exact index maps).
+/// align_corners=false semantics (resize_local.hpp gives the exact index maps).
 ///
 /// Layout: the output has x's placements and layout times the scale, per sharded spatial dim
 /// (part p of x holding [off, off + n) produces outputs [f*off, f*(off + n))), computed locally.
@@ -11,10 +11,15 @@
 /// Boundary::replicate (the edge clamp), with widths equal to the parts' actual needs (<= 1).
 /// Backward: the local adjoint of the resize onto the (extended) block, then the halo ADJOINT.
 /// A Partial input is resolved first.
+///
+/// Recipe (docs/architecture.md): checks and spec algebra here; the schedule in
+/// src/nn/upsample.cpp; the halo through the stencil halo plan (dist/halo_transport.hpp); the
+/// resize exec family.
 #include <memory>
 
+#include "shardtensor/exec/resize.hpp"
+#include "shardtensor/nn/functional/resize_local.hpp"
 #include "shardtensor/nn/functional/window.hpp"
-#include "shardtensor/tensor/resize.hpp"
 
 namespace shard::nn::functional {
 
@@ -75,6 +80,16 @@ UpsampleRun<S> make_upsample_run(const char* op, const DistSpec& xs, ResizeMode 
   return r;
 }
 
+/// The schedule (src/nn/upsample.cpp). Forward: y from this rank's block x (strided views read
+/// in place), extended by the plan's halo through the stencil halo plan when `exchange`; `g` is
+/// the resize geometry over the (extended) block. Collective when `exchange`.
+void upsample_forward(const exec::ResizeGeometry& g, const DistSpec& xs, const HaloSpec& halo, bool exchange,
+                      bool compute, const Block& x, const Block& y, ExecContext& ctx);
+/// Backward: this rank's block gradient from gy (contiguous): the resize adjoint onto the
+/// (extended) block, then the halo adjoint. Collective when `exchange`.
+Block upsample_backward(const exec::ResizeGeometry& g, const DistSpec& xs, const HaloSpec& halo, bool exchange,
+                        bool compute, DType dt, const Block& gy, ExecContext& ctx);
+
 }  // namespace detail
 
 /// Domain-parallel upsampling of x[N, C, spatial...] by integer factors `scale` (see the file comment).
@@ -88,22 +103,22 @@ Var<T, R> upsample(const Var<T, R>& input, ResizeMode mode, const Shape<R - 2>& 
   const DistSpec xs = x.value().spec();
   auto r = std::make_shared<const detail::UpsampleRun<S>>(detail::make_upsample_run<S>(op, xs, mode, scale));
   const DistSpec ys = r->out;
-  const Tensor<T, R> base = r->exchange ? halo_exchange(x.value(), r->halo) : x.local();
-  Tensor<T, R> y = r->compute ? resize_forward(base, mode, r->block)
-                              : Tensor<T, R>::zeros(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
   Shape<S> base_len{};
-  for (int d = 0; d < S; ++d) base_len[d] = base.size(2 + d);
-  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()},
-                         [x, xs, ys, r, mode, base_len, dev](const DistTensor<T, R>& g) {
-                           const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
-                           const Tensor<T, R> gy = gn.local().contiguous();
-                           Shape<R> gs = gy.shape();
-                           for (int d = 0; d < S; ++d) gs[2 + d] = base_len[d];
-                           Tensor<T, R> gb = r->compute ? resize_backward(gy, mode, r->block, base_len)
-                                                        : Tensor<T, R>::zeros(gs, dev);
-                           if (r->exchange) gb = halo_exchange_adjoint(xs, gb, r->halo, true);
-                           x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()), gb));
-                         });
+  for (int d = 0; d < S; ++d)
+    base_len[d] = x.local().size(2 + d) + r->halo.lo[static_cast<std::size_t>(d + 2)] +
+                  r->halo.hi[static_cast<std::size_t>(d + 2)];
+  auto geo = shard::detail::resize_geometry<S>(x.local().size(0) * x.local().size(1), r->block, base_len);
+  geo.mode = mode;
+  auto y = Tensor<T, R>::empty(DistTensor<T, R>::from_vec(ys.local_box().len), dev);
+  detail::upsample_forward(geo, xs, r->halo, r->exchange, r->compute, as_block(x.local()), as_block(y),
+                           current_context(dev));
+  return Var<T, R>::make(DistTensor<T, R>(ys, y), op, {x.ref()}, [x, xs, ys, r, geo, dev](const DistTensor<T, R>& g) {
+    const DistTensor<T, R> gn = autograd::gradient_as(ys, g);
+    const Tensor<T, R> gy = gn.local().contiguous();
+    const Block gx = detail::upsample_backward(geo, xs, r->halo, r->exchange, r->compute, dtype_of<T>, as_block(gy),
+                                               current_context(dev));
+    x.accumulate_grad(DistTensor<T, R>(detail::window_input_grad_spec(xs, ys, gn.spec()), tensor_of<T, R>(gx)));
+  });
 }
 
 /// Nearest-neighbour upsampling by integer factors (see upsample).

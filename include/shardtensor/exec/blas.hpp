@@ -1,5 +1,5 @@
 #pragma once
-/// \file gemm.hpp
+/// \file blas.hpp
 /// Row-major GEMM on host memory (a thin wrapper over OpenBLAS cblas_sgemm / cblas_dgemm; the CPU
 /// implementation of the GEMM kernel family, whose device-generic front is exec/gemm.hpp) and
 /// control of the BLAS thread pool.

@@ -1,5 +1,5 @@
 // Row-major GEMM over OpenBLAS (cblas) and the BLAS thread-pool controls.
-#include "shardtensor/tensor/gemm.hpp"
+#include "shardtensor/exec/blas.hpp"
 
 #include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/core/error.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-/// \file pool.hpp
+/// \file pool_local.hpp
 /// Local average and max pooling (on the tensor's device, through the pool kernel family of
 /// exec/pool.hpp), forward and backward, for S = 1, 2, 3 spatial dims on
 /// Tensor<T, S + 2> in N, C, spatial layout (T = float or double). Padding is explicit per side

@@ -1,5 +1,5 @@
 #pragma once
-/// \file resize.hpp
+/// \file resize_local.hpp
 /// Local upsampling (on the tensor's device, through the resize kernel family of exec/resize.hpp)
 /// by integer scale factors, nearest and linear (1-D linear, 2-D
 /// bilinear, 3-D trilinear) with PyTorch's align_corners=false semantics, forward and adjoint,
@@ -49,11 +49,6 @@ struct ResizeBlock {
     return b;
   }
 };
-
-/// Global input range [first, last + 1) that outputs [out_lo, out_lo + out_len) read in one dim
-/// (see the file comment); throws if the output range is outside [0, scale * global_in).
-std::pair<index_t, index_t> resize_input_range(ResizeMode mode, index_t scale, index_t global_in, index_t out_lo,
-                                               index_t out_len);
 
 namespace detail {
 /// Resize as seen by the type-erased kernels (see exec/resize.hpp).

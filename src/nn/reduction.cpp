@@ -1,0 +1,71 @@
+// Schedule of the reductions (see include/shardtensor/nn/functional/reduction.hpp) and of the
+// losses (loss.hpp): the reduce kernel family's calls and the allreduces, in order, for one rank's
+// local block.
+#include <cmath>
+
+#include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/reduce.hpp"
+#include "shardtensor/nn/functional/loss.hpp"
+#include "shardtensor/nn/functional/reduction.hpp"
+
+namespace shard::nn::functional::detail {
+
+void reduce_forward(ReduceKind kind, index_t count, const Block& x, const Block& out, ExecContext& ctx) {
+  if (kind == ReduceKind::max) {
+    exec::reduce_max(x, out, ctx);
+  } else {
+    const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
+    exec::reduce_sum(x, out, f, ctx);
+  }
+}
+
+void reduce_backward(ReduceKind kind, index_t count, const CommPtr& comm, const Block& x, const Block& value,
+                     const Block& g, const Block& gx, ExecContext& ctx) {
+  if (kind != ReduceKind::max) {
+    const double f = kind == ReduceKind::mean ? 1.0 / static_cast<double>(count) : 1.0;
+    exec::broadcast_scaled(g, gx, f, ctx);
+    return;
+  }
+  // Global maximum and the global number of positions attaining it, per result element.
+  const bool reduce = comm && comm->size() > 1 && value.numel() > 0;
+  Block gmax = Block::allocate(value.dtype, ctx.device(), value.shape_vec());
+  exec::box_copy(gmax, value, ctx);
+  if (reduce) comm->allreduce(gmax.data, gmax.data, gmax.numel(), gmax.dtype, ReduceOp::max);
+  Block ties = Block::allocate(DType::f64, ctx.device(), value.shape_vec());
+  exec::max_ties(x, gmax, ties, ctx);
+  if (reduce) comm->allreduce(ties.data, ties.data, ties.numel(), DType::f64, ReduceOp::sum);
+  exec::max_backward(x, gmax, g, ties, gx, ctx);
+}
+
+double mse_forward(const Block& p, const Block& t, ExecContext& ctx) { return exec::sq_diff_sum(p, t, ctx); }
+
+void mse_backward(double coef, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
+  exec::mse_backward(coef, p, t, gp, gt, ctx);
+}
+
+double rel_l2_forward(const CommPtr& comm, const Block& p, const Block& t, index_t samples, index_t global_samples,
+                      std::vector<double>& sums, ExecContext& ctx) {
+  sums.assign(static_cast<std::size_t>(2 * samples), 0.0);
+  exec::rel_l2_sums(p, t, samples, sums.data(), ctx);
+  allreduce_sum(comm, sums.data(), 2 * samples);
+  double loss = 0;
+  for (index_t s = 0; s < samples; ++s) {
+    const auto u = static_cast<std::size_t>(s);
+    loss += std::sqrt(sums[2 * u]) / std::sqrt(sums[2 * u + 1]);
+  }
+  return loss / static_cast<double>(global_samples);
+}
+
+void rel_l2_backward(double gv, const std::vector<double>& sums, index_t samples, const Block& p, const Block& t,
+                     const Block& gp, const Block& gt, ExecContext& ctx) {
+  std::vector<double> coef(static_cast<std::size_t>(2 * samples));
+  for (index_t s = 0; s < samples; ++s) {
+    const auto u = static_cast<std::size_t>(s);
+    const double a = std::sqrt(sums[2 * u]), b = std::sqrt(sums[2 * u + 1]);
+    coef[2 * u] = a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b = (p - t) / (a b)
+    coef[2 * u + 1] = gv * a / (b * b * b);     // d/dt adds -a t / b^3
+  }
+  exec::rel_l2_backward(p, t, samples, coef.data(), gp, gt, ctx);
+}
+
+}  // namespace shard::nn::functional::detail
