@@ -19,7 +19,7 @@ export OMP_NUM_THREADS=1
 cmds=(
   "bench/bench_conv_local --case 2d --reps 3 --peak 0"
   "bench/bench_conv_local --case 3d --reps 3 --peak 0"
-  "MPI bench/bench_conv_dist --case 2d --iters 3"
+  "MPI bench/bench_conv_dist --case conv2d --iters 3"
   "MPI bench/bench_redistribute --n 2048 --reps 20"
   "bench/bench_attention --n 2048 --reps 3 --peak 0"
   "MPI bench/bench_ring_attention --seq 4096 --iters 3"
@@ -29,8 +29,11 @@ run_one() {  # label builddir command
   local label=$1 dir=$2 c=$3 pre=""
   if [[ $c == MPI\ * ]]; then pre=$MPI; c=${c#MPI }; fi
   echo "### $label :: $c"
+  local -a words
+  read -ra words <<<"$c"
+  words[0]=$dir/${words[0]}
   # shellcheck disable=SC2086
-  $pre "$dir/$c" 2>&1 | sed "s/^/[$label] /"
+  $pre "${words[@]}" 2>&1 | sed "s/^/[$label] /"
 }
 {
   echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
