@@ -63,7 +63,12 @@ if [ "$(cat "$SIM/.shardtensor-patch" 2>/dev/null)" != "$stamp" ]; then
   step "copying the simulator source and applying $(basename "$PATCH")"
   rm -rf "$SIM"; mkdir -p "$SIM"
   (cd "$SRC" && tar -c --exclude=./build --exclude=./lib --exclude=.git .) | tar -x -C "$SIM"
-  patch -d "$SIM" -p1 --quiet <"$PATCH"
+  if ! patch -d "$SIM" -p1 --quiet --forward --dry-run <"$PATCH" >/dev/null 2>&1; then
+    echo "scripts/gpusim.sh: $(basename "$PATCH") does not apply to $SRC: give the unpatched" \
+      "simulator source (a tree that already carries this patch, or an older one, cannot take it)" >&2
+    exit 1
+  fi
+  patch -d "$SIM" -p1 --quiet --forward <"$PATCH"
   # The simulator's build stamps a git revision into the library: give the copy a repository.
   (cd "$SIM" && git init -q && git add -A >/dev/null &&
     git -c user.email=gpusim@local -c user.name=gpusim commit -qm "GPGPU-Sim + shardtensor patch" >/dev/null)

@@ -1,22 +1,33 @@
 // exec::DeviceRuntime on cudart, registered for DeviceKind::cuda when shardtensor::cuda is loaded.
 //
-// Device memory comes from a stream-ordered caching allocator: the device's default memory pool
-// (cudaMallocAsync / cudaFreeAsync) with its release threshold raised so freed blocks stay
-// cached instead of going back to the driver (cudaMalloc/cudaFree per tensor cost a device
-// synchronisation each). Allocation and free are ordered on the legacy default stream, which
-// waits for all prior work of every blocking stream on the device and is waited for by later
-// work; streams made by create_stream() are blocking, so a block freed while a kernel on any of
-// them still reads it is not handed out again before that kernel finishes. Set
-// SHARDTENSOR_CUDA_CACHE=0 to use plain cudaMalloc/cudaFree instead (also used when the device
-// has no memory-pool support).
+// Device memory comes from a stream-aware caching allocator (the scheme of PyTorch's
+// CUDACachingAllocator; cudaMalloc/cudaFree per tensor cost a device synchronisation each):
+// - a block is handed out for use on a stream and freed on the stream it was last used on
+//   (allocate_on / deallocate_on; tensor/memory.cpp passes the stream of the thread's current
+//   context at allocation for both);
+// - at the free, an event is recorded on that stream and the block is parked: an allocation on the
+//   same stream may take it at once (its work is queued after the block's last use), an
+//   allocation on any other stream only once the event has completed (polled, never waited for);
+// - so a block freed while a kernel on a user's non-blocking stream still reads it is never
+//   handed to another stream before that kernel finishes (allocation ordered on the legacy default
+//   stream, as before, did not synchronise with non-blocking streams);
+// - destroy_stream() synchronises the stream first and releases its parked blocks to every
+//   stream; out of memory, or release_cached(), synchronises the device and returns the cached
+//   blocks to the driver.
+// Set SHARDTENSOR_CUDA_CACHE=0 to use plain cudaMalloc/cudaFree instead.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <atomic>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
@@ -84,34 +95,57 @@ class CudaRuntime final : public DeviceRuntime {
                 device, n, n - 1, visible_devices());
   }
 
-  void* allocate(std::size_t bytes, int device) const override {
+  void* allocate(std::size_t bytes, int device) const override { return allocate_on(bytes, device, Stream{}); }
+  void deallocate(void* p, int device) const noexcept override { deallocate_on(p, device, Stream{}); }
+
+  void* allocate_on(std::size_t bytes, int device, Stream stream) const override {
     check_device(device, "allocate");
     DeviceScope scope(device, "allocate");
-    void* p = nullptr;
-    cudaError_t e;
-    if (use_pool(device)) {
-      e = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
-      if (e == cudaErrorMemoryAllocation) {
-        // Out of memory with blocks parked in the pool: return them and try once more.
-        cudaGetLastError();
-        cudaDeviceSynchronize();
-        trim(device);
-        e = cudaMallocAsync(&p, bytes, cudaStreamLegacy);
+    if (!caching() || device >= kMaxDevices) return malloc_or_fail(bytes, device);
+    Cache& c = cache(device);
+    const std::size_t n = round_size(bytes);
+    {
+      std::lock_guard<std::mutex> lk(c.mu);
+      poll(c);
+      // Best fit among the blocks parked by this stream (reusable at once) and the ready ones.
+      auto pend = c.pending.end();
+      for (auto it = c.pending.begin(); it != c.pending.end(); ++it)
+        if (it->stream == stream.handle && fits(it->bytes, n) && (pend == c.pending.end() || it->bytes < pend->bytes))
+          pend = it;
+      auto ready = c.ready.lower_bound(n);
+      if (ready != c.ready.end() && !fits(ready->first, n)) ready = c.ready.end();
+      void* p = nullptr;
+      std::size_t got = 0;
+      if (pend != c.pending.end() && (ready == c.ready.end() || pend->bytes <= ready->first)) {
+        p = pend->p;
+        got = pend->bytes;
+        c.spare_events.push_back(pend->ev);  // re-recorded before its next use
+        c.pending.erase(pend);
+      } else if (ready != c.ready.end()) {
+        p = ready->second;
+        got = ready->first;
+        c.ready.erase(ready);
       }
-    } else {
-      e = cudaMalloc(&p, bytes);
+      if (p) {
+        c.cached -= got;
+        c.live.emplace(p, got);
+        return p;
+      }
     }
-    if (e != cudaSuccess) {
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
-      std::size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      SHARD_FAIL("allocate", "cannot allocate {} bytes on cuda:{}: {} (device free {} of {} bytes)", bytes, device,
-                 cudaGetErrorString(e), free_b, total_b);
+      release_device(device);  // every parked block back to the driver, then once more
+      e = cudaMalloc(&p, n);
     }
+    if (e != cudaSuccess) fail_alloc(e, bytes, device);
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.live.emplace(p, n);
     return p;
   }
 
-  void deallocate(void* p, int device) const noexcept override {
+  void deallocate_on(void* p, int device, Stream stream) const noexcept override {
     if (!p) return;
     int prev = -1;
     if (cudaGetDevice(&prev) != cudaSuccess) {  // runtime already torn down (process exit)
@@ -119,8 +153,41 @@ class CudaRuntime final : public DeviceRuntime {
       return;
     }
     if (prev != device) cudaSetDevice(device);
-    const cudaError_t e = use_pool(device) ? cudaFreeAsync(p, cudaStreamLegacy) : cudaFree(p);
-    if (e != cudaSuccess) cudaGetLastError();  // e.g. cudaErrorCudartUnloading at exit
+    if (!caching() || device < 0 || device >= kMaxDevices) {
+      if (cudaFree(p) != cudaSuccess) cudaGetLastError();  // e.g. cudaErrorCudartUnloading at exit
+    } else {
+      Cache& c = cache(device);
+      std::lock_guard<std::mutex> lk(c.mu);
+      const auto it = c.live.find(p);
+      if (it == c.live.end()) {  // not from this allocator
+        if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+      } else {
+        const std::size_t n = it->second;
+        c.live.erase(it);
+        c.cached += n;
+        if (stream.handle && is_destroyed(stream.handle)) {
+          c.ready.emplace(n, p);  // destroy_stream() synchronised it: its work is complete
+        } else {
+          cudaEvent_t ev = nullptr;
+          if (!c.spare_events.empty()) {
+            ev = c.spare_events.back();
+            c.spare_events.pop_back();
+          } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+            ev = nullptr;
+          }
+          if (ev && cudaEventRecord(ev, as_stream(stream)) == cudaSuccess) {
+            c.pending.push_back(Pending{p, n, stream.handle, ev});
+          } else {
+            // No event: wait for the device instead (correct, slow; never seen in practice).
+            cudaGetLastError();
+            if (ev) c.spare_events.push_back(ev);
+            cudaDeviceSynchronize();
+            cudaGetLastError();
+            c.ready.emplace(n, p);
+          }
+        }
+      }
+    }
     if (prev != device) cudaSetDevice(prev);
   }
 
@@ -160,6 +227,8 @@ class CudaRuntime final : public DeviceRuntime {
     cudaStream_t s = nullptr;
     // Blocking (synchronises with the legacy default stream): the allocator relies on it.
     check(cudaStreamCreateWithFlags(&s, cudaStreamDefault), "create_stream", "cudaStreamCreate", device);
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    destroyed_.erase(s);  // a new stream may reuse a destroyed one's handle
     return Stream{s};
   }
   void destroy_stream(Stream s, int device) const noexcept override {
@@ -170,6 +239,26 @@ class CudaRuntime final : public DeviceRuntime {
       return;
     }
     if (prev != device) cudaSetDevice(device);
+    // Blocks parked by this stream become reusable by every stream once its work is done; a
+    // block freed on it later (a tensor that outlived its stream) goes straight to them.
+    if (cudaStreamSynchronize(as_stream(s)) != cudaSuccess) cudaGetLastError();
+    {
+      std::lock_guard<std::mutex> lk(streams_mu_);
+      destroyed_.insert(s.handle);
+    }
+    if (caching() && device >= 0 && device < kMaxDevices) {
+      Cache& c = cache(device);
+      std::lock_guard<std::mutex> lk(c.mu);
+      for (auto it = c.pending.begin(); it != c.pending.end();) {
+        if (it->stream == s.handle) {
+          c.ready.emplace(it->bytes, it->p);
+          c.spare_events.push_back(it->ev);
+          it = c.pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
     if (cudaStreamDestroy(as_stream(s)) != cudaSuccess) cudaGetLastError();
     if (prev != device) cudaSetDevice(prev);
   }
@@ -221,40 +310,46 @@ class CudaRuntime final : public DeviceRuntime {
 
   std::size_t cached_bytes() const noexcept override {
     std::size_t total = 0;
-    const int n = device_count();
-    for (int d = 0; d < n && d < kMaxDevices; ++d) {
-      if (pool_state_[d].load(std::memory_order_acquire) != kPoolOn) continue;
-      cudaMemPool_t pool = nullptr;
-      std::uint64_t reserved = 0, used = 0;
-      if (cudaDeviceGetDefaultMemPool(&pool, d) != cudaSuccess ||
-          cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
-          cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
-        cudaGetLastError();
-        continue;
-      }
-      total += static_cast<std::size_t>(reserved > used ? reserved - used : 0);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      Cache* c = caches_[d].load(std::memory_order_acquire);
+      if (!c) continue;
+      std::lock_guard<std::mutex> lk(c->mu);
+      total += c->cached;
     }
     return total;
   }
 
   void release_cached() const noexcept override {
-    const int n = device_count();
-    for (int d = 0; d < n && d < kMaxDevices; ++d) {
-      if (pool_state_[d].load(std::memory_order_acquire) != kPoolOn) continue;
+    for (int d = 0; d < kMaxDevices; ++d) {
+      if (!caches_[d].load(std::memory_order_acquire)) continue;
       int prev = -1;
       if (cudaGetDevice(&prev) != cudaSuccess) {
         cudaGetLastError();
         return;
       }
-      cudaSetDevice(d);
-      cudaStreamSynchronize(cudaStreamLegacy);  // pending frees complete before the trim
-      trim(d);
-      cudaSetDevice(prev);
+      if (prev != d) cudaSetDevice(d);
+      release_device(d);
+      if (prev != d) cudaSetDevice(prev);
     }
   }
 
  private:
-  static constexpr int kPoolUnknown = 0, kPoolOn = 1, kPoolOff = 2;
+  /// A freed block waiting for the event recorded on the stream it was freed on.
+  struct Pending {
+    void* p;
+    std::size_t bytes;
+    void* stream;  // its cudaStream_t (null: the legacy default stream)
+    cudaEvent_t ev;
+  };
+  /// One device's cache (the device is current whenever it is touched).
+  struct Cache {
+    std::mutex mu;
+    std::unordered_map<void*, std::size_t> live;  // handed out: rounded size
+    std::vector<Pending> pending;                  // freed, event not yet seen complete
+    std::multimap<std::size_t, void*> ready;       // reusable on every stream
+    std::vector<cudaEvent_t> spare_events;
+    std::size_t cached = 0;  // bytes in pending + ready
+  };
 
   static const char* visible_devices() {
     const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -268,42 +363,93 @@ class CudaRuntime final : public DeviceRuntime {
     }
     return a.type == cudaMemoryTypeHost;
   }
-  static void trim(int device) {
-    cudaMemPool_t pool = nullptr;
-    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+  /// 512-byte granules below 1 MiB, 128 KiB above (fewer distinct sizes, better reuse).
+  static std::size_t round_size(std::size_t bytes) {
+    const std::size_t g = bytes < (std::size_t{1} << 20) ? 512 : std::size_t{128} << 10;
+    return bytes == 0 ? g : (bytes + g - 1) / g * g;
+  }
+  /// Whether a cached block of `have` bytes may serve a request of `want` (at most 1/8 waste).
+  static bool fits(std::size_t have, std::size_t want) { return have >= want && have <= want + want / 8; }
+
+  static void* malloc_or_fail(std::size_t bytes, int device) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) fail_alloc(e, bytes, device);
+    return p;
+  }
+  [[noreturn]] static void fail_alloc(cudaError_t e, std::size_t bytes, int device) {
     cudaGetLastError();
+    std::size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    SHARD_FAIL("allocate", "cannot allocate {} bytes on cuda:{}: {} (device free {} of {} bytes)", bytes, device,
+               cudaGetErrorString(e), free_b, total_b);
   }
 
-  /// Whether `device` (current) allocates from its caching pool; decided once per device.
-  bool use_pool(int device) const noexcept {
-    if (device < 0 || device >= kMaxDevices) return false;
-    auto& st = pool_state_[device];
-    int s = st.load(std::memory_order_acquire);
-    if (s != kPoolUnknown) return s == kPoolOn;
-    std::lock_guard<std::mutex> lk(pool_mu_);
-    s = st.load(std::memory_order_relaxed);
-    if (s == kPoolUnknown) {
-      s = kPoolOff;
-      const char* env = std::getenv("SHARDTENSOR_CUDA_CACHE");
-      int supported = 0;
-      cudaMemPool_t pool = nullptr;
-      if (!(env && std::strcmp(env, "0") == 0) &&
-          cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess && supported &&
-          cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
-        std::uint64_t keep = UINT64_MAX;  // never release freed blocks on synchronisation
-        if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) s = kPoolOn;
+  /// Moves the pending blocks whose event has completed to the ready list (c.mu held).
+  static void poll(Cache& c) {
+    for (auto it = c.pending.begin(); it != c.pending.end();) {
+      const cudaError_t e = cudaEventQuery(it->ev);
+      if (e == cudaErrorNotReady) {
+        cudaGetLastError();
+        ++it;
+        continue;
       }
-      cudaGetLastError();
-      st.store(s, std::memory_order_release);
+      if (e != cudaSuccess) cudaGetLastError();  // an error: the event will not complete later
+      c.ready.emplace(it->bytes, it->p);
+      c.spare_events.push_back(it->ev);
+      it = c.pending.erase(it);
     }
-    return s == kPoolOn;
+  }
+
+  /// Synchronises `device` (current) and returns its parked blocks to the driver.
+  void release_device(int device) const noexcept {
+    Cache* c = caches_[device].load(std::memory_order_acquire);
+    if (!c) return;
+    cudaDeviceSynchronize();  // every pending block's event has completed after this
+    cudaGetLastError();
+    std::lock_guard<std::mutex> lk(c->mu);
+    for (auto& pb : c->pending) {
+      c->ready.emplace(pb.bytes, pb.p);
+      c->spare_events.push_back(pb.ev);
+    }
+    c->pending.clear();
+    for (auto& [n, p] : c->ready) {
+      (void)n;
+      if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+    }
+    c->ready.clear();
+    c->cached = 0;
+  }
+
+  static bool caching() noexcept {
+    static const bool on = [] {
+      const char* env = std::getenv("SHARDTENSOR_CUDA_CACHE");
+      return !(env && std::strcmp(env, "0") == 0);
+    }();
+    return on;
+  }
+  Cache& cache(int device) const {
+    Cache* c = caches_[device].load(std::memory_order_acquire);
+    if (c) return *c;
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    c = caches_[device].load(std::memory_order_relaxed);
+    if (!c) {
+      c = new Cache;  // never destroyed (see runtime())
+      caches_[device].store(c, std::memory_order_release);
+    }
+    return *c;
+  }
+  bool is_destroyed(void* s) const noexcept {
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    return destroyed_.count(s) != 0;
   }
 
   mutable std::once_flag count_once_;
   mutable int count_ = 0;
   mutable cudaError_t count_error_ = cudaSuccess;
-  mutable std::mutex pool_mu_;
-  mutable std::atomic<int> pool_state_[kMaxDevices] = {};
+  mutable std::mutex streams_mu_;
+  mutable std::unordered_set<void*> destroyed_;  // streams destroyed by destroy_stream()
+  mutable std::atomic<Cache*> caches_[kMaxDevices] = {};
 };
 
 // Never destroyed: deleters of device tensors that outlive main() still call it.

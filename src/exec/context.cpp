@@ -13,6 +13,9 @@ ExecContext::~ExecContext() = default;
 void* ExecContext::workspace(std::size_t bytes) {
   if (bytes > ws_bytes_ || !ws_) {
     ws_.reset();  // free first: the old buffer is never needed again
+    // Device memory is stream-ordered on the current context's stream (tensor/memory.cpp): the
+    // workspace belongs to this context's stream, whichever context is current.
+    ContextGuard on_this(*this);
     ws_ = allocate_bytes(bytes ? bytes : 1, device_);
     ws_bytes_ = bytes;
   }
@@ -60,6 +63,14 @@ ExecContext& current_context(Device dev) {
   }
   return *cur;
 }
+
+namespace exec {
+Stream current_stream_if_any(Device dev) noexcept {
+  if (!dev.is_cuda() || dev.index < 0 || dev.index >= kMaxDevices) return {};
+  const ExecContext* cur = tls().current_cuda[static_cast<std::size_t>(dev.index)];
+  return cur ? cur->stream() : Stream{};
+}
+}  // namespace exec
 
 ContextGuard::ContextGuard(ExecContext& ctx) : dev_(ctx.device()) {
   ExecContext*& cur = slot(dev_);

@@ -18,9 +18,23 @@ struct DeviceRuntime {
   /// Throws shard::Error naming `op` unless 0 <= device < device_count().
   virtual void check_device(int device, const char* op) const = 0;
 
-  /// Device memory (throws shard::Error on failure, naming the bytes and the device).
+  /// Device memory (throws shard::Error on failure, naming the bytes and the device), ordered on
+  /// the device's default stream.
   virtual void* allocate(std::size_t bytes, int device) const = 0;
   virtual void deallocate(void* p, int device) const noexcept = 0;
+  /// Stream-ordered device memory: the block is used on `stream` (allocate_on) and was last used
+  /// on `stream` (deallocate_on; work of other streams on it must be ordered before that stream's
+  /// later work by the caller, e.g. with an event). A caching runtime hands a freed block out again
+  /// at once only to the stream it was freed on, and to other streams once that stream's work
+  /// queued before the free has completed. The default ignores the stream.
+  virtual void* allocate_on(std::size_t bytes, int device, Stream stream) const {
+    (void)stream;
+    return allocate(bytes, device);
+  }
+  virtual void deallocate_on(void* p, int device, Stream stream) const noexcept {
+    (void)stream;
+    deallocate(p, device);
+  }
   /// Page-locked host memory for staging.
   virtual void* allocate_pinned(std::size_t bytes) const = 0;
   virtual void deallocate_pinned(void* p) const noexcept = 0;
@@ -55,6 +69,11 @@ struct DeviceRuntime {
   /// Returns cached device memory to the driver (see release_cached_memory()).
   virtual void release_cached() const noexcept {}
 };
+
+/// The stream of the calling thread's current context for `dev` when one has been made current
+/// or created (current_context / ContextGuard), else the default stream; never creates a context
+/// and never throws (src/exec/context.cpp). Device memory is allocated and freed on it.
+Stream current_stream_if_any(Device dev) noexcept;
 
 /// The CUDA runtime when shardtensor::cuda is linked; throws naming `op` otherwise.
 inline const DeviceRuntime& cuda_runtime(const char* op) {

@@ -127,11 +127,12 @@ struct StorageDeleter {
   std::size_t bytes = 0;
   const exec::DeviceRuntime* rt = nullptr;
   const void* owner = nullptr;  ///< host_small: the allocating thread's pool tag
+  Stream stream{};              ///< device: the stream it was allocated on (and is freed on)
   std::atomic<std::uint64_t> version{0};
   StorageDeleter(Kind k, int c, int i, std::size_t b, const exec::DeviceRuntime* r)
       : kind(k), cls(c), index(i), bytes(b), rt(r) {}
   StorageDeleter(const StorageDeleter& o)
-      : kind(o.kind), cls(o.cls), index(o.index), bytes(o.bytes), rt(o.rt), owner(o.owner),
+      : kind(o.kind), cls(o.cls), index(o.index), bytes(o.bytes), rt(o.rt), owner(o.owner), stream(o.stream),
         version(o.version.load()) {}
   void operator()(void* q) const noexcept {
     switch (kind) {
@@ -144,7 +145,7 @@ struct StorageDeleter {
         counter(DeviceKind::cpu).sub(bytes);
         break;
       case Kind::device:
-        rt->deallocate(q, index);
+        rt->deallocate_on(q, index, stream);
         counter(DeviceKind::cuda).sub(bytes);
         break;
       case Kind::user_token:
@@ -191,13 +192,18 @@ std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
     d.owner = owner;
     return std::shared_ptr<void>(p, std::move(d), detail::SmallBlockAllocator<void>{});
   }
-  // Device memory: the backend's runtime (shardtensor::cuda caches freed blocks in a
-  // stream-ordered pool, see src/cuda/runtime_cuda.cpp); counted here by the bytes handed out.
+  // Device memory: the backend's runtime, stream-ordered on the stream of the thread's current
+  // context for `dev` (shardtensor::cuda caches freed blocks per stream, see
+  // src/cuda/runtime_cuda.cpp). The block is freed on the same stream: a tensor's work is queued
+  // on the context it was made in, or ordered before that stream's later work by the caller.
+  // Counted here by the bytes handed out.
   const auto& rt = runtime_for(dev, "allocate");
-  void* p = rt.allocate(n, dev.index);
+  const Stream stream = exec::current_stream_if_any(dev);
+  void* p = rt.allocate_on(n, dev.index, stream);
   counter(dev.kind).add(n);
-  return std::shared_ptr<void>(p, StorageDeleter(StorageDeleter::Kind::device, 0, dev.index, n, &rt),
-                               detail::SmallBlockAllocator<void>{});
+  StorageDeleter d(StorageDeleter::Kind::device, 0, dev.index, n, &rt);
+  d.stream = stream;
+  return std::shared_ptr<void>(p, std::move(d), detail::SmallBlockAllocator<void>{});
 }
 
 HostAllocatorStats host_allocator_stats() noexcept {
