@@ -1,5 +1,5 @@
 // Serial tests of the window ops at one rank against the plain local kernels on the full tensor
-// (nn/functional/conv_local.hpp, tensor/pool.hpp, resize.hpp), with non-zero padding modes applied by an explicit
+// (nn/functional/conv_local.hpp, nn/functional/pool_local.hpp, resize_local.hpp), with non-zero padding modes applied by an explicit
 // index-mapped padding (and its adjoint for the gradient); the layout algebra of window.hpp.
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
