@@ -13,7 +13,7 @@ need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
 main_pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libfmt-dev libcli11-dev
-           libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev gnuplot-nox ccache)
+           libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev gnuplot-nox ccache)
 for p in "${main_pkgs[@]}"; do have "$p" || need+=("$p"); done
 catch_ok=1
 if ! have libcatch2-dev; then catch_ok=0
