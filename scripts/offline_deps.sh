@@ -9,7 +9,7 @@
 set -euo pipefail
 
 # What the build needs (the closure of these is collected).
-ROOTS=(openmpi-bin libopenmpi-dev libfmt-dev libcli11-dev libcatch2-dev libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev)
+ROOTS=(openmpi-bin libopenmpi-dev libfmt-dev libcli11-dev libcatch2-dev libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev)
 # Left out of the closure: what every glibc Linux (with a C/C++ compiler) has, the compilers
 # themselves, ssh (remote launch only), docs, the -dev packages libopenmpi-dev needs only for
 # static linking, and hwloc's optional plugins (they drag X11/OpenCL; hwloc runs without them).
