@@ -28,6 +28,7 @@ template <>
 struct Fftw<double> {
   using plan = fftw_plan;
   using cplx = fftw_complex;
+  using iodim = fftw_iodim64;
   static plan dft(int r, const fftw_iodim64* d, int hr, const fftw_iodim64* hd, cplx* in, cplx* out, int sign,
                   unsigned flags) {
     return fftw_plan_guru64_dft(r, d, hr, hd, in, out, sign, flags);
@@ -47,6 +48,7 @@ template <>
 struct Fftw<float> {
   using plan = fftwf_plan;
   using cplx = fftwf_complex;
+  using iodim = fftwf_iodim64;
   static plan dft(int r, const fftwf_iodim64* d, int hr, const fftwf_iodim64* hd, cplx* in, cplx* out, int sign,
                   unsigned flags) {
     return fftwf_plan_guru64_dft(r, d, hr, hd, in, out, sign, flags);
@@ -103,9 +105,10 @@ class PlanCache {
     const auto cs = g.complex_shape();
     const auto rst = strides_of(g.shape), cst = strides_of(cs);
     const auto& ist = g.kind == FftKind::c2r ? cst : rst;
-    const auto& ost = g.kind == FftKind::r2c ? cst : (g.kind == FftKind::c2r ? rst : rst);
+    const auto& ost = g.kind == FftKind::r2c ? cst : rst;
     const auto& ishape = g.kind == FftKind::c2r ? cs : g.shape;
-    std::vector<fftw_iodim64> dims, batch;
+    using D = typename Fftw<R>::iodim;
+    std::vector<D> dims, batch;
     std::vector<bool> is_dim(g.shape.size(), false);
     for (int d : g.dims) {
       const auto u = static_cast<std::size_t>(d);
@@ -119,21 +122,12 @@ class PlanCache {
     using C = typename Fftw<R>::cplx;
     auto* ci = static_cast<C*>(const_cast<void*>(in));
     auto* co = static_cast<C*>(out);
-    static_assert(sizeof(fftw_iodim64) == sizeof(fftwf_iodim64));
-    const auto* dp = reinterpret_cast<const fftw_iodim64*>(dims.data());
-    const auto* bp = reinterpret_cast<const fftw_iodim64*>(batch.data());
     const int nd = static_cast<int>(dims.size()), nb = static_cast<int>(batch.size());
-    if constexpr (std::is_same_v<R, double>) {
-      if (g.kind == FftKind::c2c) return Fftw<R>::dft(nd, dp, nb, bp, ci, co, g.inverse ? FFTW_BACKWARD : FFTW_FORWARD, flags);
-      if (g.kind == FftKind::r2c) return Fftw<R>::r2c(nd, dp, nb, bp, static_cast<R*>(const_cast<void*>(in)), co, flags);
-      return Fftw<R>::c2r(nd, dp, nb, bp, ci, static_cast<R*>(out), flags);
-    } else {
-      const auto* fdp = reinterpret_cast<const fftwf_iodim64*>(dp);
-      const auto* fbp = reinterpret_cast<const fftwf_iodim64*>(bp);
-      if (g.kind == FftKind::c2c) return Fftw<R>::dft(nd, fdp, nb, fbp, ci, co, g.inverse ? FFTW_BACKWARD : FFTW_FORWARD, flags);
-      if (g.kind == FftKind::r2c) return Fftw<R>::r2c(nd, fdp, nb, fbp, static_cast<R*>(const_cast<void*>(in)), co, flags);
-      return Fftw<R>::c2r(nd, fdp, nb, fbp, ci, static_cast<R*>(out), flags);
-    }
+    if (g.kind == FftKind::c2c)
+      return Fftw<R>::dft(nd, dims.data(), nb, batch.data(), ci, co, g.inverse ? FFTW_BACKWARD : FFTW_FORWARD, flags);
+    if (g.kind == FftKind::r2c)
+      return Fftw<R>::r2c(nd, dims.data(), nb, batch.data(), static_cast<R*>(const_cast<void*>(in)), co, flags);
+    return Fftw<R>::c2r(nd, dims.data(), nb, batch.data(), ci, static_cast<R*>(out), flags);
   }
 
   std::mutex mu_;
