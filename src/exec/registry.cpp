@@ -29,6 +29,7 @@ const char* family_name(KernelFamily f) {
     case KernelFamily::fft: return "fft";
     case KernelFamily::tensor: return "tensor";
     case KernelFamily::nbhd_attention: return "nbhd_attention";
+    case KernelFamily::spectral: return "spectral";
     case KernelFamily::count_: break;
   }
   return "?";

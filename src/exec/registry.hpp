@@ -32,6 +32,7 @@ enum class KernelFamily : int {
   fft,        ///< (reserved) local FFTs
   tensor,     ///< TensorDeviceKernels: Tensor's own device entry points (strided copy, fill, axpby, mul, sum)
   nbhd_attention,  ///< neighbourhood (windowed) attention forward/backward
+  spectral,   ///< per-mode channel mixing of a spectrum (the FNO multiply)
   count_
 };
 

@@ -91,6 +91,9 @@ template <class T> inline constexpr DType dtype_of = dtype_traits<std::remove_cv
 
 /// True for the types the compute ops support (f32, f64).
 template <class T> inline constexpr bool is_compute_type = std::is_same_v<T, float> || std::is_same_v<T, double>;
+/// True for std::complex<float> and std::complex<double>.
+template <class T> inline constexpr bool is_complex_type =
+    std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
 
 }  // namespace shard
 

@@ -17,3 +17,4 @@
 #include "shardtensor/nn/functional/layout.hpp"
 #include "shardtensor/nn/functional/attention.hpp"
 #include "shardtensor/nn/functional/neighborhood_attention.hpp"
+#include "shardtensor/nn/functional/fft.hpp"

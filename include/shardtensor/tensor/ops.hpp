@@ -79,7 +79,15 @@ void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
   detail::check_same_shape("axpy", x, y);
   if (y.device().is_cuda() && x.is_contiguous() && y.is_contiguous()) {
     y.bump_version();
-    detail::device_axpby(dtype_of<T>, y.numel(), alpha, x.data(), 1.0, y.data(), y.device());
+    if constexpr (is_complex_type<T>) {
+      // A complex array is an array of (re, im) pairs: a real alpha scales both alike.
+      SHARD_CHECK(alpha.imag() == 0, "axpy", "a complex factor {} on {} is not supported (real factors only)",
+                  alpha.imag(), y.device());
+      detail::device_axpby(dtype_of<typename T::value_type>, 2 * y.numel(), alpha.real(), x.data(), 1.0, y.data(),
+                           y.device());
+    } else {
+      detail::device_axpby(dtype_of<T>, y.numel(), alpha, x.data(), 1.0, y.data(), y.device());
+    }
     return;
   }
   zip_into(y, y, x, [alpha](T a, T b) { return a + alpha * b; });
@@ -89,7 +97,14 @@ template <class T, int R>
 void scale(const Tensor<T, R>& x, T alpha) {
   if (x.device().is_cuda() && x.is_contiguous()) {
     x.bump_version();
-    detail::device_axpby(dtype_of<T>, x.numel(), 0.0, x.data(), alpha, x.data(), x.device());
+    if constexpr (is_complex_type<T>) {
+      SHARD_CHECK(alpha.imag() == 0, "scale", "a complex factor {} on {} is not supported (real factors only)",
+                  alpha.imag(), x.device());
+      detail::device_axpby(dtype_of<typename T::value_type>, 2 * x.numel(), 0.0, x.data(), alpha.real(), x.data(),
+                           x.device());
+    } else {
+      detail::device_axpby(dtype_of<T>, x.numel(), 0.0, x.data(), alpha, x.data(), x.device());
+    }
     return;
   }
   map_into(x, x, [alpha](T a) { return a * alpha; });
