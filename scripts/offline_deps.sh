@@ -9,7 +9,10 @@
 set -euo pipefail
 
 # What the build needs (the closure of these is collected).
-ROOTS=(openmpi-bin libopenmpi-dev libfmt-dev libcli11-dev libcatch2-dev libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev)
+ROOTS=(openmpi-bin libopenmpi-dev libfmt-dev libcli11-dev libcatch2-dev libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev libfftw3-mpi-dev)
+# python3-torch (bench/torch_fft.py, issue 16) only on request: its closure is ~190 MB of .debs,
+# past the 64 MiB a device call carries (.deps), and no GPU benchmark needs it. Unverified offline.
+[ "${OFFLINE_WITH_TORCH:-0}" = 1 ] && ROOTS+=(python3-torch)
 # Left out of the closure: what every glibc Linux (with a C/C++ compiler) has, the compilers
 # themselves, ssh (remote launch only), docs, the -dev packages libopenmpi-dev needs only for
 # static linking, and hwloc's optional plugins (they drag X11/OpenCL; hwloc runs without them).

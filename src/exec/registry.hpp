@@ -29,7 +29,7 @@ enum class KernelFamily : int {
   optim,      ///< optimizer updates
   comm,       ///< device communicator factory (NCCL)
   attention,  ///< local attention forward / backward / lse merge
-  fft,        ///< (reserved) local FFTs
+  fft,        ///< local FFTs (CPU: FFTW3; CUDA: cuFFT)
   tensor,     ///< TensorDeviceKernels: Tensor's own device entry points (strided copy, fill, axpby, mul, sum)
   nbhd_attention,  ///< neighbourhood (windowed) attention forward/backward
   spectral,   ///< per-mode channel mixing of a spectrum (the FNO multiply)

@@ -2,9 +2,11 @@
 /// \file fft.hpp
 /// FFT kernel family front: batched local discrete Fourier transforms over any subset of a
 /// block's dims, on the context's device (CPU: src/exec/fft_cpu.cpp over FFTW3, plans created
-/// once per geometry and cached; CUDA: not yet — cuFFT is issue 16's next step, and the front
-/// throws shard::Error naming the missing table). The distributed FFT (issue 16) runs these on
-/// the dims a rank holds whole, between all-to-all transposes.
+/// once per geometry and cached; CUDA: src/cuda/fft_cuda.cpp over cuFFT when shardtensor::cuda
+/// is linked, plans cached per geometry and device and run on the context's stream; a dim subset
+/// cuFFT's layout cannot batch in one call runs as several calls, src/cuda/fft_passes.hpp). The
+/// distributed FFT (issue 16) runs these on the dims a rank holds whole, between all-to-all
+/// transposes.
 ///
 /// Conventions (numpy / PyTorch, unnormalised; `scale` applies a norm):
 ///  - c2c forward:  X[k] = sum_n x[n] exp(-2 pi i k n / N), per transformed dim;
@@ -12,11 +14,12 @@
 ///  - r2c: the forward transform of a real block; along the LAST transformed dim only the
 ///    n / 2 + 1 non-negative frequencies are stored (Hermitian symmetry);
 ///  - c2r: the inverse of r2c's layout back to a real block whose last transformed dim has the
-///    geometry's extent n (even or odd: the caller says which, as numpy's irfftn `s`). The
-///    imaginary parts of the zero (and, for even n, the Nyquist) frequency are ignored, as FFTW,
-///    numpy and PyTorch do.
+///    geometry's extent n (even or odd: the caller says which, as numpy's irfftn `s`). With one
+///    transformed dim the imaginary parts of the zero (and, for even n, the Nyquist) frequency
+///    are ignored, as FFTW, numpy and PyTorch do (on both tables); with several, the input must
+///    be Hermitian-consistent (what r2c produces), as FFTW's and cuFFT's c2r assume.
 /// Precision: c64 <-> f32, c128 <-> f64 (complex<float> / complex<double>). The input is never
-/// modified (c2r works on a scratch copy: FFTW's multi-dim c2r destroys its input).
+/// modified (c2r works on a scratch copy: FFTW's multi-dim c2r and cuFFT's c2r destroy their input).
 #include <vector>
 
 #include "shardtensor/core/shape.hpp"

@@ -1,0 +1,248 @@
+// CUDA implementation of the fft kernel family (exec/fft.hpp) over cuFFT: c2c forward / inverse,
+// r2c and c2r, fp32 and fp64, over any subset of dims, batched over the others. Same semantics
+// as the CPU table (src/exec/fft_cpu.cpp, FFTW): unnormalised, output times g.scale, the input
+// never modified. Registered for DeviceKind::cuda when shardtensor::cuda is linked.
+//
+//  - Layout: a geometry becomes one or more cuFFT executions (src/cuda/fft_passes.hpp): each run
+//    of consecutive transformed dims, in chunks of at most 3 dims, is one plan of cuFFT's advanced
+//    layout (cufftMakePlanMany64, 64-bit sizes) batched over the larger of the dims before and
+//    after it and looped over the smaller. A trailing or leading set of dims is one execution.
+//  - Plans: created once per (device, precision, type, layout) with auto-allocation off, cached
+//    for the process, never destroyed (as FFTW's in fft_cpu.cpp). A plan is shared by every
+//    context of its device, so each execution binds it to the context's stream (cufftSetStream)
+//    and to a work area taken from the context's workspace (cufftSetWorkArea), under the plan's
+//    mutex (cuFFT plans are not safe to use from two threads at once); the queued kernels keep
+//    the pointers they were launched with, so the next caller may rebind the plan at once. (The
+//    same scheme as PyTorch's cuFFT plan cache.)
+//  - c2r: cuFFT's out-of-place c2r overwrites its input, so the input is first copied to scratch
+//    (after the work area, in the same workspace) and the c2c inverse passes and the c2r run on
+//    the copy. For one transformed dim the copy's zero (and, for even n, Nyquist) frequencies get
+//    a zero imaginary part first: FFTW's 1-D c2r ignores it, cuFFT's would not. For several dims
+//    the input must be Hermitian-consistent (what r2c produces), as for FFTW.
+//  - Scale: kernels/fft.cu (src/kernels_api/fft.hpp), in place on the output, when g.scale != 1.
+// Every cuFFT / CUDA error is a shard::Error naming the call.
+#include <cuda_runtime.h>
+#include <cufft.h>
+
+#include <algorithm>
+#include <complex>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cuda/family_util.hpp"
+#include "cuda/fft_passes.hpp"
+#include "exec/fft_kernels.hpp"
+#include "kernels_api/fft.hpp"
+
+namespace shard::exec {
+namespace {
+
+using fft_passes::Buf;
+using fft_passes::Pass;
+using fft_passes::PassKind;
+
+constexpr const char* kOp = "fft (cuda)";
+
+const char* cufft_result_name(cufftResult r) {
+  switch (r) {
+    case CUFFT_SUCCESS: return "CUFFT_SUCCESS";
+    case CUFFT_INVALID_PLAN: return "CUFFT_INVALID_PLAN";
+    case CUFFT_ALLOC_FAILED: return "CUFFT_ALLOC_FAILED";
+    case CUFFT_INVALID_TYPE: return "CUFFT_INVALID_TYPE";
+    case CUFFT_INVALID_VALUE: return "CUFFT_INVALID_VALUE";
+    case CUFFT_INTERNAL_ERROR: return "CUFFT_INTERNAL_ERROR";
+    case CUFFT_EXEC_FAILED: return "CUFFT_EXEC_FAILED";
+    case CUFFT_SETUP_FAILED: return "CUFFT_SETUP_FAILED";
+    case CUFFT_INVALID_SIZE: return "CUFFT_INVALID_SIZE";
+    case CUFFT_UNALIGNED_DATA: return "CUFFT_UNALIGNED_DATA";
+    case CUFFT_INVALID_DEVICE: return "CUFFT_INVALID_DEVICE";
+    case CUFFT_NO_WORKSPACE: return "CUFFT_NO_WORKSPACE";
+    case CUFFT_NOT_IMPLEMENTED: return "CUFFT_NOT_IMPLEMENTED";
+    case CUFFT_NOT_SUPPORTED: return "CUFFT_NOT_SUPPORTED";
+    default: return "unknown cufftResult";
+  }
+}
+
+/// Throws shard::Error naming the cuFFT call unless r == CUFFT_SUCCESS.
+void check_fft(cufftResult r, const char* call) {
+  if (r != CUFFT_SUCCESS) SHARD_FAIL(kOp, "{} failed: {} ({})", call, cufft_result_name(r), static_cast<int>(r));
+}
+/// Throws shard::Error naming the CUDA call unless e == cudaSuccess.
+void check_cuda(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) SHARD_FAIL(kOp, "{} failed: {} ({})", call, cudaGetErrorString(e), static_cast<int>(e));
+}
+
+cufftType type_of(PassKind k, bool f64) {
+  switch (k) {
+    case PassKind::c2c: return f64 ? CUFFT_Z2Z : CUFFT_C2C;
+    case PassKind::r2c: return f64 ? CUFFT_D2Z : CUFFT_R2C;
+    default: return f64 ? CUFFT_Z2D : CUFFT_C2R;
+  }
+}
+
+/// A cached plan: the handle, its work-area size, and the lock held while it is bound and run.
+struct Plan {
+  cufftHandle h = 0;
+  std::size_t work = 0;
+  std::mutex mu;
+};
+
+/// Process-wide plans keyed by (device, cufftType, rank, n, inembed, onembed, strides, dists,
+/// batch). Never destroyed: plans outlive static teardown (as the CPU table's FFTW plans).
+class PlanCache {
+ public:
+  Plan& get(int dev, cufftType type, const Pass& p) {
+    std::vector<long long> key{dev, static_cast<long long>(type), p.rank, p.istride, p.idist, p.ostride, p.odist,
+                               p.batch};
+    for (int i = 0; i < p.rank; ++i) {
+      key.push_back(p.n[i]);
+      key.push_back(p.inembed[i]);
+      key.push_back(p.onembed[i]);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return *it->second;
+    auto plan = std::make_unique<Plan>();
+    check_fft(cufftCreate(&plan->h), "cufftCreate");
+    // The work area comes from the context's workspace at each execution.
+    cufftResult r = cufftSetAutoAllocation(plan->h, 0);
+    if (r == CUFFT_SUCCESS) {
+      long long n[3], ie[3], oe[3];
+      std::copy(p.n, p.n + 3, n);
+      std::copy(p.inembed, p.inembed + 3, ie);
+      std::copy(p.onembed, p.onembed + 3, oe);
+      r = cufftMakePlanMany64(plan->h, p.rank, n, ie, p.istride, p.idist, oe, p.ostride, p.odist, type, p.batch,
+                              &plan->work);
+      if (r != CUFFT_SUCCESS) {
+        cufftDestroy(plan->h);
+        SHARD_FAIL(kOp, "cufftMakePlanMany64 failed: {} ({}) (rank {}, n [{}, {}, {}], stride {}, batch {})",
+                   cufft_result_name(r), static_cast<int>(r), p.rank, p.n[0], p.n[1], p.n[2], p.istride, p.batch);
+      }
+    } else {
+      cufftDestroy(plan->h);
+      check_fft(r, "cufftSetAutoAllocation");
+    }
+    Plan& ref = *plan;
+    plans_.emplace(std::move(key), std::move(plan));
+    return ref;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::vector<long long>, std::unique_ptr<Plan>> plans_;
+};
+
+PlanCache& cache() {
+  static PlanCache* c = new PlanCache();  // never destroyed (see above)
+  return *c;
+}
+
+index_t numel_of(const std::vector<index_t>& s) {
+  index_t n = 1;
+  for (index_t e : s) n *= e;
+  return n;
+}
+
+/// Runs pass `p` with plan `plan` from `src` to `dst` (element types per p.kind and precision).
+void execute(const Pass& p, Plan& plan, bool f64, int sign, char* src, char* dst, void* work, cudaStream_t s) {
+  const std::size_t real = f64 ? sizeof(double) : sizeof(float), cplx = 2 * real;
+  const std::size_t in_elem = p.kind == PassKind::r2c ? real : cplx;
+  const std::size_t out_elem = p.kind == PassKind::c2r ? real : cplx;
+  std::lock_guard<std::mutex> lock(plan.mu);
+  check_fft(cufftSetStream(plan.h, s), "cufftSetStream");
+  check_fft(cufftSetWorkArea(plan.h, work), "cufftSetWorkArea");
+  for (long long l = 0; l < p.loops; ++l) {
+    char* i = src + static_cast<std::size_t>(l * p.in_step) * in_elem;
+    char* o = dst + static_cast<std::size_t>(l * p.out_step) * out_elem;
+    if (f64) {
+      switch (p.kind) {
+        case PassKind::c2c:
+          check_fft(cufftExecZ2Z(plan.h, reinterpret_cast<cufftDoubleComplex*>(i),
+                                 reinterpret_cast<cufftDoubleComplex*>(o), sign),
+                    "cufftExecZ2Z");
+          break;
+        case PassKind::r2c:
+          check_fft(cufftExecD2Z(plan.h, reinterpret_cast<cufftDoubleReal*>(i), reinterpret_cast<cufftDoubleComplex*>(o)),
+                    "cufftExecD2Z");
+          break;
+        case PassKind::c2r:
+          check_fft(cufftExecZ2D(plan.h, reinterpret_cast<cufftDoubleComplex*>(i), reinterpret_cast<cufftDoubleReal*>(o)),
+                    "cufftExecZ2D");
+          break;
+      }
+    } else {
+      switch (p.kind) {
+        case PassKind::c2c:
+          check_fft(cufftExecC2C(plan.h, reinterpret_cast<cufftComplex*>(i), reinterpret_cast<cufftComplex*>(o), sign),
+                    "cufftExecC2C");
+          break;
+        case PassKind::r2c:
+          check_fft(cufftExecR2C(plan.h, reinterpret_cast<cufftReal*>(i), reinterpret_cast<cufftComplex*>(o)),
+                    "cufftExecR2C");
+          break;
+        case PassKind::c2r:
+          check_fft(cufftExecC2R(plan.h, reinterpret_cast<cufftComplex*>(i), reinterpret_cast<cufftReal*>(o)),
+                    "cufftExecC2R");
+          break;
+      }
+    }
+  }
+}
+
+struct CudaFft final : FftKernels {
+  void fft(DType real, const FftGeometry& g, const void* in, void* out, ExecContext& ctx) const override {
+    cuda_glue::DeviceScope scope(ctx, kOp);
+    const auto s = static_cast<cudaStream_t>(ctx.stream().handle);
+    const int dev = ctx.device().index;
+    const bool f64 = real == DType::f64;
+    const std::vector<Pass> passes = fft_passes::schedule(g);
+    std::vector<Plan*> plans;
+    std::size_t work = 0;
+    for (const Pass& p : passes) {
+      plans.push_back(&cache().get(dev, type_of(p.kind, f64), p));
+      work = std::max(work, plans.back()->work);
+    }
+    // One workspace: [cuFFT work area | c2r scratch copy of the input], 256-byte aligned.
+    const std::size_t cplx = f64 ? sizeof(std::complex<double>) : sizeof(std::complex<float>);
+    const std::size_t scratch_bytes =
+        g.kind == FftKind::c2r ? static_cast<std::size_t>(numel_of(g.complex_shape())) * cplx : 0;
+    const std::size_t work_bytes = (work + 255) / 256 * 256;
+    char* ws = static_cast<char*>(ctx.workspace(std::max<std::size_t>(work_bytes + scratch_bytes, 1)));
+    char* scratch = ws + work_bytes;
+    if (g.kind == FftKind::c2r) {
+      check_cuda(cudaMemcpyAsync(scratch, in, scratch_bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+      if (g.dims.size() == 1) {
+        const auto d = static_cast<std::size_t>(g.dims[0]);
+        const auto cs = g.complex_shape();
+        const auto outer = static_cast<kernels::fft_idx>(fft_passes::prod(cs, 0, d));
+        const auto inner = static_cast<kernels::fft_idx>(fft_passes::prod(cs, d + 1, cs.size()));
+        check_cuda(static_cast<cudaError_t>(kernels::fft_c2r_real_edges(f64 ? 1 : 0, outer, cs[d], inner,
+                                                                          g.shape[d] % 2 == 0 ? 1 : 0, scratch, s)),
+                   "fft_c2r_real_edges");
+      }
+    }
+    const int sign = g.kind == FftKind::c2c ? (g.inverse ? CUFFT_INVERSE : CUFFT_FORWARD)
+                                            : (g.kind == FftKind::r2c ? CUFFT_FORWARD : CUFFT_INVERSE);
+    auto buf = [&](Buf b) -> char* {
+      return b == Buf::in ? static_cast<char*>(const_cast<void*>(in)) : b == Buf::out ? static_cast<char*>(out) : scratch;
+    };
+    for (std::size_t i = 0; i < passes.size(); ++i)
+      execute(passes[i], *plans[i], f64, sign, buf(passes[i].src), buf(passes[i].dst), ws, s);
+    if (g.scale != 1.0) {
+      const index_t n = g.kind == FftKind::c2r ? numel_of(g.shape) : 2 * numel_of(g.complex_shape());
+      check_cuda(static_cast<cudaError_t>(kernels::fft_scale(f64 ? 1 : 0, n, g.scale, out, s)), "fft_scale");
+    }
+  }
+};
+
+const CudaFft g_cuda_fft;
+
+}  // namespace
+
+/// Referenced by the shardtensor::cuda registration anchor so that the linker keeps this file.
+extern const int fft_cuda_anchor;
+const int fft_cuda_anchor = (register_family(DeviceKind::cuda, KernelFamily::fft, &g_cuda_fft), 1);
+
+}  // namespace shard::exec
