@@ -288,12 +288,14 @@ std::shared_ptr<FftPlan> build_plan(const DistSpec& in, DType in_dtype, FftReque
       return t;
     };
     const index_t msize = mesh.size(m);
+    auto batch = [&](int d) {
+      return !is_req(d) && std::find(req.fixed.begin(), req.fixed.end(), d) == req.fixed.end();
+    };
     target = pick([&](int d) { return is_req(d) && done[static_cast<std::size_t>(d)] && complete(d); });
-    if (target < 0)
-      target = pick([&](int d) { return !is_req(d) && complete(d) && extent(cur, d) >= msize; });
+    if (target < 0) target = pick([&](int d) { return batch(d) && complete(d) && extent(cur, d) >= msize; });
     if (target < 0) target = pick([&](int d) { return is_req(d) && done[static_cast<std::size_t>(d)]; });
     if (target < 0) target = pick([&](int d) { return is_req(d) && !done[static_cast<std::size_t>(d)]; });
-    if (target < 0) target = pick([&](int d) { return !is_req(d); });
+    if (target < 0) target = pick([&](int d) { return batch(d); });
     FftStage rs;
     rs.src = cur;
     rs.mesh_dim = m;
@@ -344,6 +346,8 @@ void append_request_key(std::vector<index_t>& k, const FftRequest& r) {
   k.insert(k.end(), r.sizes.begin(), r.sizes.end());
   k.push_back(static_cast<index_t>(r.modes.size()));
   k.insert(k.end(), r.modes.begin(), r.modes.end());
+  k.push_back(static_cast<index_t>(r.fixed.size()));
+  k.insert(k.end(), r.fixed.begin(), r.fixed.end());
 }
 
 PlanCache<FftPlan>& plan_cache() {
@@ -569,7 +573,10 @@ std::string FftPlan::describe() const {
 }
 
 std::shared_ptr<const FftPlan> fft_plan(const DistSpec& in, DType in_dtype, const FftRequest& req) {
+  // The plan holds specs (and so the mesh object): key by the mesh object too, so results are
+  // reported on the caller's mesh (a mesh is its object, not its communicator and shape).
   std::vector<index_t> key = mesh_key(in.mesh());
+  key.push_back(static_cast<index_t>(reinterpret_cast<std::uintptr_t>(in.mesh().id())));
   key.push_back(0);
   key.push_back(static_cast<index_t>(in_dtype));
   append_spec_key(key, in);
@@ -580,6 +587,7 @@ std::shared_ptr<const FftPlan> fft_plan(const DistSpec& in, DType in_dtype, cons
 std::shared_ptr<const FftPlan> inverse_fft_plan(const DistSpec& target, DType target_dtype, const FftRequest& forward,
                                                 FftNorm norm) {
   std::vector<index_t> key = mesh_key(target.mesh());
+  key.push_back(static_cast<index_t>(reinterpret_cast<std::uintptr_t>(target.mesh().id())));
   key.push_back(1);
   key.push_back(static_cast<index_t>(target_dtype));
   key.push_back(static_cast<index_t>(norm));

@@ -69,6 +69,9 @@ struct FftRequest {
   std::vector<index_t> sizes;
   std::vector<index_t> modes;
   FftNorm norm = FftNorm::backward;
+  /// Tensor dims the plan must never shard (e.g. the channels a spectral multiply mixes); a
+  /// transpose then targets other dims only.
+  std::vector<int> fixed;
 };
 
 namespace detail {

@@ -165,11 +165,12 @@ Var<std::complex<T>, R> spectral_mul(const Var<std::complex<T>, R>& X, const Var
   const DistSpec xs = x.value().spec(), ws = W.value().spec();
   const DistSpec ys = detail::spectral_mul_spec(xs, ws, dtype_of<C>, dtype_of<T>);
   const Device dev = x.value().device();
-  detail::check_same_device(x.value(), W.value(), op);
+  SHARD_CHECK(x.value().device() == W.value().device(), op, "operands on different devices: {} and {}",
+              x.value().device(), W.value().device());
   SHARD_CHECK(W.local().is_contiguous(), op, "W must be contiguous");
   auto y = Tensor<C, R>::empty(DistTensor<C, R>::from_vec(ys.local_box().len), dev);
   detail::spectral_mul_forward(xs, ys, as_block(x.local()), as_block(W.local()), as_block(y), current_context(dev));
-  return make_var_n<C, R>(
+  return detail::make_var_n<C, R>(
       DistTensor<C, R>(ys, y), op, {x.ref(), W.ref()}, [x, W, xs, ys, ws, dev](const DistTensor<C, R>& g) {
         const DistTensor<C, R> gn = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve);
         std::optional<Tensor<C, R>> gx;
@@ -188,6 +189,45 @@ Var<std::complex<T>, R> spectral_mul(const Var<std::complex<T>, R>& X, const Var
         if (gx) x.accumulate_grad(DistTensor<C, R>(xs, *gx));
         if (gw) W.accumulate_grad(DistTensor<T, RW>(detail::param_grad_spec(ws, xs), *gw));
       });
+}
+
+/// The spectral convolution of an FNO layer on x [B, Cin, spatial...] with W [Cin, Cout, K..., 2]:
+/// irfftn(spectral_mul(rfftn(x, modes), W)) over every spatial dim, with the spectrum truncated
+/// to the kept modes right after each dim's transform (K_d = 2 m_d for all but the last spatial
+/// dim, m_last for the halved one; nothing is cut where 2 m_d >= n_d), the channel dim never
+/// sharded by the transposes, and the result in x's layout (uneven sizes included): the inverse
+/// is the exact reverse of the forward plan, so its transposes move kept modes only.
+template <class T, int R, int RW>
+Var<T, R> spectral_conv(const Var<T, R>& x, const Var<T, RW>& W, const std::vector<index_t>& modes,
+                        FftNorm norm = FftNorm::backward) {
+  static_assert(RW == R + 1 && R >= 3, "F::spectral_conv: x [B, Cin, spatial...], W [Cin, Cout, K..., 2]");
+  using C = std::complex<T>;
+  const char* op = "spectral_conv";
+  const auto xr = resolve(x);
+  const DistSpec xs = xr.value().spec();
+  SHARD_CHECK(static_cast<int>(modes.size()) == R - 2, op, "{} modes for {} spatial dims", modes.size(), R - 2);
+  const auto wg = W.value().spec().global_shape();
+  const auto& xg = xs.global_shape();
+  SHARD_CHECK(static_cast<int>(wg.size()) == RW && wg[0] == xg[1], op,
+              "W of shape {} for x of shape {}: W must be [Cin={}, Cout, K..., 2]", wg, xg, xg[1]);
+  for (int d = 2; d < R; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    const index_t n = xg[u], m = modes[u - 2];
+    const bool last = d == R - 1;
+    SHARD_CHECK(m >= 1 && (last ? m <= n / 2 + 1 : 2 * m <= n), op,
+                "{} modes along spatial dim {} of extent {}: at most {} fit", m, d - 2, n, last ? n / 2 + 1 : n / 2);
+  }
+  std::vector<int> dims;
+  for (int d = 2; d < R; ++d) dims.push_back(d);
+  FftRequest req{exec::FftKind::r2c, false, dims, {}, modes, norm, {1}};
+  auto X = detail::fft_node<C>(xr, shard::detail::fft_plan(xs, dtype_of<T>, req), "rfftn");
+  auto Y = spectral_mul(X, W);
+  auto yg = xg;
+  yg[1] = wg[1];
+  const DistSpec like = detail::derived_spec(xs, xs.placements(), yg);
+  auto inv = shard::detail::inverse_fft_plan(like, dtype_of<T>, req, norm);
+  if (!(Y.value().spec() == inv->in)) Y = autograd::redistribute(Y, inv->in);
+  return detail::fft_node<T>(Y, inv, "irfftn");
 }
 
 }  // namespace shard::nn::functional
