@@ -6,6 +6,7 @@
 #include "shardtensor/nn/functional/pointwise.hpp"
 #include "shardtensor/nn/functional/activation.hpp"
 #include "shardtensor/nn/functional/reduction.hpp"
+#include "shardtensor/nn/functional/complex.hpp"
 #include "shardtensor/nn/functional/linear.hpp"
 #include "shardtensor/nn/functional/norm.hpp"
 #include "shardtensor/nn/functional/concat.hpp"

@@ -1,7 +1,14 @@
 #pragma once
 /// \file ops.hpp
 /// Local elementwise arithmetic and reductions on Tensor (CPU multithreaded; CUDA via kernels/).
+/// Complex element types (std::complex<float>/<double>, c64/c128): every function compiles for
+/// them. On the host they work as for real types (sum accumulates in std::complex<double>,
+/// max_rel_diff uses |.|; dot is real-only). On CUDA, axpy/scale/add/sub with a real factor run
+/// as the real kernel over the interleaved parts (exact: real-linear); mul, sum and a genuinely
+/// complex factor throw shard::Error ("complex on CUDA not implemented").
 #include <cmath>
+#include <complex>
+#include <type_traits>
 
 #include "shardtensor/tensor/tensor.hpp"
 
@@ -15,6 +22,32 @@ void device_mul(DType dt, index_t n, const void* a, const void* b, void* out, De
 /// Sum of a contiguous device buffer, returned in double.
 double device_sum(DType dt, index_t n, const void* x, Device dev);
 /// Throws shard::Error naming `op` unless a and b have one shape.
+/// True for std::complex<float> and std::complex<double>.
+template <class T> inline constexpr bool is_complex_v = false;
+template <class T> inline constexpr bool is_complex_v<std::complex<T>> = true;
+/// The real type of T (T itself for real types).
+template <class T> struct real_of { using type = T; };
+template <class T> struct real_of<std::complex<T>> { using type = T; };
+/// Accumulator of sum(): double, or std::complex<double> for complex T.
+template <class T> using sum_t = std::conditional_t<is_complex_v<T>, std::complex<double>, double>;
+/// The DType and element count under which a real-linear CUDA kernel sees `n` elements of T
+/// (complex: the interleaved real parts, 2n of them).
+template <class T> constexpr DType real_view_dtype() {
+  if constexpr (is_complex_v<T>) return dtype_of<typename T::value_type>;
+  else return dtype_of<T>;
+}
+template <class T> constexpr index_t real_view_count(index_t n) { return is_complex_v<T> ? 2 * n : n; }
+/// The real factor of `alpha` for a device kernel: throws (naming `op`) for a complex factor with
+/// a nonzero imaginary part, which no device kernel implements.
+template <class T> double real_factor(T alpha, const char* op) {
+  if constexpr (is_complex_v<T>) {
+    SHARD_CHECK(alpha.imag() == 0, op, "complex on CUDA not implemented (a complex factor {}+{}i on a {} tensor)",
+                static_cast<double>(alpha.real()), static_cast<double>(alpha.imag()), dtype_of<T>);
+    return static_cast<double>(alpha.real());
+  } else {
+    return static_cast<double>(alpha);
+  }
+}
 template <class T, int R>
 void check_same_shape(const char* op, const Tensor<T, R>& a, const Tensor<T, R>& b) {
   SHARD_CHECK(a.shape() == b.shape(), op, "shapes {} and {} differ", a.shape(), b.shape());
@@ -79,15 +112,9 @@ void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
   detail::check_same_shape("axpy", x, y);
   if (y.device().is_cuda() && x.is_contiguous() && y.is_contiguous()) {
     y.bump_version();
-    if constexpr (is_complex_type<T>) {
-      // A complex array is an array of (re, im) pairs: a real alpha scales both alike.
-      SHARD_CHECK(alpha.imag() == 0, "axpy", "a complex factor {} on {} is not supported (real factors only)",
-                  alpha.imag(), y.device());
-      detail::device_axpby(dtype_of<typename T::value_type>, 2 * y.numel(), alpha.real(), x.data(), 1.0, y.data(),
-                           y.device());
-    } else {
-      detail::device_axpby(dtype_of<T>, y.numel(), alpha, x.data(), 1.0, y.data(), y.device());
-    }
+    const double a = detail::real_factor(alpha, "axpy");
+    detail::device_axpby(detail::real_view_dtype<T>(), detail::real_view_count<T>(y.numel()), a, x.data(), 1.0,
+                         y.data(), y.device());
     return;
   }
   zip_into(y, y, x, [alpha](T a, T b) { return a + alpha * b; });
@@ -97,14 +124,9 @@ template <class T, int R>
 void scale(const Tensor<T, R>& x, T alpha) {
   if (x.device().is_cuda() && x.is_contiguous()) {
     x.bump_version();
-    if constexpr (is_complex_type<T>) {
-      SHARD_CHECK(alpha.imag() == 0, "scale", "a complex factor {} on {} is not supported (real factors only)",
-                  alpha.imag(), x.device());
-      detail::device_axpby(dtype_of<typename T::value_type>, 2 * x.numel(), 0.0, x.data(), alpha.real(), x.data(),
-                           x.device());
-    } else {
-      detail::device_axpby(dtype_of<T>, x.numel(), 0.0, x.data(), alpha, x.data(), x.device());
-    }
+    const double a = detail::real_factor(alpha, "scale");
+    detail::device_axpby(detail::real_view_dtype<T>(), detail::real_view_count<T>(x.numel()), 0.0, x.data(), a,
+                         x.data(), x.device());
     return;
   }
   map_into(x, x, [alpha](T a) { return a * alpha; });
@@ -141,6 +163,7 @@ Tensor<T, R> mul(const Tensor<T, R>& a, const Tensor<T, R>& b) {
   detail::check_same_shape("mul", a, b);
   auto out = Tensor<T, R>::empty(a.shape(), a.device());
   if (a.device().is_cuda()) {
+    SHARD_CHECK(!detail::is_complex_v<T>, "mul", "complex on CUDA not implemented ({} on {})", dtype_of<T>, a.device());
     auto ac = a.contiguous(), bc = b.contiguous();
     detail::device_mul(dtype_of<T>, a.numel(), ac.data(), bc.data(), out.data(), a.device());
     return out;
@@ -149,25 +172,39 @@ Tensor<T, R> mul(const Tensor<T, R>& a, const Tensor<T, R>& b) {
   return out;
 }
 
-/// Sum of all elements, accumulated in double.
+/// Sum of all elements, accumulated in double (std::complex<double> for complex T).
 template <class T, int R>
-double sum(const Tensor<T, R>& a) {
+detail::sum_t<T> sum(const Tensor<T, R>& a) {
   if (a.device().is_cuda()) {
-    auto c = a.contiguous();
-    return detail::device_sum(dtype_of<T>, c.numel(), c.data(), c.device());
+    SHARD_CHECK(!detail::is_complex_v<T>, "sum", "complex on CUDA not implemented ({} on {})", dtype_of<T>, a.device());
+    if constexpr (!detail::is_complex_v<T>) {
+      auto c = a.contiguous();
+      return detail::device_sum(dtype_of<T>, c.numel(), c.data(), c.device());
+    }
   }
   auto c = a.contiguous();
   const T* x = c.data();
   const index_t n = c.numel();
-  double s = 0;
+  if constexpr (detail::is_complex_v<T>) {
+    double re = 0, im = 0;
+#pragma omp parallel for reduction(+ : re, im) schedule(static) if (n > (1 << 16))
+    for (index_t i = 0; i < n; ++i) {
+      re += static_cast<double>(x[i].real());
+      im += static_cast<double>(x[i].imag());
+    }
+    return {re, im};
+  } else {
+    double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static) if (n > (1 << 16))
-  for (index_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
-  return s;
+    for (index_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
+    return s;
+  }
 }
 
 /// Sum of a[i]*b[i], accumulated in double.
 template <class T, int R>
 double dot(const Tensor<T, R>& a, const Tensor<T, R>& b) {
+  static_assert(!detail::is_complex_v<T>, "dot is real-only (for complex tensors write sum(conj(a) * b) explicitly)");
   SHARD_CHECK(a.shape() == b.shape(), "dot", "shape {} != {}", a.shape(), b.shape());
   auto ac = a.device().is_cpu() ? a.contiguous() : a.to(Device::cpu());
   auto bc = b.device().is_cpu() ? b.contiguous() : b.to(Device::cpu());
@@ -185,10 +222,18 @@ double max_rel_diff(const Tensor<T, R>& a, const Tensor<T, R>& b) {
   auto ac = a.to(Device::cpu()), bc = b.to(Device::cpu());
   double num = 0, den = 0;
   for (index_t i = 0; i < ac.numel(); ++i) {
-    const double x = static_cast<double>(ac.data()[i]), y = static_cast<double>(bc.data()[i]);
-    if (std::isnan(x) != std::isnan(y)) return INFINITY;
-    num = std::max(num, std::abs(x - y));
-    den = std::max(den, std::abs(y));
+    if constexpr (detail::is_complex_v<T>) {
+      const std::complex<double> x(ac.data()[i]), y(bc.data()[i]);
+      const bool nx = std::isnan(x.real()) || std::isnan(x.imag()), ny = std::isnan(y.real()) || std::isnan(y.imag());
+      if (nx != ny) return INFINITY;
+      num = std::max(num, std::abs(x - y));
+      den = std::max(den, std::abs(y));
+    } else {
+      const double x = static_cast<double>(ac.data()[i]), y = static_cast<double>(bc.data()[i]);
+      if (std::isnan(x) != std::isnan(y)) return INFINITY;
+      num = std::max(num, std::abs(x - y));
+      den = std::max(den, std::abs(y));
+    }
   }
   return num / std::max(den, 1e-300);
 }
