@@ -126,3 +126,54 @@ TEST_CASE("spectral convolution bad input is refused on every rank", "[nn][fno][
     CHECK_THROWS_AS(nn::SpectralConv2d<double>(mesh, 2, 3, {0, 2}), Error);
   });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every transform through the functional oracle (real inputs and outputs via F::complex,
+// F::real, F::imag): all activation layouts at 1-4 ranks and fp64 finite differences.
+
+namespace {
+
+template <class T>
+fn::Body<T> c2c_body(const Shape<4>& s, bool inverse, FftNorm norm, std::vector<index_t> modes) {
+  return [=](fn::Ctx<T>& c) {
+    auto z = F::complex(c.template act<4>(s), c.template act<4>(s));
+    std::vector<index_t> sizes;
+    if (inverse && !modes.empty()) sizes = {s[2] + 1, s[3] + 2};  // a zero-padded inverse
+    auto Z = inverse ? F::ifftn(z, {2, 3}, norm, sizes, modes) : F::fftn(z, {2, 3}, norm, modes);
+    c.output(F::real(Z));
+    c.output(F::imag(Z));
+  };
+}
+
+template <class T>
+fn::Body<T> r2c_c2r_body(const Shape<4>& s, FftNorm norm) {
+  return [=](fn::Ctx<T>& c) {
+    auto x = c.template act<4>(s);
+    auto X = F::rfftn(x, {2, 3}, norm);
+    c.output(F::real(X));
+    c.output(F::imag(X));
+    // irfftn of an arbitrary (not Hermitian-consistent) spectrum: odd real extent.
+    Shape<4> hs = s;
+    hs[3] = s[3] / 2 + 1;
+    auto h = F::complex(c.template act<4>(hs), c.template act<4>(hs));
+    c.output(F::irfftn(h, {2, 3}, norm, {s[2], s[3]}));
+  };
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("every transform through the functional oracle (values and gradients vs unsharded)",
+                   "[nn][fft][oracle][mpi]", double, float) {
+  using T = TestType;
+  fn::check_sharded<T, 4>(c2c_body<T>({2, 2, 7, 6}, false, FftNorm::ortho, {}), {2, 2, 7, 6});
+  fn::check_sharded<T, 4>(c2c_body<T>({1, 2, 6, 5}, false, FftNorm::backward, {2, 2}), {1, 2, 6, 5});
+  fn::check_sharded<T, 4>(c2c_body<T>({1, 2, 5, 6}, true, FftNorm::forward, {}), {1, 2, 5, 6});
+  fn::check_sharded<T, 4>(r2c_c2r_body<T>({2, 2, 6, 7}, FftNorm::backward), {2, 2, 6, 7});
+  fn::check_sharded<T, 4>(r2c_c2r_body<T>({1, 1, 5, 8}, FftNorm::ortho), {1, 1, 5, 8});
+}
+
+TEST_CASE("every transform: finite differences (fp64)", "[nn][fft][fd][mpi]") {
+  fn::check_fd_sharded<4>(c2c_body<double>({1, 1, 5, 4}, false, FftNorm::ortho, {}), {1, 1, 5, 4});
+  fn::check_fd_sharded<4>(c2c_body<double>({1, 1, 4, 4}, true, FftNorm::backward, {2, 2}), {1, 1, 4, 4});
+  fn::check_fd_sharded<4>(r2c_c2r_body<double>({1, 1, 4, 5}, FftNorm::forward), {1, 1, 4, 5});
+}
