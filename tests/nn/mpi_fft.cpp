@@ -109,7 +109,14 @@ std::vector<L> layouts(int P, const Shape<R>& s) {
     out.push_back({"2x2 data x domain", {2, 2}, {Shard(0), Shard(R - 1)}, {}});
     out.push_back({"2x2 same dim", {2, 2}, {Shard(2), Shard(2)}, {}});
   }
-  if (P == 4 && R >= 5) out.push_back({"pencil 2x2 (y, z)", {2, 2}, {Shard(3), Shard(4)}, {}});
+  if (P == 4 && R >= 5) {
+    out.push_back({"pencil 2x2 (y, z)", {2, 2}, {Shard(3), Shard(4)}, {}});
+    out.push_back({"3-D mesh 2x1x2", {2, 1, 2}, {Shard(2), Shard(3), Shard(4)}, {}});
+  }
+  if (P == 8 && R >= 5) {
+    out.push_back({"3-D mesh 2x2x2 (x, y, z)", {2, 2, 2}, {Shard(2), Shard(3), Shard(4)}, {}});
+    out.push_back({"3-D mesh 2x2x2 (batch, x, z)", {2, 2, 2}, {Shard(0), Shard(2), Shard(4)}, {}});
+  }
   if (P == 2 && R >= 4) out.push_back({"pencil 1x2", {1, 2}, {Shard(2), Shard(3)}, {}});
   if (P == 3 && R >= 4) out.push_back({"pencil 3x1", {3, 1}, {Shard(R - 1), Shard(2)}, {}});
   return out;
@@ -379,4 +386,14 @@ TEST_CASE("distributed FFT bad input is refused on every rank", "[nn][fft][error
                }),
                ContainsSubstring("complex input"));
   });
+}
+
+TEST_CASE("distributed FFT on 3-D meshes of 8 ranks (all three spatial dims sharded)", "[nn][fft][odd_mesh][mpi]") {
+  // Runs where the world has 8 ranks (ctest mpi_tests_np8_odd_meshes); other sizes use the
+  // smaller layouts of the cases above.
+  if (world_size() < 8) return;
+  using C = std::complex<double>;
+  check_case<C, C, 5>({Op::fftn, {2, 3, 4}, FftNorm::ortho}, {2, 2, 5, 4, 6}, 901);
+  check_case<double, C, 5>({Op::rfftn, {2, 3, 4}, FftNorm::backward, {2, 1, 2}}, {1, 2, 6, 5, 7}, 902);
+  check_case<C, double, 5>({Op::irfftn, {2, 3, 4}, FftNorm::backward, {2, 1, 2}, {6, 5, 7}}, {1, 2, 6, 5, 7}, 903);
 }
