@@ -1,10 +1,11 @@
 #pragma once
 /// \file surrogate_common.hpp
-/// What unet_surrogate and vit_surrogate share: the training flags (data groups, batch, samples,
-/// learning rate, logging, --save, --checkpoint / --checkpoint-every / --resume / --stop-after)
-/// and their checks, the device choice, the domain-parallel mesh and heat-equation data, and the
-/// training loop (AdamW + cosine warm-up, progress lines with throughput and per-rank peak
-/// memory, checkpoints, resume, the final `final_loss=` line).
+/// What the surrogate examples (unet_surrogate, vit_surrogate, fno_surrogate) share: the training
+/// flags (data groups, batch, samples, learning rate, logging, --save, --checkpoint /
+/// --checkpoint-every / --resume / --stop-after) and their checks, the device choice, the
+/// domain-parallel mesh and heat-equation data, and the training loop (AdamW + cosine warm-up,
+/// progress lines with throughput and per-rank peak memory, checkpoints, resume, the final
+/// `final_loss=` line).
 ///
 /// Checkpoints (io/checkpoint.hpp): one HDF5 file holding the parameters (sharded ones as global
 /// datasets), the AdamW moments, the step and the data order (io::TrainingState ints "data.*",

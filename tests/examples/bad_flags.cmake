@@ -1,7 +1,7 @@
 # Input robustness of the examples (issue 8, scope 7): each bad command line exits with code 2
 # and a message naming the flag and the rule; --help prints usage and exits 0; small valid runs
 # still exit 0. Every case runs under mpiexec (np ranks).
-# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|dist_demo|insitu_advection -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
+# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|fno_surrogate|dist_demo|insitu_advection -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 set(ncases 0)
 # expect(np rc regex args...): run, compare the exit code, match the regex on stdout+stderr.
@@ -94,6 +94,36 @@ elseif(NAME STREQUAL "vit_surrogate")
   expect(2 1 "cannot open" --steps 1 --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/no_such_dir/missing.h5 --resume)
   # a valid small run still works (exit 0), --width/--depth as aliases of --dim/--layers
   expect(2 0 "final_loss=" --steps 2 --grid 8 --patch 2 --width 8 --heads 2 --depth 1 --batch 2 --samples 2 --mesh 1x2 --log-every 1)
+elseif(NAME STREQUAL "fno_surrogate")
+  expect(1 0 "Usage:.*--steps.*--grid.*--seed.*--mesh.*--device.*--width.*--layers.*--modes.*--proj-width" -h)
+  expect(1 2 "--steps: 'abc' is not an integer" --steps abc)
+  expect(1 2 "--steps: Value 0 not in range 1 to" --steps 0)
+  expect(1 2 "--grid: Value 1 not in range 2 to" --grid 1)
+  expect(1 2 "--grid: '1e3' is not an integer" --grid 1e3)
+  expect(1 2 "--width: Value 0 not in range" --width 0)
+  expect(1 2 "--layers: Value 0 not in range 1 to 64|--layers,--depth: Value 0 not in range" --layers 0)
+  expect(1 2 "--modes: Value 0 not in range" --modes 0)
+  expect(1 2 "--modes: 'four' is not an integer" --modes four)
+  expect(1 2 "--proj-width: Value -4 not in range" --proj-width -4)
+  expect(1 2 "--lr: Value -0.1 not in range" --lr -0.1)
+  expect(1 2 "--seed: '-1' is not a non-negative integer" --seed -1)
+  expect(1 2 "--device.*tpu.*not in.*cpu.*cuda|--device: tpu" --device tpu)
+  # the kept modes must fit the grid: 2 * modes <= grid (H), modes <= grid / 2 + 1 (W, half spectrum)
+  expect(1 2 "--modes 9 is too large for --grid 16: the spectral convolution keeps 2 [*] modes = 18 frequencies along H.*use --modes <= 8" --grid 16 --modes 9)
+  expect(1 2 "--modes 3 is too large for --grid 5.*use --modes <= 2" --grid 5 --modes 3)
+  expect(1 2 "--mesh: .*expected AxB with positive integer extents, got '0'" --mesh 0x1)
+  expect(1 2 "--samples 2 is smaller than --batch 4" --samples 2)
+  expect(2 2 "--mesh 3x1 = 3 ranks, but 2 were started" --mesh 3x1)
+  expect(2 2 "--batch 3 is not a multiple of --data 2" --data 2 --batch 3)
+  expect(1 2 "--checkpoint-every 2 needs --checkpoint FILE" --checkpoint-every 2)
+  expect(1 2 "--resume needs --checkpoint FILE" --resume)
+  expect(1 2 "--stop-after 9 is past --steps 3" --steps 3 --stop-after 9)
+  expect(2 1 "cannot open" --steps 1 --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/no_such_dir/missing.h5 --resume)
+  # the largest modes that fit (2 * modes == grid), and ranks without cells (grid 4 over 4 ranks
+  # along H, the kept modes over 2x2): valid, exit 0
+  expect(2 0 "final_loss=" --steps 2 --grid 8 --modes 4 --width 4 --layers 1 --batch 2 --samples 2 --mesh 1x2 --log-every 1)
+  expect(4 0 "final_loss=" --steps 1 --grid 4 --modes 2 --width 4 --layers 2 --batch 2 --samples 2 --mesh 4x1 --log-every 1)
+  expect(4 0 "final_loss=" --steps 1 --grid 3 --modes 1 --width 4 --layers 2 --batch 2 --samples 2 --mesh 2x2 --log-every 1)
 elseif(NAME STREQUAL "dist_demo")
   expect(1 0 "Usage:.*rows.*cols.*--mesh" -h)
   expect(1 2 "rows: 'abc' is not an integer" abc 5)

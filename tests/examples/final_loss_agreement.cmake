@@ -1,15 +1,20 @@
 # Runs an example at 1, 2, 3 and 4 ranks (and on a 2x2 mesh, and data x domain 2 x 2) with one
 # seed and checks that every final_loss agrees with the 1-rank value to 1e-4 relative (fp32).
 # Usage: cmake -DEXE=<unet_surrogate> -DMPIEXEC=<mpiexec> "-DFLAGS=<mpiexec flags>"
-#              ["-DARGS=<example flags>"] -P this-file
-# (ARGS defaults to the U-Net example's flags below.)
+#              ["-DARGS=<example flags>"] ["-DRUNS=<np[,flags...]>|<np[,flags...]>..."] -P this-file
+# (ARGS defaults to the U-Net example's flags below, RUNS to the runs below; the first run is
+# the reference.)
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 if(DEFINED ARGS AND NOT ARGS STREQUAL "")
   separate_arguments(args UNIX_COMMAND "${ARGS}")
 else()
   set(args --steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10)
 endif()
-set(runs "1" "2" "3" "4" "4,--mesh,2x2" "4,--mesh,2x1,--data,2")
+if(DEFINED RUNS AND NOT RUNS STREQUAL "")
+  string(REPLACE "|" ";" runs "${RUNS}")
+else()
+  set(runs "1" "2" "3" "4" "4,--mesh,2x2" "4,--mesh,2x1,--data,2")
+endif()
 set(ref "")
 foreach(run IN LISTS runs)
   string(REPLACE ";" " " desc "${run}")
