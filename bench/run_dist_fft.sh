@@ -7,7 +7,9 @@
 # Then: /usr/bin/python3 bench/plot_dist_fft.py OUT_DIR/fft_n<N>.csv docs/perf/dist_fft.png
 #   bench/run_dist_fft.sh                          # N=256, ranks 1 2 4, 3 rounds, part fft
 #   N=128 ROUNDS=1 PART=conv bench/run_dist_fft.sh
-# 4 ranks on a 2-core machine are oversubscribed (2 ranks per core): compare within a run.
+# 4 ranks on a 2-core machine are oversubscribed (2 ranks per core): compare within a run. When
+# ranks outnumber free cores, add "--mca mpi_yield_when_idle 1" to MPIEXEC_FLAGS: a rank spinning
+# in a collective otherwise holds its core for a scheduler slice (small cases then take ~16 ms).
 # Uses BUILD_DIR / JOBS / CMAKE_ARGS / MPIEXEC_FLAGS like scripts/run_tests.sh; SKIP_BUILD=1 skips the build.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 N="${N:-256}"
