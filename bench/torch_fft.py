@@ -4,7 +4,7 @@ three dims, c2c forward (torch.fft.fftn) and r2c (torch.fft.rfftn), f64 and f32,
 (torch.set_num_threads(1)), output tensors preallocated (out=, as bench_fft's blocks).
 
 Run:  OMP_NUM_THREADS=1 /usr/bin/python3 bench/torch_fft.py [--n 128] [--reps 7]
-(/usr/bin/python3: Debian's python3-torch lives in the system interpreter.)
+(/usr/bin/python3: Debian's python3-torch lives in the system interpreter; `SETUP_WITH_TORCH=1 scripts/setup.sh` installs it.)
 Prints per transform: median wall time in ms of `reps` calls, GFLOP/s with bench_fft's
 convention (5 N log2 N for c2c, 2.5 N log2 N for r2c, N = n^3), the first call's time, and the
 largest difference from numpy.fft on the same data relative to the largest magnitude (a sanity

@@ -15,10 +15,11 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 main_pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libfmt-dev libcli11-dev
            libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev gnuplot-nox ccache)
 # Issue 16's benchmarks (bench/, never the library or the tests): FFTW's MPI transforms (CMake
-# finds them optionally) and PyTorch's CPU torch.fft for bench/torch_fft.py. python3-torch is big
-# (~190 MB of .debs with its closure, ~830 MB installed): SETUP_NO_BENCH=1 skips both.
-bench_pkgs=(libfftw3-mpi-dev python3-torch)
-[ "${SETUP_NO_BENCH:-0}" = 1 ] || main_pkgs+=("${bench_pkgs[@]}")
+# finds them optionally; small, installed unless SETUP_NO_BENCH=1). PyTorch (the torch.fft / conv /
+# attention references in bench/*.py) is big (~190 MB of .debs with its closure, ~830 MB
+# installed) and only installed on request: SETUP_WITH_TORCH=1 scripts/setup.sh.
+[ "${SETUP_NO_BENCH:-0}" = 1 ] || main_pkgs+=(libfftw3-mpi-dev)
+[ "${SETUP_WITH_TORCH:-0}" = 1 ] && main_pkgs+=(python3-torch)
 for p in "${main_pkgs[@]}"; do have "$p" || need+=("$p"); done
 catch_ok=1
 if ! have libcatch2-dev; then catch_ok=0
