@@ -9,7 +9,7 @@
 set -euo pipefail
 
 # What the build needs (the closure of these is collected).
-ROOTS=(openmpi-bin libopenmpi-dev libfmt-dev libcli11-dev libcatch2-dev libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev libfftw3-mpi-dev)
+ROOTS=(openmpi-bin libopenmpi-dev libfmt-dev libcli11-dev libcatch2-dev libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev libfftw3-mpi-dev libnanoflann-dev)
 # python3-torch (bench/torch_fft.py, issue 16) only on request: its closure is ~190 MB of .debs,
 # past the 64 MiB a device call carries (.deps), and no GPU benchmark needs it. Unverified offline.
 [ "${OFFLINE_WITH_TORCH:-0}" = 1 ] && ROOTS+=(python3-torch)

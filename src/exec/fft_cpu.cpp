@@ -3,7 +3,7 @@
 // (which never touches the arrays) under a lock (FFTW's planner is not thread-safe) and cached
 // for the process; executions use FFTW's new-array execute functions, which are thread-safe.
 // Every dim not transformed is a batch ("howmany") dim of the same plan, so a batched transform is
-// one FFTW call whatever the layout. Why FFTW: docs/architecture.md, "Dependencies".
+// one FFTW call whatever the layout. Why FFTW: docs/architecture.md, "Why OpenBLAS, OpenMP, FFTW and nanoflann".
 #include <fftw3.h>
 
 #include <complex>

@@ -30,6 +30,7 @@ const char* family_name(KernelFamily f) {
     case KernelFamily::tensor: return "tensor";
     case KernelFamily::nbhd_attention: return "nbhd_attention";
     case KernelFamily::spectral: return "spectral";
+    case KernelFamily::neighbors: return "neighbors";
     case KernelFamily::count_: break;
   }
   return "?";

@@ -33,6 +33,7 @@ enum class KernelFamily : int {
   tensor,     ///< TensorDeviceKernels: Tensor's own device entry points (strided copy, fill, axpby, mul, sum)
   nbhd_attention,  ///< neighbourhood (windowed) attention forward/backward
   spectral,   ///< per-mode channel mixing of a spectrum (the FNO multiply)
+  neighbors,  ///< local kNN / radius point search and neighbour-list merge
   count_
 };
 
