@@ -451,6 +451,20 @@ Block local_fft(const FftStage& st, FftKind k, bool inverse, double scale, const
     if (out.numel() > 0) exec::box_zero(out, ctx);
     return out;
   }
+  if (k == FftKind::c2r && g.dims.size() > 1 && !in.device.is_cpu()) {
+    // The adjoints above (and irfftn of any spectrum) rely on c2r over several dims meaning
+    // "inverse c2c over the leading dims, then the 1-D c2r of the halved dim, whose zero /
+    // Nyquist imaginary parts are ignored" for inputs that are not Hermitian-consistent. FFTW's
+    // multi-dim c2r computes exactly that (checked: tests/nn/mpi_fft.cpp and the irfftn oracle
+    // of tests/nn/mpi_fno.cpp compare one-call and staged transforms of arbitrary spectra);
+    // cuFFT's multi-dim c2r assumes Hermitian input, so off the CPU the two steps are explicit.
+    exec::FftGeometry lead{FftKind::c2c, true, g.complex_shape(), {g.dims.begin(), g.dims.end() - 1}, 1.0};
+    Block tmp = Block::allocate(in.dtype, in.device, lead.shape);
+    exec::fft(lead, contiguous(in, ctx), tmp, ctx);
+    exec::FftGeometry last{FftKind::c2r, false, g.shape, {g.dims.back()}, scale};
+    exec::fft(last, tmp, out, ctx);
+    return out;
+  }
   exec::fft(g, contiguous(in, ctx), out, ctx);
   return out;
 }
