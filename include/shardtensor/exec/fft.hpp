@@ -16,8 +16,12 @@
 ///  - c2r: the inverse of r2c's layout back to a real block whose last transformed dim has the
 ///    geometry's extent n (even or odd: the caller says which, as numpy's irfftn `s`). With one
 ///    transformed dim the imaginary parts of the zero (and, for even n, the Nyquist) frequency
-///    are ignored, as FFTW, numpy and PyTorch do (on both tables); with several, the input must
-///    be Hermitian-consistent (what r2c produces), as FFTW's and cuFFT's c2r assume.
+///    are ignored, as FFTW, numpy and PyTorch do (on both tables). With several dims: on the CPU
+///    table (FFTW) the result is the inverse c2c over the leading dims followed by that 1-D c2r,
+///    for any input (the distributed FFT's adjoints rely on it; tests/nn/mpi_fft.cpp and
+///    mpi_fno.cpp compare one-call and staged transforms of arbitrary spectra); on the CUDA
+///    table (cuFFT) the input must be Hermitian-consistent (what r2c produces), so the
+///    distributed plan runs such transforms as the two steps explicitly off the CPU.
 /// Precision: c64 <-> f32, c128 <-> f64 (complex<float> / complex<double>). The input is never
 /// modified (c2r works on a scratch copy: FFTW's multi-dim c2r and cuFFT's c2r destroy their input).
 #include <vector>
