@@ -183,4 +183,20 @@ const Box& DistSpec::box_of(int r) const {
   return impl_->boxes[static_cast<std::size_t>(r)];
 }
 
+DistSpec derived_spec(const DistSpec& like, std::vector<Placement> placements, std::vector<index_t> global) {
+  ShardSizes sizes(global.size());
+  DistSpec probe(like.mesh(), placements, global);
+  bool any = false;
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    if (d >= like.ndim() || probe.sharding_mesh_dims(d).empty()) continue;
+    if (probe.sharding_mesh_dims(d) == like.sharding_mesh_dims(d) && like.global_shape()[u] == global[u]) {
+      sizes[u] = like.layout(d).sizes();
+      any = true;
+    }
+  }
+  if (!any) return probe;
+  return DistSpec(like.mesh(), std::move(placements), std::move(global), sizes);
+}
+
 }  // namespace shard

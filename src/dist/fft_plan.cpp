@@ -66,24 +66,6 @@ double norm_scale(FftNorm norm, bool forward, double n) {
 DType complex_of(DType real) { return real == DType::f32 ? DType::c64 : DType::c128; }
 DType real_of(DType c) { return c == DType::c64 ? DType::f32 : DType::f64; }
 
-/// A spec on `like`'s mesh with `placements` and `global`, keeping `like`'s explicit sizes for
-/// every tensor dim that stays sharded by the same mesh dims with the same extent.
-DistSpec respec(const DistSpec& like, std::vector<Placement> placements, std::vector<index_t> global) {
-  ShardSizes sizes(global.size());
-  DistSpec probe(like.mesh(), placements, global);
-  bool any = false;
-  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
-    const auto u = static_cast<std::size_t>(d);
-    if (probe.sharding_mesh_dims(d).empty()) continue;
-    if (probe.sharding_mesh_dims(d) == like.sharding_mesh_dims(d) && like.global_shape()[u] == global[u]) {
-      sizes[u] = like.layout(d).sizes();
-      any = true;
-    }
-  }
-  if (!any) return probe;
-  return DistSpec(like.mesh(), std::move(placements), std::move(global), sizes);
-}
-
 /// Per requested dim: real extent n, full spectral extent F, kept extent K.
 struct DimInfo {
   int dim = -1;
@@ -220,7 +202,7 @@ std::shared_ptr<FftPlan> build_plan(const DistSpec& in, DType in_dtype, FftReque
         shape[static_cast<std::size_t>(d)] = fwd ? di.kept : di.n;
         if (di.kept < di.full) st.kept[static_cast<std::size_t>(d)] = di.kept;
       }
-      st.dst = respec(cur, cur.placements(), shape);
+      st.dst = derived_spec(cur, cur.placements(), shape);
       st.real_local = (fwd ? st.src : st.dst).local_box().len;
       for (int d : stage) st.real_local[static_cast<std::size_t>(d)] = info_of(d).n;
       if (has_halved) {
@@ -240,7 +222,7 @@ std::shared_ptr<FftPlan> build_plan(const DistSpec& in, DType in_dtype, FftReque
           rs.src = cur;
           auto p = cur.placements();
           p[static_cast<std::size_t>(it->first)] = Shard(it->second);
-          rs.dst = respec(cur, p, cur.global_shape());
+          rs.dst = derived_spec(cur, p, cur.global_shape());
           rs.mesh_dim = it->first;
           cur = rs.dst;
           plan->stages.push_back(std::move(rs));
@@ -307,7 +289,7 @@ std::shared_ptr<FftPlan> build_plan(const DistSpec& in, DType in_dtype, FftReque
       rs.replicate_fallback = true;
       restore.emplace_back(m, dstar);
     }
-    rs.dst = respec(cur, p, cur.global_shape());
+    rs.dst = derived_spec(cur, p, cur.global_shape());
     cur = rs.dst;
     plan->stages.push_back(std::move(rs));
   }
@@ -320,20 +302,6 @@ std::shared_ptr<FftPlan> build_plan(const DistSpec& in, DType in_dtype, FftReque
   plan->out = cur;
   plan->request = std::move(req);
   return plan;
-}
-
-void append_spec_key(std::vector<index_t>& k, const DistSpec& s) {
-  k.push_back(s.ndim());
-  k.insert(k.end(), s.global_shape().begin(), s.global_shape().end());
-  for (const auto& p : s.placements()) {
-    k.push_back(static_cast<index_t>(p.kind));
-    k.push_back(p.is_shard() ? p.dim : -1);
-    k.push_back(p.is_partial() ? static_cast<index_t>(p.op) : -1);
-  }
-  for (const auto& l : s.layouts()) {
-    k.push_back(l.parts());
-    for (index_t q = 0; q < l.parts(); ++q) k.push_back(l.size(q));
-  }
 }
 
 void append_request_key(std::vector<index_t>& k, const FftRequest& r) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/mesh/device_mesh.hpp"
 
 namespace shard::detail {
@@ -23,6 +24,21 @@ inline std::vector<index_t> mesh_key(const DeviceMesh& mesh) {
   key.push_back(mesh.rank());
   key.insert(key.end(), mesh.shape().begin(), mesh.shape().end());
   return key;
+}
+
+/// Appends what identifies `s` inside a key: global shape, placements and every part size.
+inline void append_spec_key(std::vector<index_t>& k, const DistSpec& s) {
+  k.push_back(s.ndim());
+  k.insert(k.end(), s.global_shape().begin(), s.global_shape().end());
+  for (const auto& p : s.placements()) {
+    k.push_back(static_cast<index_t>(p.kind));
+    k.push_back(p.is_shard() ? p.dim : -1);
+    k.push_back(p.is_partial() ? static_cast<index_t>(p.op) : -1);
+  }
+  for (const auto& l : s.layouts()) {
+    k.push_back(l.parts());
+    for (index_t q = 0; q < l.parts(); ++q) k.push_back(l.size(q));
+  }
 }
 
 template <class Plan>

@@ -303,19 +303,6 @@ std::shared_ptr<RedistributePlan> build_plan(const DistSpec& src, const DistSpec
 }
 
 // ---------------------------------------------------------------- the cache
-void append_spec_key(std::vector<index_t>& k, const DistSpec& s) {
-  k.push_back(s.ndim());
-  k.insert(k.end(), s.global_shape().begin(), s.global_shape().end());
-  for (const auto& p : s.placements()) {
-    k.push_back(static_cast<index_t>(p.kind));
-    k.push_back(p.is_shard() ? p.dim : -1);
-    k.push_back(p.is_partial() ? static_cast<index_t>(p.op) : -1);
-  }
-  for (const auto& l : s.layouts()) {
-    k.push_back(l.parts());
-    for (index_t p = 0; p < l.parts(); ++p) k.push_back(l.size(p));
-  }
-}
 
 PlanCache<RedistributePlan>& plan_cache() {
   static auto* c = new PlanCache<RedistributePlan>(1024);  // never destroyed: usable during static destruction

@@ -103,6 +103,11 @@ class DistSpec {
   std::shared_ptr<const Impl> impl_;
 };
 
+/// A spec on `like`'s mesh with `placements` and `global`, keeping `like`'s explicit shard sizes
+/// for every tensor dim that stays sharded by the same mesh dims with the same extent (balanced
+/// elsewhere): the layout an op's output inherits from its input.
+DistSpec derived_spec(const DistSpec& like, std::vector<Placement> placements, std::vector<index_t> global);
+
 }  // namespace shard
 
 template <> struct fmt::formatter<shard::DistSpec> {

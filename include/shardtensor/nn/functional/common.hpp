@@ -111,18 +111,8 @@ inline std::vector<Placement> with_partial(std::vector<Placement> p, const std::
 }
 
 /// Spec on the mesh of `like` with `placements` and `global`, reusing `like`'s shard sizes for
-/// every tensor dim that stays sharded by the same mesh dims with the same extent.
-inline DistSpec derived_spec(const DistSpec& like, std::vector<Placement> placements, std::vector<index_t> global) {
-  ShardSizes sizes(global.size());
-  DistSpec probe(like.mesh(), placements, global);
-  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
-    if (d >= like.ndim() || probe.sharding_mesh_dims(d).empty()) continue;
-    if (probe.sharding_mesh_dims(d) == like.sharding_mesh_dims(d) &&
-        like.global_shape()[static_cast<std::size_t>(d)] == global[static_cast<std::size_t>(d)])
-      sizes[static_cast<std::size_t>(d)] = like.layout(d).sizes();
-  }
-  return DistSpec(like.mesh(), std::move(placements), std::move(global), sizes);
-}
+/// every tensor dim that stays sharded by the same mesh dims with the same extent (dist_spec.hpp).
+using shard::derived_spec;
 
 /// Product of the global extents of the dims d with pred(d).
 template <int R, class Pred>
