@@ -31,6 +31,7 @@ const char* family_name(KernelFamily f) {
     case KernelFamily::nbhd_attention: return "nbhd_attention";
     case KernelFamily::spectral: return "spectral";
     case KernelFamily::neighbors: return "neighbors";
+    case KernelFamily::rows: return "rows";
     case KernelFamily::count_: break;
   }
   return "?";

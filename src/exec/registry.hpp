@@ -34,6 +34,7 @@ enum class KernelFamily : int {
   nbhd_attention,  ///< neighbourhood (windowed) attention forward/backward
   spectral,   ///< per-mode channel mixing of a spectrum (the FNO multiply)
   neighbors,  ///< local kNN / radius point search and neighbour-list merge
+  rows,       ///< gather rows by index / scatter-add rows (sparse exchanges, neighbour gathers)
   count_
 };
 
