@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""PyTorch brute force on the points of bench_dist_neighbors (--dump FILE): torch.cdist + topk in
+query chunks (k nearest, or the nearest --max within --radius), CPU, float32. Prints the median
+time over --reps (after one warm-up) and the same checksums bench_dist_neighbors prints
+(check_dist: sum over queries of the last kept distance; check_cnt: sum of counts), so the two
+runs are known to answer the same question.
+
+  OMP_NUM_THREADS=1 /usr/bin/python3 bench/torch_knn.py points.f32 [--k 16] [--radius 0.01]
+      [--max 32] [--reps 3] [--chunk 512] [--query knn|radius|both]
+Needs python3-torch (scripts/setup.sh with SETUP_WITH_TORCH=1)."""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def run(pts, knn, k, radius, maxn, chunk):
+    n = pts.shape[0]
+    w = k if knn else maxn
+    last = torch.empty(n, dtype=torch.float64)
+    counts = torch.empty(n, dtype=torch.int64)
+    for s in range(0, n, chunk):
+        q = pts[s:s + chunk]
+        d = torch.cdist(q, pts)  # [c, n], Euclidean
+        vals, _ = torch.topk(d, min(w, n), dim=1, largest=False, sorted=True)
+        if knn:
+            last[s:s + chunk] = vals[:, -1].double()
+            counts[s:s + chunk] = vals.shape[1]
+        else:
+            ok = vals <= radius
+            c = ok.sum(dim=1)
+            counts[s:s + chunk] = c
+            idx = (c - 1).clamp(min=0)
+            lv = vals.gather(1, idx[:, None])[:, 0].double()
+            last[s:s + chunk] = torch.where(c > 0, lv, torch.zeros_like(lv))
+    return float(last.sum()), int(counts.sum())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("points")
+    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--radius", type=float, default=0.01)
+    ap.add_argument("--max", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--query", default="both")
+    a = ap.parse_args()
+    pts = torch.from_numpy(np.fromfile(a.points, dtype=np.float32).reshape(-1, 3).copy())
+    print(f"# torch {torch.__version__} brute force (cdist + topk, chunk {a.chunk}), N={pts.shape[0]}, "
+          f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}")
+    for knn in (True, False):
+        if a.query != "both" and a.query != ("knn" if knn else "radius"):
+            continue
+        times = []
+        for r in range(a.reps + 1):
+            t0 = time.perf_counter()
+            cd, cc = run(pts, knn, a.k, a.radius, a.max, a.chunk)
+            if r > 0:
+                times.append((time.perf_counter() - t0) * 1e3)
+        print(f"{'knn' if knn else 'radius':6s} torch median_ms {statistics.median(times):.1f} "
+              f"min {min(times):.1f} max {max(times):.1f} check_dist {cd:.6f} check_cnt {cc}")
+
+
+if __name__ == "__main__":
+    main()
