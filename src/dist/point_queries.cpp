@@ -81,8 +81,8 @@ template <class T>
 void merge_candidates(const QueryKind& qk, Lists<T>& l, ExecContext& ctx) {
   const exec::NeighborMergeGeometry g{l.idx.shape()[0], qk.width};
   const Block cnt = as_block(l.cnt), ccnt = as_block(l.ccnt);
-  exec::neighbors_merge(g, as_block(l.idx), as_block(l.d2), qk.knn ? nullptr : &cnt, as_block(l.cidx),
-                        as_block(l.cd2), qk.knn ? nullptr : &ccnt, ctx);
+  exec::neighbors_merge(g, as_block(l.idx), as_block(l.d2), qk.knn ? nullptr : &cnt, as_block(l.cidx), as_block(l.cd2),
+                        qk.knn ? nullptr : &ccnt, ctx);
 }
 
 /// Searches `cand` and folds its candidates into the running lists.
@@ -154,8 +154,8 @@ NeighborStrategy check_query(const char* op, const DistTensor<T, 2>& query, cons
     if (f.nan_query > 0 || f.nan_support > 0)
       nan_msg += fmt::format("{}rank {}: {} in the query set, {} in the support set", nan_msg.empty() ? "" : "; ", r,
                              f.nan_query, f.nan_support);
-    mixed = mixed || f.query_dev != f.support_dev || static_cast<DeviceKind>(f.query_dev / 65536) !=
-                                                          static_cast<DeviceKind>(all[0].query_dev / 65536);
+    mixed = mixed || f.query_dev != f.support_dev ||
+            static_cast<DeviceKind>(f.query_dev / 65536) != static_cast<DeviceKind>(all[0].query_dev / 65536);
   }
   SHARD_CHECK(nan_msg.empty(), op, "NaN coordinates: {}", nan_msg);
   SHARD_CHECK(!mixed, op,
@@ -369,10 +369,10 @@ Neighbors<T> radius_neighbors(const DistTensor<T, 2>& query, const DistTensor<T,
   return run_query(op, QueryKind{false, max_neighbours, radius}, query, support, opts);
 }
 
-#define SHARD_POINT_QUERIES(T)                                                                                       \
-  template Neighbors<T> knn<T>(const DistTensor<T, 2>&, const DistTensor<T, 2>&, index_t,                           \
-                               const NeighborQueryOptions&);                                                         \
-  template Neighbors<T> radius_neighbors<T>(const DistTensor<T, 2>&, const DistTensor<T, 2>&, double, index_t,      \
+#define SHARD_POINT_QUERIES(T)                                                                                 \
+  template Neighbors<T> knn<T>(const DistTensor<T, 2>&, const DistTensor<T, 2>&, index_t,                      \
+                               const NeighborQueryOptions&);                                                   \
+  template Neighbors<T> radius_neighbors<T>(const DistTensor<T, 2>&, const DistTensor<T, 2>&, double, index_t, \
                                             const NeighborQueryOptions&);
 SHARD_POINT_QUERIES(float)
 SHARD_POINT_QUERIES(double)

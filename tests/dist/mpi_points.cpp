@@ -9,7 +9,6 @@
 // bad input throwing on every rank.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
-
 #include <cstring>
 #include <numeric>
 
@@ -48,14 +47,18 @@ std::vector<double> make_points(Data kind, index_t n, index_t D, std::uint64_t s
     for (index_t d = 0; d < D; ++d) {
       double x = 0;
       switch (kind) {
-        case Data::uniform: x = kL * unit(seed, i, d); break;
+        case Data::uniform:
+          x = kL * unit(seed, i, d);
+          break;
         case Data::clustered: {  // 3 tight clusters with centres in the left half (right boxes empty)
           const index_t c = static_cast<index_t>(unit(seed, i, 99) * 3);
           const double centre = kL * (0.05 + 0.4 * unit(seed + 7, c, d));
           x = std::clamp(centre + 0.1 * kL * (unit(seed, i, d) - 0.5), 0.0, kL);
           break;
         }
-        case Data::lattice: x = std::min(kL, std::floor(unit(seed, i, d) * (kL + 1))); break;
+        case Data::lattice:
+          x = std::min(kL, std::floor(unit(seed, i, d) * (kL + 1)));
+          break;
       }
       p[static_cast<std::size_t>(i * D + d)] = static_cast<double>(static_cast<T>(x));
     }
@@ -90,7 +93,8 @@ std::vector<index_t> sort_by_owner(std::vector<double>& g, index_t D, const BoxP
   });
   std::vector<double> s(g.size());
   for (index_t i = 0; i < n; ++i)
-    std::copy_n(&g[static_cast<std::size_t>(order[static_cast<std::size_t>(i)] * D)], D, &s[static_cast<std::size_t>(i * D)]);
+    std::copy_n(&g[static_cast<std::size_t>(order[static_cast<std::size_t>(i)] * D)], D,
+                &s[static_cast<std::size_t>(i * D)]);
   g = std::move(s);
   return counts;
 }
@@ -190,6 +194,7 @@ std::vector<std::vector<int>> mesh_shapes(int P) {
   if (P == 4) s.push_back({2, 2});
   if (P == 2) s.push_back({1, 2});
   if (P == 3) s.push_back({3, 1});
+  if (P > 4 && P % 2 == 0) s.push_back({2, P / 2});  // np 6, 8 (runs by hand)
   return s;
 }
 
@@ -202,9 +207,8 @@ std::vector<BoxPartition> partitions(const DeviceMesh& mesh, index_t D) {
     if (mesh.size(m) > 1) mdims[static_cast<std::size_t>(c++ % D)] = m;
   // 2-D meshes of size 4: split x and the LAST coordinate (y in 2-D, z in 3-D)
   if (c == 2 && D == 3) std::swap(mdims[1], mdims[2]);
-  std::vector<BoxPartition> out{
-      BoxPartition::uniform(mesh, std::vector<double>(static_cast<std::size_t>(D), 0.0),
-                            std::vector<double>(static_cast<std::size_t>(D), kL), mdims)};
+  std::vector<BoxPartition> out{BoxPartition::uniform(mesh, std::vector<double>(static_cast<std::size_t>(D), 0.0),
+                                                      std::vector<double>(static_cast<std::size_t>(D), kL), mdims)};
   std::vector<std::vector<double>> cuts(static_cast<std::size_t>(D));
   bool skewed = false;
   for (index_t d = 0; d < D; ++d) {
@@ -232,7 +236,8 @@ void ring_cases(const CommPtr& comm, index_t D) {
     DeviceMesh mesh(comm, shape);
     for (Data kind : {Data::uniform, Data::clustered, Data::lattice})
       for (bool same : {true, false}) {
-        INFO("mesh " << fmt::format("{}", shape) << " D " << D << " " << name(kind) << (same ? " query == support" : ""));
+        INFO("mesh " << fmt::format("{}", shape) << " D " << D << " " << name(kind)
+                     << (same ? " query == support" : ""));
         const std::uint64_t seed = 17 + static_cast<std::uint64_t>(D) * 7 + static_cast<std::uint64_t>(kind);
         const auto sc = ragged_counts(P, 70, seed);
         const index_t ns = std::accumulate(sc.begin(), sc.end(), index_t{0});
@@ -358,8 +363,10 @@ TEST_CASE("spatial_halo sends far less than the ring on uniform data", "[points]
             const double r = D == 2 ? 0.1 : 0.3;
             const auto rh = radius_neighbors(pts, pts, r, 64, halo), rr = radius_neighbors(pts, pts, r, 64, ring);
             const auto kh = knn(pts, pts, 8, halo), kr = knn(pts, pts, 8, ring);
-            const double radius_ratio = static_cast<double>(total(rh.elements_sent)) / static_cast<double>(total(rr.elements_sent));
-            const double knn_ratio = static_cast<double>(total(kh.elements_sent)) / static_cast<double>(total(kr.elements_sent));
+            const double radius_ratio =
+                static_cast<double>(total(rh.elements_sent)) / static_cast<double>(total(rr.elements_sent));
+            const double knn_ratio =
+                static_cast<double>(total(kh.elements_sent)) / static_cast<double>(total(kr.elements_sent));
             INFO("mesh " << fmt::format("{}", shape) << " D " << D << " radius ratio " << radius_ratio << " knn ratio "
                          << knn_ratio);
             // kNN's per-rank bound is the worst k-th distance of the rank's queries (domain corners
@@ -370,9 +377,10 @@ TEST_CASE("spatial_halo sends far less than the ring on uniform data", "[points]
             CHECK(std::memcmp(kh.indices.local().data(), kr.indices.local().data(),
                               static_cast<std::size_t>(kh.indices.local().numel()) * 8) == 0);
             if (comm->rank() == 0 && P == world_size())
-              fmt::print("[points] traffic halo / ring, {} ranks, mesh {}, D {}, 4000 uniform points: radius {:.4f}, "
-                         "knn(8) {:.4f}\n",
-                         P, shape, D, radius_ratio, knn_ratio);
+              fmt::print(
+                  "[points] traffic halo / ring, {} ranks, mesh {}, D {}, 4000 uniform points: radius {:.4f}, "
+                  "knn(8) {:.4f}\n",
+                  P, shape, D, radius_ratio, knn_ratio);
           }
         }
       },
@@ -416,7 +424,8 @@ TEST_CASE("neighbour queries refuse bad input on every rank", "[points][errors][
     if (me == P - 1) nan_local.data()[3] = std::nan("");
     const DistTensor<double, 2> a_nan(a.spec(), nan_local);
     CHECK_THAT(error_of([&] { knn(a, a_nan, 2); }),
-               ContainsSubstring("NaN") && ContainsSubstring(fmt::format("rank {}: 0 in the query set, 1 in the support", P - 1)));
+               ContainsSubstring("NaN") &&
+                   ContainsSubstring(fmt::format("rank {}: 0 in the query set, 1 in the support", P - 1)));
     CHECK_THAT(error_of([&] { radius_neighbors(a_nan, a, 0.3, 2); }), ContainsSubstring("NaN"));
     in_step();
     // a point outside its box on rank 0 only (spatial_halo)
