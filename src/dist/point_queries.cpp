@@ -1,0 +1,381 @@
+// Distributed neighbour queries (include/shardtensor/dist/points.hpp, issue 17 step 2): kNN and
+// radius search of a sharded query set against a sharded support set, bit-identical to the
+// unsharded exec::neighbors_knn / neighbors_radius on the whole sets.
+//
+// Both strategies reduce to the local family (exec/neighbors.hpp): search a set of candidate
+// support points, report (d2, global index) lists, merge lists of disjoint candidate sets with
+// neighbors_merge. The result is exact because (a) the kernel computes d2 the same way for the same
+// (query, support) pair on every rank, (b) the answer of a query is the first `width` entries of
+// ALL support points in (d2, global index) order, and the merge of the lists of disjoint subsets
+// keeps exactly that order, and (c) every support point that can be in a query's answer is a
+// candidate on the query's rank:
+//  - ring: every support shard visits every rank (P - 1 split-phase shifts over the flattened
+//    ring of all mesh dims), searched with index_offset = the shard's global row offset;
+//  - spatial_halo: rank s receives every support point within the query bound of its box (radius:
+//    r; kNN: the k-th distance its local search established, see halo_query).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "shardtensor/dist/dist_spec.hpp"
+#include "shardtensor/dist/points.hpp"
+#include "shardtensor/dist/ring.hpp"
+#include "shardtensor/exec/tensor_block.hpp"
+
+namespace shard {
+
+namespace {
+
+/// What is asked: kNN (width = k) or radius (width = max_neighbours).
+struct QueryKind {
+  bool knn = true;
+  index_t width = 1;
+  double radius = 0;
+};
+
+/// The running neighbour lists of this rank's queries and a scratch set for one candidate search.
+template <class T>
+struct Lists {
+  Tensor<std::int64_t, 2> idx, cidx;
+  Tensor<T, 2> d2, cd2;
+  Tensor<std::int64_t, 1> cnt, ccnt;
+  bool empty = true;  ///< nothing searched yet: the first search writes the running lists directly
+};
+
+template <class T>
+Lists<T> make_lists(index_t nq, index_t w, Device dev) {
+  Lists<T> l;
+  l.idx = Tensor<std::int64_t, 2>::empty({nq, w}, dev);
+  l.cidx = Tensor<std::int64_t, 2>::empty({nq, w}, dev);
+  l.d2 = Tensor<T, 2>::empty({nq, w}, dev);
+  l.cd2 = Tensor<T, 2>::empty({nq, w}, dev);
+  l.cnt = Tensor<std::int64_t, 1>::empty({nq}, dev);
+  l.ccnt = Tensor<std::int64_t, 1>::empty({nq}, dev);
+  return l;
+}
+
+/// Searches the candidate points `cand` ([n, D], contiguous, on ctx's device) for every query and
+/// reports indices row + offset. Into the running lists if nothing was searched yet, else into the
+/// scratch lists (merge_candidates merges them).
+template <class T>
+void search_candidates(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
+                       const Tensor<T, 2>& cand, index_t offset, Lists<T>& l, bool into_running, ExecContext& ctx) {
+  const index_t nq = query.shape()[0], D = query.shape()[1];
+  const Block q = as_block(query), s = as_block(cand);
+  const Block idx = as_block(into_running ? l.idx : l.cidx), d2 = as_block(into_running ? l.d2 : l.cd2);
+  if (qk.knn) {
+    exec::KnnGeometry g{nq, cand.shape()[0], static_cast<int>(D), qk.width, offset, method};
+    exec::neighbors_knn(g, q, s, idx, d2, ctx);
+  } else {
+    exec::RadiusGeometry g{nq, cand.shape()[0], static_cast<int>(D), qk.radius, qk.width, offset, method};
+    exec::neighbors_radius(g, q, s, idx, d2, as_block(into_running ? l.cnt : l.ccnt), ctx);
+  }
+}
+
+/// Running lists <- merge(running, scratch).
+template <class T>
+void merge_candidates(const QueryKind& qk, Lists<T>& l, ExecContext& ctx) {
+  const exec::NeighborMergeGeometry g{l.idx.shape()[0], qk.width};
+  const Block cnt = as_block(l.cnt), ccnt = as_block(l.ccnt);
+  exec::neighbors_merge(g, as_block(l.idx), as_block(l.d2), qk.knn ? nullptr : &cnt, as_block(l.cidx), as_block(l.cd2),
+                        qk.knn ? nullptr : &ccnt, ctx);
+}
+
+/// Searches `cand` and folds its candidates into the running lists.
+template <class T>
+void add_candidates(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
+                    const Tensor<T, 2>& cand, index_t offset, Lists<T>& l, ExecContext& ctx) {
+  const bool first = l.empty;
+  search_candidates(qk, method, query, cand, offset, l, first, ctx);
+  if (!first) merge_candidates(qk, l, ctx);
+  l.empty = false;
+}
+
+template <class T>
+Tensor<T, 2> on_host(const Tensor<T, 2>& t) {
+  return t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
+}
+
+// ------------------------------------------------------------------------------ checks
+
+/// Every precondition, on every rank, before the query's first collective: spec-only checks
+/// (the same outcome everywhere), then one allgather of per-rank flags (NaN coordinates, devices),
+/// then (spatial_halo) the partition checks, collective themselves. Returns the strategy to run.
+template <class T>
+NeighborStrategy check_query(const char* op, const DistTensor<T, 2>& query, const DistTensor<T, 2>& support,
+                             const NeighborQueryOptions& opts) {
+  check_point_set(query.spec(), op, "the query set");
+  check_point_set(support.spec(), op, "the support set");
+  SHARD_CHECK(query.mesh() == support.mesh(), op, "query and support sets live on different meshes: {}",
+              mesh_mismatch(query.mesh(), support.mesh()));
+  const index_t D = query.spec().global_shape()[1];
+  SHARD_CHECK(support.spec().global_shape()[1] == D, op,
+              "query points have {} coordinates but support points have {} (query {}, support {})", D,
+              support.spec().global_shape()[1], query.spec(), support.spec());
+  SHARD_CHECK(D <= std::numeric_limits<int>::max(), op, "{} coordinates per point is too many", D);
+  NeighborStrategy strat = opts.strategy;
+  if (strat == NeighborStrategy::automatic)
+    strat = opts.partition != nullptr ? NeighborStrategy::spatial_halo : NeighborStrategy::ring;
+  SHARD_CHECK(strat != NeighborStrategy::spatial_halo || opts.partition != nullptr, op,
+              "the spatial_halo strategy needs the box partition both point sets lie in (opts.partition)");
+  if (strat == NeighborStrategy::spatial_halo) {
+    const BoxPartition& part = *opts.partition;
+    SHARD_CHECK(part.mesh() == query.mesh(), op, "the box partition and the point sets live on different meshes: {}",
+                mesh_mismatch(part.mesh(), query.mesh()));
+    SHARD_CHECK(part.dim() == D, op, "points have {} coordinates but the partition has {} dims", D, part.dim());
+  }
+
+  // data and device checks: one allgather, every rank decides from every rank's flags
+  struct Flags {
+    std::int64_t nan_query = 0, nan_support = 0;
+    std::int32_t query_dev = 0, support_dev = 0;  // DeviceKind * 65536 + index
+  };
+  auto count_nan = [](const Tensor<T, 2>& t) {
+    const Tensor<T, 2> h = on_host(t);
+    std::int64_t n = 0;
+    for (index_t i = 0; i < h.numel(); ++i) n += std::isnan(h.data()[i]) ? 1 : 0;
+    return n;
+  };
+  auto dev_code = [](Device d) { return static_cast<std::int32_t>(d.kind) * 65536 + d.index; };
+  Flags mine;
+  mine.nan_query = count_nan(query.local());
+  mine.nan_support = count_nan(support.local());
+  mine.query_dev = dev_code(query.device());
+  mine.support_dev = dev_code(support.device());
+  const auto all = query.mesh().comm()->allgather_value(mine);
+  std::string nan_msg;
+  bool mixed = false;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const Flags& f = all[r];
+    if (f.nan_query > 0 || f.nan_support > 0)
+      nan_msg += fmt::format("{}rank {}: {} in the query set, {} in the support set", nan_msg.empty() ? "" : "; ", r,
+                             f.nan_query, f.nan_support);
+    mixed = mixed || f.query_dev != f.support_dev ||
+            static_cast<DeviceKind>(f.query_dev / 65536) != static_cast<DeviceKind>(all[0].query_dev / 65536);
+  }
+  SHARD_CHECK(nan_msg.empty(), op, "NaN coordinates: {}", nan_msg);
+  SHARD_CHECK(!mixed, op,
+              "query and support blocks must be on the same device on each rank, and of one device kind on every "
+              "rank (query {} / support {} on rank {})",
+              query.device(), support.device(), query.mesh().rank());
+
+  if (strat == NeighborStrategy::spatial_halo) {
+    check_in_partition(query.spec(), as_block(on_host(query.local())), *opts.partition, op);
+    check_in_partition(support.spec(), as_block(on_host(support.local())), *opts.partition, op);
+  }
+  return strat;
+}
+
+// ------------------------------------------------------------------------------ ring
+
+/// The ring strategy: this rank's support shard travels around the ring of all ranks (the mesh
+/// flattened row-major, DeviceMesh::dims_comm order, so ring position j is mesh rank
+/// ring.mesh_rank_of(j)). Step s searches the shard of ring position index - s (already here)
+/// while the shift delivering the shard of index - s - 1 is in flight; P - 1 shifts. Sizes come
+/// from the support spec (ragged and empty shards need no count exchange).
+template <class T>
+std::int64_t ring_query(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
+                        const DistTensor<T, 2>& support, Lists<T>& l, ExecContext& ctx) {
+  const DeviceMesh& mesh = support.mesh();
+  std::vector<int> dims(static_cast<std::size_t>(mesh.ndim()));
+  std::iota(dims.begin(), dims.end(), 0);
+  const RingShift ring(mesh, dims);
+  const auto counts = point_counts(support.spec());
+  const index_t D = support.spec().global_shape()[1];
+  const int P = ring.size();
+  std::int64_t sent = 0;
+  Tensor<T, 2> cur = support.local().contiguous();
+  for (int s = 0; s < P; ++s) {
+    const int from = ring.mesh_rank_of(ring.neighbor(-s));
+    RingShift::Transfer tr;
+    Tensor<T, 2> next;
+    if (s + 1 < P) {
+      const int next_from = ring.mesh_rank_of(ring.neighbor(-(s + 1)));
+      next = Tensor<T, 2>::empty({counts[static_cast<std::size_t>(next_from)], D}, cur.device());
+      const RingSegment seg{cur.data(), cur.numel(), next.data(), next.numel()};
+      tr = ring.start(std::span<const RingSegment>(&seg, 1), dtype_of<T>, RingDirection::forward, &ctx);
+      sent += cur.numel();
+    }
+    add_candidates(qk, method, query, cur, point_offset(support.spec(), from), l, ctx);
+    if (s + 1 < P) {
+      tr.finish();
+      cur = next;
+    }
+  }
+  return sent;
+}
+
+// ------------------------------------------------------------------------------ spatial halo
+
+/// Squared-distance threshold (double) that no rounding can push a true candidate over: a support
+/// point p is a candidate of query q when the kernel's d2_T(q, p) <= b (b: the kernel's r2, or a
+/// k-th distance, in T). The kernel accumulates D squared rounded differences in T, so the exact
+/// |q - p|^2 <= b (1 + (D + 2) u_T) + D * (underflow of a square) with u_T the unit roundoff; the
+/// box distance in double adds (D + 2) u_double relative. For q in box s, dist2(p, box s) <=
+/// |q - p|^2 exactly, so sending every p with dist2_to_box(s, p) <= threshold(b) sends every
+/// candidate. The margins here are several times those bounds (extra candidates are harmless:
+/// the kernel applies the exact test). +inf stays +inf.
+template <class T>
+double inflated(double b, index_t D) {
+  const double rel = 8.0 * static_cast<double>(D + 2) * static_cast<double>(std::numeric_limits<T>::epsilon());
+  const double abs = 4.0 * static_cast<double>(D) * static_cast<double>(std::numeric_limits<T>::min());
+  return b * (1.0 + rel) + abs;
+}
+
+/// The spatial-halo strategy. This rank searches its own support shard first (index_offset = its
+/// global offset), then receives from every other rank p the support points that may be
+/// neighbours of a query in its box and searches them.
+///
+/// Which points rank p sends to rank s (every s != p is tested; box_dist2(p, s) is an exact quick
+/// reject, since rounding is monotone and p's points lie in p's closed box):
+///  - radius: dist2_to_box(s, x) <= inflated(r2_T), r2_T = the kernel's r2 (radius^2 rounded to T);
+///  - kNN: dist2_to_box(s, x) <= inflated(B_s), B_s = the largest k-th d2 of s's queries after s's
+///    local search (allgathered). Every point of a query's true k nearest is at d2 <= that query's
+///    local k-th d2 (the k-th entry of a superset's order is <= the subset's), so it is sent. When a
+///    query of s has fewer than k local candidates its k-th d2 is the padding +inf, B_s = +inf and
+///    every rank sends s all its points: the fallback is the ring's traffic in one exchange, still
+///    exact (elements_sent reports it).
+/// A rank without queries gets nothing (the per-rank thresholds are allgathered for both queries).
+///
+/// Tie order: the kernel breaks equal d2 by reported index = row + index_offset. The received rows
+/// have non-contiguous global indices, so they are searched with index_offset 0 and each reported
+/// local row is mapped through `gidx` (row -> global index). RowExchange delivers rows grouped by
+/// source rank in ascending rank order, each group in the order its source listed them; every
+/// source lists its rows ascending and its global indices are offset(p) + row, and offset(p) +
+/// count(p) <= offset(p + 1), so gidx is strictly increasing over the received rows (checked
+/// below). A strictly increasing map preserves the (d2, index) order of any two entries (equal d2:
+/// row a < row b <=> gidx[a] < gidx[b]), so the mapped list is exactly the list a search with the
+/// global indices would report; its rows are disjoint from the own shard's, so merging gives the
+/// order of the union.
+template <class T>
+std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
+                        const DistTensor<T, 2>& support, const BoxPartition& part, Lists<T>& l, ExecContext& ctx) {
+  const DeviceMesh& mesh = support.mesh();
+  const CommPtr& comm = mesh.comm();
+  const int P = mesh.size(), me = mesh.rank();
+  const index_t D = support.spec().global_shape()[1];
+  const index_t own_offset = point_offset(support.spec(), me);
+  const Tensor<T, 2> own = support.local().contiguous();
+  add_candidates(qk, method, query, own, own_offset, l, ctx);
+
+  // the squared-distance threshold of every destination box (< 0: it has no queries, send nothing)
+  double b = -1;
+  const index_t nq = query.shape()[0];
+  if (nq > 0 && qk.knn) {
+    const Tensor<T, 2> d2 = on_host(l.d2);
+    const index_t k = qk.width;
+    b = 0;
+    for (index_t i = 0; i < nq; ++i) b = std::max(b, static_cast<double>(d2.data()[i * k + k - 1]));
+    b = inflated<T>(b, D);
+  } else if (nq > 0) {
+    b = inflated<T>(static_cast<double>(static_cast<T>(qk.radius * qk.radius)), D);  // the kernel's r2
+  }
+  const std::vector<double> thr = comm->allgather_value(b);
+
+  // the rows to send, CSR by destination, each destination's rows ascending
+  const Tensor<T, 2> host = on_host(own);
+  const index_t ns = host.shape()[0];
+  std::vector<index_t> offsets(static_cast<std::size_t>(P) + 1, 0), rows;
+  std::vector<double> p(static_cast<std::size_t>(D));
+  for (int s = 0; s < P; ++s) {
+    const double t = thr[static_cast<std::size_t>(s)];
+    if (s != me && t >= 0 && ns > 0 && part.box_dist2(me, s) <= t) {
+      for (index_t i = 0; i < ns; ++i) {
+        if (t == std::numeric_limits<double>::infinity()) {
+          rows.push_back(i);
+          continue;
+        }
+        for (index_t d = 0; d < D; ++d) p[static_cast<std::size_t>(d)] = static_cast<double>(host.data()[i * D + d]);
+        if (part.dist2_to_box(s, p.data()) <= t) rows.push_back(i);
+      }
+    }
+    offsets[static_cast<std::size_t>(s) + 1] = static_cast<index_t>(rows.size());
+  }
+  const detail::RowExchange ex(comm, ns, std::move(offsets), std::move(rows));
+
+  // the candidates and their global indices
+  auto cand = Tensor<T, 2>::empty({ex.n_recv(), D}, own.device());
+  ex.forward(as_block(own), as_block(cand), ctx);
+  auto gsrc = Tensor<std::int64_t, 1>::empty({ns});
+  for (index_t i = 0; i < ns; ++i) gsrc.data()[i] = own_offset + i;
+  auto gidx = Tensor<std::int64_t, 1>::empty({ex.n_recv()}, own.device());
+  ex.forward(as_block(gsrc.to(own.device())), as_block(gidx), ctx);
+  if (ex.n_recv() == 0) return ex.n_send_remote() * D;
+  if (!gidx.device().is_cpu()) gidx = gidx.to(Device::cpu());
+  for (index_t i = 1; i < gidx.numel(); ++i)
+    SHARD_CHECK(gidx.data()[i - 1] < gidx.data()[i], "neighbour query (spatial_halo)",
+                "internal: received global indices not ascending at row {}", i);
+
+  search_candidates(qk, method, query, cand, 0, l, false, ctx);
+  Tensor<std::int64_t, 2> ci = l.cidx.device().is_cpu() ? l.cidx : l.cidx.to(Device::cpu());
+  for (index_t i = 0; i < ci.numel(); ++i)
+    if (ci.data()[i] >= 0) ci.data()[i] = gidx.data()[ci.data()[i]];
+  if (!l.cidx.device().is_cpu()) l.cidx.copy_from(ci);
+  merge_candidates(qk, l, ctx);
+  return ex.n_send_remote() * D;
+}
+
+// ------------------------------------------------------------------------------ driver
+
+template <class T>
+Neighbors<T> run_query(const char* op, const QueryKind& qk, const DistTensor<T, 2>& query,
+                       const DistTensor<T, 2>& support, const NeighborQueryOptions& opts) {
+  const NeighborStrategy strat = check_query(op, query, support, opts);
+  const Device dev = query.device();
+  ExecContext& ctx = current_context(dev);
+  const Tensor<T, 2> q = query.local().contiguous();
+  const index_t nq = q.shape()[0], w = qk.width;
+  Lists<T> l = make_lists<T>(nq, w, dev);
+
+  Neighbors<T> out;
+  out.strategy = strat;
+  out.query = query.spec();
+  out.support = support.spec();
+  out.elements_sent = strat == NeighborStrategy::ring
+                          ? ring_query(qk, opts.method, q, support, l, ctx)
+                          : halo_query(qk, opts.method, q, support, *opts.partition, l, ctx);
+  if (qk.knn) {
+    const index_t ns = support.spec().global_shape()[0];
+    l.cnt.fill(std::min(qk.width, ns));
+  }
+  const DistSpec& qs = query.spec();
+  const index_t Nq = qs.global_shape()[0];
+  out.indices = DistTensor<std::int64_t, 2>(derived_spec(qs, qs.placements(), {Nq, w}), l.idx);
+  out.dist2 = DistTensor<T, 2>(derived_spec(qs, qs.placements(), {Nq, w}), l.d2);
+  out.counts = DistTensor<std::int64_t, 1>(derived_spec(qs, qs.placements(), {Nq}), l.cnt);
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+Neighbors<T> knn(const DistTensor<T, 2>& query, const DistTensor<T, 2>& support, index_t k,
+                 const NeighborQueryOptions& opts) {
+  const char* op = "knn";
+  SHARD_CHECK(k >= 1, op, "k must be >= 1, got {}", k);
+  return run_query(op, QueryKind{true, k, 0.0}, query, support, opts);
+}
+
+template <class T>
+Neighbors<T> radius_neighbors(const DistTensor<T, 2>& query, const DistTensor<T, 2>& support, double radius,
+                              index_t max_neighbours, const NeighborQueryOptions& opts) {
+  const char* op = "radius_neighbors";
+  SHARD_CHECK(radius >= 0 && std::isfinite(radius), op, "radius must be finite and >= 0, got {}", radius);
+  SHARD_CHECK(max_neighbours >= 1, op, "max_neighbours must be >= 1, got {}", max_neighbours);
+  return run_query(op, QueryKind{false, max_neighbours, radius}, query, support, opts);
+}
+
+#define SHARD_POINT_QUERIES(T)                                                                                 \
+  template Neighbors<T> knn<T>(const DistTensor<T, 2>&, const DistTensor<T, 2>&, index_t,                      \
+                               const NeighborQueryOptions&);                                                   \
+  template Neighbors<T> radius_neighbors<T>(const DistTensor<T, 2>&, const DistTensor<T, 2>&, double, index_t, \
+                                            const NeighborQueryOptions&);
+SHARD_POINT_QUERIES(float)
+SHARD_POINT_QUERIES(double)
+#undef SHARD_POINT_QUERIES
+
+}  // namespace shard
