@@ -117,3 +117,40 @@ TEST_CASE("aggregate on a hand-made list: empty rows, first argmax", "[point_ops
   const double want[9] = {0.5, 1.5, 0, 0, 0, 0, 1.0 / 3, 1 + 1.0 / 3, 1.0 / 3};
   for (int i = 0; i < 9; ++i) CHECK(std::abs(g[i] - want[i]) < 1e-15);
 }
+
+TEST_CASE("gather_neighbors: features of another dtype than the coordinates; plan rebuilt for new indices",
+          "[point_ops]") {
+  DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
+  const std::vector<index_t> q{2}, s{3};
+  Neighbors<double> nb;
+  nb.query = point_spec(mesh, q, 2);
+  nb.support = point_spec(mesh, s, 2);
+  auto idx = Tensor<std::int64_t, 2>::empty({2, 2});
+  const std::int64_t iv[4] = {2, 0, 1, -1};
+  std::copy(iv, iv + 4, idx.data());
+  auto cnt = Tensor<std::int64_t, 1>::empty({2});
+  cnt.data()[0] = 2, cnt.data()[1] = 1;
+  nb.indices = DistTensor<std::int64_t, 2>(F::detail::point_rows_spec(nb.query, {2}), idx);
+  nb.counts = DistTensor<std::int64_t, 1>(F::detail::point_rows_spec(nb.query, {}), cnt);
+  auto ft = Tensor<float, 2>::empty({3, 1});
+  ft.data()[0] = 10, ft.data()[1] = 20, ft.data()[2] = 30;
+  Var<float, 2> f(DistTensor<float, 2>(point_spec(mesh, s, 1), ft), true);
+  auto y = F::gather_neighbors(f, nb);
+  const float want[4] = {30, 10, 20, 0};
+  for (int i = 0; i < 4; ++i) CHECK(y.local().data()[i] == want[i]);
+  auto a = F::aggregate(y, nb, {F::AggregateReduce::sum});
+  CHECK(a.local().data()[0] == 40);
+  CHECK(a.local().data()[1] == 20);
+  F::sum(a).backward();
+  CHECK(f.grad().local().data()[0] == 1);
+  CHECK(f.grad().local().data()[1] == 1);
+  CHECK(f.grad().local().data()[2] == 1);
+  // new indices in the same Neighbors object: the cached plan is not reused
+  auto plan = nb.gather_plan;
+  auto idx2 = idx.clone();
+  idx2.data()[0] = 1;
+  nb.indices = DistTensor<std::int64_t, 2>(nb.indices.spec(), idx2);
+  auto y2 = F::gather_neighbors(f.detach(), nb);
+  CHECK(nb.gather_plan != plan);
+  CHECK(y2.local().data()[0] == 20);
+}

@@ -15,7 +15,8 @@
 ///    Rows arrive ordered by source rank, then source row: a stable sort of the global order by
 ///    owner. Returns the routed points and the routing (`PointRouting::apply` moves any other
 ///    per-point tensor, features or labels, the same way). Backward: the exchange's adjoint.
-///  - `F::gather_neighbors(features [Ns, C], nb)` -> [Nq, K, C]: row (q, k) is the features of
+///  - `F::gather_neighbors(features [Ns, C], nb)` -> [Nq, K, C] (features f32 / f64, whatever the
+///    coordinates' type; aggregate likewise): row (q, k) is the features of
 ///    support point nb.indices[q, k] (zeros for padding). One alltoallv of the rows this rank
 ///    needs, each requested once from its owner (the plan is built on the first gather and
 ///    cached on `nb`); backward scatter-adds the gradients into the received rows and returns
@@ -34,6 +35,7 @@
 /// src/nn/neighbors.cpp (routing and gather plans over dist/'s RowExchange, the rows family for
 /// the data movement). The per-entry maths (offsets, norms, weights, aggregation) is a host loop
 /// in src/nn/neighbors.cpp (no exec family yet): on a CUDA context these ops throw shard::Error.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -52,6 +54,7 @@ namespace detail {
 /// it (-1 for padding).
 struct NeighborGatherPlan {
   DistSpec support;                        ///< the support set the lists index
+  std::weak_ptr<void> indices;             ///< the local index storage it was built from
   index_t n_query = 0;                     ///< this rank's query rows
   index_t width = 0;                       ///< entries per row (K)
   std::shared_ptr<const RowExchange> exchange;  ///< owners -> requesters
@@ -179,10 +182,15 @@ inline void check_host(Device dev, const char* op) {
 /// The gather plan of `nb`, built (collectively) on first use and cached on it.
 template <class T>
 std::shared_ptr<const shard::detail::NeighborGatherPlan> gather_plan_of(const Neighbors<T>& nb, const char* op) {
-  if (nb.gather_plan && nb.gather_plan->support == nb.support) return nb.gather_plan;
+  const auto& p = nb.gather_plan;
+  if (p && p->support == nb.support && p->width == nb.width() && p->n_query == nb.indices.local().shape()[0] &&
+      !p->indices.owner_before(nb.indices.local().storage()) && !nb.indices.local().storage().owner_before(p->indices))
+    return p;
   const auto idx = host_contig(nb.indices.local());
-  nb.gather_plan = neighbor_gather_plan(nb.support, as_block(idx), op);
-  return nb.gather_plan;
+  auto plan = neighbor_gather_plan(nb.support, as_block(idx), op);
+  std::const_pointer_cast<shard::detail::NeighborGatherPlan>(plan)->indices = nb.indices.local().storage();
+  nb.gather_plan = plan;
+  return plan;
 }
 
 template <class T>
@@ -245,9 +253,9 @@ Var<U, 2> PointRouting::apply(const Var<U, 2>& x) const {
 /// the features of neighbour k of query q, zeros for padding. Collective; differentiable.
 /// Errors on every rank when the features' rows are not nb.support's ("indices from a different
 /// point set") or an index is outside [-1, Ns).
-template <class T>
-Var<T, 3> gather_neighbors(const Var<T, 2>& features, const Neighbors<T>& nb) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "F::gather_neighbors: float or double");
+template <class U, class T>
+Var<U, 3> gather_neighbors(const Var<U, 2>& features, const Neighbors<T>& nb) {
+  static_assert(std::is_same_v<U, float> || std::is_same_v<U, double>, "F::gather_neighbors: float or double features");
   const char* op = "gather_neighbors";
   detail::check_lists(nb, op);
   const DistSpec fs = features.value().spec();
@@ -257,15 +265,15 @@ Var<T, 3> gather_neighbors(const Var<T, 2>& features, const Neighbors<T>& nb) {
   const Device dev = features.value().device();
   auto plan = detail::gather_plan_of(nb, op);
   const DistSpec ys = detail::point_rows_spec(nb.query, {K, C});
-  auto y = Tensor<T, 3>::empty(DistTensor<T, 3>::from_vec(ys.local_box().len), dev);
+  auto y = Tensor<U, 3>::empty(DistTensor<U, 3>::from_vec(ys.local_box().len), dev);
   const auto fl = features.local().contiguous();
   detail::neighbor_gather_forward(*plan, as_block(fl), as_block(y), current_context(dev));
   const index_t ns = fs.local_box().len[0];
-  return Var<T, 3>::make(DistTensor<T, 3>(ys, y), op, {features.ref()},
-                         [features, fs, ys, plan, ns, dev](const DistTensor<T, 3>& g) {
+  return Var<U, 3>::make(DistTensor<U, 3>(ys, y), op, {features.ref()},
+                         [features, fs, ys, plan, ns, dev](const DistTensor<U, 3>& g) {
                            const auto gl = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve).local().contiguous();
                            Block gf = detail::neighbor_gather_backward(*plan, as_block(gl), ns, current_context(dev));
-                           features.accumulate_grad(DistTensor<T, 2>(fs, tensor_of<T, 2>(gf)));
+                           features.accumulate_grad(DistTensor<U, 2>(fs, tensor_of<U, 2>(gf)));
                          });
 }
 
@@ -356,9 +364,9 @@ Var<T, 2> distance_weights(const Var<T, 2>& distance, const Neighbors<T>& nb, co
 
 namespace detail {
 
-template <class T>
-Var<T, 2> aggregate_impl(const Var<T, 3>& values, const Neighbors<T>& nb, AggregateOptions opts,
-                         const std::optional<Var<T, 2>>& weights) {
+template <class U, class T>
+Var<U, 2> aggregate_impl(const Var<U, 3>& values, const Neighbors<T>& nb, AggregateOptions opts,
+                         const std::optional<Var<U, 2>>& weights) {
   const char* op = "aggregate";
   detail::check_lists(nb, op);
   const DistSpec vs = values.value().spec();
@@ -376,31 +384,31 @@ Var<T, 2> aggregate_impl(const Var<T, 3>& values, const Neighbors<T>& nb, Aggreg
   const Device dev = values.value().device();
   detail::check_host(dev, op);
   const auto vl = values.local().contiguous();
-  std::optional<Tensor<T, 2>> wl;
+  std::optional<Tensor<U, 2>> wl;
   Block bw;
   if (weights) bw = as_block(wl.emplace(weights->local().contiguous()));
   const auto cnt = detail::host_contig(nb.counts.local());
   const DistSpec ys = detail::point_rows_spec(nb.query, {C});
   const index_t n = vl.shape()[0];
-  auto y = Tensor<T, 2>::empty({n, C});
+  auto y = Tensor<U, 2>::empty({n, C});
   auto am = Tensor<std::int64_t, 2>::empty({opts.reduce == AggregateReduce::max ? n : 0, C});
   detail::aggregate_forward(opts.reduce, as_block(vl), wl ? &bw : nullptr, as_block(cnt), as_block(y), as_block(am));
   autograd::VarRef wref = weights ? weights->ref() : autograd::VarRef{};
-  std::optional<Var<T, 2>> wv = weights;
-  return Var<T, 2>::make(
-      DistTensor<T, 2>(ys, y), op, {values.ref(), wref},
-      [values, wv, vs, ws, ys, vl, wl, cnt, am, reduce = opts.reduce](const DistTensor<T, 2>& g) {
+  std::optional<Var<U, 2>> wv = weights;
+  return Var<U, 2>::make(
+      DistTensor<U, 2>(ys, y), op, {values.ref(), wref},
+      [values, wv, vs, ws, ys, vl, wl, cnt, am, reduce = opts.reduce](const DistTensor<U, 2>& g) {
         const auto gl = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve).local().contiguous();
-        std::optional<Tensor<T, 3>> gv;
-        std::optional<Tensor<T, 2>> gw;
+        std::optional<Tensor<U, 3>> gv;
+        std::optional<Tensor<U, 2>> gw;
         Block bgv, bgw, bw2;
-        if (values.requires_grad()) bgv = as_block(gv.emplace(Tensor<T, 3>::empty(vl.shape())));
-        if (wv && wv->requires_grad()) bgw = as_block(gw.emplace(Tensor<T, 2>::empty(wl->shape())));
+        if (values.requires_grad()) bgv = as_block(gv.emplace(Tensor<U, 3>::empty(vl.shape())));
+        if (wv && wv->requires_grad()) bgw = as_block(gw.emplace(Tensor<U, 2>::empty(wl->shape())));
         if (wl) bw2 = as_block(*wl);
         detail::aggregate_backward(reduce, as_block(vl), wl ? &bw2 : nullptr, as_block(cnt), as_block(am),
                                    as_block(gl), gv ? &bgv : nullptr, gw ? &bgw : nullptr);
-        if (gv) values.accumulate_grad(DistTensor<T, 3>(vs, *gv));
-        if (gw) wv->accumulate_grad(DistTensor<T, 2>(ws, *gw));
+        if (gv) values.accumulate_grad(DistTensor<U, 3>(vs, *gv));
+        if (gw) wv->accumulate_grad(DistTensor<U, 2>(ws, *gw));
       });
 }
 
@@ -408,16 +416,16 @@ Var<T, 2> aggregate_impl(const Var<T, 3>& values, const Neighbors<T>& nb, Aggreg
 
 /// values [Nq, K, C] (rows like nb.query) -> [Nq, C]: the reduction over the valid entries of
 /// each row (k < nb.counts[q]) of values[q, k, :]. Local; differentiable.
-template <class T>
-Var<T, 2> aggregate(const Var<T, 3>& values, const Neighbors<T>& nb, AggregateOptions opts = {}) {
-  return detail::aggregate_impl(values, nb, opts, std::optional<Var<T, 2>>());
+template <class U, class T>
+Var<U, 2> aggregate(const Var<U, 3>& values, const Neighbors<T>& nb, AggregateOptions opts = {}) {
+  return detail::aggregate_impl(values, nb, opts, std::optional<Var<U, 2>>());
 }
 
 /// The same of w[q, k] * values[q, k, :] with weights w [Nq, K] (rows like nb.query);
 /// differentiable in values and weights.
-template <class T>
-Var<T, 2> aggregate(const Var<T, 3>& values, const Neighbors<T>& nb, AggregateOptions opts, const Var<T, 2>& weights) {
-  return detail::aggregate_impl(values, nb, opts, std::optional<Var<T, 2>>(weights));
+template <class U, class T>
+Var<U, 2> aggregate(const Var<U, 3>& values, const Neighbors<T>& nb, AggregateOptions opts, const Var<U, 2>& weights) {
+  return detail::aggregate_impl(values, nb, opts, std::optional<Var<U, 2>>(weights));
 }
 
 }  // namespace nn::functional
