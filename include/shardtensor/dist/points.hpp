@@ -108,6 +108,10 @@ void check_in_partition(const DistSpec& points_spec, const Block& points, const 
 
 namespace detail {
 
+/// The gather plan of a neighbour list (defined in nn/functional/neighbors.hpp; cached on
+/// Neighbors by F::gather_neighbors).
+struct NeighborGatherPlan;
+
 // ------------------------------------------------------------------------------ row exchange
 
 /// A sparse exchange of rows over a communicator (see the file comment). Rows arrive grouped by
@@ -184,6 +188,10 @@ struct Neighbors {
   DistSpec support;                     ///< spec of the support point set (gathers check features against it)
   NeighborStrategy strategy = NeighborStrategy::ring;  ///< the strategy that ran
   std::int64_t elements_sent = 0;       ///< point-set elements this rank sent to other ranks (traffic)
+  /// The plan of F::gather_neighbors (which support rows this rank needs from whom), built by the
+  /// first gather (collective) and reused by later gathers through this object or copies made
+  /// after it. Not part of the result's value; never set it by hand.
+  mutable std::shared_ptr<const detail::NeighborGatherPlan> gather_plan;
   index_t width() const { return indices.spec().global_shape()[1]; }
 };
 

@@ -19,3 +19,4 @@
 #include "shardtensor/nn/functional/attention.hpp"
 #include "shardtensor/nn/functional/neighborhood_attention.hpp"
 #include "shardtensor/nn/functional/fft.hpp"
+#include "shardtensor/nn/functional/neighbors.hpp"
