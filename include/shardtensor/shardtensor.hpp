@@ -25,6 +25,7 @@
 #include "shardtensor/dist/halo.hpp"
 #include "shardtensor/dist/ring.hpp"
 #include "shardtensor/dist/fft.hpp"
+#include "shardtensor/dist/points.hpp"
 #include "shardtensor/autograd/variable.hpp"
 #include "shardtensor/autograd/comm_ops.hpp"
 #include "shardtensor/nn/module.hpp"
