@@ -20,3 +20,4 @@
 #include "shardtensor/nn/functional/neighborhood_attention.hpp"
 #include "shardtensor/nn/functional/fft.hpp"
 #include "shardtensor/nn/functional/neighbors.hpp"
+#include "shardtensor/nn/functional/point_grid.hpp"
