@@ -111,6 +111,7 @@ Corners corners_of(const PointGridGeometry& g, const CellIndexer& ix, const T* p
   const int D = g.dims;
   std::array<index_t, 3> e0{};
   std::array<double, 3> t{};
+  std::array<bool, 3> clamped{};  // both corners are the edge cell: the value is flat along d
   for (int d = 0; d < D; ++d) {
     const auto u = static_cast<std::size_t>(d);
     const double x = (static_cast<double>(p[d]) - g.lo[u]) / g.h[u] - 0.5;
@@ -122,6 +123,8 @@ Corners corners_of(const PointGridGeometry& g, const CellIndexer& ix, const T* p
     if (e > g.ext(d) - 2) { e = g.ext(d) - 2; tt = 1; }
     e0[u] = e;
     t[u] = tt;
+    const index_t i0 = e + g.offset[u] - g.ghost[u];  // global index of the lower corner
+    clamped[u] = i0 < 0 || i0 + 1 > g.global[u] - 1;
   }
   Corners c;
   c.n = 1 << D;
@@ -143,7 +146,7 @@ Corners corners_of(const PointGridGeometry& g, const CellIndexer& ix, const T* p
     for (int d = 0; d < D; ++d) {
       const auto u = static_cast<std::size_t>(d);
       const bool up = (k >> d) & 1;
-      c.dw[static_cast<std::size_t>(k)][u] = wd[u] * (up ? 1.0 : -1.0) / g.h[u];
+      c.dw[static_cast<std::size_t>(k)][u] = clamped[u] ? 0.0 : wd[u] * (up ? 1.0 : -1.0) / g.h[u];
     }
   }
   return c;

@@ -25,7 +25,7 @@
 ///    laid out by `grid_spec`: cell value = aggregate over points p with |p - centre| <= radius
 ///    of w(|p - centre|) f_p, w = 1 (PointWeight::none) or max(0, 1 - d / radius) (linear);
 ///    PointReduce::mean divides by the sum of the weights (0 where it is 0). Each rank scatters
-///    its points into its block extended by min(n_d, ceil(radius / h_d) + 1) ghost cells per side
+///    its points into its block extended by min(n_d, ceil(radius / h_d)) ghost cells per side
 ///    (cells beyond the domain are skipped), then the halo ADJOINT (Boundary::zero) adds the ghost
 ///    cells' sums to their owners (the weight sum of mean travels as channel C + 1 of the same
 ///    exchange). Gradients: features = the halo exchange of the cell gradient then the weighted
@@ -207,7 +207,7 @@ Var<T, R> points_to_grid(const Var<T, 2>& points, const Var<T, 2>& features, con
   geo.opts = opts;
   for (int d = 0; d < geo.dims; ++d) {
     const auto u = static_cast<std::size_t>(d);
-    const double w = std::ceil(radius / geo.h[u]) + 1;
+    const double w = std::ceil(radius / geo.h[u]);  // centres within radius of the box: floor(r/h + 1/2) <= ceil(r/h)
     geo.ghost[u] = static_cast<index_t>(std::min(w, static_cast<double>(geo.global[u])));
   }
   const Box b = grid.local_box();
