@@ -444,6 +444,17 @@ TEST_CASE("point <-> grid ops refuse bad input on every rank", "[nn][point_grid]
       Var<double, 4> gr(DistTensor<double, 4>::random({1, 3, 8, 6}, mesh, {Replicate()}, 1), true);
       CHECK(!error_of([&] { F::grid_to_points(gr, ok, dom); }).empty());
     }
+    if (P == 4) {
+      // two mesh dims sharding one grid dim: not a box partition
+      DeviceMesh m2(comm, {2, 2});
+      Var<double, 4> gs2(DistTensor<double, 4>::random({1, 3, 8, 6}, m2, {Shard(2), Shard(2)}, 1), true);
+      CHECK(error_of([&] { F::grid_partition(gs2.value().spec(), dom); }).find("mesh dims") != std::string::npos);
+    }
+    // a Partial grid (not a spatial decomposition once resolved)
+    Var<double, 4> gp(DistTensor<double, 4>(gs.with_placements({Partial(ReduceOp::sum)}),
+                                            grid.value().full_tensor().contiguous()),
+                      true);
+    CHECK(error_of([&] { F::grid_to_points(gp, ok, dom); }).find("Partial") != std::string::npos);
     // the communicator is still in step
     double one = 1;
     comm->allreduce(&one, &one, 1, DType::f64, ReduceOp::sum);

@@ -136,12 +136,13 @@ BoxPartition grid_partition(const DistSpec& grid, const GridDomain& domain);
 /// Multilinear interpolation of the cell-centred `grid` [1, C, n...] at `points` [Np, D] (see
 /// the file comment): [Np, C], rows laid out like the points. Collective over the mesh.
 template <class T, int R>
-Var<T, 2> grid_to_points(const Var<T, R>& grid_in, const Var<T, 2>& points, const GridDomain& domain) {
+Var<T, 2> grid_to_points(const Var<T, R>& grid, const Var<T, 2>& points, const GridDomain& domain) {
   static_assert((R == 4 || R == 5) && is_compute_type<T>, "grid_to_points: 2 or 3 spatial dims, float or double");
   const char* op = "grid_to_points";
-  const DistSpec gs0 = grid_in.value().spec();
+  // A Partial grid is refused rather than resolved: Partial on a mesh dim of size > 1 leaves that
+  // dim sharding no grid dim, which is not a spatial decomposition.
+  detail::check_no_partial(grid.value().spec(), op, "the grid");
   detail::check_no_partial(points.value().spec(), op, "points");
-  const auto grid = resolve(grid_in);
   const DistSpec gs = grid.value().spec();
   const DistSpec ps = points.value().spec();
   auto geo = detail::make_point_grid_geometry(op, gs, domain);
