@@ -416,6 +416,10 @@ TEST_CASE("point <-> grid ops refuse bad input on every rank", "[nn][point_grid]
       CHECK(e.find("outside") != std::string::npos);
       CHECK(!error_of([&] { F::points_to_grid<4>(bad, feats(3), gs, dom, 0.3); }).empty());
     }
+    if (P > 1) {  // misplaced points routed to their grid boxes by partition_by_box are accepted
+      auto routed = F::partition_by_box(points_at(true), part);
+      CHECK(error_of([&] { F::grid_to_points(grid, routed.points, dom); }).empty());
+    }
     // wrong coordinate count
     Var<double, 2> p3(DistTensor<double, 2>(point_spec(mesh, all, 3), Tensor<double, 2>::zeros({nloc, 3})), true);
     CHECK(error_of([&] { F::grid_to_points(grid, p3, dom); }).find("coordinates") != std::string::npos);

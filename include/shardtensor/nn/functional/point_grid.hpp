@@ -11,8 +11,9 @@
 /// **Points.** Point sets are `Var<T, 2>` [Np, D] laid out by `point_placements(mesh)` (ragged,
 /// empty shards allowed; dist/points.hpp) on the grid's mesh, and every rank's points lie in its
 /// grid shard's box, `grid_partition(grid spec, domain)` = `BoxPartition::of_grid(grid, {2, ...,
-/// D + 1}, lo, hi)` (checked collectively: an error on every rank otherwise; route points to
-/// their owners with the partition's `owner` first). Features are [Np, C] with the points' rows.
+/// D + 1}, lo, hi)` (checked collectively: an error on every rank otherwise; route a point set
+/// there with `F::partition_by_box(points, grid_partition(...))`, nn/functional/neighbors.hpp,
+/// and its features with the routing's `apply`). Features are [Np, C] with the points' rows.
 ///
 ///  - `grid_to_points(grid, points, domain)` -> [Np, C] (rows laid out like points): multilinear
 ///    interpolation of the cell-centred values. Continuous index u = (p - lo) / h - 1/2,
