@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < P; ++r) counts[static_cast<std::size_t>(r)] = (n * (r + 1)) / P - (n * r) / P;
       const DistSpec ring_spec = point_spec(mesh, counts, 3);
       const index_t off = (n * me) / P;
-      Tensor<float, 2> ring_local(Shape<2>{counts[static_cast<std::size_t>(me)], 3});
+      auto ring_local = Tensor<float, 2>::empty({counts[static_cast<std::size_t>(me)], 3});
       std::copy(all.begin() + off * 3, all.begin() + (off + counts[static_cast<std::size_t>(me)]) * 3, ring_local.data());
       DistTensor<float, 2> ring_pts(ring_spec, ring_local);
       // halo layout: box partition of the bounding box
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
         ++hcounts[static_cast<std::size_t>(o)];
         if (o == me) mine.insert(mine.end(), all.begin() + i * 3, all.begin() + i * 3 + 3);
       }
-      Tensor<float, 2> halo_local(Shape<2>{hcounts[static_cast<std::size_t>(me)], 3});
+      auto halo_local = Tensor<float, 2>::empty({hcounts[static_cast<std::size_t>(me)], 3});
       std::copy(mine.begin(), mine.end(), halo_local.data());
       DistTensor<float, 2> halo_pts(point_spec(mesh, hcounts, 3), halo_local);
       std::vector<float>().swap(mine);
