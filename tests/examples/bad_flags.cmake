@@ -1,7 +1,7 @@
 # Input robustness of the examples (issue 8, scope 7): each bad command line exits with code 2
 # and a message naming the flag and the rule; --help prints usage and exits 0; small valid runs
 # still exit 0. Every case runs under mpiexec (np ranks).
-# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|fno_surrogate|dist_demo|insitu_advection -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
+# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|fno_surrogate|pointcloud_surrogate|dist_demo|insitu_advection -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 set(ncases 0)
 # expect(np rc regex args...): run, compare the exit code, match the regex on stdout+stderr.
@@ -124,6 +124,22 @@ elseif(NAME STREQUAL "fno_surrogate")
   expect(2 0 "final_loss=" --steps 2 --grid 8 --modes 4 --width 4 --layers 1 --batch 2 --samples 2 --mesh 1x2 --log-every 1)
   expect(4 0 "final_loss=" --steps 1 --grid 4 --modes 2 --width 4 --layers 2 --batch 2 --samples 2 --mesh 4x1 --log-every 1)
   expect(4 0 "final_loss=" --steps 1 --grid 3 --modes 1 --width 4 --layers 2 --batch 2 --samples 2 --mesh 2x2 --log-every 1)
+elseif(NAME STREQUAL "pointcloud_surrogate")
+  expect(1 0 "Usage:.*--steps.*--grid.*--seed.*--mesh.*--device.*--points.*--samples.*--width.*--hidden.*--depth.*--radius-cells" -h)
+  expect(1 2 "--steps: 'abc' is not an integer" --steps abc)
+  expect(1 2 "--points: Value 0 not in range" --points 0)
+  expect(1 2 "--points: '1e6' is not an integer" --points 1e6)
+  expect(1 2 "--grid: Value 1 not in range 2 to" --grid 1)
+  expect(1 2 "--radius-cells: Value -1 not in range" --radius-cells -1)
+  expect(1 2 "--samples: Value 0 not in range" --samples 0)
+  expect(1 2 "--depth: Value 9 not in range" --depth 9)
+  expect(1 2 "--grid 12 is not divisible by 2\\^--depth = 8" --grid 12 --depth 3)
+  expect(1 2 "--device cuda: the point <-> grid ops run on the CPU only" --device cuda)
+  expect(2 2 "--mesh 3x1 = 3 ranks, but 2 were started" --mesh 3x1)
+  expect(1 2 "--mesh: .*expected AxB with positive integer extents, got '0'" --mesh 0x1)
+  # few points (some ranks' boxes hold none) and a grid of 2 cells over 2x2 ranks: valid, exit 0
+  expect(4 0 "final_loss=" --steps 2 --points 5 --grid 4 --depth 1 --mesh 2x2 --log-every 1)
+  expect(3 0 "final_loss=" --steps 1 --points 1 --grid 2 --depth 0 --log-every 1)
 elseif(NAME STREQUAL "dist_demo")
   expect(1 0 "Usage:.*rows.*cols.*--mesh" -h)
   expect(1 2 "rows: 'abc' is not an integer" abc 5)
