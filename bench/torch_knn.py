@@ -3,7 +3,8 @@
 query chunks (k nearest, or the nearest --max within --radius), CPU, float32. Prints the median
 time over --reps (after one warm-up) and the same checksums bench_dist_neighbors prints
 (check_dist: sum over queries of the last kept distance; check_cnt: sum of counts), so the two
-runs are known to answer the same question.
+runs are known to answer the same question (with --queries Q: over the first Q queries only, and
+the times are extrapolated to all N).
 
   OMP_NUM_THREADS=1 /usr/bin/python3 bench/torch_knn.py points.f32 [--k 16] [--radius 0.01]
       [--max 32] [--reps 3] [--chunk 512] [--query knn|radius|both]
@@ -17,15 +18,15 @@ import numpy as np
 import torch
 
 
-def run(pts, knn, k, radius, maxn, chunk):
-    n = pts.shape[0]
+def run(pts, knn, k, radius, maxn, chunk, nq):
+    n = nq
     w = k if knn else maxn
     last = torch.empty(n, dtype=torch.float64)
     counts = torch.empty(n, dtype=torch.int64)
     for s in range(0, n, chunk):
-        q = pts[s:s + chunk]
+        q = pts[s:min(s + chunk, nq)]
         d = torch.cdist(q, pts)  # [c, n], Euclidean
-        vals, _ = torch.topk(d, min(w, n), dim=1, largest=False, sorted=True)
+        vals, _ = torch.topk(d, min(w, pts.shape[0]), dim=1, largest=False, sorted=True)
         if knn:
             last[s:s + chunk] = vals[:, -1].double()
             counts[s:s + chunk] = vals.shape[1]
@@ -48,19 +49,25 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--query", default="both")
+    ap.add_argument("--queries", type=int, default=0,
+                    help="time only the first Q points as queries (against all N) and extrapolate x N/Q "
+                         "(brute force over 1M x 1M takes hours); 0: all")
     a = ap.parse_args()
     pts = torch.from_numpy(np.fromfile(a.points, dtype=np.float32).reshape(-1, 3).copy())
-    print(f"# torch {torch.__version__} brute force (cdist + topk, chunk {a.chunk}), N={pts.shape[0]}, "
-          f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}")
+    n = pts.shape[0]
+    nq = a.queries if 0 < a.queries < n else n
+    print(f"# torch {torch.__version__} brute force (cdist + topk, chunk {a.chunk}), N={n}, queries {nq}"
+          f"{' (times extrapolated x N/Q)' if nq < n else ''}, threads {torch.get_num_threads()}, "
+          f"load {os.getloadavg()[0]:.2f}")
     for knn in (True, False):
         if a.query != "both" and a.query != ("knn" if knn else "radius"):
             continue
         times = []
         for r in range(a.reps + 1):
             t0 = time.perf_counter()
-            cd, cc = run(pts, knn, a.k, a.radius, a.max, a.chunk)
+            cd, cc = run(pts, knn, a.k, a.radius, a.max, a.chunk, nq)
             if r > 0:
-                times.append((time.perf_counter() - t0) * 1e3)
+                times.append((time.perf_counter() - t0) * 1e3 * n / nq)
         print(f"{'knn' if knn else 'radius':6s} torch median_ms {statistics.median(times):.1f} "
               f"min {min(times):.1f} max {max(times):.1f} check_dist {cd:.6f} check_cnt {cc}")
 

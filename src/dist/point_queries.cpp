@@ -226,6 +226,53 @@ double inflated(double b, index_t D) {
   return b * (1.0 + rel) + abs;
 }
 
+/// The received candidates can only change the lists of queries near a face this rank shares with
+/// another rank: every received point p lies outside this rank's box (in another rank's half-open
+/// box) across such a face, so |q - p| >= e(q), the distance from q to the nearest shared face.
+/// A candidate enters q's list only if the kernel's d2_T(q, p) <= q's bound (radius: the kernel's
+/// r2; kNN: q's current k-th d2, ties included), which implies |q - p|^2 <= inflated(bound) (see
+/// inflated). So a query with e(q)^2 > inflated(bound) gets nothing from the candidates and is left
+/// out of the search; the others (on uniform data a thin shell of the box) are searched as a
+/// subset and their candidate lists scattered into padded scratch lists (-1 / +inf / count 0) for
+/// the merge, which leaves the skipped rows unchanged. Host blocks only (the caller searches every
+/// query otherwise).
+template <class T>
+void search_boundary_queries(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
+                             const Tensor<T, 2>& cand, const BoxPartition& part, int me, Lists<T>& l,
+                             ExecContext& ctx) {
+  const index_t nq = query.shape()[0], D = query.shape()[1], w = qk.width;
+  const Tensor<T, 2> q = query.contiguous();
+  const double r2 = inflated<T>(static_cast<double>(static_cast<T>(qk.radius * qk.radius)), D);
+  std::vector<index_t> rows;
+  for (index_t i = 0; i < nq; ++i) {
+    const double kth = qk.knn ? static_cast<double>(l.d2.data()[i * w + w - 1]) : 0.0;
+    const double bound = qk.knn ? inflated<T>(kth, D) : r2;
+    double e = std::numeric_limits<double>::infinity();
+    for (index_t d = 0; d < D; ++d) {
+      const double x = static_cast<double>(q.data()[i * D + d]);
+      const int dd = static_cast<int>(d);
+      if (part.lo(me, dd) > part.domain_lo(dd)) e = std::min(e, x - part.lo(me, dd));
+      if (part.hi(me, dd) < part.domain_hi(dd)) e = std::min(e, part.hi(me, dd) - x);
+    }
+    if (!(e * e > bound)) rows.push_back(i);  // NaN-safe: keep the query when in doubt
+  }
+  const index_t ns = static_cast<index_t>(rows.size());
+  auto sub = Tensor<T, 2>::empty({ns, D});
+  for (index_t j = 0; j < ns; ++j)
+    std::copy_n(q.data() + rows[static_cast<std::size_t>(j)] * D, D, sub.data() + j * D);
+  Lists<T> sl = make_lists<T>(ns, w, Device::cpu());
+  search_candidates(qk, method, sub, cand, 0, sl, true, ctx);
+  std::fill_n(l.cidx.data(), nq * w, std::int64_t{-1});
+  std::fill_n(l.cd2.data(), nq * w, std::numeric_limits<T>::infinity());
+  std::fill_n(l.ccnt.data(), nq, std::int64_t{0});
+  for (index_t j = 0; j < ns; ++j) {
+    const index_t i = rows[static_cast<std::size_t>(j)];
+    std::copy_n(sl.idx.data() + j * w, w, l.cidx.data() + i * w);
+    std::copy_n(sl.d2.data() + j * w, w, l.cd2.data() + i * w);
+    if (!qk.knn) l.ccnt.data()[i] = sl.cnt.data()[j];
+  }
+}
+
 /// The spatial-halo strategy. This rank searches its own support shard first (index_offset = its
 /// global offset), then receives from every other rank p the support points that may be
 /// neighbours of a query in its box and searches them.
@@ -310,7 +357,11 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
     SHARD_CHECK(gidx.data()[i - 1] < gidx.data()[i], "neighbour query (spatial_halo)",
                 "internal: received global indices not ascending at row {}", i);
 
-  search_candidates(qk, method, query, cand, 0, l, false, ctx);
+  if (query.device().is_cpu()) {
+    search_boundary_queries(qk, method, query, cand, part, me, l, ctx);
+  } else {
+    search_candidates(qk, method, query, cand, 0, l, false, ctx);
+  }
   Tensor<std::int64_t, 2> ci = l.cidx.device().is_cpu() ? l.cidx : l.cidx.to(Device::cpu());
   for (index_t i = 0; i < ci.numel(); ++i)
     if (ci.data()[i] >= 0) ci.data()[i] = gidx.data()[ci.data()[i]];

@@ -91,6 +91,23 @@ BoxPartition::BoxPartition(DeviceMesh mesh, std::vector<std::vector<double>> cut
   for (int m = 0; m < mesh_.ndim(); ++m)
     SHARD_CHECK(used[static_cast<std::size_t>(m)] || mesh_.size(m) == 1, op,
                 "mesh dim {} (size {}) splits no coordinate dim: every rank needs its own box", m, mesh_.size(m));
+  // Per-rank boxes and the mesh's row-major strides, so owner / lo / hi / distances allocate nothing
+  // (they run once per point in the partition checks and the halo selection).
+  const int P = mesh_.size(), D = dim();
+  stride_.assign(static_cast<std::size_t>(mesh_.ndim()), 1);
+  for (int m = mesh_.ndim() - 2; m >= 0; --m)
+    stride_[static_cast<std::size_t>(m)] = stride_[static_cast<std::size_t>(m) + 1] * mesh_.size(m + 1);
+  box_.resize(static_cast<std::size_t>(P) * static_cast<std::size_t>(D) * 2);
+  for (int r = 0; r < P; ++r) {
+    const auto c = mesh_.coords_of(r);
+    for (int d = 0; d < D; ++d) {
+      const int m = mesh_dims_[static_cast<std::size_t>(d)];
+      const std::size_t k = m < 0 ? 0 : static_cast<std::size_t>(c[static_cast<std::size_t>(m)]);
+      const std::size_t at = (static_cast<std::size_t>(r) * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)) * 2;
+      box_[at] = cuts_[static_cast<std::size_t>(d)][k];
+      box_[at + 1] = cuts_[static_cast<std::size_t>(d)][k + 1];
+    }
+  }
 }
 
 BoxPartition BoxPartition::uniform(const DeviceMesh& mesh, std::vector<double> lo, std::vector<double> hi,
@@ -153,32 +170,30 @@ BoxPartition BoxPartition::of_grid(const DistSpec& grid, std::vector<int> grid_d
   return BoxPartition(grid.mesh(), std::move(cuts), std::move(mdims));
 }
 
-int BoxPartition::slab(int r, int d) const {
-  const int m = mesh_dims_[static_cast<std::size_t>(d)];
-  return m < 0 ? 0 : mesh_.coords_of(r)[static_cast<std::size_t>(m)];
+double BoxPartition::lo(int r, int d) const {
+  return box_[(static_cast<std::size_t>(r) * static_cast<std::size_t>(dim()) + static_cast<std::size_t>(d)) * 2];
 }
-
-double BoxPartition::lo(int r, int d) const { return cuts_[static_cast<std::size_t>(d)][static_cast<std::size_t>(slab(r, d))]; }
 double BoxPartition::hi(int r, int d) const {
-  return cuts_[static_cast<std::size_t>(d)][static_cast<std::size_t>(slab(r, d)) + 1];
+  return box_[(static_cast<std::size_t>(r) * static_cast<std::size_t>(dim()) + static_cast<std::size_t>(d)) * 2 + 1];
 }
 
 int BoxPartition::owner(const double* p) const {
-  std::vector<int> coords(static_cast<std::size_t>(mesh_.ndim()), 0);
+  int rank = 0;
   for (int d = 0; d < dim(); ++d) {
     const auto& c = cuts_[static_cast<std::size_t>(d)];
     const double x = p[d];
     if (!(x >= c.front() && x <= c.back())) return -1;  // outside, or NaN
-    // the slab k with c[k] <= x < c[k+1]; the last slab also takes x == hi; empty slabs are skipped
+    // the slab k with c[k] <= x < c[k+1]; the last slab also takes x == hi (and, when trailing
+    // slabs are empty, the last non-empty one does)
     auto it = std::upper_bound(c.begin(), c.end(), x);
     int k = static_cast<int>(it - c.begin()) - 1;
     const int last = static_cast<int>(c.size()) - 2;
     if (k > last) k = last;
     while (k > 0 && c[static_cast<std::size_t>(k)] == c[static_cast<std::size_t>(k) + 1] && x == c.back()) --k;
     const int m = mesh_dims_[static_cast<std::size_t>(d)];
-    if (m >= 0) coords[static_cast<std::size_t>(m)] = k;
+    if (m >= 0) rank += k * stride_[static_cast<std::size_t>(m)];
   }
-  return mesh_.rank_of(coords);
+  return rank;
 }
 
 bool BoxPartition::contains(int r, const double* p) const { return owner(p) == r; }

@@ -94,10 +94,11 @@ class BoxPartition {
   friend bool operator==(const BoxPartition& a, const BoxPartition& b);
 
  private:
-  int slab(int r, int d) const;
   DeviceMesh mesh_;
   std::vector<std::vector<double>> cuts_;
   std::vector<int> mesh_dims_;
+  std::vector<int> stride_;   ///< row-major strides of the mesh dims
+  std::vector<double> box_;   ///< [rank][dim][lo, hi]
 };
 
 /// Throws shard::Error on every rank unless every rank's points lie in its own box of `part`
