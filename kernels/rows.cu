@@ -1,9 +1,9 @@
 // CUDA kernels of the row family (launchers: src/kernels_api/rows.hpp): gather rows by index
 // and the adjoint scatter-add. One thread per element of the index-ordered matrix (row i,
 // column c: neighbouring threads touch neighbouring columns of one row). Scatter-add uses atomics
-// (f32, f64 and i64 as unsigned long long: two's complement addition is the same bits), so with
-// repeated indices the order of the float additions into a row, and the last bits of the sum,
-// can vary between runs; the CPU table adds in index order.
+// (f32; f64 as a compare-and-swap loop; i64 as unsigned long long: two's complement addition is
+// the same bits), so with repeated indices the order of the float additions into a row, and the
+// last bits of the sum, can vary between runs; the CPU table adds in index order.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -29,7 +29,19 @@ __global__ void gather_kernel(idx n_src, idx n_index, idx width, const E* __rest
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
+/// f64 through a compare-and-swap loop on the bits: GPGPU-Sim (the simulator lane) has no
+/// atom.add.f64. Uncontended it costs one extra load; swap in atomicAdd(double*) if a profile of
+/// heavily repeated rows ever asks for it.
+__device__ __forceinline__ void atomic_add(double* p, double v) {
+  auto* a = reinterpret_cast<unsigned long long*>(p);
+  unsigned long long old = *a, assumed;
+  do {
+    assumed = old;
+    old = atomicCAS(a, assumed,
+                    static_cast<unsigned long long>(__double_as_longlong(__dadd_rn(__longlong_as_double(
+                        static_cast<long long>(assumed)), v))));
+  } while (assumed != old);
+}
 __device__ __forceinline__ void atomic_add(long long* p, long long v) {
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }

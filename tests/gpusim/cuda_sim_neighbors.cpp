@@ -26,12 +26,13 @@ const NeighborsKernels& cpu() { return exec::kernels_for<NeighborsKernels>(Devic
 enum class Kind { uniform, grid, duplicates };
 
 /// n points of dim D: uniform in [0, 1), on the integer grid {0..3}^D (many exact ties), or three
-/// distinct points repeated (duplicates: d2 == 0 between distinct indices).
+/// distinct points (the same three for every seed, so query and support share them) repeated
+/// (duplicates: d2 == 0 between distinct indices).
 std::vector<double> cloud(index_t n, int D, Kind kind, unsigned seed) {
-  std::mt19937_64 g(seed);
+  std::mt19937_64 g(seed), gd(12345u + static_cast<unsigned>(D));
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<double> distinct(3 * static_cast<std::size_t>(D));
-  for (auto& x : distinct) x = u(g);
+  for (auto& x : distinct) x = u(gd);
   std::vector<double> p(static_cast<std::size_t>(n) * D);
   for (index_t i = 0; i < n; ++i) {
     const auto rep = static_cast<std::size_t>(g() % 3);
