@@ -2,7 +2,9 @@
 // brute-force kNN / radius search and the merge of two neighbour lists. Results equal the CPU
 // table's (src/exec/neighbors_cpu.cpp) bit for bit:
 //  - d2 = sum_d (q[d] - s[d])^2 left to right in the points' type, with the _rn intrinsics so that
-//    nvcc never contracts a multiply and an add into an FMA (the CPU build has no FMA either);
+//    nvcc never contracts a multiply and an add into an FMA (the CPU build has no FMA either).
+//    The simulator lane cannot see a contraction (GPGPU-Sim evaluates fma with two roundings);
+//    its test gpusim_neighbors_ptx_no_fma reads the PTX instead;
 //  - a support point is a candidate when d2 <= r2 (r2 = +inf for kNN; NaN never is), and every
 //    query keeps the first `width` candidates in the total order (d2, index): unique, whatever the
 //    order in which candidates arrive.
