@@ -1,7 +1,8 @@
 #pragma once
 // The neighbour-search kernel family's interface (private): src/exec/neighbors_cpu.cpp
-// (DeviceKind::cpu); no CUDA table yet. The front has checked dtypes, shapes, devices and the
-// geometry; blocks are contiguous; `dt` is the points' dtype (f32 or f64); n_query > 0.
+// (DeviceKind::cpu) and src/cuda/neighbors_cuda.cpp (DeviceKind::cuda; NeighborMethod ignored).
+// The front has checked dtypes, shapes, devices and the geometry; blocks are contiguous; `dt` is
+// the points' dtype (f32 or f64); n_query > 0.
 #include "exec/registry.hpp"
 #include "shardtensor/exec/neighbors.hpp"
 

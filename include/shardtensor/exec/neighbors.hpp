@@ -2,9 +2,11 @@
 /// \file neighbors.hpp
 /// Neighbour-search kernel family front (issue 17, step 1): the LOCAL k-nearest-neighbour and
 /// radius (ball) queries between a query point block and a support point block on
-/// ctx.device() (CPU: src/exec/neighbors_cpu.cpp, a nanoflann k-d tree or brute force; no CUDA
-/// table yet: a CUDA context gets the registry's shard::Error), and the merge of two neighbour
-/// lists (the ring strategy merges the candidates of each support shard into a running list).
+/// ctx.device() (CPU: src/exec/neighbors_cpu.cpp, a nanoflann k-d tree or brute force; CUDA:
+/// src/cuda/neighbors_cuda.cpp, brute force, the identical result), and the merge of two
+/// neighbour lists (the ring strategy merges the candidates of each support shard into a running
+/// list). On CUDA, knn and radius wait for ctx's stream before returning (the NaN check); merge
+/// is asynchronous.
 ///
 /// Points are contiguous row-major [N, D] blocks, f32 or f64 (query, support and the distance
 /// outputs share one dtype); indices and counts are i64.
@@ -20,7 +22,7 @@
 ///    sort after real ones.
 ///  - reported indices are the support row plus `index_offset` (a shard's rows become global
 ///    indices), so lists of disjoint shards merge into the unsharded answer.
-/// NaN coordinates are refused (shard::Error from the CPU table; the front never reads data).
+/// NaN coordinates are refused (shard::Error from the tables; the front never reads data).
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/context.hpp"

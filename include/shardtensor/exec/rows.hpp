@@ -8,7 +8,8 @@
 /// Blocks: `src` / `dst` are contiguous [rows, width] matrices (width in elements, >= 0), `index`
 /// a contiguous [n_index] i64 vector. Index -1 means "no row": gather writes zeros, scatter-add
 /// skips it. Any other index outside [0, n_src) (gather) / [0, n_dst) (scatter) is a bug of the
-/// caller; the CPU table checks and throws shard::Error.
+/// caller; the CPU table checks and throws shard::Error, the CUDA table (asynchronous, no check)
+/// treats it as -1 and never reads or writes out of bounds.
 ///  - rows_gather: any dtype (a copy of element_size-byte elements);
 ///  - rows_scatter_add: f32, f64, i64 (and c64 / c128 as real pairs). The CPU table adds in index
 ///    order (deterministic); the CUDA table uses atomics (the order of additions to one row, and
