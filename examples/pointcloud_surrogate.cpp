@@ -15,8 +15,12 @@
 // 2. Model (DoMINO's shape): the features are encoded onto a sharded --grid^3 grid over
 //    [-1, 1]^3 (F::points_to_grid: mean over the points within --radius-cells cells, linearly
 //    weighted), a 3-D U-Net processes the grid (halo-exchange convolutions), its --width channels
-//    are interpolated back to the points (F::grid_to_points, trilinear) and a point MLP
-//    (Linear, GELU, Linear on [interpolated, f_i]) predicts Cp. Loss: MSE over all points.
+//    are interpolated back to the points (F::grid_to_points, trilinear) and a point MLP predicts
+//    Cp: h = GELU(Linear([interpolated, f_i])), then (with --knn K > 0) h is averaged over each
+//    point's K nearest surface points with Gaussian distance weights (shard::knn with the
+//    spatial-halo strategy once per sample; F::gather_neighbors / F::aggregate on the tape, so
+//    gradients travel back to the ranks owning the neighbours) and Linear([h, mean]) gives Cp.
+//    Loss: MSE over all points.
 //    The grid is sharded over a 2-D mesh (--mesh AxB: A ranks along x, B along y); the points
 //    follow the same boxes (F::grid_partition), so every point<->grid op is local but for halos.
 // 3. Progress lines print step, loss, learning rate, throughput (samples/s, points/s) and per-rank
@@ -27,6 +31,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,6 +57,7 @@ struct Args {
   index_t samples = 8;
   index_t width = 8;
   index_t hidden = 32;
+  index_t knn = 8;
   int depth = 1;
   double radius_cells = 1.5;
   double lr = 3e-3;
@@ -81,6 +87,11 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--hidden", a.hidden, "hidden width of the point MLP")
       ->check(cli::decimal_integer())
       ->check(CLI::Range(index_t{1}, index_t{1} << 16))
+      ->capture_default_str();
+  app.add_option("--knn", a.knn,
+                 "surface neighbours each point aggregates the MLP's hidden features over (0: none)")
+      ->check(cli::decimal_integer())
+      ->check(CLI::Range(index_t{0}, index_t{256}))
       ->capture_default_str();
   app.add_option("--depth", a.depth, "U-Net levels (each halves the grid)")
       ->check(cli::decimal_integer())
@@ -126,12 +137,15 @@ Sphere sphere_of(std::uint64_t seed, index_t s) {
   return sp;
 }
 
-/// A sample on the mesh: points [N, 3], features [N, 4], target Cp [N, 1], rows in the grid's boxes.
+/// A sample on the mesh: points [N, 3], features [N, 4], target Cp [N, 1], rows in the grid's
+/// boxes, and each point's --knn nearest surface points (found once, with the spatial-halo
+/// strategy over the same boxes; the lists are fixed data, their gather plan is cached on them).
 struct Cloud {
   DistTensor<T, 2> points, features, target;
+  std::optional<Neighbors<T>> nbrs;
 };
 
-Cloud make_cloud(const DeviceMesh& mesh, const BoxPartition& part, const Sphere& sp, index_t n) {
+Cloud make_cloud(const DeviceMesh& mesh, const BoxPartition& part, const Sphere& sp, index_t n, index_t k) {
   const int P = mesh.size(), r = mesh.rank();
   const index_t lo = n * r / P, hi = n * (r + 1) / P, m = hi - lo;
   std::vector<index_t> counts(static_cast<std::size_t>(P));
@@ -156,10 +170,17 @@ Cloud make_cloud(const DeviceMesh& mesh, const BoxPartition& part, const Sphere&
   }
   const DistSpec ps = point_spec(mesh, counts, 3);
   DistTensor<T, 2> p(ps, pts);
-  DistTensor<T, 2> f(derived_spec(ps, point_placements(mesh), {n, 4}), feat);
-  DistTensor<T, 2> t(derived_spec(ps, point_placements(mesh), {n, 1}), cp);
+  DistTensor<T, 2> f(point_rows_spec(ps, {4}), feat);
+  DistTensor<T, 2> t(point_rows_spec(ps, {1}), cp);
   auto routed = F::partition_by_box(p, part);
-  return {routed.points, routed.routing.apply(f), routed.routing.apply(t)};
+  Cloud c{routed.points, routed.routing.apply(f), routed.routing.apply(t), std::nullopt};
+  if (k > 0) {
+    NeighborQueryOptions qo;
+    qo.strategy = NeighborStrategy::spatial_halo;
+    qo.partition = &part;
+    c.nbrs = knn(c.points, c.points, k, qo);
+  }
+  return c;
 }
 
 /// The surrogate: points -> grid encoding -> 3-D U-Net -> interpolation -> point MLP.
@@ -168,6 +189,7 @@ class PointSurrogate : public nn::Module<T> {
   PointSurrogate(const DeviceMesh& mesh, const Args& a, DistSpec grid_spec, F::GridDomain dom)
       : grid_spec_(std::move(grid_spec)), dom_(std::move(dom)) {
     radius_ = a.radius_cells * (dom_.hi[0] - dom_.lo[0]) / static_cast<double>(a.common.grid);
+    knn_ = a.knn > 0;
     nn::UNetOptions uo;
     uo.in_channels = 4;
     uo.out_channels = a.width;
@@ -177,22 +199,33 @@ class PointSurrogate : public nn::Module<T> {
     unet_ = this->register_module("unet", std::make_shared<nn::UNet3d<T>>(mesh, uo, a.common.seed));
     fc1_ = this->register_module("fc1", std::make_shared<nn::Linear<T, 2>>(mesh, a.width + 4, a.hidden, true,
                                                                          a.common.seed + 1, nn::LinearDim::last));
-    fc2_ = this->register_module(
-        "fc2", std::make_shared<nn::Linear<T, 2>>(mesh, a.hidden, 1, true, a.common.seed + 2, nn::LinearDim::last));
+    fc2_ = this->register_module("fc2", std::make_shared<nn::Linear<T, 2>>(mesh, knn_ ? 2 * a.hidden : a.hidden, 1,
+                                                                         true, a.common.seed + 2, nn::LinearDim::last));
+    sigma_ = radius_;
   }
-  Var<T, 2> forward(const Var<T, 2>& points, const Var<T, 2>& features) {
+  /// nbrs: each point's surface neighbours (or none): the hidden features are averaged over
+  /// them with Gaussian distance weights (F::gather_neighbors, F::neighbor_distance,
+  /// F::distance_weights, F::aggregate) and concatenated before the last layer.
+  Var<T, 2> forward(const Var<T, 2>& points, const Var<T, 2>& features, const Neighbors<T>* nbrs) {
     const F::PointGridOptions enc{F::PointReduce::mean, F::PointWeight::linear};
     auto grid = F::points_to_grid<5>(points, features, grid_spec_, dom_, radius_, enc);
     auto field = unet_->forward(grid);
     auto at_points = F::grid_to_points(field, points, dom_);
     auto h = F::gelu(fc1_->forward(F::concat({at_points, features}, 1)));
+    if (knn_) {
+      SHARD_CHECK(nbrs != nullptr, "PointSurrogate", "the model was built with --knn but got no neighbour lists");
+      auto w = F::distance_weights(F::neighbor_distance(points, points, *nbrs), *nbrs, F::WeightFn::gaussian(sigma_));
+      auto ctx = F::aggregate(F::gather_neighbors(h, *nbrs), *nbrs, {F::AggregateReduce::mean}, w);
+      h = F::concat({h, ctx}, 1);
+    }
     return fc2_->forward(h);
   }
 
  private:
   DistSpec grid_spec_;
   F::GridDomain dom_;
-  double radius_ = 0;
+  double radius_ = 0, sigma_ = 0;
+  bool knn_ = false;
   std::shared_ptr<nn::UNet3d<T>> unet_;
   std::shared_ptr<nn::Linear<T, 2>> fc1_, fc2_;
 };
@@ -222,8 +255,8 @@ int run(int argc, char** argv, bool& print) {
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Cloud> train;
-  for (index_t s = 0; s < a.samples; ++s) train.push_back(make_cloud(mesh, part, sphere_of(a.common.seed, s), a.points));
-  const Cloud val = make_cloud(mesh, part, sphere_of(a.common.seed + 7919, 0), a.points);
+  for (index_t s = 0; s < a.samples; ++s) train.push_back(make_cloud(mesh, part, sphere_of(a.common.seed, s), a.points, a.knn));
+  const Cloud val = make_cloud(mesh, part, sphere_of(a.common.seed + 7919, 0), a.points, a.knn);
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   PointSurrogate model(mesh, a, grid_spec, dom);
@@ -234,13 +267,13 @@ int run(int argc, char** argv, bool& print) {
                 "(%ld training spheres + 1 validation, generated and routed to their boxes in %.2f s), U-Net width "
                 "%ld depth %d, MLP hidden %ld, encoding radius %.2f cells, %ld parameters\n",
                 P, a.mesh[0], a.mesh[1], static_cast<long>(G), static_cast<long>(a.points), static_cast<long>(a.samples),
-                gen_s, static_cast<long>(a.width), a.depth, static_cast<long>(a.hidden), a.radius_cells,
+                static_cast<long>(a.knn), gen_s, static_cast<long>(a.width), a.depth, static_cast<long>(a.hidden), a.radius_cells,
                 static_cast<long>(model.num_parameters()));
     std::fflush(stdout);
   }
   auto loss_of = [&](const Cloud& c) {
     Var<T, 2> p(c.points, false), f(c.features, false), y(c.target, false);
-    return F::mse_loss(model.forward(p, f), y);
+    return F::mse_loss(model.forward(p, f, c.nbrs ? &*c.nbrs : nullptr), y);
   };
   const auto t_start = std::chrono::steady_clock::now();
   auto t_last = t_start;

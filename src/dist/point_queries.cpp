@@ -12,7 +12,7 @@
 //  - ring: every support shard visits every rank (P - 1 split-phase shifts over the flattened
 //    ring of all mesh dims), searched with index_offset = the shard's global row offset;
 //  - spatial_halo: rank s receives every support point within the query bound of its box (radius:
-//    r; kNN: the k-th distance its local search established, see halo_query).
+//    r; kNN: the k-th distance its local search established, see knn_halo_rows and halo_query).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -273,6 +273,71 @@ void search_boundary_queries(const QueryKind& qk, exec::NeighborMethod method, c
   }
 }
 
+/// kNN rows of the spatial halo: which of this rank's support points (`own`, host [ns, D]) each
+/// other rank needs, found by shipping queries instead of guessing a box-wide bound (one far query
+/// would otherwise make a rank's bound, and its traffic, huge: clustered data).
+///  1. After the local search, query q has the bound b_q = its k-th local d2 (+inf when it has
+///     fewer than k local candidates). Rank s sends q (coordinates and b_q, `query_elements`) to
+///     every rank p whose box is within inflated(b_q) of q: only there can a point of q's answer
+///     lie (same argument as the box thresholds of the radius query, see inflated).
+///  2. Rank p searches its own points for the k nearest of every received query, with the same
+///     kernel (bitwise the same d2 for the same pair on any rank) and the same order: p's points
+///     in q's true answer are a prefix of p's own (d2, index) order, so they are among these k;
+///     and each has d2 <= b_q (q's true k-th d2 is <= its local one). So p sends s exactly the
+///     union, over s's queries, of those entries with d2 <= b_q (ties kept), each row once,
+///     ascending — a superset of what s's answers need, usually far smaller than a box-wide bound.
+/// Fills `offsets` / `rows` (CSR by destination) and returns the query elements this rank sent.
+template <class T>
+std::int64_t knn_halo_rows(exec::NeighborMethod method, const Tensor<T, 2>& query, const Tensor<T, 2>& own,
+                           const BoxPartition& part, const Lists<T>& l, const CommPtr& comm, index_t k,
+                           std::vector<index_t>& offsets, std::vector<index_t>& rows) {
+  const int P = comm->size(), me = comm->rank();
+  const index_t nq = query.shape()[0], D = query.shape()[1], ns = own.shape()[0];
+  const Tensor<T, 2> qh = on_host(query), d2 = on_host(l.d2);
+  ExecContext& hctx = current_context(Device::cpu());
+  auto kth = Tensor<T, 1>::empty({nq});
+  for (index_t i = 0; i < nq; ++i) kth.data()[i] = d2.data()[i * k + k - 1];
+  std::vector<index_t> qoff{0}, qrows;
+  std::vector<double> p(static_cast<std::size_t>(D));
+  for (int s = 0; s < P; ++s) {
+    if (s != me)
+      for (index_t i = 0; i < nq; ++i) {
+        for (index_t d = 0; d < D; ++d) p[static_cast<std::size_t>(d)] = static_cast<double>(qh.data()[i * D + d]);
+        if (part.dist2_to_box(s, p.data()) <= inflated<T>(static_cast<double>(kth.data()[i]), D)) qrows.push_back(i);
+      }
+    qoff.push_back(static_cast<index_t>(qrows.size()));
+  }
+  const detail::RowExchange qx(comm, nq, std::move(qoff), std::move(qrows));
+  const Block rq = qx.forward(as_block(qh), hctx);
+  const Block rb = qx.forward(as_block(kth), hctx);
+  const index_t m = qx.n_recv();
+  auto idx = Tensor<std::int64_t, 2>::empty({m, k});
+  auto dd = Tensor<T, 2>::empty({m, k});
+  if (m > 0 && ns > 0) {
+    exec::KnnGeometry g{m, ns, static_cast<int>(D), k, 0, method};
+    exec::neighbors_knn(g, rq, as_block(own), as_block(idx), as_block(dd), hctx);
+  }
+  const T* bound = static_cast<const T*>(rb.data);
+  std::vector<char> mark(static_cast<std::size_t>(ns), 0);
+  offsets.assign(static_cast<std::size_t>(P) + 1, 0);
+  for (int s = 0; s < P; ++s) {
+    const std::size_t begin = rows.size();
+    if (ns > 0)
+      for (index_t j = qx.recv_offsets()[static_cast<std::size_t>(s)]; j < qx.recv_offsets()[static_cast<std::size_t>(s) + 1]; ++j)
+        for (index_t e = 0; e < k; ++e) {
+          const std::int64_t r = idx.data()[j * k + e];
+          if (r >= 0 && dd.data()[j * k + e] <= bound[j] && !mark[static_cast<std::size_t>(r)]) {
+            mark[static_cast<std::size_t>(r)] = 1;
+            rows.push_back(r);
+          }
+        }
+    std::sort(rows.begin() + static_cast<std::ptrdiff_t>(begin), rows.end());
+    for (std::size_t i = begin; i < rows.size(); ++i) mark[static_cast<std::size_t>(rows[i])] = 0;
+    offsets[static_cast<std::size_t>(s) + 1] = static_cast<index_t>(rows.size());
+  }
+  return qx.n_send_remote() * (D + 1);
+}
+
 /// The spatial-halo strategy. This rank searches its own support shard first (index_offset = its
 /// global offset), then receives from every other rank p the support points that may be
 /// neighbours of a query in its box and searches them.
@@ -280,13 +345,11 @@ void search_boundary_queries(const QueryKind& qk, exec::NeighborMethod method, c
 /// Which points rank p sends to rank s (every s != p is tested; box_dist2(p, s) is an exact quick
 /// reject, since rounding is monotone and p's points lie in p's closed box):
 ///  - radius: dist2_to_box(s, x) <= inflated(r2_T), r2_T = the kernel's r2 (radius^2 rounded to T);
-///  - kNN: dist2_to_box(s, x) <= inflated(B_s), B_s = the largest k-th d2 of s's queries after s's
-///    local search (allgathered). Every point of a query's true k nearest is at d2 <= that query's
-///    local k-th d2 (the k-th entry of a superset's order is <= the subset's), so it is sent. When a
-///    query of s has fewer than k local candidates its k-th d2 is the padding +inf, B_s = +inf and
-///    every rank sends s all its points: the fallback is the ring's traffic in one exchange, still
-///    exact (elements_sent reports it).
-/// A rank without queries gets nothing (the per-rank thresholds are allgathered for both queries).
+///  - kNN: the points of p among the k nearest of some query q of s whose bound (its local k-th
+///    d2) reaches p's box, with d2 <= that bound: s ships those queries to p first (knn_halo_rows).
+///    A query with fewer than k local candidates (bound +inf) is shipped to every rank, and each
+///    answers with at most k points: no "send everything" fallback.
+/// A rank without queries gets nothing.
 ///
 /// Tie order: the kernel breaks equal d2 by reported index = row + index_offset. The received rows
 /// have non-contiguous global indices, so they are searched with index_offset 0 and each reported
@@ -309,38 +372,30 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
   const Tensor<T, 2> own = support.local().contiguous();
   add_candidates(qk, method, query, own, own_offset, l, ctx);
 
-  // the squared-distance threshold of every destination box (< 0: it has no queries, send nothing)
-  double b = -1;
-  const index_t nq = query.shape()[0];
-  if (nq > 0 && qk.knn) {
-    const Tensor<T, 2> d2 = on_host(l.d2);
-    const index_t k = qk.width;
-    b = 0;
-    for (index_t i = 0; i < nq; ++i) b = std::max(b, static_cast<double>(d2.data()[i * k + k - 1]));
-    b = inflated<T>(b, D);
-  } else if (nq > 0) {
-    b = inflated<T>(static_cast<double>(static_cast<T>(qk.radius * qk.radius)), D);  // the kernel's r2
-  }
-  const std::vector<double> thr = comm->allgather_value(b);
-
   // the rows to send, CSR by destination, each destination's rows ascending
   const Tensor<T, 2> host = on_host(own);
   const index_t ns = host.shape()[0];
+  const index_t nq = query.shape()[0];
   std::vector<index_t> offsets(static_cast<std::size_t>(P) + 1, 0), rows;
-  std::vector<double> p(static_cast<std::size_t>(D));
-  for (int s = 0; s < P; ++s) {
-    const double t = thr[static_cast<std::size_t>(s)];
-    if (s != me && t >= 0 && ns > 0 && part.box_dist2(me, s) <= t) {
-      for (index_t i = 0; i < ns; ++i) {
-        if (t == std::numeric_limits<double>::infinity()) {
-          rows.push_back(i);
-          continue;
+  std::int64_t query_elements = 0;
+  if (qk.knn) {
+    query_elements = knn_halo_rows(method, query, host, part, l, comm, qk.width, offsets, rows);
+  } else {
+    // radius: every point within r of a box is sent to it (the threshold of a box without
+    // queries is < 0: nothing is sent there)
+    const double b = nq > 0 ? inflated<T>(static_cast<double>(static_cast<T>(qk.radius * qk.radius)), D) : -1.0;
+    const std::vector<double> thr = comm->allgather_value(b);
+    std::vector<double> p(static_cast<std::size_t>(D));
+    for (int s = 0; s < P; ++s) {
+      const double t = thr[static_cast<std::size_t>(s)];
+      if (s != me && t >= 0 && ns > 0 && part.box_dist2(me, s) <= t) {
+        for (index_t i = 0; i < ns; ++i) {
+          for (index_t d = 0; d < D; ++d) p[static_cast<std::size_t>(d)] = static_cast<double>(host.data()[i * D + d]);
+          if (part.dist2_to_box(s, p.data()) <= t) rows.push_back(i);
         }
-        for (index_t d = 0; d < D; ++d) p[static_cast<std::size_t>(d)] = static_cast<double>(host.data()[i * D + d]);
-        if (part.dist2_to_box(s, p.data()) <= t) rows.push_back(i);
       }
+      offsets[static_cast<std::size_t>(s) + 1] = static_cast<index_t>(rows.size());
     }
-    offsets[static_cast<std::size_t>(s) + 1] = static_cast<index_t>(rows.size());
   }
   const detail::RowExchange ex(comm, ns, std::move(offsets), std::move(rows));
 
@@ -351,7 +406,7 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
   for (index_t i = 0; i < ns; ++i) gsrc.data()[i] = own_offset + i;
   auto gidx = Tensor<std::int64_t, 1>::empty({ex.n_recv()}, own.device());
   ex.forward(as_block(gsrc.to(own.device())), as_block(gidx), ctx);
-  if (ex.n_recv() == 0) return ex.n_send_remote() * D;
+  if (ex.n_recv() == 0) return ex.n_send_remote() * D + query_elements;
   if (!gidx.device().is_cpu()) gidx = gidx.to(Device::cpu());
   for (index_t i = 1; i < gidx.numel(); ++i)
     SHARD_CHECK(gidx.data()[i - 1] < gidx.data()[i], "neighbour query (spatial_halo)",
@@ -367,7 +422,7 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
     if (ci.data()[i] >= 0) ci.data()[i] = gidx.data()[ci.data()[i]];
   if (!l.cidx.device().is_cpu()) l.cidx.copy_from(ci);
   merge_candidates(qk, l, ctx);
-  return ex.n_send_remote() * D;
+  return ex.n_send_remote() * D + query_elements;
 }
 
 // ------------------------------------------------------------------------------ driver
@@ -394,10 +449,9 @@ Neighbors<T> run_query(const char* op, const QueryKind& qk, const DistTensor<T, 
     l.cnt.fill(std::min(qk.width, ns));
   }
   const DistSpec& qs = query.spec();
-  const index_t Nq = qs.global_shape()[0];
-  out.indices = DistTensor<std::int64_t, 2>(derived_spec(qs, qs.placements(), {Nq, w}), l.idx);
-  out.dist2 = DistTensor<T, 2>(derived_spec(qs, qs.placements(), {Nq, w}), l.d2);
-  out.counts = DistTensor<std::int64_t, 1>(derived_spec(qs, qs.placements(), {Nq}), l.cnt);
+  out.indices = DistTensor<std::int64_t, 2>(point_rows_spec(qs, {w}), l.idx);
+  out.dist2 = DistTensor<T, 2>(point_rows_spec(qs, {w}), l.d2);
+  out.counts = DistTensor<std::int64_t, 1>(point_rows_spec(qs, {}), l.cnt);
   return out;
 }
 

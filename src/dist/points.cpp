@@ -64,6 +64,14 @@ std::vector<index_t> point_counts(const DistSpec& s) {
   return c;
 }
 
+DistSpec point_rows_spec(const DistSpec& rows, const std::vector<index_t>& trailing) {
+  std::vector<index_t> g{rows.global_shape()[0]};
+  g.insert(g.end(), trailing.begin(), trailing.end());
+  ShardSizes sizes(g.size());
+  sizes[0] = point_counts(rows);
+  return DistSpec(rows.mesh(), point_placements(rows.mesh()), g, sizes);
+}
+
 // ------------------------------------------------------------------------------ box partitions
 
 BoxPartition::BoxPartition(DeviceMesh mesh, std::vector<std::vector<double>> cuts, std::vector<int> mesh_dims)

@@ -92,14 +92,6 @@ void check_point_rows(const DistSpec& s, const DistSpec& rows, const char* op, c
               counts_str(cs), rows_what, rows.global_shape()[0], counts_str(cr), hint);
 }
 
-DistSpec point_rows_spec(const DistSpec& rows, const std::vector<index_t>& trailing_dims) {
-  std::vector<index_t> g{rows.global_shape()[0]};
-  g.insert(g.end(), trailing_dims.begin(), trailing_dims.end());
-  ShardSizes sizes(g.size());
-  sizes[0] = point_counts(rows);
-  return DistSpec(rows.mesh(), point_placements(rows.mesh()), g, sizes);
-}
-
 void check_neighbor_lists(const DistSpec& query, const DistSpec& support, const DistSpec& indices,
                           const DistSpec& counts, const char* op) {
   check_point_set(query, op, "the lists' query set");

@@ -106,9 +106,9 @@ Neighbors<T> make_lists(const DistTensor<T, 2>& query, const DistTensor<T, 2>& s
   nb.query = query.spec();
   nb.support = support.spec();
   const index_t lo = point_offset(query.spec(), query.mesh().rank()), n = query.spec().local_box().len[0];
-  nb.indices = DistTensor<std::int64_t, 2>(F::detail::point_rows_spec(nb.query, {K}), idx.narrow(0, lo, n).clone());
-  nb.dist2 = DistTensor<T, 2>(F::detail::point_rows_spec(nb.query, {K}), d2.narrow(0, lo, n).clone());
-  nb.counts = DistTensor<std::int64_t, 1>(F::detail::point_rows_spec(nb.query, {}), cnt.narrow(0, lo, n).clone());
+  nb.indices = DistTensor<std::int64_t, 2>(point_rows_spec(nb.query, {K}), idx.narrow(0, lo, n).clone());
+  nb.dist2 = DistTensor<T, 2>(point_rows_spec(nb.query, {K}), d2.narrow(0, lo, n).clone());
+  nb.counts = DistTensor<std::int64_t, 1>(point_rows_spec(nb.query, {}), cnt.narrow(0, lo, n).clone());
   return nb;
 }
 

@@ -99,12 +99,12 @@ TEST_CASE("aggregate on a hand-made list: empty rows, first argmax", "[point_ops
   std::copy(iv, iv + 9, idx.data());
   auto cnt = Tensor<std::int64_t, 1>::empty({3});
   cnt.data()[0] = 2, cnt.data()[1] = 0, cnt.data()[2] = 3;
-  nb.indices = DistTensor<std::int64_t, 2>(F::detail::point_rows_spec(nb.query, {3}), idx);
-  nb.counts = DistTensor<std::int64_t, 1>(F::detail::point_rows_spec(nb.query, {}), cnt);
+  nb.indices = DistTensor<std::int64_t, 2>(point_rows_spec(nb.query, {3}), idx);
+  nb.counts = DistTensor<std::int64_t, 1>(point_rows_spec(nb.query, {}), cnt);
   auto vt = Tensor<double, 3>::empty({3, 3, 1});
   const double vv[9] = {1, 4, 99, 99, 99, 99, 5, 7, 7};
   std::copy(vv, vv + 9, vt.data());
-  Var<double, 3> v(DistTensor<double, 3>(F::detail::point_rows_spec(nb.query, {3, 1}), vt), true);
+  Var<double, 3> v(DistTensor<double, 3>(point_rows_spec(nb.query, {3, 1}), vt), true);
   auto mx = F::aggregate(v, nb, {F::AggregateReduce::max});
   CHECK(mx.local().data()[0] == 4);
   CHECK(mx.local().data()[1] == 0);
@@ -130,8 +130,8 @@ TEST_CASE("gather_neighbors: features of another dtype than the coordinates; pla
   std::copy(iv, iv + 4, idx.data());
   auto cnt = Tensor<std::int64_t, 1>::empty({2});
   cnt.data()[0] = 2, cnt.data()[1] = 1;
-  nb.indices = DistTensor<std::int64_t, 2>(F::detail::point_rows_spec(nb.query, {2}), idx);
-  nb.counts = DistTensor<std::int64_t, 1>(F::detail::point_rows_spec(nb.query, {}), cnt);
+  nb.indices = DistTensor<std::int64_t, 2>(point_rows_spec(nb.query, {2}), idx);
+  nb.counts = DistTensor<std::int64_t, 1>(point_rows_spec(nb.query, {}), cnt);
   auto ft = Tensor<float, 2>::empty({3, 1});
   ft.data()[0] = 10, ft.data()[1] = 20, ft.data()[2] = 30;
   Var<float, 2> f(DistTensor<float, 2>(point_spec(mesh, s, 1), ft), true);

@@ -50,6 +50,11 @@ index_t point_offset(const DistSpec& s, int r);
 /// Rows per rank, in rank order.
 std::vector<index_t> point_counts(const DistSpec& s);
 
+/// The spec of a per-point tensor [N, trailing...] whose rows are laid out like the point set
+/// `rows` (its mesh and per-rank counts; the trailing dims unsharded): features, neighbour
+/// lists, gathered neighbour values.
+DistSpec point_rows_spec(const DistSpec& rows, const std::vector<index_t>& trailing);
+
 // ------------------------------------------------------------------------------ box partitions
 
 /// An axis-aligned Cartesian decomposition of the domain [lo, hi] (D coordinate dims) into one

@@ -120,8 +120,6 @@ namespace detail {
 /// of size > 1, the other dims unsharded, no Partial). `hint` ends the mismatch message.
 void check_point_rows(const DistSpec& s, const DistSpec& rows, const char* op, const char* what,
                       const char* rows_what, const char* hint = "");
-/// The spec [N, trailing...] with the rows of the point set `rows` (Shard(0) on every mesh dim).
-DistSpec point_rows_spec(const DistSpec& rows, const std::vector<index_t>& trailing);
 /// Checks of a Neighbors result's own specs (indices / counts laid out like its query set).
 void check_neighbor_lists(const DistSpec& query, const DistSpec& support, const DistSpec& indices,
                           const DistSpec& counts, const char* op);
@@ -230,7 +228,7 @@ DistTensor<U, 2> PointRouting::apply(const DistTensor<U, 2>& x) const {
   const index_t C = x.spec().global_shape()[1];
   const auto xl = x.local().contiguous();
   Block out = detail::route_rows(*this, as_block(xl), current_context(x.device()));
-  return DistTensor<U, 2>(detail::point_rows_spec(target, {C}), tensor_of<U, 2>(out));
+  return DistTensor<U, 2>(point_rows_spec(target, {C}), tensor_of<U, 2>(out));
 }
 
 template <class U>
@@ -264,7 +262,7 @@ Var<U, 3> gather_neighbors(const Var<U, 2>& features, const Neighbors<T>& nb) {
   const index_t C = fs.global_shape()[1], K = nb.width();
   const Device dev = features.value().device();
   auto plan = detail::gather_plan_of(nb, op);
-  const DistSpec ys = detail::point_rows_spec(nb.query, {K, C});
+  const DistSpec ys = point_rows_spec(nb.query, {K, C});
   auto y = Tensor<U, 3>::empty(DistTensor<U, 3>::from_vec(ys.local_box().len), dev);
   const auto fl = features.local().contiguous();
   detail::neighbor_gather_forward(*plan, as_block(fl), as_block(y), current_context(dev));
@@ -322,7 +320,7 @@ Var<T, 2> neighbor_distance(const Var<T, 2>& query, const Var<T, 2>& support, co
   const char* op = "neighbor_distance";
   auto off = neighbor_offsets(query, support, nb);
   const DistSpec os = off.value().spec();
-  const DistSpec ys = detail::point_rows_spec(nb.query, {nb.width()});
+  const DistSpec ys = point_rows_spec(nb.query, {nb.width()});
   const auto& ol = off.local();
   auto y = Tensor<T, 2>::empty({ol.shape()[0], ol.shape()[1]});
   detail::neighbor_norm_forward(as_block(ol), as_block(y));
@@ -388,7 +386,7 @@ Var<U, 2> aggregate_impl(const Var<U, 3>& values, const Neighbors<T>& nb, Aggreg
   Block bw;
   if (weights) bw = as_block(wl.emplace(weights->local().contiguous()));
   const auto cnt = detail::host_contig(nb.counts.local());
-  const DistSpec ys = detail::point_rows_spec(nb.query, {C});
+  const DistSpec ys = point_rows_spec(nb.query, {C});
   const index_t n = vl.shape()[0];
   auto y = Tensor<U, 2>::empty({n, C});
   auto am = Tensor<std::int64_t, 2>::empty({opts.reduce == AggregateReduce::max ? n : 0, C});

@@ -122,12 +122,6 @@ void points_to_grid_backward(const PointGridGeometry& g, const DistSpec& grid_sp
                              const Block& features, const Block& out, const Block& wsum, const Block& gout,
                              const Block* gfeatures, const Block* gpoints, ExecContext& ctx);
 
-/// Spec of a [N, width] set with the rows of point set `ps`.
-inline DistSpec rows_like(const DistSpec& ps, index_t width) {
-  const auto counts = point_counts(ps);
-  return point_spec(ps.mesh(), counts, width);
-}
-
 }  // namespace detail
 
 /// The box partition a point set must lie in to meet the grid `grid` (a [1, C, n...] spec) on
@@ -156,7 +150,7 @@ Var<T, 2> grid_to_points(const Var<T, R>& grid, const Var<T, 2>& points, const G
   detail::check_points_in_grid(op, gs, domain, ps, as_block(pl));
   geo.points = pl.size(0);
   geo.ghost = {1, 1, 1};
-  const DistSpec os = detail::rows_like(ps, C);
+  const DistSpec os = point_rows_spec(ps, {C});
   auto y = Tensor<T, 2>::empty({geo.points, C}, dev);
   ExecContext& ctx = current_context(dev);
   auto ext = std::make_shared<Block>(
