@@ -12,7 +12,7 @@
 //          each rank receives only the support points near its box.
 //   direct (--direct, 1 rank only): nanoflann called directly on all N points, one thread.
 //
-// Per variant: median (over --reps, after one warm-up) of the wall time, max over ranks; the
+// Per variant: median (over --reps, after --warmup untimed runs, default 1) of the wall time, max over ranks; the
 // elements of point data every rank sent (sum over ranks, and the max), x 4 bytes (f32); the
 // peak of shardtensor's tensor memory per rank (max over ranks; reset before each variant) and
 // the process peak RSS. The two strategies number the points differently (global order of
@@ -21,7 +21,7 @@
 //
 //   OMP_NUM_THREADS=1 mpiexec -n 4 build/bench/bench_dist_neighbors [--n 1000000] [--k 16]
 //       [--radius 0.01] [--max 32] [--reps 3] [--dist uniform|clustered|both] [--query knn|radius|both]
-//       [--only ring|halo] [--direct] [--dump points.f32] [--csv out.csv]
+//       [--only ring|halo] [--direct] [--warmup 1] [--dump points.f32] [--csv out.csv]
 // --dump writes the (first distribution's) points as raw little-endian float32 [N, 3] for
 // bench/torch_knn.py (PyTorch brute force on the same data).
 #include <mpi.h>
@@ -68,17 +68,17 @@ void checksum(const Neighbors<float>& nb, const CommPtr& comm, double& dist, dou
 }
 
 template <class Fn>
-Stats run_variant(const CommPtr& comm, int reps, Fn&& fn) {
+Stats run_variant(const CommPtr& comm, int reps, int warmup, Fn&& fn) {
   Stats st;
   std::vector<double> times;
-  for (int r = 0; r <= reps; ++r) {
+  for (int r = 1 - warmup; r <= reps; ++r) {
     comm->barrier();
     reset_peak_memory(DeviceKind::cpu);
     const double t0 = now_ms();
     Neighbors<float> nb = fn();
     double t = now_ms() - t0;
     comm->allreduce(&t, &t, 1, DType::f64, ReduceOp::max);
-    if (r == 0) continue;  // warm-up
+    if (r <= 0) continue;  // warm-up
     times.push_back(t);
     if (r == reps) {
       double e[2] = {static_cast<double>(nb.elements_sent), static_cast<double>(nb.elements_sent)};
@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
     const double radius = arg_double(argc, argv, "--radius", 0.01);
     const index_t maxn = arg_int(argc, argv, "--max", 32);
     const int reps = static_cast<int>(arg_int(argc, argv, "--reps", 3));
+    const int warmup = static_cast<int>(arg_int(argc, argv, "--warmup", 1));
     const std::string dists = arg_str(argc, argv, "--dist", "both");
     const std::string queries = arg_str(argc, argv, "--query", "both");
     const std::string only = arg_str(argc, argv, "--only", "");
@@ -193,7 +194,7 @@ int main(int argc, char** argv) {
         if (only.empty() || only == "ring") {
           NeighborQueryOptions o;
           o.strategy = NeighborStrategy::ring;
-          report("ring", run_variant(world, reps, [&] {
+          report("ring", run_variant(world, reps, warmup, [&] {
                    return knn_q ? knn(ring_pts, ring_pts, k, o) : radius_neighbors(ring_pts, ring_pts, radius, maxn, o);
                  }));
         }
@@ -201,14 +202,14 @@ int main(int argc, char** argv) {
           NeighborQueryOptions o;
           o.strategy = NeighborStrategy::spatial_halo;
           o.partition = &part;
-          report("halo", run_variant(world, reps, [&] {
+          report("halo", run_variant(world, reps, warmup, [&] {
                    return knn_q ? knn(halo_pts, halo_pts, k, o) : radius_neighbors(halo_pts, halo_pts, radius, maxn, o);
                  }));
         }
         if (direct_too) {
           std::vector<double> t;
           std::vector<float> kth;
-          for (int r = 0; r <= reps; ++r) {
+          for (int r = 1 - warmup; r <= reps; ++r) {
             const double ms = direct(all, n, knn_q, k, static_cast<float>(radius * radius), maxn, kth);
             if (r > 0) t.push_back(ms);
           }
