@@ -38,6 +38,10 @@ void check_point_set(const DistSpec& s, const char* op, const char* what) {
   SHARD_CHECK(!s.has_partial(), op, "{} must not be Partial ({})", what, s);
   SHARD_CHECK(s.sharding_mesh_dims(1).empty(), op, "{}: the coordinate / feature dim 1 must not be sharded ({})", what,
               s);
+  detail::check_rows_sharded_over_mesh(s, op, what);
+}
+
+void detail::check_rows_sharded_over_mesh(const DistSpec& s, const char* op, const char* what) {
   const auto& m = s.mesh();
   std::vector<int> want;
   for (int d = 0; d < m.ndim(); ++d)

@@ -72,16 +72,8 @@ void check_point_rows(const DistSpec& s, const DistSpec& rows, const char* op, c
     SHARD_CHECK(s.sharding_mesh_dims(d).empty(), op, "{}: only the point dim 0 may be sharded, got {}", what, s);
   SHARD_CHECK(s.mesh() == rows.mesh(), op, "{} and {} live on different meshes{}: {}", what, rows_what, hint,
               mesh_mismatch(s.mesh(), rows.mesh()));
+  shard::detail::check_rows_sharded_over_mesh(s, op, what);
   const auto& m = s.mesh();
-  std::vector<int> want, got;
-  for (int d = 0; d < m.ndim(); ++d)
-    if (m.size(d) > 1) want.push_back(d);
-  for (int d : s.sharding_mesh_dims(0))
-    if (m.size(d) > 1) got.push_back(d);
-  SHARD_CHECK(got == want, op,
-              "{} must have its points (dim 0) sharded over every mesh dim in ascending order "
-              "(point_placements(mesh)), got {}",
-              what, s);
   std::vector<index_t> cs(static_cast<std::size_t>(m.size())), cr(cs.size());
   for (int r = 0; r < m.size(); ++r) {
     cs[static_cast<std::size_t>(r)] = s.box_of(r).len[0];

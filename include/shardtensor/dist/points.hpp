@@ -44,6 +44,12 @@ DistSpec point_spec(const DeviceMesh& mesh, std::span<const index_t> counts, ind
 /// mesh-dim order, dim 1 not sharded, no Partial. `op` / `what` name the caller in the message.
 void check_point_set(const DistSpec& s, const char* op, const char* what);
 
+namespace detail {
+/// Throws unless `s`'s dim 0 is sharded by exactly the mesh dims of size > 1, ascending (the row
+/// layout of a point set; spec-only, so the same on every rank).
+void check_rows_sharded_over_mesh(const DistSpec& s, const char* op, const char* what);
+}  // namespace detail
+
 /// Global index of rank r's first row (r == mesh size: the total count N).
 index_t point_offset(const DistSpec& s, int r);
 
