@@ -150,8 +150,7 @@ TEST_CASE("consistency: explicit sizes given to from_local on one rank only", "[
         auto [msg, secs] = timed_error([&] { DistTensor<double, 2>::from_local(local, mesh, {Shard(0)}, sizes); });
         CHECK_THAT(msg, ContainsSubstring("DistTensor::from_local") &&
                             ContainsSubstring("field 'explicit sizes' differs") &&
-                            ContainsSubstring(fmt::format("rank {{0}} has [{}, []]", parts)) &&
-                            ContainsSubstring(" none"));
+                            ContainsSubstring("rank {0} has given") && ContainsSubstring(" none"));
         CHECK(secs < 10);
         check_in_step(comm);
         // given alike on every rank: fine
