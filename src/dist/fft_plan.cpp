@@ -27,6 +27,7 @@
 
 #include "dist/plan_cache.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/dist/redistribute.hpp"
 #include "shardtensor/exec/box.hpp"
 
@@ -554,6 +555,16 @@ std::string FftPlan::describe() const {
   return s;
 }
 
+namespace {
+/// Collective consistency check of a distributed FFT (debug mode, dist/consistency.hpp).
+void check_fft_call(const char* op, const FftPlan& p) {
+  const FftRequest& r = p.request;
+  CollectiveFingerprint(op).dtype(p.in_dtype).spec(p.in).text("kind", kind_name(r.kind)).field("inverse", r.inverse)
+      .field("fft dims", r.dims).field("sizes", r.sizes).field("modes", r.modes).text("norm", fft_norm_name(r.norm))
+      .field("fixed dims", r.fixed).spec(p.out, "output ").agree(p.in.mesh());
+}
+}  // namespace
+
 std::shared_ptr<const FftPlan> fft_plan(const DistSpec& in, DType in_dtype, const FftRequest& req) {
   // The plan holds specs (and so the mesh object): key by the mesh object too, so results are
   // reported on the caller's mesh (a mesh is its object, not its communicator and shape).
@@ -610,6 +621,7 @@ std::shared_ptr<const FftPlan> inverse_fft_plan(const DistSpec& target, DType ta
 }
 
 Block execute_fft(const FftPlan& plan, const Block& in, ExecContext& ctx) {
+  if (ctx.settings().check_collectives) [[unlikely]] check_fft_call("fft", plan);
   SHARD_CHECK(in.dtype == plan.in_dtype, "fft", "input dtype {} but the plan was made for {}", in.dtype, plan.in_dtype);
   SHARD_CHECK(in.shape_vec() == plan.in.local_box().len, "fft", "local block of shape {} but the plan expects {}",
               in.shape_vec(), plan.in.local_box().len);
@@ -620,6 +632,7 @@ Block execute_fft(const FftPlan& plan, const Block& in, ExecContext& ctx) {
 }
 
 Block execute_fft_adjoint(const FftPlan& plan, const Block& grad_out, ExecContext& ctx) {
+  if (ctx.settings().check_collectives) [[unlikely]] check_fft_call("fft adjoint", plan);
   SHARD_CHECK(grad_out.dtype == plan.out_dtype, "fft backward", "gradient dtype {} but the output is {}",
               grad_out.dtype, plan.out_dtype);
   SHARD_CHECK(grad_out.shape_vec() == plan.out.local_box().len, "fft backward",

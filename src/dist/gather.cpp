@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "shardtensor/dist/redistribute.hpp"
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
 
 namespace shard::detail {
@@ -40,6 +41,8 @@ bool is_box_writer(const DistSpec& spec, int mesh_rank) {
 }
 
 Block gather_to(const DistSpec& spec, const Block& local, int root) {
+  if (checking_collectives(local.device)) [[unlikely]]
+    CollectiveFingerprint("gather_to").dtype(local.dtype).spec(spec).field("root", root).agree(spec.mesh());
   const auto& comm = spec.mesh().comm();
   const int P = comm->size(), me = comm->rank();
   SHARD_CHECK(root >= 0 && root < P, "gather_to", "root {} out of range for a mesh of {} ranks", root, P);

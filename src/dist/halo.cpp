@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "halo_plan.hpp"
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
 
 namespace shard {
@@ -162,6 +163,8 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
                            bool consume_input, const Block* out)
     : impl_(std::make_unique<Impl>()) {
   const char* op = dir == Direction::forward ? "halo_exchange" : "halo_exchange_adjoint";
+  if (checking_collectives(in.device)) [[unlikely]]
+    CollectiveFingerprint(op).dtype(dt).spec(spec).field("halo", halo).agree(spec.mesh());
   auto& m = *impl_;
   m.plan = halo_plan(spec, halo, op);  // validates
   m.dt = dt;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
 
 namespace shard {
@@ -29,6 +30,15 @@ StencilHaloOptions options_of(const StencilHaloShape& shape, const ExecSettings&
   o.chunk_bytes = std::max<std::size_t>(s.halo_chunk_bytes, 1);
   o.op = shape.op;
   return o;
+}
+
+/// Collective consistency check of a stencil op's halo (debug mode, dist/consistency.hpp).
+void check_stencil_halo(const char* what, DType dt, const DistSpec& spec, const HaloSpec& halo,
+                        const StencilHaloOptions& o, const ExecContext& ctx) {
+  if (!ctx.settings().check_collectives) return;
+  CollectiveFingerprint(fmt::format("{} {}", o.op, what)).dtype(dt).spec(spec).field("halo", halo)
+      .field("reach", o.reach).field("halo transport", static_cast<int>(o.transport))
+      .field("halo chunk bytes", o.chunk_bytes).agree(spec.mesh());
 }
 
 index_t numel_of(const std::vector<index_t>& s) {
@@ -161,6 +171,7 @@ StencilHaloForward::StencilHaloForward(DType dt, const DistSpec& spec, const Hal
                                        const StencilHaloShape& shape, ExecContext& ctx)
     : local_(local) {
   const StencilHaloOptions opt = options_of(shape, ctx.settings());
+  check_stencil_halo("halo", dt, spec, halo, opt, ctx);
   const bool overlap = ctx.settings().overlap_halo;
   if (opt.transport != HaloTransport::whole_block) th_ = make_thin_halo(spec, halo, opt.reach);
   if (!th_.ok) {
@@ -345,6 +356,7 @@ StencilHaloAdjoint::StencilHaloAdjoint(DType dt, const DistSpec& spec, const Hal
   m.spec = spec;
   m.halo = halo;
   m.opt = options_of(shape, ctx.settings());
+  check_stencil_halo("halo adjoint", dt, spec, halo, m.opt, ctx);
   m.overlap = ctx.settings().overlap_halo;
   m.kind = choose_halo_adjoint(dt, spec, halo, m.opt);
 }

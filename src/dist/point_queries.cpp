@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/points.hpp"
 #include "shardtensor/dist/ring.hpp"
@@ -457,10 +458,23 @@ Neighbors<T> run_query(const char* op, const QueryKind& qk, const DistTensor<T, 
 
 }  // namespace
 
+namespace {
+/// Collective consistency check of a distributed neighbour query (debug mode, dist/consistency.hpp).
+template <class T>
+void check_query_call(const char* op, const DistTensor<T, 2>& query, const DistTensor<T, 2>& support,
+                      const NeighborQueryOptions& opts, const char* param, const std::string& value, index_t width) {
+  if (!detail::checking_collectives(query.device())) return;
+  detail::CollectiveFingerprint(op).dtype(dtype_of<T>).spec(query.spec(), "query ").spec(support.spec(), "support ")
+      .text(param, value).field("max_neighbours", width).field("strategy", static_cast<int>(opts.strategy))
+      .field("partition", opts.partition != nullptr).agree(query.mesh());
+}
+}  // namespace
+
 template <class T>
 Neighbors<T> knn(const DistTensor<T, 2>& query, const DistTensor<T, 2>& support, index_t k,
                  const NeighborQueryOptions& opts) {
   const char* op = "knn";
+  check_query_call(op, query, support, opts, "k", std::to_string(k), k);
   SHARD_CHECK(k >= 1, op, "k must be >= 1, got {}", k);
   return run_query(op, QueryKind{true, k, 0.0}, query, support, opts);
 }
@@ -469,6 +483,7 @@ template <class T>
 Neighbors<T> radius_neighbors(const DistTensor<T, 2>& query, const DistTensor<T, 2>& support, double radius,
                               index_t max_neighbours, const NeighborQueryOptions& opts) {
   const char* op = "radius_neighbors";
+  check_query_call(op, query, support, opts, "radius", fmt::format("{}", radius), max_neighbours);
   SHARD_CHECK(radius >= 0 && std::isfinite(radius), op, "radius must be finite and >= 0, got {}", radius);
   SHARD_CHECK(max_neighbours >= 1, op, "max_neighbours must be >= 1, got {}", max_neighbours);
   return run_query(op, QueryKind{false, max_neighbours, radius}, query, support, opts);

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "plan_cache.hpp"
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
 
 namespace shard::detail {
@@ -442,7 +443,9 @@ Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh,
   return cur;
 }
 
-Block redistribute(const DistSpec& src, const Block& in, const DistSpec& dst) {
+Block redistribute(const DistSpec& src, const Block& in, const DistSpec& dst, bool check) {
+  if (check && checking_collectives(in.device)) [[unlikely]]
+    CollectiveFingerprint("redistribute").dtype(in.dtype).spec(src).spec(dst, "target ").agree(src.mesh());
   const auto plan = redistribute_plan(src, dst);
   SHARD_CHECK(in.shape_vec() == plan->in_shape, "redistribute", "local block shape {} != expected {} for {}",
               in.shape_vec(), plan->in_shape, src);

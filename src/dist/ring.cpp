@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/box.hpp"
 
@@ -59,6 +60,12 @@ RingShift::Transfer RingShift::start(std::span<const RingSegment> segments, DTyp
     }
     return tr;
   }
+  // Checked over the ring; the sequence number counts on the mesh's communicator, so a ring that
+  // made one shift more than another ring of the mesh shows at the mesh's next checked call.
+  if (detail::checking_collectives(ctx ? ctx->device() : Device::cpu())) [[unlikely]]
+    detail::CollectiveFingerprint("ring shift").dtype(dt).mesh(mesh_).field("ring dims", dims_)
+        .text("direction", dir == RingDirection::forward ? "forward" : "backward").field("tag", tag)
+        .field("segments", segments.size()).agree(*comm_, mesh_.comm().get());
   const int to = neighbor(dir == RingDirection::forward ? 1 : -1);
   const int from = neighbor(dir == RingDirection::forward ? -1 : 1);
   const int base = kRingTagBase + (dir == RingDirection::forward ? 0 : 64) + tag * kMaxSegments;

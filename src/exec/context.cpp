@@ -1,12 +1,22 @@
 #include "shardtensor/exec/context.hpp"
 
 #include <array>
+#include <cstdlib>
+#include <cstring>
 
 #include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
 namespace shard {
+
+bool collective_checks_default() noexcept {
+  static const bool on = [] {
+    const char* e = std::getenv("SHARDTENSOR_CHECK_COLLECTIVES");
+    return e != nullptr && *e != '\0' && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
 
 ExecContext::~ExecContext() = default;
 

@@ -12,6 +12,7 @@
 ///    by it; a blocking call returns when its result is usable by work queued on that stream
 ///    afterwards; a request's wait() returns when the result is usable on that stream.
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -135,6 +136,10 @@ class Communicator {
   }
   void set_timeout(double seconds) { timeout_->own.store(seconds > 0 ? seconds : 0.0, std::memory_order_relaxed); }
 
+  /// Sequence number of the next checked call on this communicator (collective consistency
+  /// checking, dist/consistency.hpp): how many checked calls this rank made here before.
+  std::uint64_t next_checked_call() noexcept { return checked_calls_.fetch_add(1, std::memory_order_relaxed); }
+
   // ---- conveniences built on the primitives (non-virtual) ----
   /// reduce_scatterv with equal counts.
   void reduce_scatter(const void* send, void* recv, index_t count, DType dt, ReduceOp op,
@@ -174,6 +179,7 @@ class Communicator {
     std::shared_ptr<const TimeoutState> parent;
   };
   std::string name_;
+  std::atomic<std::uint64_t> checked_calls_{0};
   std::shared_ptr<TimeoutState> timeout_ = std::make_shared<TimeoutState>();
   static double env_comm_timeout();
 };

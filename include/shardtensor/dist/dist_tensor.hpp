@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/ghosts.hpp"
 #include "shardtensor/dist/gather.hpp"
@@ -113,6 +114,11 @@ class DistTensor {
   static DistTensor from_local_impl(const Local& local, const DeviceMesh& mesh, std::vector<Placement> placements,
                                     const GhostLayers* ghosts, const ShardSizes& sizes) {
     const auto& comm = mesh.comm();
+    // Debug mode: what the checks below cannot compare (they agree the placements, the ghost
+    // declaration and given sizes against the extents themselves, with messages of their own).
+    if (detail::checking_collectives(local.device())) [[unlikely]]
+      detail::CollectiveFingerprint("DistTensor::from_local").dtype(dtype_of<T>).field("tensor rank", Rank).mesh(mesh)
+          .text("explicit sizes", sizes.empty() ? "none" : "given").agree(mesh);
     // Local validation first, then agreement, both through one collective check.
     std::string err;
     if (static_cast<int>(placements.size()) != mesh.ndim())
@@ -212,6 +218,11 @@ class DistTensor {
   static DistTensor distribute(const Local& full, const DeviceMesh& mesh, std::vector<Placement> placements,
                                int root = -1, const ShardSizes& sizes = {}) {
     std::vector<index_t> gshape = to_vec(full.shape());
+    if (detail::checking_collectives(full.device())) [[unlikely]]
+      detail::CollectiveFingerprint("DistTensor::distribute").dtype(dtype_of<T>).field("root", root).mesh(mesh)
+          .text("global shape", root < 0 ? fmt::format("{}", gshape) : "(from the root)")
+          .field("placements", fmt::format("[{}]", fmt::join(placements, ", ")))
+          .text("explicit sizes", detail::sizes_text(sizes)).agree(mesh);
     if (root >= 0) {
       SHARD_CHECK(root < mesh.size(), "DistTensor::distribute", "root {} out of range for {} ranks", root, mesh.size());
       mesh.comm()->broadcast(gshape.data(), Rank, DType::i64, root);
@@ -270,6 +281,8 @@ class DistTensor {
   /// All zeros under the given placements (Partial dims hold zeros everywhere).
   static DistTensor zeros(const Shape<Rank>& global_shape, const DeviceMesh& mesh, std::vector<Placement> placements,
                           const ShardSizes& sizes = {}, Device dev = Device::cpu()) {
+    if (detail::checking_collectives(dev)) [[unlikely]]
+      layout_fingerprint("DistTensor::zeros", global_shape, mesh, placements, sizes).agree(mesh);
     DistSpec spec(mesh, std::move(placements), to_vec(global_shape), sizes);
     return DistTensor(spec, Local::zeros(from_vec(spec.local_box().len), dev));
   }
@@ -278,6 +291,11 @@ class DistTensor {
   static DistTensor random(const Shape<Rank>& global_shape, const DeviceMesh& mesh, std::vector<Placement> placements,
                            std::uint64_t seed, RandomInit init = {}, const ShardSizes& sizes = {},
                            Device dev = Device::cpu()) {
+    if (detail::checking_collectives(dev)) [[unlikely]]
+      layout_fingerprint("DistTensor::random", global_shape, mesh, placements, sizes).field("seed", seed)
+          .text("init", fmt::format("{} ({}, {})", init.kind == RandomInit::Kind::uniform ? "uniform" : "normal", init.a,
+                                    init.b))
+          .agree(mesh);
     DistSpec spec(mesh, std::move(placements), to_vec(global_shape), sizes);
     const Box b = spec.local_box();
     Local local = Local::empty(from_vec(b.len), dev);
@@ -309,15 +327,15 @@ class DistTensor {
   /// The same global tensor under other placements (and optionally explicit target sizes).
   /// Collective over the mesh; uses one collective per step (see redistribute.cpp).
   DistTensor redistribute(std::vector<Placement> placements, const ShardSizes& sizes = {}) const {
-    return redistribute(spec_.with_placements(std::move(placements), sizes));
+    // Checked before the target spec is built (its local validation could throw on one rank only).
+    if (detail::checking_collectives(device())) [[unlikely]]
+      detail::CollectiveFingerprint("redistribute").dtype(dtype_of<T>).spec(spec_)
+          .field("target placements", fmt::format("[{}]", fmt::join(placements, ", ")))
+          .text("target explicit sizes", detail::sizes_text(sizes)).agree(mesh());
+    return redistribute_to(spec_.with_placements(std::move(placements), sizes), false);
   }
   /// The same global tensor under `target` (same mesh and global shape).
-  DistTensor redistribute(const DistSpec& target) const {
-    // Runs on the local block's own device (detail::redistribute allocates, packs and
-    // communicates there).
-    auto block = detail::redistribute(spec_, as_block(local_), target);
-    return DistTensor(target, owned(block, local_));
-  }
+  DistTensor redistribute(const DistSpec& target) const { return redistribute_to(target, true); }
   /// The whole global tensor on every rank (collective).
   Local full_tensor() const {
     std::vector<Placement> rep(static_cast<std::size_t>(mesh().ndim()), Replicate());
@@ -340,6 +358,10 @@ class DistTensor {
   /// Collective over the mesh.
   static DistTensor scatter_from(const Local& full, int root, const DeviceMesh& mesh, std::vector<Placement> placements,
                                  const ShardSizes& sizes = {}, Device dev = Device::cpu()) {
+    if (detail::checking_collectives(dev)) [[unlikely]]
+      detail::CollectiveFingerprint("DistTensor::scatter_from").dtype(dtype_of<T>).field("root", root).mesh(mesh)
+          .field("placements", fmt::format("[{}]", fmt::join(placements, ", ")))
+          .text("explicit sizes", detail::sizes_text(sizes)).agree(mesh);
     SHARD_CHECK(root >= 0 && root < mesh.size(), "scatter_from", "root {} out of range for a mesh of {} ranks", root,
                 mesh.size());
     std::vector<index_t> gshape = to_vec(full.shape());
@@ -364,6 +386,24 @@ class DistTensor {
     if (b.data == in.data() && b.shape_vec() == to_vec(in.shape()) && b.strides_vec() == to_vec(in.strides()))
       return in;
     return tensor_of<T, Rank>(b);
+  }
+
+  /// redistribute to `target`; `check`: the collective consistency check in detail::redistribute.
+  DistTensor redistribute_to(const DistSpec& target, bool check) const {
+    // Runs on the local block's own device (detail::redistribute allocates, packs and
+    // communicates there).
+    auto block = detail::redistribute(spec_, as_block(local_), target, check);
+    return DistTensor(target, owned(block, local_));
+  }
+  /// The fingerprint of a constructor's layout arguments (before they are validated).
+  static detail::CollectiveFingerprint layout_fingerprint(const char* op, const Shape<Rank>& global_shape,
+                                                          const DeviceMesh& mesh,
+                                                          const std::vector<Placement>& placements,
+                                                          const ShardSizes& sizes) {
+    detail::CollectiveFingerprint f(op);
+    f.dtype(dtype_of<T>).field("global shape", global_shape).mesh(mesh);
+    f.text("placements", fmt::format("[{}]", fmt::join(placements, ", "))).text("explicit sizes", detail::sizes_text(sizes));
+    return f;
   }
 
   DistSpec spec_;

@@ -78,7 +78,9 @@ Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh,
 
 /// Returns this rank's block under `dst` given its block `in` under `src` (same mesh and global
 /// shape): the cached plan, executed. Collective over the mesh when data must move.
-Block redistribute(const DistSpec& src, const Block& in, const DistSpec& dst);
+/// `check`: run the collective consistency check when it is on (dist/consistency.hpp; false when
+/// the caller has checked the call already).
+Block redistribute(const DistSpec& src, const Block& in, const DistSpec& dst, bool check = true);
 
 /// Plans held by the cache (for tests).
 std::size_t redistribute_plan_cache_size() noexcept;

@@ -33,6 +33,10 @@ enum class ConvKernel : unsigned char { automatic, direct_avx2, im2col_blas };
 /// does not call BLAS, then runs on one thread). Inside an OpenMP parallel region always serial.
 enum class ConvThreading : unsigned char { tiles, blas };
 
+/// The default of ExecSettings::check_collectives: true when the environment variable
+/// SHARDTENSOR_CHECK_COLLECTIVES is set to anything but "" or "0" (read once per process).
+bool collective_checks_default() noexcept;
+
 /// Settings carried by a context. Defaults are the measured-best choices; tests and benchmarks
 /// change them per context instead of through process-global switches.
 struct ExecSettings {
@@ -57,6 +61,12 @@ struct ExecSettings {
   /// (see Communicator::timeout()): < 0 = the communicator's own setting (default; from
   /// SHARDTENSOR_COMM_TIMEOUT or set_timeout), 0 = off, > 0 = this many seconds.
   double comm_timeout = -1.0;
+  /// Collective consistency checking (debug mode, dist/consistency.hpp): every library entry point
+  /// that communicates first agrees a fingerprint of its call (op, dtype, shapes, placements, mesh,
+  /// parameters, sequence number) over its communicator and throws shard::Error on every rank when
+  /// the ranks disagree, instead of hanging. Default from SHARDTENSOR_CHECK_COLLECTIVES; must be
+  /// the same on every rank. Off, it costs one branch per entry point.
+  bool check_collectives = collective_checks_default();
 };
 
 /// Device + stream + workspace + settings. Not copyable (it owns its workspace); cheap to create.

@@ -99,9 +99,14 @@ inline CommPtr comm_over(const DeviceMesh& mesh, const std::vector<int>& mdims) 
   return mesh.dims_comm(mdims);
 }
 
-/// In-place sum-allreduce of `n` doubles over `comm` (no-op without a comm or with one rank).
+/// In-place sum-allreduce of `n` doubles over `comm` (no-op without a comm or with one rank): the
+/// statistics of the norms and losses. With collective consistency checking on (the CPU context's
+/// setting: the buffer is host memory) the element count is agreed first.
 inline void allreduce_sum(const CommPtr& comm, double* buf, index_t n) {
-  if (comm && comm->size() > 1 && n > 0) comm->allreduce(buf, buf, n, DType::f64, ReduceOp::sum);
+  if (!comm || comm->size() == 1) return;
+  if (shard::detail::checking_collectives()) [[unlikely]]
+    shard::detail::CollectiveFingerprint("statistics allreduce").field("elements", n).agree(*comm);
+  if (n > 0) comm->allreduce(buf, buf, n, DType::f64, ReduceOp::sum);
 }
 
 /// `s`'s placements with Partial(op) on each mesh dim in `mdims`.

@@ -114,6 +114,21 @@ inline DistSpec window_param_grad_spec(const DistSpec& param, const DistSpec& xs
   return param.with_placements(p);
 }
 
+/// Collective consistency check of a conv-family call (debug mode, dist/consistency.hpp): input
+/// layout, weight shape, bias, stride, dilation, padding (and its mode / output padding), groups.
+template <class T, int R, class Opt>
+void check_conv_call(const char* op, const Var<T, R>& x, const Var<T, R>& w, const std::optional<Var<T, 1>>& b,
+                     const Opt& opt) {
+  shard::detail::CollectiveFingerprint f(op);
+  f.dtype(dtype_of<T>).spec(x.value().spec()).field("weight shape", w.value().global_shape()).field("bias", b.has_value());
+  f.field("kernel stride", opt.stride).field("dilation", opt.dilation).field("groups", opt.groups);
+  f.text("padding", fmt::format("lo {} hi {}", opt.pad_lo, opt.pad_hi));
+  if constexpr (requires { opt.padding_mode; })
+    f.text("padding mode", fmt::format("[{}]", fmt::join(opt.padding_mode, ", ")));
+  if constexpr (requires { opt.output_padding; }) f.field("output padding", opt.output_padding);
+  f.agree(x.value().mesh());
+}
+
 /// Shared checks of the conv family (spec-only, so every rank throws alike): one device, one
 /// mesh, C unsharded, Replicate weight / bias, channel counts against `groups`.
 /// `w_in_dim` is the weight dim that holds C_in / groups (1 for conv, 0 holds C_in for transpose).
@@ -195,6 +210,8 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
   constexpr int S = R - 2;
   static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "conv: 1-3 spatial dims, float or double");
   const char* op = S == 1 ? "conv1d" : S == 2 ? "conv2d" : "conv3d";
+  if (shard::detail::checking_collectives(input.value().device())) [[unlikely]]
+    detail::check_conv_call(op, input, weight, bias, opt);
   detail::check_conv_args(op, input, weight, bias, opt.groups, false);
   const auto x = resolve(input);
   const DistSpec xs = x.value().spec();
@@ -270,6 +287,8 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
   constexpr int S = R - 2;
   static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "conv_transpose: 1-3 spatial dims, float or double");
   const char* op = S == 1 ? "conv_transpose1d" : S == 2 ? "conv_transpose2d" : "conv_transpose3d";
+  if (shard::detail::checking_collectives(input.value().device())) [[unlikely]]
+    detail::check_conv_call(op, input, weight, bias, opt);
   detail::check_conv_args(op, input, weight, bias, opt.groups, true);
   const auto x = resolve(input);
   const DistSpec xs = x.value().spec();
