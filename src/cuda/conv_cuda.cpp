@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -189,11 +190,17 @@ std::vector<long long> problem_key(Pass pass, DType dt, const ConvGeometry& g, c
 std::mutex g_cache_mutex;
 std::map<std::vector<long long>, Choice> g_cache;
 
-/// Bytes cudnnFind*Ex may use for trial workspaces: a quarter of the free memory, at most 1 GiB.
+/// Bytes cudnnFind*Ex may use for trial workspaces (and so the largest workspace an algorithm
+/// gets): a quarter of the free memory, at most SHARDTENSOR_CUDNN_WORKSPACE_MIB (default 1024).
 std::size_t find_limit() {
+  static const std::size_t cap = [] {
+    const char* e = std::getenv("SHARDTENSOR_CUDNN_WORKSPACE_MIB");
+    const long long mib = e && *e ? std::atoll(e) : 1024;
+    return static_cast<std::size_t>(mib > 0 ? mib : 1024) << 20;
+  }();
   std::size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return std::size_t{64} << 20;
-  return std::min<std::size_t>(free_b / 4, std::size_t{1} << 30);
+  return std::min<std::size_t>(free_b / 4, cap);
 }
 
 /// Picks the first (fastest) successful result allowed by the settings.

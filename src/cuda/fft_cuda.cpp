@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <complex>
 #include <map>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -145,17 +146,56 @@ index_t numel_of(const std::vector<index_t>& s) {
   return n;
 }
 
+/// Elements (of the real side) one execution of an r2c / c2r pass spans from its first: cuFFT's
+/// advanced layout, (batch - 1) * dist + (the last logical index) * stride, plus one.
+std::size_t real_span(const Pass& p) {
+  const bool r2c = p.kind == PassKind::r2c;
+  const long long* emb = r2c ? p.inembed : p.onembed;
+  const long long stride = r2c ? p.istride : p.ostride, dist = r2c ? p.idist : p.odist;
+  long long last = 0;
+  for (int k = 0; k < p.rank; ++k) {
+    long long pitch = 1;
+    for (int m = k + 1; m < p.rank; ++m) pitch *= emb[m];
+    last += (p.n[k] - 1) * pitch;
+  }
+  return static_cast<std::size_t>((p.batch - 1) * dist + last * stride + 1);
+}
+/// Bytes of the realignment buffer pass `p` may need (0 for c2c).
+std::size_t realign_bytes(const Pass& p, bool f64) {
+  if (p.kind == PassKind::c2c) return 0;
+  return real_span(p) * (f64 ? sizeof(double) : sizeof(float));
+}
+
 /// Runs pass `p` with plan `plan` from `src` to `dst` (element types per p.kind and precision).
-void execute(const Pass& p, Plan& plan, bool f64, int sign, char* src, char* dst, void* work, cudaStream_t s) {
+/// cuFFT refuses (CUFFT_INVALID_VALUE at execution) an R2C input or C2R output pointer that is not
+/// aligned to the COMPLEX element size (seen on an H200 with CUDA 13.0, 2026-11-25: a D2Z/R2C
+/// input offset by one real fails, by two runs). A pass looping over an inner dim steps the real
+/// pointer by one element, so such an execution goes through `realign` (256-byte aligned, of
+/// realign_bytes(p)): r2c copies the span it reads there first; c2r copies the span there, lets
+/// cuFFT write its elements into it, and copies the span back (the other executions' elements in
+/// the span go back unchanged; executions are ordered on the stream).
+void execute(const Pass& p, Plan& plan, bool f64, int sign, char* src, char* dst, void* work, char* realign,
+             cudaStream_t s) {
   const std::size_t real = f64 ? sizeof(double) : sizeof(float), cplx = 2 * real;
   const std::size_t in_elem = p.kind == PassKind::r2c ? real : cplx;
   const std::size_t out_elem = p.kind == PassKind::c2r ? real : cplx;
+  const std::size_t span_bytes = realign_bytes(p, f64);
+  auto misaligned = [cplx](const char* q) { return reinterpret_cast<std::uintptr_t>(q) % cplx != 0; };
   std::lock_guard<std::mutex> lock(plan.mu);
   check_fft(cufftSetStream(plan.h, s), "cufftSetStream");
   check_fft(cufftSetWorkArea(plan.h, work), "cufftSetWorkArea");
   for (long long l = 0; l < p.loops; ++l) {
     char* i = src + static_cast<std::size_t>(l * p.in_step) * in_elem;
     char* o = dst + static_cast<std::size_t>(l * p.out_step) * out_elem;
+    char* o_user = nullptr;  // c2r through `realign`: copy back here afterwards
+    if (p.kind == PassKind::r2c && misaligned(i)) {
+      check_cuda(cudaMemcpyAsync(realign, i, span_bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+      i = realign;
+    } else if (p.kind == PassKind::c2r && misaligned(o)) {
+      check_cuda(cudaMemcpyAsync(realign, o, span_bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+      o_user = o;
+      o = realign;
+    }
     if (f64) {
       switch (p.kind) {
         case PassKind::c2c:
@@ -188,6 +228,8 @@ void execute(const Pass& p, Plan& plan, bool f64, int sign, char* src, char* dst
           break;
       }
     }
+    if (o_user)
+      check_cuda(cudaMemcpyAsync(o_user, realign, span_bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
   }
 }
 
@@ -209,8 +251,21 @@ struct CudaFft final : FftKernels {
     const std::size_t scratch_bytes =
         g.kind == FftKind::c2r ? static_cast<std::size_t>(numel_of(g.complex_shape())) * cplx : 0;
     const std::size_t work_bytes = (work + 255) / 256 * 256;
-    char* ws = static_cast<char*>(ctx.workspace(std::max<std::size_t>(work_bytes + scratch_bytes, 1)));
+    const std::size_t scratch_pad = (scratch_bytes + 255) / 256 * 256;
+    // The realignment buffer only where some execution's real pointer would be misaligned: an odd
+    // real step between executions, or a real base pointer off the complex alignment (a view).
+    std::size_t realign = 0;
+    for (const Pass& p : passes) {
+      if (p.kind == PassKind::c2c) continue;
+      const bool r2c = p.kind == PassKind::r2c;
+      const long long step = r2c ? p.in_step : p.out_step;
+      const void* base = r2c ? in : out;  // r2c reads the input; c2r writes the output
+      const bool odd_base = reinterpret_cast<std::uintptr_t>(base) % cplx != 0;
+      if (odd_base || (p.loops > 1 && step % 2 != 0)) realign = std::max(realign, realign_bytes(p, f64));
+    }
+    char* ws = static_cast<char*>(ctx.workspace(std::max<std::size_t>(work_bytes + scratch_pad + realign, 1)));
     char* scratch = ws + work_bytes;
+    char* realign_buf = scratch + scratch_pad;
     if (g.kind == FftKind::c2r) {
       check_cuda(cudaMemcpyAsync(scratch, in, scratch_bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
       if (g.dims.size() == 1) {
@@ -229,7 +284,7 @@ struct CudaFft final : FftKernels {
       return b == Buf::in ? static_cast<char*>(const_cast<void*>(in)) : b == Buf::out ? static_cast<char*>(out) : scratch;
     };
     for (std::size_t i = 0; i < passes.size(); ++i)
-      execute(passes[i], *plans[i], f64, sign, buf(passes[i].src), buf(passes[i].dst), ws, s);
+      execute(passes[i], *plans[i], f64, sign, buf(passes[i].src), buf(passes[i].dst), ws, realign_buf, s);
     if (g.scale != 1.0) {
       const index_t n = g.kind == FftKind::c2r ? numel_of(g.shape) : 2 * numel_of(g.complex_shape());
       check_cuda(static_cast<cudaError_t>(kernels::fft_scale(f64 ? 1 : 0, n, g.scale, out, s)), "fft_scale");
