@@ -28,6 +28,7 @@
 #include <complex>
 #include <map>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -83,6 +84,15 @@ cufftType type_of(PassKind k, bool f64) {
   }
 }
 
+/// SHARDTENSOR_CUFFT_AUTOALLOC=1: plans allocate their own work areas (read once).
+bool auto_alloc() {
+  static const bool on = [] {
+    const char* e = std::getenv("SHARDTENSOR_CUFFT_AUTOALLOC");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
+
 /// A cached plan: the handle, its work-area size, and the lock held while it is bound and run.
 struct Plan {
   cufftHandle h = 0;
@@ -107,8 +117,9 @@ class PlanCache {
     if (it != plans_.end()) return *it->second;
     auto plan = std::make_unique<Plan>();
     check_fft(cufftCreate(&plan->h), "cufftCreate");
-    // The work area comes from the context's workspace at each execution.
-    cufftResult r = cufftSetAutoAllocation(plan->h, 0);
+    // The work area comes from the context's workspace at each execution (SHARDTENSOR_CUFFT_AUTOALLOC=1:
+    // cuFFT allocates its own per plan instead; a diagnostic switch).
+    cufftResult r = auto_alloc() ? CUFFT_SUCCESS : cufftSetAutoAllocation(plan->h, 0);
     if (r == CUFFT_SUCCESS) {
       long long n[3], ie[3], oe[3];
       std::copy(p.n, p.n + 3, n);
@@ -183,8 +194,22 @@ void execute(const Pass& p, Plan& plan, bool f64, int sign, char* src, char* dst
   auto misaligned = [cplx](const char* q) { return reinterpret_cast<std::uintptr_t>(q) % cplx != 0; };
   std::lock_guard<std::mutex> lock(plan.mu);
   check_fft(cufftSetStream(plan.h, s), "cufftSetStream");
-  check_fft(cufftSetWorkArea(plan.h, work), "cufftSetWorkArea");
+  if (!auto_alloc()) check_fft(cufftSetWorkArea(plan.h, work), "cufftSetWorkArea");
   for (long long l = 0; l < p.loops; ++l) {
+    // On a failed execution, the pass and pointers in the message (a GPU-only failure is otherwise
+    // hard to reproduce away from the machine).
+    auto exec_check = [&](cufftResult r, const char* call, const char* ip, const char* op) {
+      if (r == CUFFT_SUCCESS) return;
+      SHARD_FAIL(kOp,
+                 "{} failed: {} ({}); pass: kind {}, rank {}, n [{}, {}, {}], inembed [{}, {}, {}], onembed [{}, {}, "
+                 "{}], istride {}, idist {}, ostride {}, odist {}, batch {}, execution {} of {}, in%256 {}, out%256 "
+                 "{}, in-place {}, plan work {} B, work area %256 {}",
+                 call, cufft_result_name(r), static_cast<int>(r), static_cast<int>(p.kind), p.rank, p.n[0], p.n[1],
+                 p.n[2], p.inembed[0], p.inembed[1], p.inembed[2], p.onembed[0], p.onembed[1], p.onembed[2], p.istride,
+                 p.idist, p.ostride, p.odist, p.batch, l + 1, p.loops, reinterpret_cast<std::uintptr_t>(ip) % 256,
+                 reinterpret_cast<std::uintptr_t>(op) % 256, ip == op, plan.work,
+                 reinterpret_cast<std::uintptr_t>(work) % 256);
+    };
     char* i = src + static_cast<std::size_t>(l * p.in_step) * in_elem;
     char* o = dst + static_cast<std::size_t>(l * p.out_step) * out_elem;
     char* o_user = nullptr;  // c2r through `realign`: copy back here afterwards
@@ -199,32 +224,26 @@ void execute(const Pass& p, Plan& plan, bool f64, int sign, char* src, char* dst
     if (f64) {
       switch (p.kind) {
         case PassKind::c2c:
-          check_fft(cufftExecZ2Z(plan.h, reinterpret_cast<cufftDoubleComplex*>(i),
-                                 reinterpret_cast<cufftDoubleComplex*>(o), sign),
-                    "cufftExecZ2Z");
+          exec_check(cufftExecZ2Z(plan.h, reinterpret_cast<cufftDoubleComplex*>(i),
+                                 reinterpret_cast<cufftDoubleComplex*>(o), sign), "cufftExecZ2Z", i, o);
           break;
         case PassKind::r2c:
-          check_fft(cufftExecD2Z(plan.h, reinterpret_cast<cufftDoubleReal*>(i), reinterpret_cast<cufftDoubleComplex*>(o)),
-                    "cufftExecD2Z");
+          exec_check(cufftExecD2Z(plan.h, reinterpret_cast<cufftDoubleReal*>(i), reinterpret_cast<cufftDoubleComplex*>(o)), "cufftExecD2Z", i, o);
           break;
         case PassKind::c2r:
-          check_fft(cufftExecZ2D(plan.h, reinterpret_cast<cufftDoubleComplex*>(i), reinterpret_cast<cufftDoubleReal*>(o)),
-                    "cufftExecZ2D");
+          exec_check(cufftExecZ2D(plan.h, reinterpret_cast<cufftDoubleComplex*>(i), reinterpret_cast<cufftDoubleReal*>(o)), "cufftExecZ2D", i, o);
           break;
       }
     } else {
       switch (p.kind) {
         case PassKind::c2c:
-          check_fft(cufftExecC2C(plan.h, reinterpret_cast<cufftComplex*>(i), reinterpret_cast<cufftComplex*>(o), sign),
-                    "cufftExecC2C");
+          exec_check(cufftExecC2C(plan.h, reinterpret_cast<cufftComplex*>(i), reinterpret_cast<cufftComplex*>(o), sign), "cufftExecC2C", i, o);
           break;
         case PassKind::r2c:
-          check_fft(cufftExecR2C(plan.h, reinterpret_cast<cufftReal*>(i), reinterpret_cast<cufftComplex*>(o)),
-                    "cufftExecR2C");
+          exec_check(cufftExecR2C(plan.h, reinterpret_cast<cufftReal*>(i), reinterpret_cast<cufftComplex*>(o)), "cufftExecR2C", i, o);
           break;
         case PassKind::c2r:
-          check_fft(cufftExecC2R(plan.h, reinterpret_cast<cufftComplex*>(i), reinterpret_cast<cufftReal*>(o)),
-                    "cufftExecC2R");
+          exec_check(cufftExecC2R(plan.h, reinterpret_cast<cufftComplex*>(i), reinterpret_cast<cufftReal*>(o)), "cufftExecC2R", i, o);
           break;
       }
     }
