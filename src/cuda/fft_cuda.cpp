@@ -84,11 +84,16 @@ cufftType type_of(PassKind k, bool f64) {
   }
 }
 
-/// SHARDTENSOR_CUFFT_AUTOALLOC=1: plans allocate their own work areas (read once).
+/// Whether plans allocate their own work areas (cuFFT auto-allocation; the default) or run in the
+/// context's workspace (SHARDTENSOR_CUFFT_AUTOALLOC=0; read once). Seen on an H200 with CUDA 13.0
+/// (2026-11-25): an in-place strided Z2Z (n 6, stride 20, dist 1, batch 20) whose plan reported a
+/// 0-byte work area failed with CUFFT_EXEC_FAILED when handed a caller's work area, and ran with
+/// auto-allocation; the whole fft test file passes with auto-allocation. Cost: each cached plan
+/// holds its own work area (most plans need none).
 bool auto_alloc() {
   static const bool on = [] {
     const char* e = std::getenv("SHARDTENSOR_CUFFT_AUTOALLOC");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
   }();
   return on;
 }
@@ -117,8 +122,8 @@ class PlanCache {
     if (it != plans_.end()) return *it->second;
     auto plan = std::make_unique<Plan>();
     check_fft(cufftCreate(&plan->h), "cufftCreate");
-    // The work area comes from the context's workspace at each execution (SHARDTENSOR_CUFFT_AUTOALLOC=1:
-    // cuFFT allocates its own per plan instead; a diagnostic switch).
+    // The work area: the plan's own (default), or the context's workspace at each execution
+    // (SHARDTENSOR_CUFFT_AUTOALLOC=0), see auto_alloc().
     cufftResult r = auto_alloc() ? CUFFT_SUCCESS : cufftSetAutoAllocation(plan->h, 0);
     if (r == CUFFT_SUCCESS) {
       long long n[3], ie[3], oe[3];
@@ -263,7 +268,7 @@ struct CudaFft final : FftKernels {
     std::size_t work = 0;
     for (const Pass& p : passes) {
       plans.push_back(&cache().get(dev, type_of(p.kind, f64), p));
-      work = std::max(work, plans.back()->work);
+      if (!auto_alloc()) work = std::max(work, plans.back()->work);  // auto-allocated plans own theirs
     }
     // One workspace: [cuFFT work area | c2r scratch copy of the input], 256-byte aligned.
     const std::size_t cplx = f64 ? sizeof(std::complex<double>) : sizeof(std::complex<float>);
