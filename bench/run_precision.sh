@@ -14,8 +14,8 @@ mpi=(mpiexec --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,va
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 log=$(mktemp -d)
 echo "run_precision: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), np $np, $rounds rounds, $steps steps"
-unet=(--steps "$steps" --grid 96 --width 16 --depth 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
-vit=(--steps "$steps" --grid 64 --patch 4 --dim 64 --heads 4 --layers 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
+unet=(--steps "$steps" --grid 128 --width 32 --depth 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
+vit=(--steps "$steps" --grid 128 --patch 4 --dim 64 --heads 4 --layers 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
 for r in $(seq "$rounds"); do
   for p in fp32 bf16 fp16; do
     "${mpi[@]}" "$build/examples/unet_surrogate" "${unet[@]}" --precision "$p" > "$log/unet_${p}_$r.txt"
