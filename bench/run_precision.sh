@@ -13,7 +13,7 @@ steps=${STEPS:-30}
 mpi=(mpiexec --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader --mca mpi_yield_when_idle 1 -n "$np")
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 log=$(mktemp -d)
-echo "run_precision: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), np $np, $rounds rounds, $steps steps"
+echo "run_precision: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1 /proc/loadavg), np $np, $rounds rounds, $steps steps"
 unet=(--steps "$steps" --grid 128 --width 32 --depth 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
 vit=(--steps "$steps" --grid 128 --patch 4 --dim 64 --heads 4 --layers 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
 for r in $(seq "$rounds"); do
