@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,7 @@ struct TrainArgs {
   int checkpoint_every = 0;  // also every K steps (0: only at the end)
   bool resume = false;       // continue from --checkpoint
   int stop_after = 0;        // stop once this many steps (in total) are done (0: at --steps)
+  std::string precision = "fp32";  // compute / activation dtype: fp32, bf16, fp16 (f32 masters, f32 loss)
 };
 
 /// Adds the common and training flags to `app` (CLI11, typed values with ranges).
@@ -86,6 +88,19 @@ inline void add_train_flags(CLI::App& app, TrainArgs& a, const cli::CommonLimits
                  "still spans --steps")
       ->check(cli::decimal_integer())
       ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--precision", a.precision,
+                 "activations and compute: fp32, or bf16 / fp16 with f32 master parameters, f32 loss and "
+                 "optimiser (fp16 with a dynamic loss scaler)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+}
+
+/// Calls f(tag) with a value of the compute dtype --precision names (float, shard::bf16, shard::f16).
+template <class F>
+decltype(auto) with_precision(const std::string& precision, F&& f) {
+  if (precision == "bf16") return f(shard::bf16{});
+  if (precision == "fp16") return f(shard::f16{});
+  return f(float{});
 }
 
 /// Checks the training flags' combinations against the rank count P (cli::UsageError, exit 2).
@@ -213,7 +228,11 @@ template <class Model>
 void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::CommPtr& world, shard::Device dev) {
   using namespace shard;
   namespace F = shard::nn::functional;
+  using V = typename Model::value_type;  // activations: float, bf16 or f16; parameters are f32 (T)
+  static_assert(std::is_same_v<master_t<V>, T>);
   optim::AdamW<T> opt(model.parameters(), {.lr = a.lr, .weight_decay = 1e-4});
+  std::optional<optim::LossScaler> scaler;  // fp16 only: bf16 has f32's exponent range
+  if constexpr (std::is_same_v<V, f16>) scaler.emplace();
   optim::CosineWarmup sched(a.lr, std::max(1, a.common.steps / 20), a.common.steps, a.lr * 0.05);
   const index_t nbatches = static_cast<index_t>(data.train.size());
   long start = 0, cursor = 0;
@@ -235,13 +254,15 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
   }
   const long stop = a.stop_after > 0 ? a.stop_after : a.common.steps;
 
+  // The loss in f32 (the precision policy): the prediction is cast on the tape, the target stays f32.
   auto mse_of = [&](const DistTensor<T, 4>& x, const DistTensor<T, 4>& y, bool record) {
-    autograd::Var<T, 4> xv(x, false), yv(y, false);
+    autograd::Var<V, 4> xv(shard::cast<V>(x), false);
+    autograd::Var<T, 4> yv(y, false);
     if (!record) {
       autograd::NoGradGuard ng;
-      return F::mse_loss(model.forward(xv), yv);
+      return F::mse_loss(F::cast<T>(model.forward(xv)), yv);
     }
-    return F::mse_loss(model.forward(xv), yv);
+    return F::mse_loss(F::cast<T>(model.forward(xv)), yv);
   };
   auto save_checkpoint = [&](long done) {
     io::save_checkpoint(a.checkpoint, model, &opt, training_state(done, cursor, a, nbatches));
@@ -257,8 +278,13 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
     cursor = (cursor + 1) % static_cast<long>(nbatches);
     opt.zero_grad();
     auto loss = mse_of(x, y, true);
-    loss.backward();
-    opt.step();
+    if (scaler) {
+      scaler->scale(loss).backward();
+      scaler->step(opt);  // skipped on every rank when a gradient overflowed
+    } else {
+      loss.backward();
+      opt.step();
+    }
     loss_sum += static_cast<double>(loss.value().full_tensor().to(Device::cpu()).data()[0]);
     ++loss_n;
     if ((step + 1) % a.log_every == 0 || step + 1 == stop) {
@@ -272,10 +298,13 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
       world->allreduce(mem, mem, 3, DType::f64, ReduceOp::max);
       if (world->rank() == 0) {
         std::printf("step %5ld  loss %.6e  lr %.2e  %.2f samples/s  %.2f Mpoints/s  peak/rank: tensors %.1f MiB, "
-                    "rss %.1f MiB%s\n",
+                    "rss %.1f MiB%s%s\n",
                     step + 1, loss_sum / loss_n, opt.lr(), samples_s,
                     samples_s * static_cast<double>(a.common.grid * a.common.grid) / 1e6, mem[0], mem[1],
-                    dev.is_cuda() ? fmt::format(", gpu {:.1f} MiB", mem[2]).c_str() : "");
+                    dev.is_cuda() ? fmt::format(", gpu {:.1f} MiB", mem[2]).c_str() : "",
+                    scaler ? fmt::format("  loss scale {:g} (skipped {})", scaler->scale_value(),
+                                         scaler->skipped_steps()).c_str()
+                           : "");
         std::fflush(stdout);
       }
       loss_sum = 0;

@@ -4,6 +4,7 @@
 //   mpiexec -n 4 ./unet_surrogate --steps 200 --grid 64 --seed 1 --mesh 2x2
 //   mpiexec -n 4 ./unet_surrogate --steps 200 --checkpoint ck.h5 --checkpoint-every 50   # then, any rank count:
 //   mpiexec -n 2 ./unet_surrogate --steps 400 --checkpoint ck.h5 --resume
+//   mpiexec -n 4 ./unet_surrogate --steps 200 --precision bf16    # bf16 activations, f32 masters
 //
 // 1. Training pairs (u0, u(T)) come from a built-in explicit heat solver that runs domain-parallel
 //    on the same mesh (examples/heat_data.hpp): nothing is ever gathered on one rank.
@@ -82,18 +83,23 @@ int run(int argc, char** argv, bool& print) {
   uopt.out_channels = 1;
   uopt.base_width = args.width;
   uopt.depth = args.depth;
-  nn::UNet<T, 2> model(dom.mesh, uopt, ta.common.seed);
-  model.to(dev);  // before the optimiser, whose state lives on the parameters' device
-
-  if (world->rank() == 0) {
-    std::printf("unet_surrogate: device %s, %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld training "
-                "pairs (generated in %.2f s by the domain-parallel heat solver), %ld parameters\n",
-                fmt::format("{}", dev).c_str(), P, ta.data, ta.mesh[0], ta.mesh[1], static_cast<long>(ta.common.grid),
-                static_cast<long>(ta.common.grid), static_cast<long>(ta.batch), static_cast<long>(ta.train_samples),
-                data.gen_seconds, static_cast<long>(model.num_parameters()));
-    std::fflush(stdout);
-  }
-  sur::train(model, data, ta, world, dev);
+  // --precision: the model's activation dtype (f32 master parameters either way).
+  sur::with_precision(ta.precision, [&](auto tag) {
+    using V = decltype(tag);
+    nn::UNet<V, 2> model(dom.mesh, uopt, ta.common.seed);
+    model.to(dev);  // before the optimiser, whose state lives on the parameters' device
+    if (world->rank() == 0) {
+      std::printf("unet_surrogate: device %s, %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld "
+                  "training pairs (generated in %.2f s by the domain-parallel heat solver), %ld parameters, "
+                  "precision %s\n",
+                  fmt::format("{}", dev).c_str(), P, ta.data, ta.mesh[0], ta.mesh[1],
+                  static_cast<long>(ta.common.grid), static_cast<long>(ta.common.grid), static_cast<long>(ta.batch),
+                  static_cast<long>(ta.train_samples), data.gen_seconds, static_cast<long>(model.num_parameters()),
+                  ta.precision.c_str());
+      std::fflush(stdout);
+    }
+    sur::train(model, data, ta, world, dev);
+  });
   return 0;
 }
 

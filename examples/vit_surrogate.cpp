@@ -125,23 +125,27 @@ int run(int argc, char** argv, bool& print) {
     vopt.attention.form = nn::AttentionForm::neighborhood;
     vopt.attention.window = {args.window};
   }
-  nn::ViT<T, 2> model(dom.mesh, vopt, dom.placements, ta.common.seed);
+  // --precision: the model's activation dtype (f32 master parameters either way).
+  sur::with_precision(ta.precision, [&](auto tag) {
+  using V = decltype(tag);
+  nn::ViT<V, 2> model(dom.mesh, vopt, dom.placements, ta.common.seed);
   model.to(dev);  // before the optimiser, whose state lives on the parameters' device
 
   if (world->rank() == 0) {
     const index_t tokens = ta.common.grid / args.patch;
     std::printf("vit_surrogate: device %s, %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld training "
-                "pairs (generated in %.2f s by the domain-parallel heat solver)\n"
+                "pairs (generated in %.2f s by the domain-parallel heat solver), precision %s\n"
                 "  ViT: %s attention, patch %ld (%ldx%ld tokens), dim %ld, %ld heads, %d layers%s, %ld parameters\n",
                 fmt::format("{}", dev).c_str(), P, ta.data, ta.mesh[0], ta.mesh[1], static_cast<long>(ta.common.grid),
                 static_cast<long>(ta.common.grid), static_cast<long>(ta.batch), static_cast<long>(ta.train_samples),
-                data.gen_seconds, args.attention.c_str(), static_cast<long>(args.patch), static_cast<long>(tokens),
+                data.gen_seconds, ta.precision.c_str(), args.attention.c_str(), static_cast<long>(args.patch), static_cast<long>(tokens),
                 static_cast<long>(tokens), static_cast<long>(args.dim), static_cast<long>(args.heads), args.layers,
                 args.attention == "neighborhood" ? fmt::format(", window {}", args.window).c_str() : "",
                 static_cast<long>(model.num_parameters()));
     std::fflush(stdout);
   }
   sur::train(model, data, ta, world, dev);
+  });
   return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "common.cuh"
 #include "kernels_api/box.hpp"
+#include "kernels_api/convert_ops.hpp"
 
 namespace shard::kernels {
 namespace {
@@ -25,6 +26,8 @@ struct Geom {
 
 struct CF { float re, im; };
 struct CD { double re, im; };
+struct BF { unsigned short bits; };  // bf16 storage: added in f32, rounded to nearest even
+struct HF { unsigned short bits; };  // f16 storage: likewise
 
 struct CopyOp {
   template <class T> __device__ void operator()(T& d, const T& s) const { d = s; }
@@ -33,6 +36,8 @@ struct AddOp {
   template <class T> __device__ void operator()(T& d, const T& s) const { d += s; }
   __device__ void operator()(CF& d, const CF& s) const { d.re += s.re; d.im += s.im; }
   __device__ void operator()(CD& d, const CD& s) const { d.re += s.re; d.im += s.im; }
+  __device__ void operator()(BF& d, const BF& s) const { d.bits = cvt::bf16_bits(cvt::bf16_to_f32(d.bits) + cvt::bf16_to_f32(s.bits)); }
+  __device__ void operator()(HF& d, const HF& s) const { d.bits = cvt::f16_bits(cvt::f16_to_f32(d.bits) + cvt::f16_to_f32(s.bits)); }
 };
 
 __device__ inline void offsets(const Geom& g, idx i, idx& od, idx& os) {
@@ -142,6 +147,8 @@ int box_add_launch(BoxAddType type, int rank, const idx* shape, void* dst, const
     case box_i64: return run_binary<long long>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
     case box_c64: return run_binary<CF>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
     case box_c128: return run_binary<CD>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+    case box_bf16: return run_binary<BF>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
+    case box_f16: return run_binary<HF>(rank, shape, dst, dst_strides, src, src_strides, stream, AddOp{});
   }
   return invalid();
 }

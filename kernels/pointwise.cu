@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common.cuh"
+#include "kernels_api/convert_ops.hpp"
 #include "kernels_api/pointwise.hpp"
 #include "kernels_api/pointwise_ops.hpp"
 
@@ -244,6 +245,43 @@ int pw_sum_to(int is_f64, idx nd, void* dst, idx base, int rank, const idx* shap
           d, npos, nred, static_cast<const T*>(g), out);
     return last_error();
   });
+}
+
+namespace {
+/// Element codes of pw_convert: 0 f32, 1 f64, 2 bf16, 3 f16 (bf16 / f16 held as their bits).
+__device__ __forceinline__ float load_as_float(int code, const void* p, idx i) {
+  switch (code) {
+    case 1: return static_cast<float>(static_cast<const double*>(p)[i]);
+    case 2: return cvt::bf16_to_f32(static_cast<const unsigned short*>(p)[i]);
+    case 3: return cvt::f16_to_f32(static_cast<const unsigned short*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+__global__ void convert_kernel(int from, int to, idx n, const void* __restrict__ x, void* __restrict__ y) {
+  SHARD_GRID_STRIDE(i, n) {
+    if (from == 1 && to == 1) {
+      static_cast<double*>(y)[i] = static_cast<const double*>(x)[i];
+      continue;
+    }
+    if (to == 1) {  // f32 / bf16 / f16 -> f64 is exact through float
+      static_cast<double*>(y)[i] = static_cast<double>(load_as_float(from, x, i));
+      continue;
+    }
+    const float v = load_as_float(from, x, i);
+    switch (to) {
+      case 2: static_cast<unsigned short*>(y)[i] = cvt::bf16_bits(v); break;
+      case 3: static_cast<unsigned short*>(y)[i] = cvt::f16_bits(v); break;
+      default: static_cast<float*>(y)[i] = v; break;
+    }
+  }
+}
+}  // namespace
+
+int pw_convert(int from, int to, idx n, const void* x, void* y, void* stream) {
+  if (from < 0 || from > 3 || to < 0 || to > 3) return invalid();
+  if (n <= 0) return 0;
+  convert_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(from, to, n, x, y);
+  return last_error();
 }
 
 }  // namespace shard::kernels

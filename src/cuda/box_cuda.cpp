@@ -30,7 +30,9 @@ kernels::BoxAddType add_type(DType dt) {
     case DType::i64: return kernels::box_i64;
     case DType::c64: return kernels::box_c64;
     case DType::c128: return kernels::box_c128;
-    default: SHARD_FAIL("box_add", "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)", dt);
+    case DType::bf16: return kernels::box_bf16;
+    case DType::f16: return kernels::box_f16;
+    default: SHARD_FAIL("box_add", "dtype {} cannot be accumulated (f32, f64, bf16, f16, c64, c128, i32, i64)", dt);
   }
 }
 

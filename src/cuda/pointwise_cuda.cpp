@@ -49,6 +49,11 @@ struct CudaPointwise final : PointwiseKernels {
                                 dst_view.strides.data(), g.data, ctx.stream().handle),
              "sum_to", ctx);
   }
+  void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext& ctx) const override {
+    DeviceScope scope(ctx, "convert");
+    auto code = [](DType d) { return d == DType::f64 ? 1 : d == DType::bf16 ? 2 : d == DType::f16 ? 3 : 0; };
+    check_rc(kernels::pw_convert(code(from), code(to), n, x, y, ctx.stream().handle), "convert", ctx);
+  }
 };
 
 const CudaPointwise g_cuda_pointwise;

@@ -154,8 +154,8 @@ struct HaloTransfer::Impl {
 
 namespace {
 bool halo_accumulable(DType dt) {
-  return dt == DType::f32 || dt == DType::f64 || dt == DType::c64 || dt == DType::c128 || dt == DType::i32 ||
-         dt == DType::i64;
+  return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16 || dt == DType::c64 ||
+         dt == DType::c128 || dt == DType::i32 || dt == DType::i64;  // bf16 / f16: added in f32, rounded per add
 }
 }  // namespace
 
@@ -192,7 +192,7 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
         ok ? std::string()
            : fmt::format("gradient of the extended block has shape {} ({}), expected {} ({}) (local {} + {}) for {}",
                          in.shape_vec(), in.dtype, m.ext, dt, m.len, halo, spec));
-    SHARD_CHECK(halo_accumulable(dt), op, "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)", dt);
+    SHARD_CHECK(halo_accumulable(dt), op, "dtype {} cannot be accumulated (f32, f64, bf16, f16, c64, c128, i32, i64)", dt);
   }
   // Communicators of the stages, in plan order (the same on every rank: dims_comm is collective
   // on first use of a set of mesh dims).

@@ -60,7 +60,7 @@ void box_add(const Block& dst, const Block& src, ExecContext& ctx) {
   check_pair(dst, src, "box_add");
   SHARD_CHECK(dst.device == src.device, "box_add", "operands on different devices: destination on {}, source on {}",
               dst.device, src.device);
-  SHARD_CHECK(box_addable(dst.dtype), "box_add", "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)",
+  SHARD_CHECK(box_addable(dst.dtype), "box_add", "dtype {} cannot be accumulated (f32, f64, bf16, f16, c64, c128, i32, i64)",
               dst.dtype);
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);

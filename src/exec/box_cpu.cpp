@@ -125,6 +125,8 @@ struct CpuBoxKernels final : BoxKernels {
     switch (dst.dtype) {
       case DType::f32: return add_typed(b, static_cast<float*>(dst.data), static_cast<const float*>(src.data));
       case DType::f64: return add_typed(b, static_cast<double*>(dst.data), static_cast<const double*>(src.data));
+      case DType::bf16: return add_typed(b, static_cast<bf16*>(dst.data), static_cast<const bf16*>(src.data));
+      case DType::f16: return add_typed(b, static_cast<f16*>(dst.data), static_cast<const f16*>(src.data));
       case DType::i32:
         return add_typed(b, static_cast<std::int32_t*>(dst.data), static_cast<const std::int32_t*>(src.data));
       case DType::i64:
@@ -134,7 +136,7 @@ struct CpuBoxKernels final : BoxKernels {
       case DType::c128:
         return add_typed(b, static_cast<std::complex<double>*>(dst.data),
                          static_cast<const std::complex<double>*>(src.data));
-      default: SHARD_FAIL("box_add", "dtype {} cannot be accumulated (f32, f64, c64, c128, i32, i64)", dst.dtype);
+      default: SHARD_FAIL("box_add", "dtype {} cannot be accumulated (f32, f64, bf16, f16, c64, c128, i32, i64)", dst.dtype);
     }
   }
 

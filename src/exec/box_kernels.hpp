@@ -64,8 +64,8 @@ inline BoxShape normalize_box(const Block& dst, const Block* src) {
 
 /// True for the dtypes `add` accepts.
 constexpr bool box_addable(DType dt) {
-  return dt == DType::f32 || dt == DType::f64 || dt == DType::c64 || dt == DType::c128 || dt == DType::i32 ||
-         dt == DType::i64;
+  return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16 || dt == DType::c64 ||
+         dt == DType::c128 || dt == DType::i32 || dt == DType::i64;
 }
 
 }  // namespace shard::exec

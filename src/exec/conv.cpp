@@ -3,6 +3,7 @@
 #include "shardtensor/exec/conv.hpp"
 
 #include "exec/conv_kernels.hpp"
+#include "exec/precision.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/exec/box.hpp"
 
@@ -86,6 +87,12 @@ InputOperand input_operand(const char* op, const ConvGeometry& g0, const Block& 
 
 void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const Block* bias, const Block& y,
                   ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("conv_forward", {x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype});
+    detail::F32Work f(ctx);
+    conv_forward(g, f.in(x), f.in(w), f.in(bias), f.out(y), ctx);
+    return f.finish();
+  }
   const char* op = "conv_forward";
   check_geometry(op, g);
   const ConvKernels& tab = table(ctx, op);
@@ -99,6 +106,12 @@ void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const B
 
 void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
                          ExecContext& ctx) {
+  if (detail::F32Work::needed(gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("conv_backward_input", {gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype});
+    detail::F32Work f(ctx);
+    conv_backward_input(g, f.in(gy), f.in(w), f.in(bias), f.out(gx), ctx);
+    return f.finish();
+  }
   const char* op = "conv_backward_input";
   check_geometry(op, g);
   check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), gy, ctx);
@@ -109,6 +122,12 @@ void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w,
 }
 
 void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, gy.dtype, gw.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("conv_backward_weight", {x.dtype, gy.dtype, gw.dtype});
+    detail::F32Work f(ctx);
+    conv_backward_weight(g, f.in(x), f.in(gy), f.out(gw), ctx);
+    return f.finish();
+  }
   const char* op = "conv_backward_weight";
   check_geometry(op, g);
   const ConvKernels& tab = table(ctx, op);
@@ -120,6 +139,12 @@ void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy
 }
 
 void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
+  if (detail::F32Work::needed(gy.dtype, gb.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("conv_backward_bias", {gy.dtype, gb.dtype});
+    detail::F32Work f(ctx);
+    conv_backward_bias(f.in(gy), f.out(gb), ctx);
+    return f.finish();
+  }
   const char* op = "conv_backward_bias";
   SHARD_CHECK(gy.rank >= 2, op, "output gradient of rank {} (needs N, C, ...)", gy.rank);
   const index_t batch = gy.shape[0], channels = gy.shape[1];

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "exec/front_util.hpp"
+#include "exec/precision.hpp"
 #include "exec/gemm_kernels.hpp"
 
 namespace shard::exec {
@@ -43,6 +44,12 @@ Matrix matrix(const char* op, const char* what, const Block& b) {
 }  // namespace
 
 void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c, ExecContext& ctx) {
+  if (detail::F32Work::needed(a.dtype, b.dtype, c.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("gemm", {a.dtype, b.dtype, c.dtype});
+    detail::F32Work f(ctx);
+    gemm(g, f.in(a), f.in(b), f.out(c, g.beta != 0.0), ctx);
+    return f.finish();
+  }
   const char* op = "gemm";
   const DType dt = c.dtype;
   detail::check_block(op, "A", a, dt, -1, ctx);
@@ -68,6 +75,12 @@ void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c,
 }
 
 void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecContext& ctx) {
+  if (detail::F32Work::needed(bias.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("add_bias", {bias.dtype, y.dtype});
+    detail::F32Work f(ctx);
+    add_bias(g, f.in(bias), f.out(y, true), ctx);
+    return f.finish();
+  }
   const char* op = "add_bias";
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "bias", bias, y.dtype, g.channels, ctx);
@@ -77,6 +90,12 @@ void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecCont
 }
 
 void bias_grad(const BiasGeometry& g, const Block& gy, const Block& db, ExecContext& ctx) {
+  if (detail::F32Work::needed(gy.dtype, db.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("bias_grad", {gy.dtype, db.dtype});
+    detail::F32Work f(ctx);
+    bias_grad(g, f.in(gy), f.out(db), ctx);
+    return f.finish();
+  }
   const char* op = "bias_grad";
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "gradient", gy, db.dtype, g.A * g.channels * g.S, ctx);

@@ -2,6 +2,7 @@
 #include "shardtensor/exec/norm.hpp"
 
 #include "exec/front_util.hpp"
+#include "exec/precision.hpp"
 #include "exec/norm_kernels.hpp"
 #include "exec/strided_rows.hpp"
 
@@ -63,6 +64,12 @@ const void* data(const Block* b) { return b ? b->data : nullptr; }
 }  // namespace
 
 void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("norm_sums", {x.dtype});
+    detail::F32Work f(ctx);
+    norm_sums(g, f.in(x), mean, out, ctx);
+    return f.finish();
+  }
   const char* op = "norm_sums";
   const auto& tab = table(op, g, x, nullptr, nullptr, nullptr, nullptr, ctx);
   const Input in = input(op, tab, g, x, ctx);
@@ -71,6 +78,12 @@ void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* ou
 
 void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const double* mean,
                 const double* invstd, const Block& y, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("norm_apply", {x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype});
+    detail::F32Work f(ctx);
+    norm_apply(g, f.in(x), f.in(w), f.in(b), mean, invstd, f.out(y), ctx);
+    return f.finish();
+  }
   const char* op = "norm_apply";
   const auto& tab = table(op, g, x, &y, "output", w, b, ctx);
   const Input in = input(op, tab, g, x, ctx);
@@ -79,6 +92,12 @@ void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* 
 
 void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
                         const double* invstd, double* sg, double* sgx, double* dw, double* db, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("norm_backward_sums", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype)});
+    detail::F32Work f(ctx);
+    norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, dw, db, ctx);
+    return f.finish();
+  }
   const char* op = "norm_backward_sums";
   const auto& tab = table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
   const Input in = input(op, tab, g, x, ctx);
@@ -88,6 +107,12 @@ void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, cons
 void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
                       const double* invstd, const double* sg, const double* sgx, double inv_count, const Block& dx,
                       ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("norm_backward_dx", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype});
+    detail::F32Work f(ctx);
+    norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, inv_count, f.out(dx), ctx);
+    return f.finish();
+  }
   const char* op = "norm_backward_dx";
   const auto& tab = table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
   detail::check_block(op, "input gradient", dx, x.dtype, g.A * g.C * g.S, ctx);
@@ -96,12 +121,24 @@ void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const 
 }
 
 void load_f64(const Block& src, double* host, ExecContext& ctx) {
+  if (detail::F32Work::needed(src.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("load_f64", {src.dtype});
+    detail::F32Work f(ctx);
+    load_f64(f.in(src), host, ctx);
+    return f.finish();
+  }
   detail::check_block("load_f64", "source", src, src.dtype, src.numel(), ctx);
   const auto& tab = detail::front_table<NormKernels>("load_f64", src.dtype, ctx.device(), ctx);
   if (src.numel() > 0) tab.load_f64(src.dtype, src.numel(), src.data, host, ctx);
 }
 
 void store_f64(const double* host, const Block& dst, ExecContext& ctx) {
+  if (detail::F32Work::needed(dst.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("store_f64", {dst.dtype});
+    detail::F32Work f(ctx);
+    store_f64(host, f.out(dst), ctx);
+    return f.finish();
+  }
   detail::check_block("store_f64", "destination", dst, dst.dtype, dst.numel(), ctx);
   const auto& tab = detail::front_table<NormKernels>("store_f64", dst.dtype, ctx.device(), ctx);
   if (dst.numel() > 0) tab.store_f64(dst.dtype, dst.numel(), host, dst.data, ctx);

@@ -3,6 +3,7 @@
 #include "shardtensor/exec/pointwise.hpp"
 
 #include "exec/front_util.hpp"
+#include "exec/precision.hpp"
 #include "exec/pointwise_kernels.hpp"
 #include "exec/strided_rows.hpp"
 #include "shardtensor/tensor/memory.hpp"
@@ -64,6 +65,12 @@ const char* op_name(BinaryOp op) noexcept {
 }
 
 void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype});
+    detail::F32Work f(ctx);
+    unary(op, alpha, f.in(x), f.out(y), ctx);
+    return f.finish();
+  }
   const char* name = op_name(op);
   check_dtype(y, y.dtype, name, "output");
   SHARD_CHECK(y.is_contiguous(), name, "output must be contiguous");
@@ -84,6 +91,12 @@ void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext
 
 void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy, const Block& dx,
                     ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, y.dtype, dy.dtype, dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype, dy.dtype, dx.dtype});
+    detail::F32Work f(ctx);
+    unary_backward(op, alpha, f.in(x), f.in(y), f.in(dy), f.out(dx), ctx);
+    return f.finish();
+  }
   const char* name = op_name(op);
   check_dtype(dx, dx.dtype, name, "gradient");
   SHARD_CHECK(dx.is_contiguous(), name, "gradient output must be contiguous");
@@ -107,6 +120,12 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
 }
 
 void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
+  if (detail::F32Work::needed(a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op_name(op), {a.dtype, b.dtype, out.dtype});
+    detail::F32Work f(ctx);
+    binary(op, f.in(a), f.in(b), f.out(out), ctx);
+    return f.finish();
+  }
   const char* name = op_name(op);
   check_dtype(out, out.dtype, name, "result");
   SHARD_CHECK(out.is_contiguous(), name, "result must be contiguous");
@@ -118,6 +137,12 @@ void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecC
 }
 
 void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
+  if (detail::F32Work::needed(g.dtype, a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("div_rhs_backward", {g.dtype, a.dtype, b.dtype, out.dtype});
+    detail::F32Work f(ctx);
+    div_rhs_backward(f.in(g), f.in(a), f.in(b), f.out(out), ctx);
+    return f.finish();
+  }
   const char* name = "div_backward";
   check_dtype(out, out.dtype, name, "result");
   SHARD_CHECK(out.is_contiguous(), name, "result must be contiguous");
@@ -129,6 +154,13 @@ void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Bloc
 }
 
 void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext& ctx) {
+  if (detail::F32Work::needed(g.dtype, dst.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("sum_to", {g.dtype, dst.dtype});
+    detail::F32Work f(ctx);
+    const Block gw = f.in(g), dw = f.out(dst);  // view_of needs out(dst) first
+    sum_to(gw, dw, f.view_of(dst_view, dst), ctx);
+    return f.finish();
+  }
   const char* name = "sum_to";
   check_dtype(dst, dst.dtype, name, "destination");
   SHARD_CHECK(dst.is_contiguous(), name, "destination must be contiguous");
@@ -143,6 +175,22 @@ void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);
   table(dst, name, ctx).sum_to(dst, dst_view, g, ctx);
+}
+
+void convert(const Block& src, const Block& dst, ExecContext& ctx) {
+  const char* name = "convert";
+  SHARD_CHECK(is_float_dtype(src.dtype) && is_float_dtype(dst.dtype), name,
+              "converts between f32, f64, bf16 and f16, not {} to {}", src.dtype, dst.dtype);
+  check_device(src, dst.device, name, "source");
+  SHARD_CHECK(src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel(), name,
+              "source (shape {}, strides {}) and destination (shape {}, strides {}) must be contiguous with one "
+              "element count",
+              src.shape_vec(), src.strides_vec(), dst.shape_vec(), dst.strides_vec());
+  SHARD_CHECK(ctx.device() == dst.device, name, "operands on {} but the execution context on {}", dst.device,
+              ctx.device());
+  if (dst.numel() == 0) return;
+  shard::detail::bump_version(dst.owner);
+  kernels_for<PointwiseKernels>(dst.device, name).convert(src.dtype, dst.dtype, dst.numel(), src.data, dst.data, ctx);
 }
 
 }  // namespace shard::exec

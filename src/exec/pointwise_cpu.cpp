@@ -1,6 +1,7 @@
 // CPU implementation of the pointwise kernel family (the loops formerly in
 // nn/functional/pointwise.hpp and activation.hpp): the op is chosen outside the loop, the loops
 // are OpenMP-parallel above 2^16 elements and vectorised. Formulas: src/kernels_api/pointwise_ops.hpp.
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -196,6 +197,32 @@ void sum_to_impl(const Block& dst, const Block& dst_view, const Block& g) {
   for (std::size_t i = 0; i < acc.size(); ++i) out[i] = static_cast<T>(acc[i]);
 }
 
+/// y[i] = (To) x[i]: through float for bf16 / f16 (their conversions are the dtype.hpp ones, round
+/// to nearest even), a plain cast between f32 and f64.
+template <class From, class To>
+void convert_loop(index_t n, const From* x, To* y) {
+  simd_for(n, [&](index_t i) {
+    if constexpr (std::is_same_v<From, To>) y[i] = x[i];
+    else if constexpr (std::is_same_v<To, double>) y[i] = static_cast<double>(static_cast<float>(x[i]));
+    else if constexpr (std::is_same_v<From, double>) y[i] = To(static_cast<float>(x[i]));
+    else y[i] = To(static_cast<float>(x[i]));
+  });
+}
+template <> void convert_loop<double, double>(index_t n, const double* x, double* y) {
+  simd_for(n, [&](index_t i) { y[i] = x[i]; });
+}
+template <> void convert_loop<float, double>(index_t n, const float* x, double* y) {
+  simd_for(n, [&](index_t i) { y[i] = static_cast<double>(x[i]); });
+}
+template <class F> void by_float_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f64: f(double{}); break;
+    case DType::bf16: f(bf16{}); break;
+    case DType::f16: f(f16{}); break;
+    default: f(float{}); break;
+  }
+}
+
 struct CpuPointwise final : PointwiseKernels {
   void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext&) const override {
     by_dtype(dt, [&](auto t) {
@@ -248,6 +275,15 @@ struct CpuPointwise final : PointwiseKernels {
   }
   void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext&) const override {
     by_dtype(dst.dtype, [&](auto t) { sum_to_impl<decltype(t)>(dst, dst_view, g); });
+  }
+  void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext&) const override {
+    by_float_dtype(from, [&](auto a) {
+      by_float_dtype(to, [&](auto b) {
+        using A = decltype(a);
+        using B = decltype(b);
+        convert_loop<A, B>(n, static_cast<const A*>(x), static_cast<B*>(y));
+      });
+    });
   }
 };
 

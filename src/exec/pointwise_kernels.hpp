@@ -34,6 +34,8 @@ struct PointwiseKernels {
                                 ExecContext& ctx) const = 0;
   /// dst = 0; dst_view[idx] += g[idx] over g's (contiguous) shape; accumulation in double.
   virtual void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) const = 0;
+  /// y[i] = (to) x[i] for i < n (contiguous; from, to among f32, f64, bf16, f16).
+  virtual void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext& ctx) const = 0;
 };
 
 

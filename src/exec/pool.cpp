@@ -2,6 +2,7 @@
 #include "shardtensor/exec/pool.hpp"
 
 #include "exec/front_util.hpp"
+#include "exec/precision.hpp"
 #include "exec/pool_kernels.hpp"
 
 namespace shard::exec {
@@ -27,16 +28,34 @@ const PoolKernels& table(const char* op, const PoolGeometry& g, const Block& in,
 }  // namespace
 
 void avg_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("avg_pool_forward", {x.dtype, y.dtype});
+    detail::F32Work f(ctx);
+    avg_pool_forward(g, f.in(x), f.out(y), ctx);
+    return f.finish();
+  }
   const auto& k = table("avg_pool_forward", g, x, in_numel(g), y, out_numel(g), ctx);
   if (!empty(g)) k.avg_forward(x.dtype, g, x.data, y.data, ctx);
 }
 
 void avg_pool_backward(const PoolGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
+  if (detail::F32Work::needed(gy.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("avg_pool_backward", {gy.dtype, gx.dtype});
+    detail::F32Work f(ctx);
+    avg_pool_backward(g, f.in(gy), f.out(gx), ctx);
+    return f.finish();
+  }
   const auto& k = table("avg_pool_backward", g, gy, out_numel(g), gx, in_numel(g), ctx);
   if (in_numel(g) > 0) k.avg_backward(gy.dtype, g, gy.data, gx.data, ctx);
 }
 
 void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, const Block& idx, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("max_pool_forward", {x.dtype, y.dtype});
+    detail::F32Work f(ctx);
+    max_pool_forward(g, f.in(x), f.out(y), idx, ctx);
+    return f.finish();
+  }
   const char* op = "max_pool_forward";
   const auto& k = table(op, g, x, in_numel(g), y, out_numel(g), ctx);
   detail::check_block(op, "indices", idx, DType::i64, out_numel(g), ctx);
@@ -44,6 +63,12 @@ void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, con
 }
 
 void max_pool_backward(const PoolGeometry& g, const Block& gy, const Block& idx, const Block& gx, ExecContext& ctx) {
+  if (detail::F32Work::needed(gy.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("max_pool_backward", {gy.dtype, gx.dtype});
+    detail::F32Work f(ctx);
+    max_pool_backward(g, f.in(gy), idx, f.out(gx), ctx);
+    return f.finish();
+  }
   const char* op = "max_pool_backward";
   const auto& k = table(op, g, gy, out_numel(g), gx, in_numel(g), ctx);
   detail::check_block(op, "indices", idx, DType::i64, out_numel(g), ctx);

@@ -2,6 +2,7 @@
 #include "shardtensor/exec/reduce.hpp"
 
 #include "exec/front_util.hpp"
+#include "exec/precision.hpp"
 #include "exec/reduce_kernels.hpp"
 #include "exec/strided_rows.hpp"
 #include "shardtensor/core/error.hpp"
@@ -61,6 +62,12 @@ void check_same_shape(const Block& a, const Block& b, const char* op, const char
 }  // namespace
 
 void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("reduce_sum", {x.dtype, out.dtype});
+    detail::F32Work f(ctx);
+    reduce_sum(f.in(x), f.out(out), scale, ctx);
+    return f.finish();
+  }
   const char* op = "sum";
   check_like(out, x, x.dtype, op, "result");
   check_keepdim(x, out, op, "result");
@@ -70,6 +77,12 @@ void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx
   tab.reduce_sum(xr, out, scale, ctx);
 }
 void reduce_max(const Block& x, const Block& out, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("reduce_max", {x.dtype, out.dtype});
+    detail::F32Work f(ctx);
+    reduce_max(f.in(x), f.out(out), ctx);
+    return f.finish();
+  }
   const char* op = "max";
   check_like(out, x, x.dtype, op, "result");
   check_keepdim(x, out, op, "result");
@@ -79,6 +92,12 @@ void reduce_max(const Block& x, const Block& out, ExecContext& ctx) {
   tab.reduce_max(xr, out, ctx);
 }
 void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext& ctx) {
+  if (detail::F32Work::needed(g.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("broadcast_scaled", {g.dtype, gx.dtype});
+    detail::F32Work f(ctx);
+    broadcast_scaled(f.in(g), f.out(gx), scale, ctx);
+    return f.finish();
+  }
   const char* op = "sum_backward";
   check_main(gx, op, "input gradient");
   check_like(g, gx, gx.dtype, op, "gradient");
@@ -87,6 +106,12 @@ void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext
   table(gx, op, ctx).broadcast_scaled(g, gx, scale, ctx);
 }
 void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, m.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("max_ties", {x.dtype, m.dtype});
+    detail::F32Work f(ctx);
+    max_ties(f.in(x), f.in(m), ties, ctx);
+    return f.finish();
+  }
   const char* op = "max_backward";
   check_like(m, x, x.dtype, op, "maximum");
   check_like(ties, x, DType::f64, op, "tie counts");
@@ -99,6 +124,12 @@ void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ct
 }
 void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
                   ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, m.dtype, g.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("max_backward", {x.dtype, m.dtype, g.dtype, gx.dtype});
+    detail::F32Work f(ctx);
+    max_backward(f.in(x), f.in(m), f.in(g), ties, f.out(gx), ctx);
+    return f.finish();
+  }
   const char* op = "max_backward";
   check_like(m, x, x.dtype, op, "maximum");
   check_like(g, x, x.dtype, op, "gradient");
@@ -115,11 +146,21 @@ void max_backward(const Block& x, const Block& m, const Block& g, const Block& t
 }
 
 double sum_all(const Block& x, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("sum_all", {x.dtype});
+    detail::F32Work f(ctx);
+    return sum_all(f.in(x), ctx);
+  }
   check_main(x, "sum", "input");
   if (x.numel() == 0) return 0;
   return table(x, "sum", ctx).global_sum(0, x.dtype, x.numel(), x.data, nullptr, ctx);
 }
 double dot(const Block& a, const Block& b, ExecContext& ctx) {
+  if (detail::F32Work::needed(a.dtype, b.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("dot", {a.dtype, b.dtype});
+    detail::F32Work f(ctx);
+    return dot(f.in(a), f.in(b), ctx);
+  }
   check_main(a, "dot", "lhs");
   check_like(b, a, a.dtype, "dot", "rhs");
   check_same_shape(a, b, "dot", "rhs");
@@ -127,6 +168,11 @@ double dot(const Block& a, const Block& b, ExecContext& ctx) {
   return table(a, "dot", ctx).global_sum(1, a.dtype, a.numel(), a.data, b.data, ctx);
 }
 double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
+  if (detail::F32Work::needed(a.dtype, b.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("sq_diff_sum", {a.dtype, b.dtype});
+    detail::F32Work f(ctx);
+    return sq_diff_sum(f.in(a), f.in(b), ctx);
+  }
   if (!a.is_contiguous() || !b.is_contiguous()) {
     // Strided views (e.g. the interior of a halo-padded array): read in place where the table can.
     check_strided(a, a, a.dtype, "mse_loss", "pred");
@@ -146,6 +192,12 @@ double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
 }
 
 void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
+  if (detail::F32Work::needed(p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("mse_backward", {p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype)});
+    detail::F32Work f(ctx);
+    mse_backward(scale, f.in(p), f.in(t), f.out(gp), gt.numel() ? f.out(gt) : gt, ctx);
+    return f.finish();
+  }
   const char* op = "mse_loss_backward";
   if (!p.is_contiguous() || !t.is_contiguous()) {
     check_strided(p, p, p.dtype, op, "pred");
@@ -176,6 +228,12 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
   table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
 }
 void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx) {
+  if (detail::F32Work::needed(p.dtype, t.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("rel_l2_sums", {p.dtype, t.dtype});
+    detail::F32Work f(ctx);
+    rel_l2_sums(f.in(p), f.in(t), samples, host_sums, ctx);
+    return f.finish();
+  }
   const char* op = "rel_l2_loss";
   if (!p.is_contiguous() || !t.is_contiguous()) {  // strided views: in place where the table can
     check_strided(p, p, p.dtype, op, "pred");
@@ -199,6 +257,12 @@ void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_s
 }
 void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
                      const Block& gt, ExecContext& ctx) {
+  if (detail::F32Work::needed(p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("rel_l2_backward", {p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype)});
+    detail::F32Work f(ctx);
+    rel_l2_backward(f.in(p), f.in(t), samples, host_coef, f.out(gp), gt.numel() ? f.out(gt) : gt, ctx);
+    return f.finish();
+  }
   const char* op = "rel_l2_loss_backward";
   if (!p.is_contiguous() || !t.is_contiguous()) {
     check_strided(p, p, p.dtype, op, "pred");

@@ -2,6 +2,7 @@
 #include "shardtensor/exec/resize.hpp"
 
 #include "exec/front_util.hpp"
+#include "exec/precision.hpp"
 #include "exec/resize_kernels.hpp"
 #include "exec/strided_rows.hpp"
 
@@ -17,6 +18,12 @@ index_t out_numel(const ResizeGeometry& g) { return g.planes * g.out_len[0] * g.
 }  // namespace
 
 void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, ExecContext& ctx) {
+  if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("resize_forward", {x.dtype, y.dtype});
+    detail::F32Work f(ctx);
+    resize_forward(g0, f.in(x), f.out(y), ctx);
+    return f.finish();
+  }
   const char* op = "resize_forward";
   const DType dt = x.dtype;
   const bool dense = x.is_contiguous() || x.numel() == 0;
@@ -50,6 +57,12 @@ void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, Ex
 }
 
 void resize_backward(const ResizeGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
+  if (detail::F32Work::needed(gy.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("resize_backward", {gy.dtype, gx.dtype});
+    detail::F32Work f(ctx);
+    resize_backward(g, f.in(gy), f.out(gx), ctx);
+    return f.finish();
+  }
   const char* op = "resize_backward";
   detail::check_block(op, "output gradient", gy, gy.dtype, out_numel(g), ctx);
   detail::check_block(op, "input gradient", gx, gy.dtype, in_numel(g), ctx);

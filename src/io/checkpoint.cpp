@@ -143,7 +143,8 @@ using shard::detail::fsync_path;
 
 template <class T>
 void save_checkpoint(const std::string& path, const nn::Module<T>& model,
-                     const std::type_identity_t<optim::Optimizer<T>>* opt, const TrainingState& state) {
+                     const std::type_identity_t<optim::Optimizer<master_t<T>>>* opt, const TrainingState& state) {
+  using P = master_t<T>;  // the parameters' dtype (f32 masters of a bf16 / f16 model)
   auto comm = comm_of(model);
   const auto params = model.named_parameters();
   const optim::OptimizerState os = opt ? opt->state() : optim::OptimizerState{};
@@ -160,8 +161,8 @@ void save_checkpoint(const std::string& path, const nn::Module<T>& model,
   comm->check_all(err.empty(), "save_checkpoint", err);
 
   const std::vector<BufferEntry> buffers =
-      opt ? agreed_buffers<T>(os, opt->params(), *comm) : std::vector<BufferEntry>{};
-  std::string manifest = fmt::format("format\t1\ndtype\t{}\n", dtype_name(dtype_of<T>));
+      opt ? agreed_buffers<P>(os, opt->params(), *comm) : std::vector<BufferEntry>{};
+  std::string manifest = fmt::format("format\t1\ndtype\t{}\n", dtype_name(dtype_of<P>));
   for (auto& np : params) manifest += fmt::format("param\t{}\n", np.name);
   if (opt) {
     manifest += fmt::format("kind\t{}\n", os.kind);
@@ -236,7 +237,8 @@ void save_checkpoint(const std::string& path, const nn::Module<T>& model,
 
 template <class T>
 TrainingState load_checkpoint(const std::string& path, const nn::Module<T>& model,
-                              std::type_identity_t<optim::Optimizer<T>>* opt) {
+                              std::type_identity_t<optim::Optimizer<master_t<T>>>* opt) {
+  using P = master_t<T>;  // the parameters' dtype (f32 masters of a bf16 / f16 model)
   auto comm = comm_of(model);
   const auto params = model.named_parameters();
   comm->check_all(hdf5_available(), "load_checkpoint", "shardtensor was built without HDF5 (SHARDTENSOR_ENABLE_HDF5=OFF)");
@@ -267,8 +269,8 @@ TrainingState load_checkpoint(const std::string& path, const nn::Module<T>& mode
     }
   }
   // The model must have exactly the checkpoint's parameters, in order.
-  if (dtype != dtype_name(dtype_of<T>))
-    err = fmt::format("'{}' holds {} parameters, the model is {}", path, dtype, dtype_name(dtype_of<T>));
+  if (dtype != dtype_name(dtype_of<P>))
+    err = fmt::format("'{}' holds {} parameters, the model's are {}", path, dtype, dtype_name(dtype_of<P>));
   else if (names.size() != params.size())
     err = fmt::format("'{}' holds {} parameters, the model has {}", path, names.size(), params.size());
   for (std::size_t i = 0; err.empty() && i < names.size(); ++i)
@@ -280,7 +282,7 @@ TrainingState load_checkpoint(const std::string& path, const nn::Module<T>& mode
   // Read everything first (shapes and checksums checked), then commit.
   std::vector<Block> values;
   for (auto& np : params)
-    values.push_back(detail::read_dataset(f, "params/" + np.name, np.param->spec(), dtype_of<T>, Device::cpu()));
+    values.push_back(detail::read_dataset(f, "params/" + np.name, np.param->spec(), dtype_of<P>, Device::cpu()));
   optim::OptimizerState os;
   if (opt) {
     os.kind = kind;
@@ -349,5 +351,13 @@ template void save_checkpoint<double>(const std::string&, const nn::Module<doubl
                                       const TrainingState&);
 template TrainingState load_checkpoint<float>(const std::string&, const nn::Module<float>&, optim::Optimizer<float>*);
 template TrainingState load_checkpoint<double>(const std::string&, const nn::Module<double>&, optim::Optimizer<double>*);
+// bf16 / f16 models: f32 master parameters and optimiser state (a bf16 run's checkpoint resumes
+// an fp32 run and vice versa).
+template void save_checkpoint<bf16>(const std::string&, const nn::Module<bf16>&, const optim::Optimizer<float>*,
+                                    const TrainingState&);
+template void save_checkpoint<f16>(const std::string&, const nn::Module<f16>&, const optim::Optimizer<float>*,
+                                   const TrainingState&);
+template TrainingState load_checkpoint<bf16>(const std::string&, const nn::Module<bf16>&, optim::Optimizer<float>*);
+template TrainingState load_checkpoint<f16>(const std::string&, const nn::Module<f16>&, optim::Optimizer<float>*);
 
 }  // namespace shard::io

@@ -11,7 +11,8 @@ namespace shard::kernels {
 constexpr int kBoxMaxRank = 8;
 
 /// Element types `box_add_launch` accumulates.
-enum BoxAddType : int { box_f32 = 0, box_f64 = 1, box_i32 = 2, box_i64 = 3, box_c64 = 4, box_c128 = 5 };
+enum BoxAddType : int { box_f32 = 0, box_f64 = 1, box_i32 = 2, box_i64 = 3, box_c64 = 4, box_c128 = 5,
+                     box_bf16 = 6, box_f16 = 7 };
 
 /// dst = src over the box `shape` (elements of `elem_bytes` bytes: 1, 2, 4, 8 or 16).
 int box_copy_launch(int elem_bytes, int rank, const std::int64_t* shape, void* dst, const std::int64_t* dst_strides,

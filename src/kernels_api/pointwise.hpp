@@ -27,4 +27,7 @@ int pw_div_rhs_backward(int is_f64, int rank, const pw_idx* shape, void* out, co
 int pw_sum_to(int is_f64, pw_idx nd, void* dst, pw_idx base, int rank, const pw_idx* shape,
               const pw_idx* view_strides, const void* g, void* stream);
 
+/// y[i] = (to) x[i] for i < n; dtype codes 0 f32, 1 f64, 2 bf16, 3 f16 (src/kernels_api/convert_ops.hpp).
+int pw_convert(int from, int to, pw_idx n, const void* x, void* y, void* stream);
+
 }  // namespace shard::kernels

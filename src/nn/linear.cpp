@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "exec/precision.hpp"
 #include "shardtensor/exec/gemm.hpp"
 #include "shardtensor/nn/functional/linear.hpp"
 
@@ -113,6 +114,14 @@ exec::GemmGeometry accumulate(exec::GemmGeometry g) {
 bool mix_reads_in_place(const Block& x, int cdim) { return x.is_contiguous() || mix_panels(x, cdim).has_value(); }
 
 void mix_forward(const Block& x, const Block& w, const Block* b, int cdim, const Block& y, ExecContext& ctx) {
+  // bf16 / f16 storage: the whole op (GEMMs and bias) on f32 working copies, rounded once
+  // (exec/precision.hpp); per-call conversion inside gemm / add_bias would round twice.
+  if (exec::detail::F32Work::needed(x.dtype, w.dtype, y.dtype)) {
+    exec::detail::F32Work::check_same("linear", {x.dtype, w.dtype, y.dtype, b ? b->dtype : y.dtype});
+    exec::detail::F32Work f(ctx);
+    mix_forward(f.in(x), f.in(w), f.in(b), cdim, f.out(y), ctx);
+    return f.finish();
+  }
   const auto e = mix_extents(x, cdim);
   const index_t A = e.A, cin = e.channels, S = e.S, cout = w.shape[0];
   if (A == 0 || S == 0) return;
@@ -142,6 +151,15 @@ void mix_forward(const Block& x, const Block& w, const Block* b, int cdim, const
 
 void mix_backward(const Block& x, const Block& w, const Block& gy, int cdim, const Block* dx, const Block* dw,
                   const Block* db, ExecContext& ctx) {
+  // bf16 / f16: one f32 pass, so the per-sample weight-gradient GEMMs accumulate in f32 and
+  // round once (dw arrives zeroed: it is read first).
+  if (exec::detail::F32Work::needed(x.dtype, w.dtype, gy.dtype)) {
+    exec::detail::F32Work::check_same("linear backward", {x.dtype, w.dtype, gy.dtype});
+    exec::detail::F32Work f(ctx);
+    const Block xf = f.in(x), wf = f.in(w), gf = f.in(gy);
+    mix_backward(xf, wf, gf, cdim, f.out(dx), f.out(dw, true), f.out(db), ctx);
+    return f.finish();
+  }
   const auto e = mix_extents(x, cdim);
   const index_t A = e.A, cin = e.channels, S = e.S, cout = w.shape[0];
   if (db) exec::bias_grad({A, cout, S}, gy, *db, ctx);

@@ -120,14 +120,15 @@ Result run(const DeviceMesh& mesh, const Layout& L, const Shape<R>& in_shape, co
                                             RandomInit::uniform(-1, 1), ys.sizes())
                        .to(o.device),
                    false);
-  auto loss = F::mse_loss(y, target);
+  // The loss in f32 for bf16 / f16 models (the precision policy; F::cast<T> of a Var<T> is itself).
+  auto loss = F::mse_loss(F::cast<master_t<T>>(y), F::cast<master_t<T>>(target));
   loss.backward();
   Result r;
   r.loss = flatten(loss.local())[0];
   r.y = flatten(y.value().full_tensor());
   if (x.has_grad()) r.gx = flatten(x.grad().full_tensor());
   if (o.adam_step) {
-    optim::Adam<T> adam(model->parameters(), {.lr = o.lr});
+    optim::Adam<master_t<T>> adam(model->parameters(), {.lr = o.lr});
     adam.step();
   }
   for (const auto& np : model->named_parameters()) {

@@ -62,6 +62,7 @@ struct bf16 {
     std::memcpy(&f, &u, 4);
     return f;
   }
+  explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
 };
 
 /// IEEE half storage type (conversion handles normals, subnormals, inf and NaN).
@@ -70,7 +71,31 @@ struct f16 {
   f16() = default;
   explicit f16(float f);
   explicit operator float() const;
+  explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
 };
+
+/// Arithmetic on the storage types goes through float and rounds once per operation (the generic
+/// CPU loops of Tensor<bf16> / Tensor<f16>, halo accumulation); the heavy ops convert whole blocks
+/// to f32 instead (exec/precision.hpp).
+#define SHARD_LOWP_OPS(T)                                                                           \
+  inline T operator+(T a, T b) { return T(static_cast<float>(a) + static_cast<float>(b)); }          \
+  inline T operator-(T a, T b) { return T(static_cast<float>(a) - static_cast<float>(b)); }          \
+  inline T operator*(T a, T b) { return T(static_cast<float>(a) * static_cast<float>(b)); }          \
+  inline T operator/(T a, T b) { return T(static_cast<float>(a) / static_cast<float>(b)); }          \
+  inline T operator-(T a) { return T(-static_cast<float>(a)); }                                      \
+  inline T& operator+=(T& a, T b) { return a = a + b; }                                              \
+  inline T& operator-=(T& a, T b) { return a = a - b; }                                              \
+  inline T& operator*=(T& a, T b) { return a = a * b; }                                              \
+  inline T& operator/=(T& a, T b) { return a = a / b; }                                              \
+  inline bool operator==(T a, T b) { return static_cast<float>(a) == static_cast<float>(b); }        \
+  inline bool operator!=(T a, T b) { return !(a == b); }                                             \
+  inline bool operator<(T a, T b) { return static_cast<float>(a) < static_cast<float>(b); }          \
+  inline bool operator>(T a, T b) { return static_cast<float>(a) > static_cast<float>(b); }          \
+  inline bool operator<=(T a, T b) { return static_cast<float>(a) <= static_cast<float>(b); }        \
+  inline bool operator>=(T a, T b) { return static_cast<float>(a) >= static_cast<float>(b); }
+SHARD_LOWP_OPS(bf16)
+SHARD_LOWP_OPS(f16)
+#undef SHARD_LOWP_OPS
 
 template <class T> struct dtype_traits;
 template <> struct dtype_traits<float> { static constexpr DType value = DType::f32; };
@@ -91,6 +116,12 @@ template <class T> inline constexpr DType dtype_of = dtype_traits<std::remove_cv
 
 /// True for the types the compute ops support (f32, f64).
 template <class T> inline constexpr bool is_compute_type = std::is_same_v<T, float> || std::is_same_v<T, double>;
+/// True for the types the mixed-precision ops accept: the compute types and the storage types
+/// bf16 / f16 (computed in f32 with f32 accumulation; see exec/precision.hpp).
+template <class T> inline constexpr bool is_float_type =
+    is_compute_type<T> || std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+/// The dtype a parameter of a Module<T> is held in: f32 masters for bf16 / f16 models, T otherwise.
+template <class T> using master_t = std::conditional_t<std::is_same_v<T, bf16> || std::is_same_v<T, f16>, float, T>;
 /// True for std::complex<float> and std::complex<double>.
 template <class T> inline constexpr bool is_complex_type =
     std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;

@@ -43,14 +43,14 @@ void gemm_core(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, do
 template <class T>
 void gemm(Trans ta, Trans tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda, const T* b,
           index_t ldb, T beta, T* c, index_t ldc) {
-  static_assert(is_compute_type<T>, "gemm supports float and double");
+  static_assert(is_float_type<T>, "gemm supports float, double, bf16 and f16");
   detail::gemm_core(dtype_of<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /// op(A) * op(B) of two host matrices (any strides with a unit inner stride, else copied).
 template <class T>
 Tensor<T, 2> matmul(const Tensor<T, 2>& a, const Tensor<T, 2>& b, Trans ta = Trans::no, Trans tb = Trans::no) {
-  static_assert(is_compute_type<T>, "matmul supports float and double");
+  static_assert(is_float_type<T>, "matmul supports float, double, bf16 and f16");
   SHARD_CHECK(a.device().is_cpu() && b.device().is_cpu(), "matmul", "host tensors required (got {}, {})", a.device(),
               b.device());
   auto unit = [](const Tensor<T, 2>& t) { return t.stride(1) == 1 && t.stride(0) >= std::max<index_t>(1, t.size(1)); };

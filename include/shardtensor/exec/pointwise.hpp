@@ -53,6 +53,16 @@ void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecC
 /// out = -g * a / b^2 (the gradient of a / b with respect to b) over out's shape; out contiguous,
 /// g, a, b of out's shape with any strides.
 void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx);
+/// dst = src converted to dst's dtype, elementwise: src and dst contiguous with one element count,
+/// each f32, f64, bf16 or f16 (the dtypes may be equal: a copy). Narrowing rounds to nearest even
+/// (f64 -> bf16/f16 goes through f32), overflow gives inf, NaN stays NaN. The storage-precision
+/// boundary of mixed precision: every bf16/f16 op of the families that compute in f32 converts
+/// through it (exec/precision.hpp).
+void convert(const Block& src, const Block& dst, ExecContext& ctx);
+/// True for the dtypes convert() handles (f32, f64, bf16, f16).
+constexpr bool is_float_dtype(DType dt) {
+  return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16;
+}
 /// Broadcast adjoint: dst (contiguous, the operand's shape) = 0, then every element of g
 /// (contiguous, the result's shape) is added to dst_view at the same index. dst_view views dst's
 /// memory in the result's index space (stride 0 on broadcast dims). Sums in double.

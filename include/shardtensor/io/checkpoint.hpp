@@ -48,7 +48,7 @@ struct TrainingState {
 /// Collective over the parameters' mesh.
 template <class T>
 void save_checkpoint(const std::string& path, const nn::Module<T>& model,
-                     const std::type_identity_t<optim::Optimizer<T>>* opt, const TrainingState& state);
+                     const std::type_identity_t<optim::Optimizer<master_t<T>>>* opt, const TrainingState& state);
 
 /// Loads a checkpoint written by save_checkpoint into `model` (same parameter names and shapes,
 /// any rank count / mesh) and `opt` (may be null; must be the same kind of optimiser) and
@@ -56,6 +56,6 @@ void save_checkpoint(const std::string& path, const nn::Module<T>& model,
 /// modified and shard::Error is thrown on every rank.
 template <class T>
 TrainingState load_checkpoint(const std::string& path, const nn::Module<T>& model,
-                              std::type_identity_t<optim::Optimizer<T>>* opt);
+                              std::type_identity_t<optim::Optimizer<master_t<T>>>* opt);
 
 }  // namespace shard::io

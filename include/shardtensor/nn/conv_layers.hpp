@@ -53,6 +53,7 @@ constexpr const char* conv_name(bool transpose) {
 template <class T, int S>
 class Conv : public UnaryModule<T, S + 2> {
  public:
+  using P = master_t<T>;  ///< the parameters' dtype
   static constexpr int R = S + 2;
   using Options = F::ConvOptions<S>;
 
@@ -88,11 +89,12 @@ class Conv : public UnaryModule<T, S + 2> {
   /// Convolution with other options (e.g. padding adjusted to a target extent); same weights.
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x, const Options& opt) {
     detail::check_in_channels(x, in_, detail::conv_name<S>(false));
-    return F::conv(x, weight_, bias_, opt);
+    return F::conv(x, this->compute_copy(weight_), compute_bias(), opt);
   }
 
-  const autograd::Var<T, R>& weight() const { return weight_; }
-  const std::optional<autograd::Var<T, 1>>& bias() const { return bias_; }
+  /// The parameters (f32 masters for a bf16 / f16 module; see Module::param_type).
+  const autograd::Var<P, R>& weight() const { return weight_; }
+  const std::optional<autograd::Var<P, 1>>& bias() const { return bias_; }
   const Options& options() const { return opt_; }
   index_t in_channels() const { return in_; }
   index_t out_channels() const { return out_; }
@@ -102,8 +104,12 @@ class Conv : public UnaryModule<T, S + 2> {
   index_t in_, out_;
   Shape<S> kernel_;
   Options opt_;
-  autograd::Var<T, R> weight_;
-  std::optional<autograd::Var<T, 1>> bias_;
+  std::optional<autograd::Var<T, 1>> compute_bias() const {
+    if (!bias_) return std::nullopt;
+    return this->compute_copy(*bias_);
+  }
+  autograd::Var<P, R> weight_;
+  std::optional<autograd::Var<P, 1>> bias_;
 };
 
 /// S-d transposed convolution module: weight [C_in, C_out / groups, kernel...] (PyTorch layout),
@@ -112,6 +118,7 @@ class Conv : public UnaryModule<T, S + 2> {
 template <class T, int S>
 class ConvTranspose : public UnaryModule<T, S + 2> {
  public:
+  using P = master_t<T>;  ///< the parameters' dtype
   static constexpr int R = S + 2;
   using Options = F::ConvTransposeOptions<S>;
 
@@ -159,11 +166,12 @@ class ConvTranspose : public UnaryModule<T, S + 2> {
   /// Transposed convolution with other options; same weights.
   autograd::Var<T, R> forward_with(const autograd::Var<T, R>& x, const Options& opt) {
     detail::check_in_channels(x, in_, detail::conv_name<S>(true));
-    return F::conv_transpose(x, weight_, bias_, opt);
+    return F::conv_transpose(x, this->compute_copy(weight_), compute_bias(), opt);
   }
 
-  const autograd::Var<T, R>& weight() const { return weight_; }
-  const std::optional<autograd::Var<T, 1>>& bias() const { return bias_; }
+  /// The parameters (f32 masters for a bf16 / f16 module; see Module::param_type).
+  const autograd::Var<P, R>& weight() const { return weight_; }
+  const std::optional<autograd::Var<P, 1>>& bias() const { return bias_; }
   const Options& options() const { return opt_; }
   index_t in_channels() const { return in_; }
   index_t out_channels() const { return out_; }
@@ -173,8 +181,12 @@ class ConvTranspose : public UnaryModule<T, S + 2> {
   index_t in_, out_;
   Shape<S> kernel_;
   Options opt_;
-  autograd::Var<T, R> weight_;
-  std::optional<autograd::Var<T, 1>> bias_;
+  std::optional<autograd::Var<T, 1>> compute_bias() const {
+    if (!bias_) return std::nullopt;
+    return this->compute_copy(*bias_);
+  }
+  autograd::Var<P, R> weight_;
+  std::optional<autograd::Var<P, 1>> bias_;
 };
 
 /// Which dim Linear mixes: the channels (dim 1 of N, C, spatial...: a 1x1 convolution) or the
@@ -185,6 +197,7 @@ enum class LinearDim { channels, last };
 template <class T, int R>
 class Linear : public UnaryModule<T, R> {
  public:
+  using P = master_t<T>;  ///< the parameters' dtype
   Linear(const DeviceMesh& mesh, index_t in_features, index_t out_features, bool bias = true, std::uint64_t seed = 0,
          LinearDim dim = LinearDim::channels)
       : in_(in_features), out_(out_features), dim_(dim) {
@@ -203,21 +216,26 @@ class Linear : public UnaryModule<T, R> {
                 "input of global shape {} has {} features along dim {}, the module expects {}", g,
                 g[static_cast<std::size_t>(d)], d, in_);
     if constexpr (R >= 2) {
-      if (dim_ == LinearDim::channels) return F::channel_linear(x, weight_, bias_);
+      if (dim_ == LinearDim::channels) return F::channel_linear(x, this->compute_copy(weight_), compute_bias());
     }
-    return F::linear(x, weight_, bias_);
+    return F::linear(x, this->compute_copy(weight_), compute_bias());
   }
 
-  const autograd::Var<T, 2>& weight() const { return weight_; }
-  const std::optional<autograd::Var<T, 1>>& bias() const { return bias_; }
+  /// The parameters (f32 masters for a bf16 / f16 module; see Module::param_type).
+  const autograd::Var<P, 2>& weight() const { return weight_; }
+  const std::optional<autograd::Var<P, 1>>& bias() const { return bias_; }
   index_t in_features() const { return in_; }
   index_t out_features() const { return out_; }
 
  private:
   index_t in_, out_;
   LinearDim dim_;
-  autograd::Var<T, 2> weight_;
-  std::optional<autograd::Var<T, 1>> bias_;
+  std::optional<autograd::Var<T, 1>> compute_bias() const {
+    if (!bias_) return std::nullopt;
+    return this->compute_copy(*bias_);
+  }
+  autograd::Var<P, 2> weight_;
+  std::optional<autograd::Var<P, 1>> bias_;
 };
 
 /// PyTorch-style aliases.

@@ -54,17 +54,17 @@ class SpectralConv : public UnaryModule<T, S + 2> {
     const auto g = x.value().global_shape();
     SHARD_CHECK(g[1] == in_, "SpectralConv", "input of global shape {} has {} channels, the module expects {}", g, g[1],
                 in_);
-    return F::spectral_conv(x, weight_, std::vector<index_t>(modes_.begin(), modes_.end()), norm_);
+    return F::spectral_conv(x, this->compute_copy(weight_), std::vector<index_t>(modes_.begin(), modes_.end()), norm_);
   }
 
-  const autograd::Var<T, R + 1>& weight() const { return weight_; }
+  const autograd::Var<master_t<T>, R + 1>& weight() const { return weight_; }
   const Shape<S>& modes() const { return modes_; }
 
  private:
   index_t in_, out_;
   Shape<S> modes_;
   FftNorm norm_;
-  autograd::Var<T, R + 1> weight_;
+  autograd::Var<master_t<T>, R + 1> weight_;
 };
 
 template <class T> using SpectralConv1d = SpectralConv<T, 1>;

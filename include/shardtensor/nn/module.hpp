@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtensor/nn/functional/cast.hpp"
 #include "shardtensor/nn/parameter.hpp"
 
 namespace shard::nn {
@@ -15,21 +16,26 @@ namespace shard::nn {
 /// 64-bit FNV-1a of a string, mixed with a seed: per-parameter seeds from names.
 std::uint64_t seed_for(std::uint64_t seed, const std::string& name) noexcept;
 
-/// Base of all modules.
+/// Base of all modules. T is the compute (activation) dtype; parameters are held in
+/// `param_type` = master_t<T>: f32 masters for a bf16 / f16 model, T otherwise. A layer reads a
+/// parameter through compute_copy(), which casts it to T on the tape (the gradient comes back in
+/// f32 to the master; optimisers, gradient reductions and checkpoints see f32 only).
 template <class T>
 class Module {
  public:
+  using value_type = T;
+  using param_type = master_t<T>;
   virtual ~Module() = default;
 
   /// All parameters of this module and its submodules, named "sub.sub.param", in registration order.
-  std::vector<NamedParameter<T>> named_parameters() const {
-    std::vector<NamedParameter<T>> out;
+  std::vector<NamedParameter<param_type>> named_parameters() const {
+    std::vector<NamedParameter<param_type>> out;
     collect("", out);
     return out;
   }
   /// All parameters (unnamed).
-  std::vector<std::shared_ptr<ParameterBase<T>>> parameters() const {
-    std::vector<std::shared_ptr<ParameterBase<T>>> out;
+  std::vector<std::shared_ptr<ParameterBase<param_type>>> parameters() const {
+    std::vector<std::shared_ptr<ParameterBase<param_type>>> out;
     for (auto& np : named_parameters()) out.push_back(np.param);
     return out;
   }
@@ -69,37 +75,42 @@ class Module {
  protected:
   /// Registers a trainable parameter (a Replicate Var with requires_grad).
   template <int R>
-  autograd::Var<T, R> register_parameter(const std::string& name, autograd::Var<T, R> v) {
-    params_.push_back({name, std::make_shared<Parameter<T, R>>(v)});
+  autograd::Var<param_type, R> register_parameter(const std::string& name, autograd::Var<param_type, R> v) {
+    params_.push_back({name, std::make_shared<Parameter<param_type, R>>(v)});
     return v;
   }
+  /// The parameter `p` in the compute dtype T: p itself when T is param_type, else a cast on the
+  /// tape (its gradient arrives in f32 at p). One cast per use.
+  template <int R>
+  static autograd::Var<T, R> compute_copy(const autograd::Var<param_type, R>& p);
   /// A new Replicate parameter with values U(-bound, bound) from (seed, name): identical on every rank
   /// and at every rank count.
   template <int R>
-  autograd::Var<T, R> make_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
+  autograd::Var<param_type, R> make_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
                                      std::uint64_t seed, double bound) {
     std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
-    auto value = DistTensor<T, R>::random(shape, mesh, rep, seed_for(seed, name), RandomInit::uniform(-bound, bound));
-    return register_parameter(name, autograd::Var<T, R>(value, true));
+    auto value =
+        DistTensor<param_type, R>::random(shape, mesh, rep, seed_for(seed, name), RandomInit::uniform(-bound, bound));
+    return register_parameter(name, autograd::Var<param_type, R>(value, true));
   }
   /// A new parameter laid out by `placements` (Replicate or Shard per mesh dim; balanced blocks)
   /// with values U(-bound, bound) from (seed, name) as a function of the global index: the same
   /// global parameter at every rank count and mesh shape.
   template <int R>
-  autograd::Var<T, R> make_sharded_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
+  autograd::Var<param_type, R> make_sharded_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
                                              std::vector<Placement> placements, std::uint64_t seed, double bound) {
-    auto value = DistTensor<T, R>::random(shape, mesh, std::move(placements), seed_for(seed, name),
-                                          RandomInit::uniform(-bound, bound));
-    return register_parameter(name, autograd::Var<T, R>(value, true));
+    auto value = DistTensor<param_type, R>::random(shape, mesh, std::move(placements), seed_for(seed, name),
+                                                   RandomInit::uniform(-bound, bound));
+    return register_parameter(name, autograd::Var<param_type, R>(value, true));
   }
   /// A new Replicate parameter filled with `v`.
   template <int R>
-  autograd::Var<T, R> make_constant_parameter(const std::string& name, const DeviceMesh& mesh, const Shape<R>& shape,
-                                              T v) {
+  autograd::Var<param_type, R> make_constant_parameter(const std::string& name, const DeviceMesh& mesh,
+                                                       const Shape<R>& shape, param_type v) {
     std::vector<Placement> rep(static_cast<std::size_t>(mesh.ndim()), Replicate());
-    auto value = DistTensor<T, R>::zeros(shape, mesh, rep);
+    auto value = DistTensor<param_type, R>::zeros(shape, mesh, rep);
     value.local().fill(v);
-    return register_parameter(name, autograd::Var<T, R>(value, true));
+    return register_parameter(name, autograd::Var<param_type, R>(value, true));
   }
   /// Registers a child module.
   template <class M>
@@ -109,11 +120,11 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, std::vector<NamedParameter<T>>& out) const {
+  void collect(const std::string& prefix, std::vector<NamedParameter<param_type>>& out) const {
     for (auto& np : params_) out.push_back({prefix + np.name, np.param});
     for (auto& [n, m] : children_) m->collect(prefix + n + ".", out);
   }
-  std::vector<NamedParameter<T>> params_;
+  std::vector<NamedParameter<param_type>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module<T>>>> children_;
   bool training_ = true;
 };
@@ -133,6 +144,12 @@ template <class T>
 void save_parameters(const std::vector<NamedParameter<T>>& params, const std::string& path);
 template <class T>
 void load_parameters(const std::vector<NamedParameter<T>>& params, const std::string& path);
+
+template <class T>
+template <int R>
+autograd::Var<T, R> Module<T>::compute_copy(const autograd::Var<param_type, R>& p) {
+  return nn::functional::cast<T>(p);
+}
 
 template <class T>
 void Module<T>::save(const std::string& path) const {

@@ -40,16 +40,17 @@ class AffineNorm : public UnaryModule<T, R> {
   /// Number of channels normalised.
   index_t channels() const { return c_; }
   /// The affine weight / bias (empty when affine = false).
-  const std::optional<autograd::Var<T, 1>>& weight() const { return w_; }
-  const std::optional<autograd::Var<T, 1>>& bias() const { return b_; }
+  using P = master_t<T>;  ///< the parameters' dtype (f32 masters for a bf16 / f16 module)
+  const std::optional<autograd::Var<P, 1>>& weight() const { return w_; }
+  const std::optional<autograd::Var<P, 1>>& bias() const { return b_; }
 
  protected:
   AffineNorm(const DeviceMesh& mesh, index_t c, bool affine, double eps, const char* op) : c_(c), eps_(eps) {
     detail::check_channels(c, op);
     SHARD_CHECK(eps >= 0, op, "eps must be >= 0 (got {})", eps);
     if (affine) {
-      w_ = this->template make_constant_parameter<1>("weight", mesh, Shape<1>{c}, T(1));
-      b_ = this->template make_constant_parameter<1>("bias", mesh, Shape<1>{c}, T(0));
+      w_ = this->template make_constant_parameter<1>("weight", mesh, Shape<1>{c}, P(1));
+      b_ = this->template make_constant_parameter<1>("bias", mesh, Shape<1>{c}, P(0));
     }
   }
   /// Throws unless x has c_ channels along `dim` (spec-only).
@@ -59,9 +60,18 @@ class AffineNorm : public UnaryModule<T, R> {
                 "input of global shape {} has {} channels along dim {}, the module expects {}", g,
                 g[static_cast<std::size_t>(dim)], dim, c_);
   }
+  /// The affine parameters in the compute dtype (casts on the tape for a bf16 / f16 module).
+  std::optional<autograd::Var<T, 1>> cw() const {
+    if (!w_) return std::nullopt;
+    return this->compute_copy(*w_);
+  }
+  std::optional<autograd::Var<T, 1>> cb() const {
+    if (!b_) return std::nullopt;
+    return this->compute_copy(*b_);
+  }
   index_t c_;
   double eps_;
-  std::optional<autograd::Var<T, 1>> w_, b_;
+  std::optional<autograd::Var<P, 1>> w_, b_;
 };
 
 /// Batch normalisation (statistics over N and every spatial dim, global). Training mode: batch
@@ -70,30 +80,32 @@ class AffineNorm : public UnaryModule<T, R> {
 template <class T, int R>
 class BatchNorm : public AffineNorm<T, R> {
  public:
+  using P = typename AffineNorm<T, R>::P;  ///< the parameters' and running statistics' dtype
   BatchNorm(const DeviceMesh& mesh, index_t channels, double eps = 1e-5, double momentum = 0.1, bool affine = true,
             bool track_running_stats = true)
       : AffineNorm<T, R>(mesh, channels, affine, eps, "BatchNorm"), momentum_(momentum) {
     SHARD_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm", "momentum {} outside [0, 1]", momentum);
     if (track_running_stats) {
-      mean_ = detail::channel_constant<T>(mesh, channels, T(0));
-      var_ = detail::channel_constant<T>(mesh, channels, T(1));
-      this->template register_parameter<1>("running_mean", autograd::Var<T, 1>(*mean_, false));
-      this->template register_parameter<1>("running_var", autograd::Var<T, 1>(*var_, false));
+      // Running statistics in the parameters' dtype (f32 for a bf16 / f16 model).
+      mean_ = detail::channel_constant<P>(mesh, channels, P(0));
+      var_ = detail::channel_constant<P>(mesh, channels, P(1));
+      this->template register_parameter<1>("running_mean", autograd::Var<P, 1>(*mean_, false));
+      this->template register_parameter<1>("running_var", autograd::Var<P, 1>(*var_, false));
     }
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     this->check_input(x, 1, "BatchNorm");
     const bool use_batch = this->is_training() || !mean_;
-    return F::batch_norm(x, mean_ ? &*mean_ : nullptr, mean_ ? &*var_ : nullptr, this->w_, this->b_, use_batch,
+    return F::batch_norm(x, mean_ ? &*mean_ : nullptr, mean_ ? &*var_ : nullptr, this->cw(), this->cb(), use_batch,
                          momentum_, this->eps_);
   }
   /// Running statistics (shared storage with the registered buffers; absent without tracking).
-  const std::optional<DistTensor<T, 1>>& running_mean() const { return mean_; }
-  const std::optional<DistTensor<T, 1>>& running_var() const { return var_; }
+  const std::optional<DistTensor<P, 1>>& running_mean() const { return mean_; }
+  const std::optional<DistTensor<P, 1>>& running_var() const { return var_; }
 
  private:
   double momentum_;
-  std::optional<DistTensor<T, 1>> mean_, var_;
+  std::optional<DistTensor<P, 1>> mean_, var_;
 };
 
 /// Group normalisation: `groups` groups of channels, statistics per (sample, group) (global).
@@ -107,7 +119,7 @@ class GroupNorm : public AffineNorm<T, R> {
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     this->check_input(x, 1, "GroupNorm");
-    return F::group_norm(x, groups_, this->w_, this->b_, this->eps_);
+    return F::group_norm(x, groups_, this->cw(), this->cb(), this->eps_);
   }
   index_t groups() const { return groups_; }
 
@@ -124,7 +136,7 @@ class InstanceNorm : public AffineNorm<T, R> {
       : AffineNorm<T, R>(mesh, channels, affine, eps, "InstanceNorm") {}
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     this->check_input(x, 1, "InstanceNorm");
-    return F::instance_norm(x, this->w_, this->b_, this->eps_);
+    return F::instance_norm(x, this->cw(), this->cb(), this->eps_);
   }
 };
 
@@ -139,7 +151,7 @@ class LayerNorm : public AffineNorm<T, R> {
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     this->check_input(x, dim_, "LayerNorm");
-    return F::layer_norm(x, this->w_, this->b_, this->eps_, dim_);
+    return F::layer_norm(x, this->cw(), this->cb(), this->eps_, dim_);
   }
 
  private:

@@ -142,7 +142,7 @@ class ViT : public UnaryModule<T, S + 2> {
 
   const ViTOptions& options() const { return opt_; }
   /// The positional embedding parameter [1, s..., D] (sharded).
-  const autograd::Var<T, R>& pos_embedding() const { return pos_; }
+  const autograd::Var<master_t<T>, R>& pos_embedding() const { return pos_; }
 
  private:
   /// Spec-only checks of an input (every rank throws alike).
@@ -163,13 +163,13 @@ class ViT : public UnaryModule<T, S + 2> {
     for (int d = 1; d < R - 1; ++d)
       if (ts.layout(d).parts() > 1) sizes[static_cast<std::size_t>(d)] = ts.layout(d).sizes();
     DistSpec want(ps.mesh(), ps.placements(), ps.global_shape(), sizes);
-    return F::redistribute_like(pos_, want);
+    return F::redistribute_like(this->compute_copy(pos_), want);
   }
 
   ViTOptions opt_;
   std::vector<Placement> field_placements_;
   std::shared_ptr<Conv<T, S>> embed_;
-  autograd::Var<T, R> pos_;
+  autograd::Var<master_t<T>, R> pos_;
   std::vector<std::shared_ptr<TransformerBlock<T, S>>> blocks_;
   std::shared_ptr<LayerNorm<T, R>> norm_;
   std::shared_ptr<ConvTranspose<T, S>> head_;

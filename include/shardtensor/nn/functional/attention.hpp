@@ -200,7 +200,7 @@ template <class T, int R>
 Var<T, R> ring_attention(const Var<T, R>& q, const Var<T, R>& k, const Var<T, R>& v,
                          const RingAttentionOptions& opts = {}) {
   static_assert(R >= 4, "ring_attention: q, k, v are [B, S..., H, Dh] (rank >= 4)");
-  static_assert(is_compute_type<T>, "ring_attention supports float and double");
+  static_assert(is_float_type<T>, "ring_attention supports float, double, bf16 and f16");
   const char* op = "ring_attention";
   detail::check_attention_devices(q, k, v, op);
   const auto p = detail::plan_attention(q.value().spec(), k.value().spec(), v.value().spec(), opts.scale, opts.causal,
@@ -214,7 +214,7 @@ template <class T, int R>
 Var<T, R> ulysses_attention(const Var<T, R>& q, const Var<T, R>& k, const Var<T, R>& v,
                             const UlyssesOptions& opts = {}) {
   static_assert(R >= 4, "ulysses_attention: q, k, v are [B, S..., H, Dh] (rank >= 4)");
-  static_assert(is_compute_type<T>, "ulysses_attention supports float and double");
+  static_assert(is_float_type<T>, "ulysses_attention supports float, double, bf16 and f16");
   const char* op = "ulysses_attention";
   detail::check_attention_devices(q, k, v, op);
   const DistSpec& qs = q.value().spec();

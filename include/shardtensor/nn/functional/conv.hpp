@@ -208,7 +208,7 @@ template <class T, int R>
 Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
                const std::type_identity_t<std::optional<Var<T, 1>>>& bias, const ConvOptions<R - 2>& opt = {}) {
   constexpr int S = R - 2;
-  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "conv: 1-3 spatial dims, float or double");
+  static_assert(S >= 1 && S <= 3 && is_float_type<T>, "conv: 1-3 spatial dims, float, double, bf16 or f16");
   const char* op = S == 1 ? "conv1d" : S == 2 ? "conv2d" : "conv3d";
   if (shard::detail::checking_collectives(input.value().device())) [[unlikely]]
     detail::check_conv_call(op, input, weight, bias, opt);
@@ -285,7 +285,7 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
                          const std::type_identity_t<std::optional<Var<T, 1>>>& bias,
                          const ConvTransposeOptions<R - 2>& opt = {}) {
   constexpr int S = R - 2;
-  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "conv_transpose: 1-3 spatial dims, float or double");
+  static_assert(S >= 1 && S <= 3 && is_float_type<T>, "conv_transpose: 1-3 spatial dims, float, double, bf16 or f16");
   const char* op = S == 1 ? "conv_transpose1d" : S == 2 ? "conv_transpose2d" : "conv_transpose3d";
   if (shard::detail::checking_collectives(input.value().device())) [[unlikely]]
     detail::check_conv_call(op, input, weight, bias, opt);

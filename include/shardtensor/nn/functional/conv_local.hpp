@@ -152,7 +152,7 @@ namespace detail {
 /// Common shape checks of x[N, Cin, *] against w[Cout, Cin/groups, k*] (conv_forward layout).
 template <class T, int R>
 void check_conv_operands(const char* op, const Tensor<T, R>& x, const Tensor<T, R>& w, index_t groups) {
-  static_assert(is_compute_type<T>, "conv supports float and double");
+  static_assert(is_float_type<T>, "conv supports float, double, bf16 and f16");
   static_assert(R >= 3 && R <= 5, "conv needs rank 3, 4 or 5 (N, C, 1-3 spatial dims)");
   SHARD_CHECK(x.device() == w.device(), op, "operands on different devices: input {} on {}, weight {} on {}",
               x.shape(), x.device(), w.shape(), w.device());
@@ -199,7 +199,7 @@ template <class T, int R>
 Tensor<T, R> conv_backward_input(const Tensor<T, R>& gy, const Tensor<T, R>& w, const Shape<R - 2>& in,
                                  const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
-  static_assert(is_compute_type<T>, "conv supports float and double");
+  static_assert(is_float_type<T>, "conv supports float, double, bf16 and f16");
   const auto k = detail::spatial_of<S>(w.shape());
   const auto out = conv_output_shape<S>(in, k, p, "conv_backward_input");
   SHARD_CHECK(w.size(0) % p.groups == 0 && gy.size(1) == w.size(0) && detail::spatial_of<S>(gy.shape()) == out,
@@ -222,7 +222,7 @@ template <class T, int R>
 Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy, const Shape<R - 2>& kernel,
                                   const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
-  static_assert(is_compute_type<T>, "conv supports float and double");
+  static_assert(is_float_type<T>, "conv supports float, double, bf16 and f16");
   const auto in = detail::spatial_of<S>(x.shape());
   const auto out = conv_output_shape<S>(in, kernel, p, "conv_backward_weight");
   SHARD_CHECK(x.size(1) % p.groups == 0 && gy.size(1) % p.groups == 0 && gy.size(0) == x.size(0) &&
@@ -245,7 +245,7 @@ Tensor<T, R> conv_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy,
 /// gb[C] = sum of gy[N, C, ...] over batch and positions (the bias gradient).
 template <class T, int R>
 Tensor<T, 1> conv_backward_bias(const Tensor<T, R>& gy) {
-  static_assert(is_compute_type<T> && R >= 2, "conv_backward_bias: float/double, rank >= 2");
+  static_assert(is_float_type<T> && R >= 2, "conv_backward_bias: float/double/bf16/f16, rank >= 2");
   auto gb = Tensor<T, 1>::empty({gy.size(1)}, gy.device());
   exec::conv_backward_bias(as_block(gy.contiguous()), as_block(gb), current_context(gy.device()));
   return gb;
@@ -259,7 +259,7 @@ Tensor<T, R> conv_transpose_forward(const Tensor<T, R>& x, const Tensor<T, R>& w
                                     const std::type_identity_t<std::optional<Tensor<T, 1>>>& bias,
                                     const nn::functional::ConvOptions<R - 2>& p, const Shape<R - 2>& output_padding = {}) {
   constexpr int S = R - 2;
-  static_assert(is_compute_type<T>, "conv supports float and double");
+  static_assert(is_float_type<T>, "conv supports float, double, bf16 and f16");
   SHARD_CHECK(x.size(1) == w.size(0) && w.size(0) % p.groups == 0, "conv_transpose_forward",
               "input channels {} (input {}) != weight dim 0 (weight {}) or not divisible by groups {}", x.size(1),
               x.shape(), w.shape(), p.groups);
@@ -309,7 +309,7 @@ template <class T, int R>
 Tensor<T, R> conv_transpose_backward_weight(const Tensor<T, R>& x, const Tensor<T, R>& gy, const Shape<R - 2>& kernel,
                                             const nn::functional::ConvOptions<R - 2>& p) {
   constexpr int S = R - 2;
-  static_assert(is_compute_type<T>, "conv supports float and double");
+  static_assert(is_float_type<T>, "conv supports float, double, bf16 and f16");
   const auto in = detail::spatial_of<S>(x.shape()), ys = detail::spatial_of<S>(gy.shape());
   const auto full = conv_output_shape<S>(ys, kernel, p, "conv_transpose_backward_weight");
   for (int d = 0; d < S; ++d)

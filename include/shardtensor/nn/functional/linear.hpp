@@ -69,7 +69,7 @@ void mix_backward(const Block& x, const Block& w, const Block& gy, int cdim, con
 template <class T, int R>
 Var<T, R> mix_channels(const Var<T, R>& x, const Var<T, 2>& w, const std::optional<Var<T, 1>>& b, int cdim,
                        const char* op) {
-  static_assert(is_compute_type<T>, "linear supports float and double");
+  static_assert(is_float_type<T>, "linear supports float, double, bf16 and f16");
   const index_t cout = check_linear_args(x, w, b, cdim, op);
   const DistSpec& xs = x.value().spec();
   const index_t cin = xs.global_shape()[static_cast<std::size_t>(cdim)];

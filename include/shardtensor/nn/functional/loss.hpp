@@ -56,7 +56,7 @@ void rel_l2_backward(double gv, const std::vector<double>& sums, index_t samples
 /// Mean (default) or sum of (pred - target)^2 over the global tensor: a Replicate scalar {1}.
 template <class T, int R>
 Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction reduction = Reduction::mean) {
-  static_assert(is_compute_type<T>, "losses support float and double");
+  static_assert(is_float_type<T>, "losses support float, double, bf16 and f16");
   const char* op = "mse_loss";
   detail::check_loss_args(pred, target, op);
   const DistSpec& xs = pred.value().spec();
@@ -92,7 +92,7 @@ Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction red
 /// Returns a Replicate scalar {1}.
 template <class T, int R>
 Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode mode = RelL2Mode::per_sample) {
-  static_assert(is_compute_type<T>, "losses support float and double");
+  static_assert(is_float_type<T>, "losses support float, double, bf16 and f16");
   const char* op = "rel_l2_loss";
   detail::check_loss_args(pred, target, op);
   const DistSpec& xs = pred.value().spec();

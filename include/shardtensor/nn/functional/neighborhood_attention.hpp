@@ -107,8 +107,8 @@ template <class T, int R>
 Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, const Var<T, R>& v_in,
                                  const NeighborhoodOptions& opt) {
   constexpr int S = R - 3;
-  static_assert(S >= 1 && S <= 3 && is_compute_type<T>,
-                "neighborhood_attention: [B, S..., H, Dh] with 1-3 spatial dims, float or double");
+  static_assert(S >= 1 && S <= 3 && is_float_type<T>,
+                "neighborhood_attention: [B, S..., H, Dh] with 1-3 spatial dims, float, double, bf16 or f16");
   const char* op = "neighborhood_attention";
   detail::check_nbhd_options(op, S, opt);
   SHARD_CHECK(q_in.value().device() == k_in.value().device() && q_in.value().device() == v_in.value().device(), op,

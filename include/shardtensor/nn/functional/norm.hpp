@@ -74,11 +74,11 @@ void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const B
                    const CommPtr& comm, const Block* dx, const Block* dw, const Block* db, ExecContext& ctx);
 
 /// The shared front of all norms. `training` only matters for batch (eval uses `rs`).
-template <class T, int R>
+template <class T, int R, class S = T>
 Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim, const std::optional<Var<T, 1>>& w,
-                    const std::optional<Var<T, 1>>& b, double eps, const char* op, const RunningStats<T>& rs = {},
+                    const std::optional<Var<T, 1>>& b, double eps, const char* op, const RunningStats<S>& rs = {},
                     bool training = true) {
-  static_assert(is_compute_type<T>, "norms support float and double");
+  static_assert(is_float_type<T>, "norms support float, double, bf16 and f16");
   const Device dev = x.value().device();
   const DistSpec& xs = x.value().spec();
   check_no_partial(xs, op, "input");
@@ -92,7 +92,7 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   if (kind == NormKind::group)
     SHARD_CHECK(groups >= 1 && C % groups == 0, op, "{} channels cannot be split into {} groups", C, groups);
   const bool batch_eval = kind == NormKind::batch && !training;
-  for (DistTensor<T, 1>* r : {rs.mean, rs.var}) {
+  for (DistTensor<S, 1>* r : {rs.mean, rs.var}) {
     if (!r) continue;
     SHARD_CHECK(r->device() == dev, op, "operands on different devices: running statistic on {} but the input on {}",
                 r->device(), dev);
@@ -126,8 +126,9 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   const auto wl = w ? w->local().contiguous() : Tensor<T, 1>();
   const auto bl = b ? b->local().contiguous() : Tensor<T, 1>();
   // Running statistics: read as contiguous copies in eval, updated in place in training.
-  const Tensor<T, 1> rm = rs.mean ? (batch_eval ? rs.mean->local().contiguous() : rs.mean->local()) : Tensor<T, 1>();
-  const Tensor<T, 1> rv = rs.var ? (batch_eval ? rs.var->local().contiguous() : rs.var->local()) : Tensor<T, 1>();
+  // (S: the statistics' dtype; f32 buffers of a bf16 / f16 model, read and written through f64.)
+  const Tensor<S, 1> rm = rs.mean ? (batch_eval ? rs.mean->local().contiguous() : rs.mean->local()) : Tensor<S, 1>();
+  const Tensor<S, 1> rv = rs.var ? (batch_eval ? rs.var->local().contiguous() : rs.var->local()) : Tensor<S, 1>();
   auto y = Tensor<T, R>::empty(xl.shape(), dev);
   const Block bw = as_block(wl), bb = as_block(bl), brm = as_block(rm), brv = as_block(rv);
   norm_forward(geo, as_block(xl), w ? &bw : nullptr, b ? &bb : nullptr, rs.mean ? &brm : nullptr,
@@ -168,14 +169,14 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
 /// statistics over N and all spatial dims and, if given, update running_mean / running_var in place
 /// (momentum as PyTorch: r = (1 - m) r + m stat; unbiased variance). eval (training = false):
 /// normalise with running_mean / running_var (both required). weight, bias: optional [C] Replicate.
-template <class T, int R>
-Var<T, R> batch_norm(const Var<T, R>& x, std::type_identity_t<DistTensor<T, 1>>* running_mean,
-                     std::type_identity_t<DistTensor<T, 1>>* running_var,
+template <class T, int R, class S = master_t<T>>
+Var<T, R> batch_norm(const Var<T, R>& x, std::type_identity_t<DistTensor<S, 1>>* running_mean,
+                     std::type_identity_t<DistTensor<S, 1>>* running_var,
                      const std::type_identity_t<std::optional<Var<T, 1>>>& weight, const std::type_identity_t<std::optional<Var<T, 1>>>& bias, bool training,
                      double momentum = 0.1, double eps = 1e-5) {
   static_assert(R >= 2, "batch_norm needs N, C, ... inputs");
   return detail::normalize(x, detail::NormKind::batch, 1, 1, weight, bias, eps, "batch_norm",
-                           detail::RunningStats<T>{running_mean, running_var, momentum}, training);
+                           detail::RunningStats<S>{running_mean, running_var, momentum}, training);
 }
 
 /// Group normalisation: C channels in `groups` groups; statistics per (sample, group) over the

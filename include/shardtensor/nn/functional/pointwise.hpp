@@ -97,7 +97,7 @@ using exec::UnaryOp;
 template <class T, int Ra, int Rb>
 Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, BinaryOp op) {
   constexpr int R = std::max(Ra, Rb);
-  static_assert(is_compute_type<T>, "pointwise ops support float and double");
+  static_assert(is_float_type<T>, "pointwise ops support float, double, bf16 and f16");
   const char* name = exec::op_name(op);
   check_same_device(a.value(), b.value(), name);
   const DistSpec& sa = a.value().spec();
@@ -170,7 +170,7 @@ Var<T, std::max(Ra, Rb)> binary(const Var<T, Ra>& a, const Var<T, Rb>& b, Binary
 /// Partial(sum) inputs (only for maps that are linear, f(x) = c x).
 template <class T, int R>
 Var<T, R> unary_op(const Var<T, R>& x, const char* name, UnaryOp op, double alpha = 0, bool linear_ok = false) {
-  static_assert(is_compute_type<T>, "pointwise ops support float and double");
+  static_assert(is_float_type<T>, "pointwise ops support float, double, bf16 and f16");
   const DistSpec& s = x.value().spec();
   if (linear_ok) {
     for (const auto& p : s.placements())

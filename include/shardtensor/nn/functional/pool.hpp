@@ -89,7 +89,7 @@ Block pool_backward(PoolKind kind, const PoolRun& r, const DistSpec& xs, DType d
 template <class T, int R>
 Var<T, R> pool(const Var<T, R>& input, const PoolParams<R - 2>& p, PoolKind kind) {
   constexpr int S = R - 2;
-  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "pooling: 1-3 spatial dims, float or double");
+  static_assert(S >= 1 && S <= 3 && is_float_type<T>, "pooling: 1-3 spatial dims, float, double, bf16 or f16");
   const bool mx = kind == PoolKind::max;
   const char* op = S == 1 ? (mx ? "max_pool1d" : "avg_pool1d")
                    : S == 2 ? (mx ? "max_pool2d" : "avg_pool2d")

@@ -89,7 +89,7 @@ Shape<S> pool_output_shape(const Shape<S>& in, const PoolParams<S>& p, const cha
 namespace detail {
 template <class T, int R>
 Shape<R> pooled_shape(const char* op, const Tensor<T, R>& x, const PoolParams<R - 2>& p) {
-  static_assert(is_compute_type<T>, "pooling supports float and double");
+  static_assert(is_float_type<T>, "pooling supports float, double, bf16 and f16");
   static_assert(R >= 3 && R <= 5, "pooling needs rank 3, 4 or 5 (N, C, 1-3 spatial dims)");
   Shape<R - 2> in{};
   for (int d = 0; d < R - 2; ++d) in[d] = x.size(2 + d);

@@ -51,7 +51,7 @@ void reduce_backward(ReduceKind kind, index_t count, const CommPtr& comm, const 
 /// The keepdim reduction behind sum/mean/max.
 template <class T, int R>
 Var<T, R> reduce(const Var<T, R>& x, std::vector<int> dims_in, ReduceKind kind) {
-  static_assert(is_compute_type<T>, "reductions support float and double");
+  static_assert(is_float_type<T>, "reductions support float, double, bf16 and f16");
   const char* name = kind == ReduceKind::sum ? "sum" : kind == ReduceKind::mean ? "mean" : "max";
   const auto dims = normalise_dims<R>(std::move(dims_in), name);
   const DistSpec& xs = x.value().spec();

@@ -75,7 +75,7 @@ ResizeGeometry resize_geometry(index_t planes, const ResizeBlock<S>& b, const Sh
 /// x[N, C, in_len...] holding global input cells [in_lo, in_lo + in_len).
 template <class T, int R>
 Tensor<T, R> resize_forward(const Tensor<T, R>& x, ResizeMode mode, const ResizeBlock<R - 2>& b) {
-  static_assert(is_compute_type<T> && R >= 3 && R <= 5, "resize: float/double, rank 3-5");
+  static_assert(is_float_type<T> && R >= 3 && R <= 5, "resize: float/double/bf16/f16, rank 3-5");
   Shape<R - 2> in_len{};
   Shape<R> ys = x.shape();
   for (int d = 0; d < R - 2; ++d) {
@@ -95,7 +95,7 @@ Tensor<T, R> resize_forward(const Tensor<T, R>& x, ResizeMode mode, const Resize
 template <class T, int R>
 Tensor<T, R> resize_backward(const Tensor<T, R>& gy, ResizeMode mode, const ResizeBlock<R - 2>& b,
                              const Shape<R - 2>& in_len) {
-  static_assert(is_compute_type<T> && R >= 3 && R <= 5, "resize: float/double, rank 3-5");
+  static_assert(is_float_type<T> && R >= 3 && R <= 5, "resize: float/double/bf16/f16, rank 3-5");
   Shape<R> xs = gy.shape();
   for (int d = 0; d < R - 2; ++d) {
     SHARD_CHECK(gy.size(2 + d) == b.out_len[d], "resize_backward", "output gradient {} != output block {}",

@@ -96,7 +96,7 @@ Block upsample_backward(const exec::ResizeGeometry& g, const DistSpec& xs, const
 template <class T, int R>
 Var<T, R> upsample(const Var<T, R>& input, ResizeMode mode, const Shape<R - 2>& scale) {
   constexpr int S = R - 2;
-  static_assert(S >= 1 && S <= 3 && is_compute_type<T>, "upsample: 1-3 spatial dims, float or double");
+  static_assert(S >= 1 && S <= 3 && is_float_type<T>, "upsample: 1-3 spatial dims, float, double, bf16 or f16");
   const char* op = "upsample";
   const auto x = resolve(input);
   const Device dev = x.value().device();

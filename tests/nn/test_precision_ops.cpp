@@ -1,0 +1,256 @@
+// Mixed precision, op family by op family, at one rank (the sharded cases: mpi_precision.cpp).
+// bf16 / f16 are storage dtypes computed in f32 (exec/precision.hpp), so two oracles apply:
+//  - emulation (bitwise): an op on bf16 operands equals the f32 op on the same values widened,
+//    rounded once; its input and parameter gradients likewise equal the f32 gradients rounded;
+//  - accuracy: against the f32 op on the UNROUNDED inputs, within c * u * (|y| + m), u the
+//    dtype's unit roundoff (2^-8 bf16, 2^-11 f16) and m the op applied to |inputs| where the op is
+//    a sum of products with positive weights (conv, linear, pooling, interpolation, mul, sum):
+//    each product carries the two input roundings and the output one rounding (c = 3); norms and
+//    activations use m = |x|.
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <tuple>
+
+#include "shardtensor/shardtensor.hpp"
+#include "shardtensor/exec/conv.hpp"
+#include "shardtensor/exec/pointwise.hpp"
+#include "shardtensor/nn/functional.hpp"
+#include "shardtensor/nn/layers.hpp"
+
+using namespace shard;
+namespace F = shard::nn::functional;
+using autograd::Var;
+
+namespace {
+
+const DeviceMesh& mesh1() {
+  static DeviceMesh m(std::make_shared<SelfComm>(), {1});
+  return m;
+}
+template <int R>
+DistTensor<float, R> rnd(const Shape<R>& s, std::uint64_t seed, double lo = -1, double hi = 1) {
+  return DistTensor<float, R>::random(s, mesh1(), {Replicate()}, seed, RandomInit::uniform(lo, hi));
+}
+template <class L> constexpr double unit_roundoff() { return std::is_same_v<L, bf16> ? 1.0 / 256 : 1.0 / 2048; }
+
+template <class L, int R>
+Var<float, R> widened_leaf(const Var<L, R>& v) {
+  return Var<float, R>(shard::cast<float>(v.value()), true);
+}
+template <class T, int R>
+DistTensor<float, R> abs_of(const DistTensor<T, R>& x) {
+  auto y = shard::cast<float>(x);
+  auto l = y.local();
+  for (index_t i = 0; i < l.numel(); ++i) l.data()[i] = std::fabs(l.data()[i]);
+  return y;
+}
+/// got == rounded(want), bit for bit.
+template <class L, int R>
+void require_rounded_equal(const DistTensor<L, R>& got, const DistTensor<float, R>& want, const char* what) {
+  const auto w = shard::cast<L>(want);
+  const auto g = got.local().contiguous(), wl = w.local().contiguous();
+  REQUIRE(g.numel() == wl.numel());
+  index_t bad = 0, first = -1;
+  for (index_t i = 0; i < g.numel(); ++i)
+    if (g.data()[i].bits != wl.data()[i].bits) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+  INFO(what << ": " << bad << " of " << g.numel() << " elements differ from the rounded f32 result (first at "
+            << first << ")");
+  CHECK(bad == 0);
+}
+
+enum class Mag { abs_op, abs_x };
+template <class V> struct var_rank;
+template <class T, int R> struct var_rank<Var<T, R>> { static constexpr int value = R; };
+
+/// Runs `op` (a generic lambda over Vars of one dtype) on L operands made from `inputs`, on their
+/// widened f32 copies and on the unrounded f32 inputs; checks the emulation oracle for the output
+/// and every input gradient, and the accuracy bound for the output.
+/// |got - want| <= c u (|want| + m) elementwise (the accuracy oracle), for L results.
+template <class L, int R>
+double worst_ratio(const DistTensor<L, R>& got, const DistTensor<float, R>& want, const DistTensor<float, R>& m,
+                   double c) {
+  const auto gl = shard::cast<float>(got).local(), wl = want.local(), ml = m.local();
+  double worst = 0;
+  for (index_t i = 0; i < gl.numel(); ++i) {
+    const double err = std::fabs(double(gl.data()[i]) - wl.data()[i]);
+    const double tol = c * unit_roundoff<L>() * (std::fabs(wl.data()[i]) + ml.data()[i]) + 1e-30;
+    worst = std::max(worst, err / tol);
+  }
+  return worst;
+}
+
+/// exact_grads = false for ops whose backward is two rounded steps (a broadcast operand's
+/// gradient: the product, then its sum over the broadcast dims): their input gradients are
+/// checked against the accuracy bound, with m = the gradient of the op on |inputs| seeded by |g|.
+template <class L, class Op, int... Rs>
+void check_op(const char* name, Op op, double c, Mag mag, bool exact_grads, const DistTensor<float, Rs>&... inputs) {
+  INFO("op " << name << ", dtype " << dtype_name(dtype_of<L>));
+  const double u = unit_roundoff<L>();
+  auto lp = std::make_tuple(Var<L, Rs>(shard::cast<L>(inputs), true)...);
+  auto up = std::apply([](const auto&... v) { return std::make_tuple(widened_leaf(v)...); }, lp);
+  auto y = std::apply(op, lp);
+  auto y32 = std::apply(op, up);
+  constexpr int RO = var_rank<std::remove_cvref_t<decltype(y32)>>::value;
+  require_rounded_equal(y.value(), y32.value(), "forward");
+  // Gradients: seed g (representable in L) through sum(y * g) in both precisions.
+  const auto g = shard::cast<L>(rnd<RO>(y32.value().global_shape(), 991));
+  F::sum(F::mul(y, Var<L, RO>(g, false))).backward();
+  F::sum(F::mul(y32, Var<float, RO>(shard::cast<float>(g), false))).backward();
+  if (exact_grads) {
+    std::apply(
+        [&](const auto&... a) {
+          std::apply([&](const auto&... b) { (require_rounded_equal(a.grad(), b.grad(), "gradient"), ...); }, up);
+        },
+        lp);
+  } else {
+    auto absv = std::make_tuple(Var<float, Rs>(abs_of(inputs), true)...);
+    F::sum(F::mul(std::apply(op, absv), Var<float, RO>(abs_of(g), false))).backward();
+    std::apply(
+        [&](const auto&... a) {
+          std::apply(
+              [&](const auto&... b) {
+                std::apply(
+                    [&](const auto&... m) {
+                      double w = 0;
+                      ((w = std::max(w, worst_ratio(a.grad(), b.grad(), m.grad(), 2 * c))), ...);
+                      INFO("worst gradient error / bound = " << w);
+                      CHECK(w <= 1.0);
+                    },
+                    absv);
+              },
+              up);
+        },
+        lp);
+  }
+  // Accuracy against the unrounded inputs.
+  auto ref = std::apply(op, std::make_tuple(Var<float, Rs>(inputs, false)...));
+  const DistTensor<float, RO> m =
+      mag == Mag::abs_op ? std::apply(op, std::make_tuple(Var<float, Rs>(abs_of(inputs), false)...)).value()
+                         : abs_of(std::get<0>(std::make_tuple(inputs...)));
+  const auto yl = shard::cast<float>(y.value()).local(), rl = ref.value().local(), ml = m.local();
+  double worst = 0;
+  for (index_t i = 0; i < yl.numel(); ++i) {
+    const double err = std::fabs(double(yl.data()[i]) - rl.data()[i]);
+    const double tol = c * u * (std::fabs(rl.data()[i]) + ml.data()[i]) + 1e-30;
+    worst = std::max(worst, err / tol);
+  }
+  INFO("worst error / bound = " << worst);
+  CHECK(worst <= 1.0);
+  CHECK(worst > 0.0);  // the bound is exercised: bf16 / f16 really rounded something
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("precision: every op family in bf16 / f16 against f32", "[precision][nn]", bf16, f16) {
+  using L = TestType;
+  const auto x4 = rnd<4>({2, 4, 9, 8}, 1), w4 = rnd<4>({6, 4, 3, 3}, 2, -0.3, 0.3);
+  const auto b1 = rnd<1>({6}, 3, -0.2, 0.2);
+  SECTION("conv2d (halo padding 1, bias)") {
+    check_op<L>("conv2d", [](const auto& x, const auto& w, const auto& b) {
+      return F::conv(x, w, std::optional(b), F::ConvOptions<2>::symmetric(1));
+    }, 3, Mag::abs_op, true, x4, w4, b1);
+  }
+  SECTION("conv3d, stride 2") {
+    const auto x5 = rnd<5>({1, 3, 7, 6, 5}, 4), w5 = rnd<5>({4, 3, 3, 3, 3}, 5, -0.3, 0.3);
+    check_op<L>("conv3d", [](const auto& x, const auto& w) {
+      return F::conv(x, w, std::nullopt, F::ConvOptions<3>::symmetric(1, 2));
+    }, 3, Mag::abs_op, true, x5, w5);
+  }
+  SECTION("conv_transpose2d, stride 2") {
+    const auto wt = rnd<4>({4, 6, 2, 2}, 6, -0.3, 0.3);
+    check_op<L>("conv_transpose2d", [](const auto& x, const auto& w) {
+      F::ConvTransposeOptions<2> o;
+      o.stride = {2, 2};
+      return F::conv_transpose(x, w, std::nullopt, o);
+    }, 3, Mag::abs_op, true, x4, wt);
+  }
+  SECTION("channel linear (GEMM)") {
+    const auto wl = rnd<2>({5, 4}, 7, -0.5, 0.5);
+    const auto bl = rnd<1>({5}, 8, -0.2, 0.2);
+    check_op<L>("channel_linear", [](const auto& x, const auto& w, const auto& b) {
+      return F::channel_linear(x, w, std::optional(b));
+    }, 3, Mag::abs_op, true, x4, wl, bl);
+  }
+  SECTION("group_norm with affine parameters") {
+    const auto wn = rnd<1>({4}, 9, 0.5, 1.5), bn = rnd<1>({4}, 10, -0.5, 0.5);
+    check_op<L>("group_norm", [](const auto& x, const auto& w, const auto& b) {
+      return F::group_norm(x, 2, std::optional(w), std::optional(b));
+    }, 32, Mag::abs_x, true, x4, wn, bn);  // c 32: normalising amplifies input rounding by |x| / sigma
+  }
+  SECTION("layer_norm over channels") {
+    check_op<L>("layer_norm", [](const auto& x) { return F::layer_norm(x, std::nullopt, std::nullopt); }, 32,
+                Mag::abs_x, true, x4);
+  }
+  SECTION("silu and gelu") {
+    check_op<L>("silu", [](const auto& x) { return F::silu(x); }, 4, Mag::abs_x, true, x4);
+    check_op<L>("gelu", [](const auto& x) { return F::gelu(x); }, 4, Mag::abs_x, true, x4);
+  }
+  SECTION("broadcast mul and add") {
+    const auto s = rnd<4>({1, 4, 1, 8}, 11);
+    check_op<L>("mul", [](const auto& a, const auto& b) { return F::mul(a, b); }, 3, Mag::abs_op, false, x4, s);
+    check_op<L>("add", [](const auto& a, const auto& b) { return F::add(a, b); }, 3, Mag::abs_op, false, x4, s);
+  }
+  SECTION("pooling and upsampling") {
+    PoolParams<2> p;
+    p.kernel = {2, 2};
+    check_op<L>("avg_pool2d", [p](const auto& x) { return F::avg_pool(x, p); }, 3, Mag::abs_op, true, x4);
+    check_op<L>("max_pool2d", [p](const auto& x) { return F::max_pool(x, p); }, 3, Mag::abs_op, true, x4);
+    check_op<L>("upsample_linear", [](const auto& x) { return F::upsample_linear(x, Shape<2>{2, 2}); }, 3,
+                Mag::abs_op, true, x4);
+  }
+  SECTION("sum over dims") {
+    check_op<L>("sum", [](const auto& x) { return F::sum(x, std::vector<int>{2, 3}); }, 3, Mag::abs_op, true, x4);
+  }
+}
+
+TEMPLATE_TEST_CASE("precision: a bf16 / f16 module keeps f32 masters; casts on the tape bring f32 gradients",
+                   "[precision][nn]", bf16, f16) {
+  using L = TestType;
+  nn::Conv2d<L> conv(mesh1(), 4, 6, Shape<2>{3, 3}, F::ConvOptions<2>::symmetric(1), true, 42);
+  nn::Conv2d<float> ref(mesh1(), 4, 6, Shape<2>{3, 3}, F::ConvOptions<2>::symmetric(1), true, 42);
+  static_assert(std::is_same_v<typename nn::Conv2d<L>::param_type, float>);
+  const auto ps = conv.named_parameters();
+  REQUIRE(ps.size() == 2);
+  // The same f32 initial values as the f32 module (masters are f32).
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto a = ps[i].param->full_value_host(), b = ref.named_parameters()[i].param->full_value_host();
+    REQUIRE(a.numel() == b.numel());
+    for (index_t k = 0; k < a.numel(); ++k) REQUIRE(a(k) == b(k));
+  }
+  const auto x = shard::cast<L>(rnd<4>({2, 4, 6, 6}, 5));
+  auto y = conv(Var<L, 4>(x, false));
+  F::sum(y).backward();
+  // Oracle: F::conv on the weights rounded to L by hand; the master's gradient is the rounded
+  // weight's gradient widened (the cast's backward).
+  auto wl = Var<L, 4>(shard::cast<L>(conv.weight().value()), true);
+  auto bl = Var<L, 1>(shard::cast<L>(conv.bias()->value()), true);
+  auto y2 = F::conv(Var<L, 4>(x, false), wl, std::optional(bl), F::ConvOptions<2>::symmetric(1));
+  F::sum(y2).backward();
+  const auto gw = conv.weight().grad().local(), gw2 = shard::cast<float>(wl.grad()).local();
+  REQUIRE(gw.numel() == gw2.numel());
+  for (index_t k = 0; k < gw.numel(); ++k) REQUIRE(gw.data()[k] == gw2.data()[k]);
+  const auto gb = conv.bias()->grad().local(), gb2 = shard::cast<float>(bl.grad()).local();
+  for (index_t k = 0; k < gb.numel(); ++k) REQUIRE(gb.data()[k] == gb2.data()[k]);
+}
+
+TEST_CASE("precision: mixed storage dtypes are refused at the kernel fronts", "[precision][nn]") {
+  auto& ctx = current_context(Device::cpu());
+  auto xb = Tensor<bf16, 4>::empty({1, 2, 4, 4}, Device::cpu());
+  auto wh = Tensor<f16, 4>::empty({2, 2, 3, 3}, Device::cpu());
+  auto yb = Tensor<bf16, 4>::empty({1, 2, 2, 2}, Device::cpu());
+  ConvGeometry g;
+  CHECK_THROWS_WITH(exec::conv_forward(g, as_block(xb), as_block(wh), nullptr, as_block(yb), ctx),
+                    Catch::Matchers::ContainsSubstring("conv_forward") &&
+                        Catch::Matchers::ContainsSubstring("share one storage dtype"));
+  auto af = Tensor<float, 1>::empty({4}, Device::cpu());
+  auto ab = Tensor<bf16, 1>::empty({4}, Device::cpu());
+  CHECK_THROWS_WITH(exec::binary(exec::BinaryOp::add, as_block(af), as_block(ab), as_block(ab), ctx),
+                    Catch::Matchers::ContainsSubstring("add") && Catch::Matchers::ContainsSubstring("bf16"));
+}
