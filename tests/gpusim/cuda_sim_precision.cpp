@@ -44,14 +44,17 @@ TEST_CASE("gpusim precision: exec::convert on CUDA equals the CPU bit for bit", 
   auto h32 = Tensor<float, 1>::empty({n});
   for (index_t i = 0; i < n; ++i) h32(i) = v[static_cast<std::size_t>(i)];
   const auto d32 = h32.to(gpu());
-  auto hb = Tensor<bf16, 1>::empty({n}), hh = Tensor<f16, 1>::empty({n});
-  auto db = Tensor<bf16, 1>::empty({n}, gpu()), dh = Tensor<f16, 1>::empty({n}, gpu());
+  auto hb = Tensor<bf16, 1>::empty({n});
+  auto hh = Tensor<f16, 1>::empty({n});
+  auto db = Tensor<bf16, 1>::empty({n}, gpu());
+  auto dh = Tensor<f16, 1>::empty({n}, gpu());
   exec::convert(as_block(h32), as_block(hb), hctx());
   exec::convert(as_block(h32), as_block(hh), hctx());
   exec::convert(as_block(d32), as_block(db), gctx());
   exec::convert(as_block(d32), as_block(dh), gctx());
   gctx().synchronize();
-  const auto cb = bits_of(hb), gb = bits_of(db), ch = bits_of(hh), gh = bits_of(dh);
+  const auto cb = bits_of(hb), gb = bits_of(db);
+  const auto ch = bits_of(hh), gh = bits_of(dh);
   int bad_b = 0, bad_h = 0;
   for (std::size_t i = 0; i < cb.size(); ++i) {
     if (std::isnan(v[i])) continue;  // NaN payloads may differ; NaN-ness is checked below
@@ -66,7 +69,8 @@ TEST_CASE("gpusim precision: exec::convert on CUDA equals the CPU bit for bit", 
   exec::convert(as_block(dh), as_block(w32), gctx());
   exec::convert(as_block(db), as_block(w64), gctx());
   gctx().synchronize();
-  const auto hw32 = w32.to(Device::cpu()), hw64 = w64.to(Device::cpu());
+  const auto hw32 = w32.to(Device::cpu());
+  const auto hw64 = w64.to(Device::cpu());
   for (index_t i = 0; i < n; ++i) {
     const float f = v[static_cast<std::size_t>(i)];
     if (std::isnan(f)) {
@@ -82,31 +86,37 @@ TEST_CASE("gpusim precision: exec::convert on CUDA equals the CPU bit for bit", 
 TEST_CASE("gpusim precision: box_add on bf16 / f16 and a bf16 pointwise op match the CPU", "[gpusim][precision]") {
   GPUSIM_REQUIRE_GPU();
   const index_t n = 300;
-  auto a32 = Tensor<float, 1>::empty({n}), b32 = Tensor<float, 1>::empty({n});
+  auto a32 = Tensor<float, 1>::empty({n});
+  auto b32 = Tensor<float, 1>::empty({n});
   for (index_t i = 0; i < n; ++i) {
     a32(i) = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
     b32(i) = std::cos(0.11f * static_cast<float>(i)) * 0.01f;
   }
-  auto ha = Tensor<bf16, 1>::empty({n}), hb = Tensor<bf16, 1>::empty({n});
+  auto ha = Tensor<bf16, 1>::empty({n});
+  auto hb = Tensor<bf16, 1>::empty({n});
   exec::convert(as_block(a32), as_block(ha), hctx());
   exec::convert(as_block(b32), as_block(hb), hctx());
-  auto da = ha.to(gpu()), dbb = hb.to(gpu());
+  auto da = ha.to(gpu());
+  auto dbb = hb.to(gpu());
   const auto& cpu_box = exec::kernels_for<exec::BoxKernels>(Device::cpu(), "test");
   const auto& gpu_box = exec::kernels_for<exec::BoxKernels>(gpu(), "test");
   cpu_box.add(as_block(ha), as_block(hb), hctx());
   gpu_box.add(as_block(da), as_block(dbb), gctx());
   gctx().synchronize();
   CHECK(bits_of(ha) == bits_of(da));
-  auto hh = Tensor<f16, 1>::empty({n}), hh2 = Tensor<f16, 1>::empty({n});
+  auto hh = Tensor<f16, 1>::empty({n});
+  auto hh2 = Tensor<f16, 1>::empty({n});
   exec::convert(as_block(a32), as_block(hh), hctx());
   exec::convert(as_block(b32), as_block(hh2), hctx());
-  auto dh = hh.to(gpu()), dh2 = hh2.to(gpu());
+  auto dh = hh.to(gpu());
+  auto dh2 = hh2.to(gpu());
   cpu_box.add(as_block(hh), as_block(hh2), hctx());
   gpu_box.add(as_block(dh), as_block(dh2), gctx());
   gctx().synchronize();
   CHECK(bits_of(hh) == bits_of(dh));
   // relu through the f32 working copies: exact on both devices.
-  auto hy = Tensor<bf16, 1>::empty({n}), dy = Tensor<bf16, 1>::empty({n}, gpu());
+  auto hy = Tensor<bf16, 1>::empty({n});
+  auto dy = Tensor<bf16, 1>::empty({n}, gpu());
   exec::unary(exec::UnaryOp::relu, 0.0, as_block(ha), as_block(hy), hctx());
   exec::unary(exec::UnaryOp::relu, 0.0, as_block(da), as_block(dy), gctx());
   gctx().synchronize();
