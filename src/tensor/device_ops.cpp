@@ -2,6 +2,7 @@
 // up the device's TensorDeviceKernels table in the registry: shardtensor::cuda registers the
 // CUDA one; without it (or in a build without CUDA) the lookup throws a shard::Error naming the
 // op and the device.
+#include "exec/precision.hpp"
 #include "exec/tensor_kernels.hpp"
 #include "shardtensor/tensor/ops.hpp"
 
@@ -19,12 +20,38 @@ void device_strided_copy(DType dt, int rank, const index_t* shape, const void* s
 void device_fill(DType dt, void* dst, index_t n, const void* value, Device dev) {
   table(dev, "fill").fill(dt, dst, n, value, dev);
 }
+namespace {
+/// bf16 / f16 device buffers: the f32 kernels on f32 working copies (exec/precision.hpp); the
+/// working copies are made and converted back on the context `dev`'s current context orders.
+bool lowp(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
+Block flat(DType dt, Device dev, const void* p, index_t n) { return Block::view(dt, dev, const_cast<void*>(p), &n, 1); }
+}  // namespace
+
 void device_axpby(DType dt, index_t n, double alpha, const void* x, double beta, void* y, Device dev) {
+  if (lowp(dt)) {
+    exec::detail::F32Work f(current_context(dev));
+    const Block xf = f.in(flat(dt, dev, x, n)), yf = f.out(flat(dt, dev, y, n), true);
+    table(dev, "axpby").axpby(DType::f32, n, alpha, xf.data, beta, yf.data, dev);
+    return f.finish();
+  }
   table(dev, "axpby").axpby(dt, n, alpha, x, beta, y, dev);
 }
 void device_mul(DType dt, index_t n, const void* a, const void* b, void* out, Device dev) {
+  if (lowp(dt)) {
+    exec::detail::F32Work f(current_context(dev));
+    const Block af = f.in(flat(dt, dev, a, n)), bf = f.in(flat(dt, dev, b, n)), of = f.out(flat(dt, dev, out, n));
+    table(dev, "mul").mul(DType::f32, n, af.data, bf.data, of.data, dev);
+    return f.finish();
+  }
   table(dev, "mul").mul(dt, n, a, b, out, dev);
 }
-double device_sum(DType dt, index_t n, const void* x, Device dev) { return table(dev, "sum").sum(dt, n, x, dev); }
+double device_sum(DType dt, index_t n, const void* x, Device dev) {
+  if (lowp(dt)) {
+    exec::detail::F32Work f(current_context(dev));
+    const Block xf = f.in(flat(dt, dev, x, n));
+    return table(dev, "sum").sum(DType::f32, n, xf.data, dev);
+  }
+  return table(dev, "sum").sum(dt, n, x, dev);
+}
 
 }  // namespace shard::detail

@@ -122,3 +122,31 @@ TEST_CASE("gpusim precision: box_add on bf16 / f16 and a bf16 pointwise op match
   gctx().synchronize();
   CHECK(bits_of(hy) == bits_of(dy));
 }
+
+TEST_CASE("gpusim precision: Tensor axpy and sum on bf16 / f16 device tensors match the CPU",
+          "[gpusim][precision]") {
+  GPUSIM_REQUIRE_GPU();
+  const index_t n = 257;
+  auto x32 = Tensor<float, 1>::empty({n});
+  auto y32 = Tensor<float, 1>::empty({n});
+  for (index_t i = 0; i < n; ++i) {
+    x32(i) = std::sin(0.3f * static_cast<float>(i));
+    y32(i) = std::cos(0.7f * static_cast<float>(i)) * 4.0f;
+  }
+  auto hx = Tensor<bf16, 1>::empty({n});
+  auto hy = Tensor<bf16, 1>::empty({n});
+  exec::convert(as_block(x32), as_block(hx), hctx());
+  exec::convert(as_block(y32), as_block(hy), hctx());
+  auto dx = hx.to(gpu());
+  auto dy = hy.to(gpu());
+  axpy(bf16(0.75f), hx, hy);  // the gradient accumulation of the tape (autograd/variable.hpp)
+  axpy(bf16(0.75f), dx, dy);
+  const auto back = dy.to(Device::cpu());
+  // One rounding on both devices; the device may contract a*x+y into an FMA: one bf16 ulp apart
+  // at most.
+  for (index_t i = 0; i < n; ++i) {
+    const float c = static_cast<float>(hy(i)), g = static_cast<float>(back(i));
+    CHECK(std::abs(c - g) <= std::abs(c) / 128.0f + 1e-30f);
+  }
+  CHECK(std::abs(static_cast<double>(shard::sum(dy)) - static_cast<double>(shard::sum(hy))) <= 1e-3);
+}

@@ -117,7 +117,12 @@ void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
                          y.data(), y.device());
     return;
   }
-  zip_into(y, y, x, [alpha](T a, T b) { return a + alpha * b; });
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {  // one rounding, as the device path
+    const float fa = static_cast<float>(alpha);
+    zip_into(y, y, x, [fa](T a, T b) { return T(static_cast<float>(a) + fa * static_cast<float>(b)); });
+  } else {
+    zip_into(y, y, x, [alpha](T a, T b) { return a + alpha * b; });
+  }
 }
 /// x *= alpha (in place).
 template <class T, int R>
