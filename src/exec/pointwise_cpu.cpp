@@ -1,13 +1,19 @@
 // CPU implementation of the pointwise kernel family (the loops formerly in
 // nn/functional/pointwise.hpp and activation.hpp): the op is chosen outside the loop, the loops
 // are OpenMP-parallel above 2^16 elements and vectorised. Formulas: src/kernels_api/pointwise_ops.hpp.
+#include <algorithm>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "exec/pointwise_kernels.hpp"
 #include "exec/strided_rows.hpp"
 #include "kernels_api/pointwise_ops.hpp"
+#include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
@@ -214,6 +220,45 @@ template <> void convert_loop<double, double>(index_t n, const double* x, double
 template <> void convert_loop<float, double>(index_t n, const float* x, double* y) {
   simd_for(n, [&](index_t i) { y[i] = static_cast<double>(x[i]); });
 }
+#if defined(__x86_64__) || defined(__i386__)
+/// f32 <-> f16 with F16C (every AVX2 CPU has it), used at the avx2 and avx512 levels of cpu_isa():
+/// round to nearest even like shard::f16, subnormals and overflow included; only NaN payloads may
+/// differ from the software conversion (a quiet NaN either way).
+__attribute__((target("avx2,f16c"))) void f32_to_f16_f16c(index_t n, const float* x, f16* y) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) y[i] = f16(x[i]);
+}
+__attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(index_t n, const f16* x, float* y) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  for (; i < n; ++i) y[i] = static_cast<float>(x[i]);
+}
+#endif
+/// The F16C path for f32 <-> f16 (blocks of 2^16 elements across the OpenMP threads); false when
+/// the pair is another one or the ISA level is scalar.
+bool convert_f16_fast(DType from, DType to, index_t n, const void* x, void* y) {
+#if defined(__x86_64__) || defined(__i386__)
+  const bool f2h = from == DType::f32 && to == DType::f16, h2f = from == DType::f16 && to == DType::f32;
+  if (!(f2h || h2f) || cpu_isa() == CpuIsa::scalar) return false;
+  constexpr index_t kBlock = index_t{1} << 16;
+  const index_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (index_t b = 0; b < blocks; ++b) {
+    const index_t lo = b * kBlock, len = std::min(kBlock, n - lo);
+    if (f2h) f32_to_f16_f16c(len, static_cast<const float*>(x) + lo, static_cast<f16*>(y) + lo);
+    else f16_to_f32_f16c(len, static_cast<const f16*>(x) + lo, static_cast<float*>(y) + lo);
+  }
+  return true;
+#else
+  (void)from, (void)to, (void)n, (void)x, (void)y;
+  return false;
+#endif
+}
+
 template <class F> void by_float_dtype(DType dt, F&& f) {
   switch (dt) {
     case DType::f64: f(double{}); break;
@@ -277,6 +322,7 @@ struct CpuPointwise final : PointwiseKernels {
     by_dtype(dst.dtype, [&](auto t) { sum_to_impl<decltype(t)>(dst, dst_view, g); });
   }
   void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext&) const override {
+    if (convert_f16_fast(from, to, n, x, y)) return;
     by_float_dtype(from, [&](auto a) {
       by_float_dtype(to, [&](auto b) {
         using A = decltype(a);

@@ -254,3 +254,42 @@ TEST_CASE("precision: mixed storage dtypes are refused at the kernel fronts", "[
   CHECK_THROWS_WITH(exec::binary(exec::BinaryOp::add, as_block(af), as_block(ab), as_block(ab), ctx),
                     Catch::Matchers::ContainsSubstring("add") && Catch::Matchers::ContainsSubstring("bf16"));
 }
+
+TEMPLATE_TEST_CASE("precision: attention (local, neighbourhood) in bf16 / f16 against f32", "[precision][nn]", bf16,
+                   f16) {
+  // The softmax statistics (lse) stay f32; out is rounded once; the backward reads the rounded
+  // out (delta = dout . out), so the f32-emulation oracle is not bitwise here: bounds relative to
+  // the largest magnitude, from u and the reduction length.
+  using L = TestType;
+  const double u = unit_roundoff<L>();
+  const auto q = rnd<4>({1, 24, 2, 8}, 21), k = rnd<4>({1, 24, 2, 8}, 22), v = rnd<4>({1, 24, 2, 8}, 23);
+  const auto g = shard::cast<L>(rnd<4>({1, 24, 2, 8}, 24));
+  auto run = [&](auto tag, bool nbhd) {
+    using T = decltype(tag);
+    auto mk = [](const DistTensor<float, 4>& t) { return Var<T, 4>(shard::cast<T>(shard::cast<L>(t)), true); };
+    auto qv = mk(q), kv = mk(k), vv = mk(v);
+    auto y = nbhd ? F::neighborhood_attention(qv, kv, vv, F::NeighborhoodOptions{.window = {7}})
+                  : F::ring_attention(qv, kv, vv);
+    F::sum(F::mul(y, Var<T, 4>(shard::cast<T>(g), false))).backward();
+    return std::vector<DistTensor<float, 4>>{shard::cast<float>(y.value()), shard::cast<float>(qv.grad()),
+                                              shard::cast<float>(kv.grad()), shard::cast<float>(vv.grad())};
+  };
+  for (bool nbhd : {false, true}) {
+    INFO((nbhd ? "neighborhood_attention" : "ring_attention (one rank: local)") << ", " << dtype_name(dtype_of<L>));
+    const auto lo = run(L{}, nbhd), hi = run(float{}, nbhd);
+    const char* what[] = {"out", "dq", "dk", "dv"};
+    for (std::size_t t = 0; t < 4; ++t) {
+      const auto a = lo[t].local(), b = hi[t].local();
+      double mx = 0, err = 0;
+      for (index_t i = 0; i < b.numel(); ++i) {
+        mx = std::max(mx, double(std::fabs(b.data()[i])));
+        err = std::max(err, std::fabs(double(a.data()[i]) - b.data()[i]));
+      }
+      INFO(what[t] << ": max error " << err << ", max |f32| " << mx);
+      // out: one rounding of each weighted sum (plus the rounded inputs to the scores, which are
+      // exact here: both runs start from the same L values); gradients: about 4 rounded steps.
+      CHECK(err <= (t == 0 ? 2.0 : 16.0) * u * mx);
+      CHECK(err > 0);  // the low-precision path really rounded
+    }
+  }
+}
