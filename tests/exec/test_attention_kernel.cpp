@@ -7,6 +7,7 @@
 #include <shardtensor/shardtensor.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
@@ -156,9 +157,17 @@ TEST_CASE("attention kernel: bad dtype and device mismatch are errors", "[exec][
   const index_t one[4] = {1, 1, 1, 1};
   auto b = [&](DType dt, Device dev, void* p, int rank) { return Block::view(dt, dev, p, one, rank); };
   const Block xf = b(DType::f32, Device::cpu(), &x, 4), lf = b(DType::f32, Device::cpu(), &l, 3);
-  for (const DType dt : {DType::bf16, DType::i32}) {
-    const Block xb = b(dt, Device::cpu(), &x, 4);
-    CHECK_THROWS_AS(exec::attention_forward(g, {}, xb, xb, xb, nullptr, xb, lf, ctx), Error);
+  // Integer operands are refused; bf16 and f16 run on the CPU through f32 working copies (mixed
+  // precision, exec/precision.hpp), with f32 lse.
+  const Block xi = b(DType::i32, Device::cpu(), &x, 4);
+  CHECK_THROWS_AS(exec::attention_forward(g, {}, xi, xi, xi, nullptr, xi, lf, ctx), Error);
+  for (const DType dt : {DType::bf16, DType::f16}) {
+    std::uint16_t h[4] = {0x3f80, 0x3f80, 0x3f80, 0};  // bf16 1.0 (an f16 reads 1.875)
+    const Block hb = b(dt, Device::cpu(), h, 4);
+    const Block out = b(dt, Device::cpu(), h + 3, 4);
+    CHECK_NOTHROW(exec::attention_forward(g, {}, hb, hb, hb, nullptr, out, lf, ctx));
+    CHECK(h[3] == h[0]);  // one key: out = v
+    CHECK_THROWS_AS(exec::attention_forward(g, {}, hb, xf, hb, nullptr, out, lf, ctx), Error);  // mixed dtypes
   }
   // an operand on another device than the context, a mismatched shape or dtype, a wrong lse
   const Block xg = b(DType::f32, Device::cuda(0), &x, 4);
