@@ -38,6 +38,7 @@
 /// different devices.
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "shardtensor/autograd/comm_ops.hpp"
@@ -124,7 +125,9 @@ Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, c
   Tensor<T, R> out = Tensor<T, R>::empty(oshape, dev);
   Shape<R - 1> lshape{};
   for (int d = 0; d < R - 1; ++d) lshape[d] = ql.size(d);
-  Tensor<T, R - 1> lse = Tensor<T, R - 1>::empty(lshape, dev);
+  // The softmax statistics in the accumulation type: f64 for f64, else f32 (bf16 / f16 too).
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  Tensor<Acc, R - 1> lse = Tensor<Acc, R - 1>::empty(lshape, dev);
   const auto saved = std::make_shared<const detail::NbhdSaved>(detail::neighborhood_attention_forward(
       *plan, k.value().spec(), v.value().spec(), as_block(ql), as_block(k.value().local()),
       as_block(v.value().local()), as_block(out), as_block(lse), current_context(dev)));
