@@ -1,5 +1,7 @@
 // Front of the conv kernel family (exec/conv.hpp): operand checks (dtype, every block on
-// ctx.device(), contiguity, sizes against the geometry), then the table of ctx.device().
+// ctx.device(), contiguity, sizes against the geometry), then the table of ctx.device(). bf16 /
+// f16 operands go to the table as they are where it takes them (ConvKernels::takes_storage: the
+// CPU direct path), else through f32 working copies (exec/precision.hpp).
 #include "shardtensor/exec/conv.hpp"
 
 #include "exec/conv_kernels.hpp"
@@ -37,8 +39,9 @@ void check_geometry(const char* op, const ConvGeometry& g) {
 /// Every operand: same dtype (f32/f64) as the first, on ctx.device(), contiguous, `numel` elements.
 void check_operand(const char* op, const char* name, const Block& b, index_t numel, const Block& first,
                    const ExecContext& ctx) {
-  SHARD_CHECK(b.dtype == DType::f32 || b.dtype == DType::f64, op, "{} has dtype {} (conv supports f32, f64)", name,
-              b.dtype);
+  // bf16 / f16 reach here only when the table takes them (ConvKernels::takes_storage).
+  SHARD_CHECK(b.dtype == DType::f32 || b.dtype == DType::f64 || detail::is_low_precision(b.dtype), op,
+              "{} has dtype {} (conv supports f32, f64, bf16, f16)", name, b.dtype);
   SHARD_CHECK(b.dtype == first.dtype, op, "{} has dtype {} but the first operand has {}", name, b.dtype, first.dtype);
   SHARD_CHECK(ctx.device() == b.device, op, "{} on {} but the execution context on {}", name, b.device, ctx.device());
   SHARD_CHECK(b.is_contiguous(), op, "{} (shape {}) must be contiguous", name, b.shape_vec());
@@ -87,13 +90,16 @@ InputOperand input_operand(const char* op, const ConvGeometry& g0, const Block& 
 
 void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const Block* bias, const Block& y,
                   ExecContext& ctx) {
-  if (detail::F32Work::needed(x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("conv_forward", {x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype});
-    detail::F32Work f(ctx);
-    conv_forward(g, f.in(x), f.in(w), f.in(bias), f.out(y), ctx);
-    return f.finish();
-  }
   const char* op = "conv_forward";
+  if (detail::F32Work::needed(x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage
+    detail::F32Work::check_same(op, {x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype});
+    check_geometry(op, g);
+    if (!table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::forward, g, ctx)) {  // f32 working copies
+      detail::F32Work f(ctx);
+      conv_forward(g, f.in(x), f.in(w), f.in(bias), f.out(y), ctx);
+      return f.finish();
+    }
+  }
   check_geometry(op, g);
   const ConvKernels& tab = table(ctx, op);
   const InputOperand in = input_operand(op, g, x, tab, w, ctx);
@@ -106,13 +112,16 @@ void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const B
 
 void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
                          ExecContext& ctx) {
-  if (detail::F32Work::needed(gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("conv_backward_input", {gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype});
-    detail::F32Work f(ctx);
-    conv_backward_input(g, f.in(gy), f.in(w), f.in(bias), f.out(gx), ctx);
-    return f.finish();
-  }
   const char* op = "conv_backward_input";
+  if (detail::F32Work::needed(gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype)) {  // bf16 / f16 storage
+    detail::F32Work::check_same(op, {gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype});
+    check_geometry(op, g);
+    if (!table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_input, g, ctx)) {  // f32 working copies
+      detail::F32Work f(ctx);
+      conv_backward_input(g, f.in(gy), f.in(w), f.in(bias), f.out(gx), ctx);
+      return f.finish();
+    }
+  }
   check_geometry(op, g);
   check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), gy, ctx);
   check_operand(op, "weight", w, weight_numel(g), gy, ctx);
@@ -122,13 +131,16 @@ void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w,
 }
 
 void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
-  if (detail::F32Work::needed(x.dtype, gy.dtype, gw.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("conv_backward_weight", {x.dtype, gy.dtype, gw.dtype});
-    detail::F32Work f(ctx);
-    conv_backward_weight(g, f.in(x), f.in(gy), f.out(gw), ctx);
-    return f.finish();
-  }
   const char* op = "conv_backward_weight";
+  if (detail::F32Work::needed(x.dtype, gy.dtype, gw.dtype)) {  // bf16 / f16 storage
+    detail::F32Work::check_same(op, {x.dtype, gy.dtype, gw.dtype});
+    check_geometry(op, g);
+    if (!table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::backward_weight, g, ctx)) {  // f32 working copies
+      detail::F32Work f(ctx);
+      conv_backward_weight(g, f.in(x), f.in(gy), f.out(gw), ctx);
+      return f.finish();
+    }
+  }
   check_geometry(op, g);
   const ConvKernels& tab = table(ctx, op);
   const InputOperand in = input_operand(op, g, x, tab, gy, ctx);
@@ -139,13 +151,15 @@ void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy
 }
 
 void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
-  if (detail::F32Work::needed(gy.dtype, gb.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("conv_backward_bias", {gy.dtype, gb.dtype});
-    detail::F32Work f(ctx);
-    conv_backward_bias(f.in(gy), f.out(gb), ctx);
-    return f.finish();
-  }
   const char* op = "conv_backward_bias";
+  if (detail::F32Work::needed(gy.dtype, gb.dtype)) {  // bf16 / f16 storage
+    detail::F32Work::check_same(op, {gy.dtype, gb.dtype});
+    if (!table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_bias, ConvGeometry{}, ctx)) {
+      detail::F32Work f(ctx);  // f32 working copies
+      conv_backward_bias(f.in(gy), f.out(gb), ctx);
+      return f.finish();
+    }
+  }
   SHARD_CHECK(gy.rank >= 2, op, "output gradient of rank {} (needs N, C, ...)", gy.rank);
   const index_t batch = gy.shape[0], channels = gy.shape[1];
   const index_t positions = channels * batch == 0 ? 0 : gy.numel() / (batch * channels);

@@ -4,6 +4,9 @@
 // bias gradient. Reads the engine settings from the context.
 #include <omp.h>
 
+#include <type_traits>
+#include <vector>
+
 #include "exec/conv_kernels.hpp"
 #include "shardtensor/core/error.hpp"
 #include "exec/conv_cpu_engine.hpp"
@@ -116,6 +119,77 @@ void backward_input(const ConvGeometry& g, const EngineSettings& cfg, const T* g
   }
 }
 
+// ---- bf16 / f16 storage (takes_storage): the direct path widens x / gy as it fills its blocks and
+// rounds y once; weights and bias (small) are widened here. Bit-identical to the f32 working-copy
+// route of the front: same plan, same micro-kernels, same rounding.
+
+/// The small operands (weights, bias) in f32.
+template <class S>
+std::vector<float> widened(const S* v, index_t n) {
+  std::vector<float> r(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = static_cast<float>(v[i]);
+  return r;
+}
+
+/// True when the direct path takes this pass with bf16 / f16 storage: stride 1 (one input-gradient
+/// phase), both channel counts non-zero, a direct-path ISA level and kernel setting.
+bool storage_applies(const ConvGeometry& g, const EngineSettings& cfg) {
+  if (g.stride != Ext3{1, 1, 1} || g.in_channels == 0 || g.out_channels == 0 || g.batch == 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (g.in[d] == 0 || g.out[d] == 0) return false;
+  return conv_engine::storage_path_applies(forward_problem(g, cfg));
+}
+
+template <class S>
+void forward_storage(const ConvGeometry& g, const EngineSettings& cfg, const S* x, const S* w, const S* bias, S* y) {
+  const Problem p = forward_problem(g, cfg);
+  const auto wf = widened(w, g.out_channels * p.cin_g * vol(g.kernel));
+  const auto bf = bias ? widened(bias, g.out_channels) : std::vector<float>{};
+  const bool ran = conv_engine::fast_gather_conv<S, float>(p, x, wf.data(), bias ? bf.data() : nullptr, y);
+  SHARD_CHECK(ran, "conv_forward", "the bf16/f16 direct path does not apply to this geometry");
+}
+
+/// Stride 1: the input gradient is one gather over gy with the flipped taps and the weights
+/// transposed per group (backward_input's single phase).
+template <class S>
+void backward_input_storage(const ConvGeometry& g, const EngineSettings& cfg, const S* gy, const S* w, const S* bias,
+                            S* gx) {
+  const index_t cin_g = g.in_channels / g.groups, cout_g = g.out_channels / g.groups, kvol = vol(g.kernel);
+  Problem p;
+  p.cfg = cfg;
+  p.batch = g.batch;
+  p.groups = g.groups;
+  p.cin_g = cout_g;
+  p.cout_g = cin_g;
+  p.in = g.out;
+  p.out = g.in;
+  p.y_ext = g.in;
+  p.x_batch_stride = g.out_channels * vol(g.out);
+  p.y_batch_stride = g.in_channels * vol(g.in);
+  for (int d = 0; d < 3; ++d)
+    for (index_t k = 0; k < g.kernel[d]; ++k) p.taps.off[d].push_back(g.pad_lo[d] - k * g.dilation[d]);
+  std::vector<float> wp(static_cast<std::size_t>(g.groups * cin_g * cout_g * kvol));
+  for (index_t gi = 0; gi < g.groups; ++gi)
+    for (index_t ci = 0; ci < cin_g; ++ci)
+      for (index_t co = 0; co < cout_g; ++co) {
+        const S* wsrc = w + ((gi * cout_g + co) * cin_g + ci) * kvol;
+        float* wdst = wp.data() + ((gi * cin_g + ci) * cout_g + co) * kvol;
+        for (index_t t = 0; t < kvol; ++t) wdst[t] = static_cast<float>(wsrc[t]);
+      }
+  const auto bf = bias ? widened(bias, g.in_channels) : std::vector<float>{};
+  const bool ran = conv_engine::fast_gather_conv<S, float>(p, gy, wp.data(), bias ? bf.data() : nullptr, gx);
+  SHARD_CHECK(ran, "conv_backward_input", "the bf16/f16 direct path does not apply to this geometry");
+}
+
+template <class S>
+void weight_grad_storage(const ConvGeometry& g, const EngineSettings& cfg, const S* x, const S* gy, S* gw) {
+  const Problem p = forward_problem(g, cfg);
+  std::vector<float> gf(static_cast<std::size_t>(g.out_channels * p.cin_g * vol(g.kernel)));
+  const bool ran = conv_engine::fast_weight_grad<S, float>(p, x, gy, gf.data());
+  SHARD_CHECK(ran, "conv_backward_weight", "the bf16/f16 direct path does not apply to this geometry");
+  for (std::size_t i = 0; i < gf.size(); ++i) gw[i] = S(gf[i]);
+}
+
 template <class T>
 void bias_grad(index_t batch, index_t channels, index_t positions, const T* gy, T* gb) {
 #pragma omp parallel for schedule(static) if (channels > 1 && batch * channels * positions > (1 << 16))
@@ -126,16 +200,35 @@ void bias_grad(index_t batch, index_t channels, index_t positions, const T* gy, 
 #pragma omp simd reduction(+ : s)
       for (index_t i = 0; i < positions; ++i) s += static_cast<double>(row[i]);
     }
-    gb[c] = static_cast<T>(s);
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) gb[c] = T(static_cast<float>(s));  // as f32, then rounded
+    else gb[c] = static_cast<T>(s);
   }
+}
+
+/// f(S{}) for the storage dtype dt (bf16 or f16).
+template <class F>
+void by_storage(DType dt, F&& f) {
+  if (dt == DType::bf16) f(bf16{});
+  else f(f16{});
 }
 
 /// The CPU table: today's engine behind the family interface.
 struct CpuConvKernels final : ConvKernels {
   bool takes_input_strides() const override { return true; }
+  bool takes_storage(DType dt, PassKind pass, const ConvGeometry& g, const ExecContext& ctx) const override {
+    if (dt != DType::bf16 && dt != DType::f16) return false;
+    if (pass == PassKind::backward_bias) return true;
+    return storage_applies(g, engine_settings(ctx, "conv"));
+  }
   void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                ExecContext& ctx) const override {
     const EngineSettings cfg = engine_settings(ctx, "conv_forward");
+    if (dt == DType::bf16 || dt == DType::f16)
+      return by_storage(dt, [&](auto s) {
+        using S = decltype(s);
+        forward_storage<S>(g, cfg, static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(bias),
+                           static_cast<S*>(y));
+      });
     if (dt == DType::f32)
       exec::forward<float>(g, cfg, static_cast<const float*>(x), static_cast<const float*>(w),
                            static_cast<const float*>(bias), static_cast<float*>(y));
@@ -146,6 +239,12 @@ struct CpuConvKernels final : ConvKernels {
   void backward_input(DType dt, const ConvGeometry& g, const void* gy, const void* w, const void* bias, void* gx,
                       ExecContext& ctx) const override {
     const EngineSettings cfg = engine_settings(ctx, "conv_backward_input");
+    if (dt == DType::bf16 || dt == DType::f16)
+      return by_storage(dt, [&](auto s) {
+        using S = decltype(s);
+        backward_input_storage<S>(g, cfg, static_cast<const S*>(gy), static_cast<const S*>(w),
+                                  static_cast<const S*>(bias), static_cast<S*>(gx));
+      });
     if (dt == DType::f32)
       exec::backward_input<float>(g, cfg, static_cast<const float*>(gy), static_cast<const float*>(w),
                             static_cast<const float*>(bias), static_cast<float*>(gx));
@@ -155,7 +254,13 @@ struct CpuConvKernels final : ConvKernels {
   }
   void backward_weight(DType dt, const ConvGeometry& g, const void* x, const void* gy, void* gw,
                        ExecContext& ctx) const override {
-    const Problem p = forward_problem(g, engine_settings(ctx, "conv_backward_weight"));
+    const EngineSettings cfg = engine_settings(ctx, "conv_backward_weight");
+    if (dt == DType::bf16 || dt == DType::f16)
+      return by_storage(dt, [&](auto s) {
+        using S = decltype(s);
+        weight_grad_storage<S>(g, cfg, static_cast<const S*>(x), static_cast<const S*>(gy), static_cast<S*>(gw));
+      });
+    const Problem p = forward_problem(g, cfg);
     if (dt == DType::f32)
       conv_engine::weight_grad<float>(p, static_cast<const float*>(x), static_cast<const float*>(gy),
                                       static_cast<float*>(gw));
@@ -165,6 +270,11 @@ struct CpuConvKernels final : ConvKernels {
   }
   void backward_bias(DType dt, index_t batch, index_t channels, index_t positions, const void* gy, void* gb,
                      ExecContext&) const override {
+    if (dt == DType::bf16 || dt == DType::f16)
+      return by_storage(dt, [&](auto s) {
+        using S = decltype(s);
+        bias_grad<S>(batch, channels, positions, static_cast<const S*>(gy), static_cast<S*>(gb));
+      });
     if (dt == DType::f32)
       bias_grad<float>(batch, channels, positions, static_cast<const float*>(gy), static_cast<float*>(gb));
     else

@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "conv_cpu_engine.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
+#include "shardtensor/core/dtype.hpp"
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
@@ -73,6 +75,57 @@ struct FastScratch {
 
 index_t round_up(index_t a, index_t b) { return (a + b - 1) / b * b; }
 
+// Row conversions between a storage dtype S and the compute dtype T of the micro-kernels. Same
+// dtype: a copy. bf16 / f16 storage: widened to f32 on the way into the padded block / gy tile and
+// rounded (nearest even, like exec::convert) on the way out, so the f32 micro-kernels run on bf16 /
+// f16 tensors without f32 copies of the whole tensors (docs/architecture.md, "Mixed precision").
+// The direct path only runs at the avx2 / avx512 levels, so AVX2 and F16C are there.
+template <class T>
+void widen_row(const T* s, T* d, index_t n) {
+  std::memcpy(d, s, sizeof(T) * static_cast<std::size_t>(n));
+}
+__attribute__((target("avx2,f16c"))) void widen_row(const bf16* s, float* d, index_t n) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+  }
+  for (; i < n; ++i) d[i] = static_cast<float>(s[i]);
+}
+__attribute__((target("avx2,f16c"))) void widen_row(const f16* s, float* d, index_t n) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = static_cast<float>(s[i]);
+}
+/// d[j] = S(s[j] + b): one rounding, bit-identical to shard::bf16(float) / the F16C conversion of
+/// exec::convert.
+__attribute__((target("avx2,f16c"))) void narrow_row(const float* s, float b, bf16* d, index_t n) {
+  index_t i = 0;
+  const __m256 bv = _mm256_set1_ps(b);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i one = _mm256_set1_epi32(1), r7 = _mm256_set1_epi32(0x7fff), qnan = _mm256_set1_epi32(0x7fc0);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_castps_si256(_mm256_add_ps(_mm256_loadu_ps(s + i), bv));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(r7, lsb)), 16);
+    const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)), qnan);
+    const __m256i v = _mm256_blendv_epi8(r, q, nan);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) d[i] = bf16(s[i] + b);
+}
+__attribute__((target("avx2,f16c"))) void narrow_row(const float* s, float b, f16* d, index_t n) {
+  index_t i = 0;
+  const __m256 bv = _mm256_set1_ps(b);
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(_mm256_loadu_ps(s + i), bv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) d[i] = f16(s[i] + b);
+}
+
 FastTile decode(const FastPlan& fp, index_t u) {
   const Problem& p = *fp.p;
   FastTile t{};
@@ -104,8 +157,8 @@ TileGeom tile_geom(const FastPlan& fp, const FastTile& u, index_t block) {
 
 /// P[c][e0][e1][e2] = x[c][o0 + lo0 + e0][a1 + lo1 + e1][a2 + lo2 + e2] (0 outside the input),
 /// followed by zeroed slack for the micro-kernels' over-read.
-template <class T>
-void fill_block(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const T* xg, T* P) {
+template <class S, class T>
+void fill_block(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const S* xg, T* P) {
   const Problem& p = *fp.p;
   const index_t s2 = u.a2 + fp.lo[2];
   const index_t va = std::clamp<index_t>(-s2, 0, tg.E2), vb = std::clamp<index_t>(p.in[2] - s2, va, tg.E2);
@@ -119,9 +172,9 @@ void fill_block(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const
           std::fill_n(dst, tg.E2, T(0));
           continue;
         }
-        const T* src = xg + c * fp.xl.c + i0 * fp.xl.s0 + i1 * fp.xl.s1 + s2;
+        const S* src = xg + c * fp.xl.c + i0 * fp.xl.s0 + i1 * fp.xl.s1 + s2;
         std::fill_n(dst, va, T(0));
-        std::memcpy(dst + va, src + va, sizeof(T) * static_cast<std::size_t>(vb - va));
+        widen_row(src + va, dst + va, vb - va);
         std::fill_n(dst + vb, tg.E2 - vb, T(0));
       }
     }
@@ -162,9 +215,33 @@ void store_tile(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const
   }
 }
 
+/// store_tile for bf16 / f16 storage: y = S(C + bias), rounded once.
+template <class S>
+void store_tile_narrow(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const float* C, const float* bias,
+                       S* y) {
+  const Problem& p = *fp.p;
+  const index_t cols = u.b2 - u.a2, st2 = p.y_step[2];
+  for (index_t m = 0; m < fp.cout_g; ++m) {
+    const index_t co = u.g * fp.cout_g + m;
+    const float b = bias ? bias[co] : 0.0f;
+    S* yc = y + u.n * p.y_batch_stride + co * fp.pyx;
+    const index_t y0 = u.o0 * p.y_step[0] + p.y_base[0];
+    for (index_t r = 0; r < u.b1 - u.a1; ++r) {
+      const float* src = C + m * tg.Vpad + r * tg.E2;
+      const index_t y1 = (u.a1 + r) * p.y_step[1] + p.y_base[1];
+      S* dst = yc + (y0 * p.y_ext[1] + y1) * p.y_ext[2] + u.a2 * st2 + p.y_base[2];
+      if (st2 == 1) {
+        narrow_row(src, b, dst, cols);
+      } else {
+        for (index_t j = 0; j < cols; ++j) dst[j * st2] = S(src[j] + b);
+      }
+    }
+  }
+}
+
 /// G[m][v] = gy[n][g*cout_g + m][o0][a1 + r][a2 + col] at v = r*E2 + col (col < cols), else 0.
-template <class T>
-void load_gy_tile(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const T* gy, index_t mpad, T* G) {
+template <class S, class T>
+void load_gy_tile(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const S* gy, index_t mpad, T* G) {
   const Problem& p = *fp.p;
   const index_t cols = u.b2 - u.a2, pout = p.out[0] * p.out[1] * p.out[2];
   for (index_t m = 0; m < mpad; ++m) {
@@ -173,9 +250,9 @@ void load_gy_tile(const FastPlan& fp, const FastTile& u, const TileGeom& tg, con
       std::fill_n(g, tg.Vpad, T(0));
       continue;
     }
-    const T* src = gy + u.n * p.y_batch_stride + (u.g * fp.cout_g + m) * pout + (u.o0 * p.out[1] + u.a1) * p.out[2] + u.a2;
+    const S* src = gy + u.n * p.y_batch_stride + (u.g * fp.cout_g + m) * pout + (u.o0 * p.out[1] + u.a1) * p.out[2] + u.a2;
     for (index_t r = 0; r < u.b1 - u.a1; ++r) {
-      std::memcpy(g + r * tg.E2, src + r * p.out[2], sizeof(T) * static_cast<std::size_t>(cols));
+      widen_row(src + r * p.out[2], g + r * tg.E2, cols);
       if (r + 1 < u.b1 - u.a1) std::fill_n(g + r * tg.E2 + cols, tg.E2 - cols, T(0));
     }
     std::fill_n(g + tg.V, tg.Vpad - tg.V, T(0));
@@ -313,11 +390,10 @@ bool eligible(const Problem& p) {
   return p.batch > 0 && p.out[0] * p.out[1] * p.out[2] > 0;
 }
 
-template <class Vt>
-void run_forward(const Problem& p, const typename Vt::T* x, const typename Vt::T* w, const typename Vt::T* bias,
-                 typename Vt::T* y, void (*unit)(const FastPlan&, const FastTile&, const typename Vt::T*,
-                                                 const typename Vt::T*, const typename Vt::T*, typename Vt::T*,
-                                                 FastScratch<typename Vt::T>&)) {
+template <class Vt, class S>
+void run_forward(const Problem& p, const S* x, const typename Vt::T* w, const typename Vt::T* bias, S* y,
+                 void (*unit)(const FastPlan&, const FastTile&, const S*, const typename Vt::T*,
+                              const typename Vt::T*, S*, FastScratch<typename Vt::T>&)) {
   using T = typename Vt::T;
   constexpr index_t NVL = Vt::NV * Vt::L;
   const FastPlan fp = make_plan(p, sizeof(T), fast_threads(p.cfg, 1 << 30), NVL, Vt::MR);
@@ -343,10 +419,11 @@ void run_forward(const Problem& p, const typename Vt::T* x, const typename Vt::T
     unit(fp, decode(fp, u), x, ap.data(), bias, y, scratch[static_cast<std::size_t>(omp_get_thread_num())]);
 }
 
-template <class Vt>
-void run_wgrad(const Problem& p, const typename Vt::T* x, const typename Vt::T* gy, typename Vt::T* gw,
-               void (*unit)(const FastPlan&, const FastTile&, const typename Vt::T*, const typename Vt::T*,
-                            FastScratch<typename Vt::T>&, double*)) {
+/// gw in the compute dtype T (rounded once from the double sums).
+template <class Vt, class S>
+void run_wgrad(const Problem& p, const S* x, const S* gy, typename Vt::T* gw,
+               void (*unit)(const FastPlan&, const FastTile&, const S*, const S*, FastScratch<typename Vt::T>&,
+                            double*)) {
   using T = typename Vt::T;
   const FastPlan fp = make_plan(p, sizeof(T), fast_threads(p.cfg, 1 << 30), Vt::L, Vt::WM);
   const index_t wn = p.groups * fp.cout_g * fp.krows;
@@ -382,36 +459,42 @@ template <> struct Pick<double> {
 
 }  // namespace
 
-template <class T>
-bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y) {
+template <class S, class T>
+bool fast_gather_conv(const Problem& p, const S* x, const T* w, const T* bias, S* y) {
   if (!eligible(p)) return false;
   if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {
     using Vt = typename Pick<T>::A512;
-    run_forward<Vt>(p, x, w, bias, y, &avx512::forward_unit<Vt>);
+    run_forward<Vt, S>(p, x, w, bias, y, &avx512::forward_unit<Vt, S>);
   } else {
     using Vt = typename Pick<T>::A2;
-    run_forward<Vt>(p, x, w, bias, y, &avx2::forward_unit<Vt>);
+    run_forward<Vt, S>(p, x, w, bias, y, &avx2::forward_unit<Vt, S>);
   }
   return true;
 }
 
-template <class T>
-bool fast_weight_grad(const Problem& p, const T* x, const T* gy, T* gw) {
+template <class S, class T>
+bool fast_weight_grad(const Problem& p, const S* x, const S* gy, T* gw) {
   if (!eligible(p) || p.y_ext != p.out || p.y_step != Ext3{1, 1, 1} || p.y_base != Ext3{0, 0, 0}) return false;
   if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {
     using Vt = typename Pick<T>::A512;
-    run_wgrad<Vt>(p, x, gy, gw, &avx512::wgrad_unit<Vt>);
+    run_wgrad<Vt, S>(p, x, gy, gw, &avx512::wgrad_unit<Vt, S>);
   } else {
     using Vt = typename Pick<T>::A2;
-    run_wgrad<Vt>(p, x, gy, gw, &avx2::wgrad_unit<Vt>);
+    run_wgrad<Vt, S>(p, x, gy, gw, &avx2::wgrad_unit<Vt, S>);
   }
   return true;
 }
 
-template bool fast_gather_conv<float>(const Problem&, const float*, const float*, const float*, float*);
-template bool fast_gather_conv<double>(const Problem&, const double*, const double*, const double*, double*);
-template bool fast_weight_grad<float>(const Problem&, const float*, const float*, float*);
-template bool fast_weight_grad<double>(const Problem&, const double*, const double*, double*);
+template bool fast_gather_conv<float, float>(const Problem&, const float*, const float*, const float*, float*);
+template bool fast_gather_conv<double, double>(const Problem&, const double*, const double*, const double*, double*);
+template bool fast_gather_conv<bf16, float>(const Problem&, const bf16*, const float*, const float*, bf16*);
+template bool fast_gather_conv<f16, float>(const Problem&, const f16*, const float*, const float*, f16*);
+template bool fast_weight_grad<float, float>(const Problem&, const float*, const float*, float*);
+template bool fast_weight_grad<double, double>(const Problem&, const double*, const double*, double*);
+template bool fast_weight_grad<bf16, float>(const Problem&, const bf16*, const bf16*, float*);
+template bool fast_weight_grad<f16, float>(const Problem&, const f16*, const f16*, float*);
+
+bool storage_path_applies(const Problem& p) { return eligible(p); }
 
 const char* kernel_isa(ConvKernel kernel) noexcept {
   switch (active_isa(kernel)) {

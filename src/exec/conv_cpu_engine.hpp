@@ -82,11 +82,18 @@ void weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
 
 /// The direct SIMD path (conv_cpu_direct.cpp) for stride-1 problems; false if it does not apply
 /// (strides > 1, no AVX2/AVX-512, or ConvKernel::im2col_blas selected in p.cfg): use the im2col path.
-template <class T>
-bool fast_gather_conv(const Problem& p, const T* x, const T* w, const T* bias, T* y);
-/// The direct SIMD path for the weight gradient of a stride-1 problem with dense y; false if not applicable.
-template <class T>
-bool fast_weight_grad(const Problem& p, const T* x, const T* gy, T* gw);
+/// S is the storage dtype of x and y: T itself, or bf16 / f16 with T = float (widened as the
+/// padded input block is filled, rounded once as y is stored; bit-identical to converting x to
+/// f32, running the f32 path and rounding y).
+template <class S, class T>
+bool fast_gather_conv(const Problem& p, const S* x, const T* w, const T* bias, S* y);
+/// The direct SIMD path for the weight gradient of a stride-1 problem with dense y; false if not
+/// applicable. gw in the compute dtype T.
+template <class S, class T>
+bool fast_weight_grad(const Problem& p, const S* x, const S* gy, T* gw);
+/// True when the direct path runs p (the bf16 / f16 storage path has no im2col fallback: the CPU
+/// table asks this before it takes a bf16 / f16 call without f32 working copies).
+bool storage_path_applies(const Problem& p);
 
 /// The direct-path kernel family `kernel` selects on this CPU: "direct_avx512", "direct_avx2" or
 /// "im2col_blas".

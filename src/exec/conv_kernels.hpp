@@ -6,7 +6,7 @@
 //
 // Every pointer is a contiguous N, C, spatial array (except x where takes_input_strides(): then
 // g.x_strides may describe a view with unit innermost stride) on the context's device, of dtype `dt`
-// (f32 or f64); the front has checked shapes, devices and dtypes. Work is ordered on ctx's
+// (f32 or f64, or bf16 / f16 where takes_storage says so); the front has checked shapes, devices and dtypes. Work is ordered on ctx's
 // stream; the CPU implementation reads ctx.settings() (conv_kernel, conv_threading,
 // conv_column_budget), the CUDA one deterministic, allow_tf32 and ctx.workspace().
 #include "exec/registry.hpp"
@@ -22,6 +22,14 @@ struct ConvKernels {
   /// True when forward and backward_weight read x through g.x_strides (innermost stride 1);
   /// otherwise the front hands them a contiguous x (and g.x_strides all zero).
   virtual bool takes_input_strides() const { return false; }
+  /// The passes of one conv, for takes_storage.
+  enum class PassKind : unsigned char { forward, backward_input, backward_weight, backward_bias };
+  /// True when the table runs this pass itself with bf16 / f16 operands `dt` (every operand in
+  /// `dt`, f32 arithmetic and accumulation, results rounded once). Otherwise the front makes f32
+  /// working copies (exec/precision.hpp) and calls the table in f32.
+  virtual bool takes_storage(DType /*dt*/, PassKind /*pass*/, const ConvGeometry& /*g*/, const ExecContext& /*ctx*/) const {
+    return false;
+  }
   /// y = conv(x, w) (+ bias[Cout]).
   virtual void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                        ExecContext& ctx) const = 0;
