@@ -2,14 +2,17 @@
 // weight gradients) at one rank in f32, bf16 and f16 storage, interleaved rounds in one process,
 // medians; prints the CPU model and ISA beside every figure and the speed ratio f32 / low.
 //   OMP_NUM_THREADS=2 build/bench/bench_precision [--rounds 7] [--case 2d|3d|all]
-// bf16 / f16 go through f32 working copies (src/exec/precision.hpp): the ratio measures the
-// conversion overhead against the memory halving; there is no native bf16 conv kernel yet.
+// Stride-1 bf16 / f16 convs run in the direct path without whole-tensor f32 copies (widened tile by
+// tile); bf16 on an AMX-BF16 CPU runs the AMX tile kernels unless ExecSettings::bf16_native is
+// off. The per-pass table shows both bf16 variants.
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include <shardtensor/core/cpu_isa.hpp>
+#include <shardtensor/exec/conv.hpp>
+#include <shardtensor/exec/pointwise.hpp>
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
@@ -55,6 +58,74 @@ void run_case(const char* name, const Shape<R>& xs, const Shape<R>& ws, int roun
               m32 / mb, m32 / mh);
 }
 
+/// Per pass, at the exec level (no tape): f32, bf16 with the AMX kernels (ExecSettings::
+/// bf16_native, where the CPU has AMX-BF16), bf16 on the f32 micro-kernels (widened tile by
+/// tile) and f16. Milliseconds, medians over the rounds.
+void run_passes(const char* name, const ConvGeometry& g, int rounds) {
+  const index_t nx = g.batch * g.in_channels * g.in[0] * g.in[1] * g.in[2];
+  const index_t ny = g.batch * g.out_channels * g.out[0] * g.out[1] * g.out[2];
+  const index_t nw = g.out_channels * g.in_channels / g.groups * g.kernel[0] * g.kernel[1] * g.kernel[2];
+  auto make = [&](DType dt) {
+    std::vector<Block> b;
+    for (index_t n : {nx, nw, ny, nx, nw}) {
+      Block blk = Block::allocate(DType::f32, Device::cpu(), &n, 1);
+      float* f = static_cast<float*>(blk.data);
+      for (index_t i = 0; i < n; ++i) f[i] = static_cast<float>((i * 7919 % 2003) / 1001.5 - 1.0);
+      if (dt == DType::f32) {
+        b.push_back(blk);
+        continue;
+      }
+      Block lo = Block::allocate(dt, Device::cpu(), &n, 1);
+      exec::convert(blk, lo, current_context());
+      b.push_back(lo);
+    }
+    return b;
+  };
+  const char* labels[] = {"forward", "input grad", "weight grad"};
+  struct Variant {
+    const char* name;
+    DType dt;
+    bool native;
+  };
+  const Variant vars[] = {{"f32", DType::f32, true}, {"bf16 native", DType::bf16, true},
+                          {"bf16 widened", DType::bf16, false}, {"f16", DType::f16, true}};
+  std::vector<std::vector<Block>> bufs;
+  for (const Variant& v : vars) bufs.push_back(make(v.dt));
+  std::vector<double> t[4][3];
+  for (int r = -1; r < rounds; ++r)
+    for (int vi = 0; vi < 4; ++vi) {
+      ExecContext ctx;
+      ctx.settings().bf16_native = vars[vi].native;
+      const auto& b = bufs[static_cast<std::size_t>(vi)];
+      for (int pass = 0; pass < 3; ++pass) {
+        const double t0 = bench::now_ms();
+        if (pass == 0) exec::conv_forward(g, b[0], b[1], nullptr, b[2], ctx);
+        if (pass == 1) exec::conv_backward_input(g, b[2], b[1], nullptr, b[3], ctx);
+        if (pass == 2) exec::conv_backward_weight(g, b[0], b[2], b[4], ctx);
+        if (r >= 0) t[vi][pass].push_back(bench::now_ms() - t0);
+      }
+    }
+  for (int pass = 0; pass < 3; ++pass) {
+    const double m32 = bench::median(t[0][pass]);
+    std::printf("| %s %s | %.2f | %.2f (%.2fx) | %.2f (%.2fx) | %.2f (%.2fx) |\n", name, labels[pass], m32,
+                bench::median(t[1][pass]), m32 / bench::median(t[1][pass]), bench::median(t[2][pass]),
+                m32 / bench::median(t[2][pass]), bench::median(t[3][pass]), m32 / bench::median(t[3][pass]));
+  }
+}
+
+ConvGeometry geometry(int dims, index_t n, index_t c, index_t e) {
+  ConvGeometry g;
+  g.spatial_dims = dims;
+  g.batch = n;
+  g.in_channels = g.out_channels = c;
+  for (int d = 3 - dims; d < 3; ++d) {
+    g.in[d] = g.out[d] = e;
+    g.kernel[d] = 3;
+    g.pad_lo[d] = 1;
+  }
+  return g;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,5 +138,10 @@ int main(int argc, char** argv) {
     run_case<4>("conv2d 32->32 3x3, 2x32x128x128", {2, 32, 128, 128}, {32, 32, 3, 3}, rounds);
   if (which == "all" || which == "3d")
     run_case<5>("conv3d 16->16 3^3, 1x16x48^3", {1, 16, 48, 48, 48}, {16, 16, 3, 3, 3}, rounds);
+  std::printf("\nper pass (exec level; native = AMX tiles where cpu_has_amx_bf16() = %d; ratios f32 / dtype)\n",
+              cpu_has_amx_bf16() ? 1 : 0);
+  std::printf("| pass | f32 ms | bf16 native ms | bf16 widened ms | f16 ms |\n|---|---:|---:|---:|---:|\n");
+  if (which == "all" || which == "2d") run_passes("conv2d 32ch 2x128^2", geometry(2, 2, 32, 128), rounds);
+  if (which == "all" || which == "3d") run_passes("conv3d 16ch 48^3", geometry(3, 1, 16, 48), rounds);
   return 0;
 }

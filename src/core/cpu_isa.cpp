@@ -2,6 +2,11 @@
 #include "shardtensor/core/cpu_isa.hpp"
 
 #include <cstdlib>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <fstream>
 
 #include "shardtensor/core/error.hpp"
@@ -45,6 +50,22 @@ CpuIsa cpu_isa() {
     return want < hw ? want : hw;
   }();
   return isa;
+}
+
+bool cpu_has_amx_bf16() {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool amx_bf16 = (d >> 22) & 1u, amx_tile = (d >> 24) & 1u;
+    if (!amx_bf16 || !amx_tile) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // asm/prctl.h, the tile data state
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return has && cpu_isa() == CpuIsa::avx512;
+#else
+  return false;
+#endif
 }
 
 const char* to_string(CpuIsa isa) noexcept {

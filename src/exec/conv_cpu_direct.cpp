@@ -17,6 +17,7 @@
 #include "conv_cpu_engine.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/core/dtype.hpp"
+#include "kernels_api/convert_ops.hpp"
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
@@ -372,6 +373,293 @@ struct VecD {
 #undef SHARD_TGT
 }  // namespace avx2
 
+// ---------------------------------------------------------------- AMX (bf16 tiles)
+// bf16 x and y (or gy) with bf16 weights on a CPU with AMX-BF16 (cpu_has_amx_bf16()): TDPBF16PS
+// multiplies a 16 x 32 bf16 tile by a 32 x 16 one (B in pairs of K, "VNNI" layout) into a 16 x 16
+// f32 tile, each output summing exact bf16 products in f32.
+//  * Forward / input gradient: the padded block holds channel PAIRS interleaved (P2[cp][e] =
+//    x[2cp] | x[2cp+1] << 16), so for one tap the B tile (16 channel pairs x 16 positions) is 16 rows
+//    of 64 bytes at stride PS: loaded in place. The A tiles (16 output channels x 16 channel pairs)
+//    are the weights, packed once per call. C: output channels x positions.
+//  * Weight gradient: A = 16 input channels x 32 positions of the plain bf16 block, read in place
+//    at the tap's offset; B = the gy tile transposed into position pairs x output channels (once
+//    per tile). C: input channels x output channels per tap, summed over the tile's positions.
+// Tile counts: 8 tile registers; C takes 4 (or 3), A and B the rest.
+namespace amx {
+#define SHARD_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+using u16 = std::uint16_t;
+using u32 = std::uint32_t;
+
+struct TileCfg {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14]{};
+  std::uint16_t colsb[16]{};
+  std::uint8_t rows[16]{};
+};
+static_assert(sizeof(TileCfg) == 64, "AMX tile configuration is 64 bytes");
+
+struct Scratch {
+  AlignedBuf<u32> P2;   ///< forward: channel-pair block
+  AlignedBuf<bf16> P;   ///< weight gradient: plain block
+  AlignedBuf<bf16> G;   ///< weight gradient: gy tile [mpad][Vpad]
+  AlignedBuf<u32> Gt;   ///< weight gradient: gy tile as position pairs [Vpad / 2][mpad]
+  AlignedBuf<float> C;  ///< forward: output tile; weight gradient: one C tile group
+  AlignedBuf<index_t> rel;
+};
+
+const u16* bits(const bf16* p) { return reinterpret_cast<const u16*>(p); }
+
+/// Channel pairs of one call: cpairs = ceil(cin / 2), padded to a multiple of 16 above 16 (every
+/// B tile then has kt = min(16, pairs) rows); the padding pairs are zero in the block.
+struct PairPlan {
+  index_t cpairs = 0, padded = 0, kt = 0, cblocks = 0;
+};
+PairPlan pair_plan(index_t cin) {
+  PairPlan pp;
+  pp.cpairs = (cin + 1) / 2;
+  pp.padded = pp.cpairs <= 16 ? pp.cpairs : round_up(pp.cpairs, 16);
+  pp.kt = std::min<index_t>(16, pp.padded);
+  pp.cblocks = pp.padded / pp.kt;
+  return pp;
+}
+
+/// P2[cp][e0][e1][e2] = x[2cp] | x[2cp+1] << 16 over the tile's block (0 outside the input, for
+/// the missing partner of an odd channel count and for the padding pairs), then zeroed slack.
+void fill_pairs(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const bf16* xg, index_t padded, u32* P2) {
+  const Problem& p = *fp.p;
+  const index_t s2 = u.a2 + fp.lo[2];
+  const index_t va = std::clamp<index_t>(-s2, 0, tg.E2), vb = std::clamp<index_t>(p.in[2] - s2, va, tg.E2);
+  for (index_t cp = 0; cp < padded; ++cp)
+    for (index_t e0 = 0; e0 < tg.E0; ++e0) {
+      const index_t i0 = u.o0 + fp.lo[0] + e0;
+      for (index_t e1 = 0; e1 < tg.E1; ++e1) {
+        const index_t i1 = u.a1 + fp.lo[1] + e1;
+        u32* dst = P2 + ((cp * tg.E0 + e0) * tg.E1 + e1) * tg.E2;
+        if (2 * cp >= fp.cin_g || i0 < 0 || i0 >= p.in[0] || i1 < 0 || i1 >= p.in[1]) {
+          std::fill_n(dst, tg.E2, u32{0});
+          continue;
+        }
+        const index_t off = i0 * fp.xl.s0 + i1 * fp.xl.s1 + s2;
+        const u16* r0 = bits(xg + 2 * cp * fp.xl.c + off);
+        std::fill_n(dst, va, u32{0});
+        if (2 * cp + 1 < fp.cin_g) {
+          const u16* r1 = bits(xg + (2 * cp + 1) * fp.xl.c + off);
+          for (index_t e = va; e < vb; ++e) dst[e] = u32{r0[e]} | (u32{r1[e]} << 16);
+        } else {
+          for (index_t e = va; e < vb; ++e) dst[e] = u32{r0[e]};
+        }
+        std::fill_n(dst + vb, tg.E2 - vb, u32{0});
+      }
+    }
+  std::fill_n(P2 + padded * tg.PS, tg.Vpad - tg.V + 64, u32{0});
+}
+
+/// Tap offsets in the block for channel 0 (build_rel with one channel).
+void tap_offsets(const FastPlan& fp, const TileGeom& tg, index_t* off) {
+  FastPlan one = fp;
+  one.cin_g = 1;
+  build_rel(one, tg, off);
+}
+
+/// Forward unit with MB output-channel blocks x NB position blocks of C tiles (2 x 2 or 1 x 3).
+template <int MB, int NB>
+SHARD_AMX void forward_unit(const FastPlan& fp, const FastTile& u, const bf16* x, const u32* ap, const PairPlan& pp,
+                            const float* bias, bf16* y, Scratch& s) {
+  static_assert((MB == 2 && NB == 2) || (MB == 1 && NB == 3), "tile layouts: 2 x 2 or 1 x 3");
+  const Problem& p = *fp.p;
+  const TileGeom tg = tile_geom(fp, u, NB * 16);
+  const index_t ntaps = p.taps.count();
+  fill_pairs(fp, u, tg, x + u.n * p.x_batch_stride + u.g * fp.cin_g * fp.xl.c, pp.padded, s.P2.data());
+  tap_offsets(fp, tg, s.rel.data());
+  const index_t mblocks = (fp.cout_g + 16 * MB - 1) / (16 * MB) * MB;
+  TileCfg cfg;
+  for (int i = 0; i < MB * NB; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;                       // C
+  for (int i = MB * NB; i < MB * NB + MB; ++i) cfg.rows[i] = 16, cfg.colsb[i] = static_cast<std::uint16_t>(pp.kt * 4);  // A
+  for (int i = MB * NB + MB; i < MB * NB + MB + NB; ++i) cfg.rows[i] = static_cast<std::uint8_t>(pp.kt), cfg.colsb[i] = 64;  // B
+  _tile_loadconfig(&cfg);
+  const long bstride = static_cast<long>(tg.PS * 4), cstride = static_cast<long>(tg.Vpad * 4);
+  const u32* apg = ap + u.g * mblocks * ntaps * pp.cblocks * 256;
+  for (index_t v0 = 0; v0 < tg.Vpad; v0 += NB * 16)
+    for (index_t mb = 0; mb < mblocks; mb += MB) {
+      float* c0 = s.C.data() + mb * 16 * tg.Vpad + v0;
+      if constexpr (MB == 2) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+      } else {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2);
+      }
+      for (index_t t = 0; t < ntaps; ++t)
+        for (index_t cb = 0; cb < pp.cblocks; ++cb) {
+          const u32* b = s.P2.data() + cb * 16 * tg.PS + s.rel[static_cast<std::size_t>(t)] + v0;
+          const u32* a = apg + ((mb * ntaps + t) * pp.cblocks + cb) * 256;
+          if constexpr (MB == 2) {
+            _tile_loadd(4, a, 64);
+            _tile_loadd(5, a + ntaps * pp.cblocks * 256, 64);
+            _tile_loadd(6, b, bstride);
+            _tile_loadd(7, b + 16, bstride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          } else {
+            _tile_loadd(3, a, 64);
+            _tile_loadd(4, b, bstride);
+            _tile_loadd(5, b + 16, bstride);
+            _tile_loadd(6, b + 32, bstride);
+            _tile_dpbf16ps(0, 3, 4);
+            _tile_dpbf16ps(1, 3, 5);
+            _tile_dpbf16ps(2, 3, 6);
+          }
+        }
+      if constexpr (MB == 2) {
+        _tile_stored(0, c0, cstride);
+        _tile_stored(1, c0 + 16, cstride);
+        _tile_stored(2, c0 + 16 * tg.Vpad, cstride);
+        _tile_stored(3, c0 + 16 * tg.Vpad + 16, cstride);
+      } else {
+        _tile_stored(0, c0, cstride);
+        _tile_stored(1, c0 + 16, cstride);
+        _tile_stored(2, c0 + 32, cstride);
+      }
+    }
+  _tile_release();
+  store_tile_narrow(fp, u, tg, s.C.data(), bias, y);
+}
+
+template <int MB, int NB>
+void run_forward_tiles(const Problem& p, const bf16* x, const float* w, const float* bias, bf16* y) {
+  const FastPlan fp = make_plan(p, sizeof(float), fast_threads(p.cfg, 1 << 30), NB * 16, MB * 16);
+  const index_t ntaps = p.taps.count();
+  const PairPlan pp = pair_plan(fp.cin_g);
+  const index_t mblocks = (fp.cout_g + 16 * MB - 1) / (16 * MB) * MB;
+  // ap[g][mb][t][cb][m][j] = (w[co][2cp][t], w[co][2cp+1][t]) as bf16 bits, co = 16 mb + m,
+  // cp = kt cb + j (w holds bf16 values, so the rounding is exact); 16 x 16 words per A tile.
+  std::vector<u32> ap(static_cast<std::size_t>(p.groups * mblocks * ntaps * pp.cblocks * 256), 0);
+  for (index_t g = 0; g < p.groups; ++g)
+    for (index_t co = 0; co < fp.cout_g; ++co) {
+      const float* wr = w + (g * fp.cout_g + co) * fp.krows;
+      for (index_t cp = 0; cp < pp.cpairs; ++cp)
+        for (index_t t = 0; t < ntaps; ++t) {
+          const u32 lo = cvt::bf16_bits(wr[2 * cp * ntaps + t]);
+          const u32 hi = 2 * cp + 1 < fp.cin_g ? u32{cvt::bf16_bits(wr[(2 * cp + 1) * ntaps + t])} : 0u;
+          const index_t tile = ((g * mblocks + co / 16) * ntaps + t) * pp.cblocks + cp / pp.kt;
+          ap[static_cast<std::size_t>(tile * 256 + (co % 16) * 16 + cp % pp.kt)] = lo | (hi << 16);
+        }
+    }
+  const index_t ps_max = fp.span[0] * (fp.rows + fp.span[1] - 1) * (fp.cols + fp.span[2] - 1);
+  const int nth = fast_threads(p.cfg, fp.units);
+  std::vector<Scratch> scratch(static_cast<std::size_t>(nth));
+  for (auto& s : scratch) {
+    s.P2.resize(static_cast<std::size_t>(pp.padded * ps_max + 2 * NB * 16 + 128));
+    s.C.resize(static_cast<std::size_t>(fp.c_cap));
+    s.rel.resize(static_cast<std::size_t>(ntaps + 16));
+  }
+#pragma omp parallel for schedule(static) num_threads(nth)
+  for (index_t u = 0; u < fp.units; ++u)
+    forward_unit<MB, NB>(fp, decode(fp, u), x, ap.data(), pp, bias, y,
+                         scratch[static_cast<std::size_t>(omp_get_thread_num())]);
+}
+
+void run_forward(const Problem& p, const bf16* x, const float* w, const float* bias, bf16* y) {
+  if (p.cout_g > 16) run_forward_tiles<2, 2>(p, x, w, bias, y);
+  else run_forward_tiles<1, 3>(p, x, w, bias, y);
+}
+
+/// Weight-gradient unit: for each pair of (tap, channel block) A tiles and each pair of output
+/// channel blocks, C (input channels x output channels) sums over the tile's positions in tile
+/// registers, then adds into acc[g][co][c * taps + t] (double).
+SHARD_AMX void wgrad_unit(const FastPlan& fp, const FastTile& u, const bf16* x, const bf16* gy, Scratch& s,
+                          double* acc) {
+  const Problem& p = *fp.p;
+  const TileGeom tg = tile_geom(fp, u, 32);
+  const index_t ntaps = p.taps.count();
+  const index_t cin_pad = fp.cin_g <= 16 ? fp.cin_g : round_up(fp.cin_g, 16), kc = std::min<index_t>(16, cin_pad);
+  const index_t cblocks = cin_pad / kc;
+  fill_block(fp, u, tg, x + u.n * p.x_batch_stride + u.g * fp.cin_g * fp.xl.c, s.P.data());
+  std::fill_n(s.P.data() + fp.cin_g * tg.PS, (cin_pad - fp.cin_g) * tg.PS + tg.Vpad - tg.V + 64, bf16{});
+  tap_offsets(fp, tg, s.rel.data());
+  const index_t mpad = round_up(fp.cout_g, 16), mblocks = mpad / 16;
+  load_gy_tile(fp, u, tg, gy, mpad, s.G.data());
+  // Gt[vp][m] = the two bf16 of G[m][2vp, 2vp + 1] as one word.
+  const u32* Gw = reinterpret_cast<const u32*>(s.G.data());
+  u32* Gt = s.Gt.data();
+  const index_t vpairs = tg.Vpad / 2;
+  for (index_t v0 = 0; v0 < vpairs; v0 += 16)
+    for (index_t m = 0; m < mpad; ++m)
+      for (index_t v = v0; v < v0 + 16; ++v) Gt[v * mpad + m] = Gw[m * vpairs + v];
+  TileCfg cfg;
+  for (int i = 0; i < 4; ++i) cfg.rows[i] = static_cast<std::uint8_t>(kc), cfg.colsb[i] = 64;  // C
+  for (int i = 4; i < 6; ++i) cfg.rows[i] = static_cast<std::uint8_t>(kc), cfg.colsb[i] = 64;  // A
+  for (int i = 6; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;                              // B
+  _tile_loadconfig(&cfg);
+  const long astride = static_cast<long>(tg.PS * 2), bstride = static_cast<long>(mpad * 4);
+  const index_t combos = ntaps * cblocks;  // A tiles: combo = t * cblocks + cb
+  float* cb_buf = s.C.data();              // 4 tiles of 16 x 16
+  double* accg = acc + u.g * fp.cout_g * fp.krows;
+  for (index_t q = 0; q < combos; q += 2)
+    for (index_t mb = 0; mb < mblocks; mb += 2) {
+      const bool two_a = q + 1 < combos, two_b = mb + 1 < mblocks;
+      const index_t t0 = q / cblocks, c0 = q % cblocks, t1 = (q + 1) / cblocks, c1 = (q + 1) % cblocks;
+      const bf16* a0 = s.P.data() + c0 * 16 * tg.PS + s.rel[static_cast<std::size_t>(t0)];
+      const bf16* a1 = two_a ? s.P.data() + c1 * 16 * tg.PS + s.rel[static_cast<std::size_t>(t1)] : a0;
+      const u32* b0 = Gt + mb * 16;
+      const u32* b1 = two_b ? b0 + 16 : b0;
+      _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+      for (index_t v0 = 0; v0 < tg.Vpad; v0 += 32) {
+        _tile_loadd(4, a0 + v0, astride);
+        _tile_loadd(5, a1 + v0, astride);
+        _tile_loadd(6, b0 + (v0 / 2) * mpad, bstride);
+        _tile_loadd(7, b1 + (v0 / 2) * mpad, bstride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, cb_buf, 64);
+      _tile_stored(1, cb_buf + 256, 64);
+      _tile_stored(2, cb_buf + 512, 64);
+      _tile_stored(3, cb_buf + 768, 64);
+      for (int ia = 0; ia < (two_a ? 2 : 1); ++ia)
+        for (int ib = 0; ib < (two_b ? 2 : 1); ++ib) {
+          const float* ct = cb_buf + (ia * 2 + ib) * 256;
+          const index_t t = ia ? t1 : t0, cbk = ia ? c1 : c0;
+          for (index_t ci = 0; ci < kc && cbk * 16 + ci < fp.cin_g; ++ci)
+            for (index_t mi = 0; mi < 16 && (mb + ib) * 16 + mi < fp.cout_g; ++mi)
+              accg[((mb + ib) * 16 + mi) * fp.krows + (cbk * 16 + ci) * ntaps + t] +=
+                  static_cast<double>(ct[ci * 16 + mi]);
+        }
+    }
+  _tile_release();
+}
+#undef SHARD_AMX
+
+void run_wgrad(const Problem& p, const bf16* x, const bf16* gy, float* gw) {
+  const FastPlan fp = make_plan(p, sizeof(float), fast_threads(p.cfg, 1 << 30), 32, 16);
+  const index_t wn = p.groups * fp.cout_g * fp.krows;
+  const index_t cin_pad = fp.cin_g <= 16 ? fp.cin_g : round_up(fp.cin_g, 16);
+  const index_t ps_max = fp.span[0] * (fp.rows + fp.span[1] - 1) * (fp.cols + fp.span[2] - 1);
+  const int nth = fast_threads(p.cfg, fp.units);
+  std::vector<Scratch> scratch(static_cast<std::size_t>(nth));
+  std::vector<double> partial(static_cast<std::size_t>(nth * wn), 0.0);
+  for (auto& s : scratch) {
+    s.P.resize(static_cast<std::size_t>(cin_pad * ps_max + 2 * 32 + 128));
+    s.G.resize(static_cast<std::size_t>(fp.c_cap));
+    s.Gt.resize(static_cast<std::size_t>(fp.c_cap / 2 + 16));
+    s.C.resize(1024);
+    s.rel.resize(static_cast<std::size_t>(p.taps.count() + 16));
+  }
+#pragma omp parallel for schedule(static) num_threads(nth)
+  for (index_t u = 0; u < fp.units; ++u) {
+    const int t = omp_get_thread_num();
+    wgrad_unit(fp, decode(fp, u), x, gy, scratch[static_cast<std::size_t>(t)], partial.data() + t * wn);
+  }
+  for (index_t i = 0; i < wn; ++i) {
+    double s = 0;
+    for (int t = 0; t < nth; ++t) s += partial[static_cast<std::size_t>(t * wn + i)];
+    gw[i] = static_cast<float>(s);
+  }
+}
+}  // namespace amx
+
 namespace {
 
 /// The micro-kernel family to use (cpu_isa(), lowered by the ConvKernel setting).
@@ -459,9 +747,23 @@ template <> struct Pick<double> {
 
 }  // namespace
 
+/// The AMX kernels run p (bf16 storage, ExecSettings::bf16_native, an AMX-BF16 CPU at the avx512
+/// level with the automatic kernel choice).
+template <class S>
+bool native_bf16(const Problem& p) {
+  return std::is_same_v<S, bf16> && p.cfg.bf16_native && active_isa(p.cfg.kernel) == CpuIsa::avx512 &&
+         cpu_has_amx_bf16();
+}
+
 template <class S, class T>
 bool fast_gather_conv(const Problem& p, const S* x, const T* w, const T* bias, S* y) {
   if (!eligible(p)) return false;
+  if constexpr (std::is_same_v<S, bf16>) {
+    if (native_bf16<S>(p)) {
+      amx::run_forward(p, x, w, bias, y);
+      return true;
+    }
+  }
   if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {
     using Vt = typename Pick<T>::A512;
     run_forward<Vt, S>(p, x, w, bias, y, &avx512::forward_unit<Vt, S>);
@@ -475,6 +777,12 @@ bool fast_gather_conv(const Problem& p, const S* x, const T* w, const T* bias, S
 template <class S, class T>
 bool fast_weight_grad(const Problem& p, const S* x, const S* gy, T* gw) {
   if (!eligible(p) || p.y_ext != p.out || p.y_step != Ext3{1, 1, 1} || p.y_base != Ext3{0, 0, 0}) return false;
+  if constexpr (std::is_same_v<S, bf16>) {
+    if (native_bf16<S>(p)) {
+      amx::run_wgrad(p, x, gy, gw);
+      return true;
+    }
+  }
   if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {
     using Vt = typename Pick<T>::A512;
     run_wgrad<Vt, S>(p, x, gy, gw, &avx512::wgrad_unit<Vt, S>);

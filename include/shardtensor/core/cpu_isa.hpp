@@ -23,6 +23,11 @@ CpuIsa cpu_isa_supported() noexcept;
 /// naming the variable and the accepted values (at the first kernel that asks).
 CpuIsa cpu_isa();
 
+/// True when the kernels' level (cpu_isa()) is avx512, the CPU has AMX-TILE and AMX-BF16 and the
+/// OS granted this process the AMX tile state (Linux arch_prctl ARCH_REQ_XCOMP_PERM, asked once):
+/// the bf16 conv kernels on AMX tiles (exec/conv.hpp, ExecSettings::bf16_native).
+bool cpu_has_amx_bf16();
+
 /// True when `SHARDTENSOR_CPU_ISA` is set (a lowered level is in effect or was asked for).
 bool cpu_isa_overridden();
 
