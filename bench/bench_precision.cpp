@@ -3,7 +3,7 @@
 // medians; prints the CPU model and ISA beside every figure and the speed ratio f32 / low.
 //   OMP_NUM_THREADS=2 build/bench/bench_precision [--rounds 7] [--case 2d|3d|all]
 // Stride-1 bf16 / f16 convs run in the direct path without whole-tensor f32 copies (widened tile by
-// tile); bf16 on an AMX-BF16 CPU runs the AMX tile kernels unless ExecSettings::bf16_native is
+// tile); bf16 on an AMX-BF16 CPU runs the AMX tile kernels unless ExecSettings::native_low_precision is
 // off. The per-pass table shows both bf16 variants.
 #include <cstdio>
 #include <cstring>
@@ -59,7 +59,7 @@ void run_case(const char* name, const Shape<R>& xs, const Shape<R>& ws, int roun
 }
 
 /// Per pass, at the exec level (no tape): f32, bf16 with the AMX kernels (ExecSettings::
-/// bf16_native, where the CPU has AMX-BF16), bf16 on the f32 micro-kernels (widened tile by
+/// native_low_precision, where the CPU has AMX-BF16), bf16 on the f32 micro-kernels (widened tile by
 /// tile) and f16. Milliseconds, medians over the rounds.
 void run_passes(const char* name, const ConvGeometry& g, int rounds) {
   const index_t nx = g.batch * g.in_channels * g.in[0] * g.in[1] * g.in[2];
@@ -95,7 +95,7 @@ void run_passes(const char* name, const ConvGeometry& g, int rounds) {
   for (int r = -1; r < rounds; ++r)
     for (int vi = 0; vi < 4; ++vi) {
       ExecContext ctx;
-      ctx.settings().bf16_native = vars[vi].native;
+      ctx.settings().native_low_precision = vars[vi].native;
       const auto& b = bufs[static_cast<std::size_t>(vi)];
       for (int pass = 0; pass < 3; ++pass) {
         const double t0 = bench::now_ms();

@@ -27,7 +27,7 @@ EngineSettings engine_settings(const ExecContext& ctx, const char* op) {
   SHARD_CHECK(s.conv_column_budget >= conv_engine::kMinColumnBudget && s.conv_column_budget <= conv_engine::kColumnCap,
               op, "ExecSettings::conv_column_budget {} bytes outside [{}, {}]", s.conv_column_budget,
               conv_engine::kMinColumnBudget, conv_engine::kColumnCap);
-  return {s.conv_column_budget, s.conv_threading, s.conv_kernel, s.bf16_native};
+  return {s.conv_column_budget, s.conv_threading, s.conv_kernel, s.native_low_precision};
 }
 
 /// The forward conv as a gather conv: taps k * dilation - pad_lo, dense output.

@@ -747,11 +747,11 @@ template <> struct Pick<double> {
 
 }  // namespace
 
-/// The AMX kernels run p (bf16 storage, ExecSettings::bf16_native, an AMX-BF16 CPU at the avx512
+/// The AMX kernels run p (bf16 storage, ExecSettings::native_low_precision, an AMX-BF16 CPU at the avx512
 /// level with the automatic kernel choice).
 template <class S>
 bool native_bf16(const Problem& p) {
-  return std::is_same_v<S, bf16> && p.cfg.bf16_native && active_isa(p.cfg.kernel) == CpuIsa::avx512 &&
+  return std::is_same_v<S, bf16> && p.cfg.native_low_precision && active_isa(p.cfg.kernel) == CpuIsa::avx512 &&
          cpu_has_amx_bf16();
 }
 

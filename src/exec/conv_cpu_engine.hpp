@@ -31,7 +31,7 @@ struct EngineSettings {
   std::size_t column_budget = std::size_t{1} << 20;  ///< working set per thread in bytes
   ConvThreading threading = ConvThreading::tiles;
   ConvKernel kernel = ConvKernel::automatic;
-  bool bf16_native = true;  ///< ExecSettings::bf16_native
+  bool native_low_precision = true;  ///< ExecSettings::native_low_precision
 };
 
 /// Tap offsets per dim: input index = o * stride + off[t].

@@ -51,24 +51,42 @@ Input input(const char* op, const NormKernels& tab, const NormGeom& g0, const Bl
   return in;
 }
 
+/// The table of dev (== ctx's device), after checking dt: f32, f64, or bf16 / f16 where the table
+/// takes them (the front routes other tables' bf16 / f16 calls through f32 working copies).
+const NormKernels& norm_table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
+  SHARD_CHECK(ctx.device() == dev, op, "operands on different devices: data on {} but the execution context on {}", dev,
+              ctx.device());
+  const NormKernels& tab = kernels_for<NormKernels>(dev, op);
+  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || (detail::is_low_precision(dt) && tab.takes_storage(dt)), op,
+              "dtype {} not supported (f32, f64, bf16, f16)", dt);
+  return tab;
+}
+
 /// The table after checking the dense [A, C, S] operands and the optional [C] parameter.
 const NormKernels& table(const char* op, const NormGeom& g, const Block& x, const Block* dense, const char* what,
                          const Block* w, const Block* b, const ExecContext& ctx) {
   if (dense) detail::check_block(op, what, *dense, x.dtype, g.A * g.C * g.S, ctx);
   if (w) detail::check_block(op, "weight", *w, x.dtype, g.C, ctx);
   if (b) detail::check_block(op, "bias", *b, x.dtype, g.C, ctx);
-  return detail::front_table<NormKernels>(op, x.dtype, ctx.device(), ctx);
+  return norm_table(op, x.dtype, ctx.device(), ctx);
 }
 const void* data(const Block* b) { return b ? b->data : nullptr; }
+
+/// True when the device's table takes bf16 / f16 operands of dtype dt as they are (the CPU table).
+bool storage_native(DType dt, const ExecContext& ctx) {
+  return kernels_for<NormKernels>(ctx.device(), "norm").takes_storage(dt);
+}
 
 }  // namespace
 
 void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_sums", {x.dtype});
-    detail::F32Work f(ctx);
-    norm_sums(g, f.in(x), mean, out, ctx);
-    return f.finish();
+    if (!storage_native(x.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      norm_sums(g, f.in(x), mean, out, ctx);
+      return f.finish();
+    }
   }
   const char* op = "norm_sums";
   const auto& tab = table(op, g, x, nullptr, nullptr, nullptr, nullptr, ctx);
@@ -80,9 +98,11 @@ void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* 
                 const double* invstd, const Block& y, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_apply", {x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype});
-    detail::F32Work f(ctx);
-    norm_apply(g, f.in(x), f.in(w), f.in(b), mean, invstd, f.out(y), ctx);
-    return f.finish();
+    if (!storage_native(x.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      norm_apply(g, f.in(x), f.in(w), f.in(b), mean, invstd, f.out(y), ctx);
+      return f.finish();
+    }
   }
   const char* op = "norm_apply";
   const auto& tab = table(op, g, x, &y, "output", w, b, ctx);
@@ -94,9 +114,11 @@ void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, cons
                         const double* invstd, double* sg, double* sgx, double* dw, double* db, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_backward_sums", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype)});
-    detail::F32Work f(ctx);
-    norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, dw, db, ctx);
-    return f.finish();
+    if (!storage_native(x.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, dw, db, ctx);
+      return f.finish();
+    }
   }
   const char* op = "norm_backward_sums";
   const auto& tab = table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
@@ -109,9 +131,11 @@ void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const 
                       ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_backward_dx", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype});
-    detail::F32Work f(ctx);
-    norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, inv_count, f.out(dx), ctx);
-    return f.finish();
+    if (!storage_native(x.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, inv_count, f.out(dx), ctx);
+      return f.finish();
+    }
   }
   const char* op = "norm_backward_dx";
   const auto& tab = table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
@@ -123,24 +147,28 @@ void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const 
 void load_f64(const Block& src, double* host, ExecContext& ctx) {
   if (detail::F32Work::needed(src.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("load_f64", {src.dtype});
-    detail::F32Work f(ctx);
-    load_f64(f.in(src), host, ctx);
-    return f.finish();
+    if (!storage_native(src.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      load_f64(f.in(src), host, ctx);
+      return f.finish();
+    }
   }
   detail::check_block("load_f64", "source", src, src.dtype, src.numel(), ctx);
-  const auto& tab = detail::front_table<NormKernels>("load_f64", src.dtype, ctx.device(), ctx);
+  const auto& tab = norm_table("load_f64", src.dtype, ctx.device(), ctx);
   if (src.numel() > 0) tab.load_f64(src.dtype, src.numel(), src.data, host, ctx);
 }
 
 void store_f64(const double* host, const Block& dst, ExecContext& ctx) {
   if (detail::F32Work::needed(dst.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("store_f64", {dst.dtype});
-    detail::F32Work f(ctx);
-    store_f64(host, f.out(dst), ctx);
-    return f.finish();
+    if (!storage_native(dst.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      store_f64(host, f.out(dst), ctx);
+      return f.finish();
+    }
   }
   detail::check_block("store_f64", "destination", dst, dst.dtype, dst.numel(), ctx);
-  const auto& tab = detail::front_table<NormKernels>("store_f64", dst.dtype, ctx.device(), ctx);
+  const auto& tab = norm_table("store_f64", dst.dtype, ctx.device(), ctx);
   if (dst.numel() > 0) tab.store_f64(dst.dtype, dst.numel(), host, dst.data, ctx);
 }
 

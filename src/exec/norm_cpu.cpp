@@ -1,10 +1,11 @@
-// CPU implementation of the norm kernel family (exec/norm.hpp), type-erased over f32/f64; moved
+// CPU implementation of the norm kernel family (exec/norm.hpp), type-erased over f32/f64 and the bf16/f16 storage dtypes; moved
 // unchanged from src/nn/norm.cpp.
 // The local block is viewed as [A, C, S] (x may be a strided view, see XMap); the statistic of element (a, c, s) is
 //   batch: k = c;   group: k = a * G + c / (C / G);   layer: k = a * S + s.
 // All sums accumulate in double. Each OpenMP loop is split so that one thread owns each statistic.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "exec/norm_kernels.hpp"
 #include "shardtensor/core/error.hpp"
@@ -71,6 +72,13 @@ inline void for_s(const XMap& m, index_t a, index_t c, F&& f) {
   }
 }
 
+/// double -> T; bf16 / f16 through float (the f32 route's two roundings, bit for bit).
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(static_cast<float>(v));
+  else return static_cast<T>(v);
+}
+
 template <class T>
 void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
   const index_t A = g.A, C = g.C, S = g.S, K = g.stats();
@@ -86,7 +94,7 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t c = 0; c < C; ++c) {
         double acc = 0;
-        for (index_t a = 0; a < A; ++a) for_s(m, a, c, [&](index_t, index_t xo) { acc += term(x[xo], c); });
+        for (index_t a = 0; a < A; ++a) for_s(m, a, c, [&](index_t, index_t xo) { acc += term(static_cast<double>(x[xo]), c); });
         out[c] = acc;
       }
       break;
@@ -98,7 +106,7 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
         const index_t a = k / G, grp = k % G;
         double acc = 0;
         for (index_t ci = 0; ci < cg; ++ci)
-          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) { acc += term(x[xo], k); });
+          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) { acc += term(static_cast<double>(x[xo]), k); });
         out[k] = acc;
       }
       break;
@@ -108,7 +116,7 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
       for (index_t a = 0; a < A; ++a) {
         double* o = out + a * S;
         for (index_t c = 0; c < C; ++c)
-          for_s(m, a, c, [&](index_t s, index_t xo) { o[s] += term(x[xo], a * S + s); });
+          for_s(m, a, c, [&](index_t s, index_t xo) { o[s] += term(static_cast<double>(x[xo]), a * S + s); });
       }
       break;
   }
@@ -137,7 +145,7 @@ void apply_impl(const NormGeom& g, const T* x, const double* mean, const double*
     const double wc = w ? static_cast<double>(w[c]) : 1.0, bc = b ? static_cast<double>(b[c]) : 0.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      y[off + s] = static_cast<T>((static_cast<double>(x[xo]) - mean[k]) * invstd[k] * wc + bc);
+      y[off + s] = from_double<T>((static_cast<double>(x[xo]) - mean[k]) * invstd[k] * wc + bc);
     });
   });
 }
@@ -161,7 +169,7 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
         const index_t off = (a * C + c) * S;
         for_s(m, a, c, [&](index_t s, index_t xo) {
           const index_t k = g.kind == NormKind::batch ? c : g.kind == NormKind::group ? a * g.G + c / cg : a * S + s;
-          const double gv = gy[off + s];
+          const double gv = static_cast<double>(gy[off + s]);
           aw += gv * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
           ab += gv;
         });
@@ -181,7 +189,7 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
         for (index_t a = 0; a < A; ++a) {
           const index_t off = (a * C + c) * S;
           for_s(m, a, c, [&](index_t s, index_t xo) {
-            const double d = gy[off + s] * wc;
+            const double d = static_cast<double>(gy[off + s]) * wc;
             a1 += d;
             a2 += d * (static_cast<double>(x[xo]) - mean[c]) * invstd[c];
           });
@@ -201,7 +209,7 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
           const double wc = w ? static_cast<double>(w[c]) : 1.0;
           const index_t off = (a * C + c) * S;
           for_s(m, a, c, [&](index_t s, index_t xo) {
-            const double d = gy[off + s] * wc;
+            const double d = static_cast<double>(gy[off + s]) * wc;
             a1 += d;
             a2 += d * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
           });
@@ -219,7 +227,7 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
           const index_t off = (a * C + c) * S;
           for_s(m, a, c, [&](index_t s, index_t xo) {
             const index_t k = a * S + s;
-            const double d = gy[off + s] * wc;
+            const double d = static_cast<double>(gy[off + s]) * wc;
             sg[k] += d;
             sgx[k] += d * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
           });
@@ -237,13 +245,13 @@ void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* 
     const double wc = w ? static_cast<double>(w[c]) : 1.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      const double d = gy[off + s] * wc;
+      const double d = static_cast<double>(gy[off + s]) * wc;
       if (!sg) {
-        dx[off + s] = static_cast<T>(d * invstd[k]);
+        dx[off + s] = from_double<T>(d * invstd[k]);
         return;
       }
       const double xhat = (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
-      dx[off + s] = static_cast<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
+      dx[off + s] = from_double<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
     });
   });
 }
@@ -254,18 +262,24 @@ void load_impl(index_t n, const T* src, double* host) {
 }
 template <class T>
 void store_impl(index_t n, const double* host, T* dst) {
-  for (index_t i = 0; i < n; ++i) dst[i] = static_cast<T>(host[i]);
+  for (index_t i = 0; i < n; ++i) dst[i] = from_double<T>(host[i]);
 }
 
 #define SHARD_NORM_DISPATCH(dt, CALL)                                                 \
   switch (dt) {                                                                       \
     case DType::f32: { using T = float; CALL; break; }                                \
     case DType::f64: { using T = double; CALL; break; }                               \
-    default: SHARD_FAIL("norm", "unsupported dtype {} (f32 and f64 only)", dt);       \
+    case DType::bf16: { using T = bf16; CALL; break; }                                \
+    case DType::f16: { using T = f16; CALL; break; }                                  \
+    default: SHARD_FAIL("norm", "unsupported dtype {} (f32, f64, bf16, f16)", dt);    \
   }
 
 struct CpuNorm final : NormKernels {
   bool takes_strided_input() const override { return true; }
+  // bf16 / f16 read and written in place: the loops widen every element to double and round the
+  // result once (double -> float -> storage, exactly what the f32 working-copy route computes), so
+  // a bf16 norm needs no whole-tensor f32 copies.
+  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
   void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
   }

@@ -12,6 +12,9 @@ struct NormKernels {
   /// True when the table reads a strided x described by NormGeom::xrank/xshape/xstrides; else
   /// the front passes a contiguous copy (and xrank = 0).
   virtual bool takes_strided_input() const { return false; }
+  /// True when the table reads and writes bf16 / f16 operands `dt` itself (f64 arithmetic, like
+  /// its f32 path; results rounded once). Otherwise the front makes f32 working copies.
+  virtual bool takes_storage(DType /*dt*/) const { return false; }
   virtual void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out,
                     ExecContext& ctx) const = 0;
   virtual void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd,

@@ -67,6 +67,10 @@ const char* op_name(BinaryOp op) noexcept {
 void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype});
+    if (detail::chunked_f32<1, 1>(ctx, {&x}, {&y}, [&](const auto& in, const auto& out) {
+          unary(op, alpha, in[0], out[0], ctx);
+        }))
+      return;
     detail::F32Work f(ctx);
     unary(op, alpha, f.in(x), f.out(y), ctx);
     return f.finish();
@@ -93,6 +97,10 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
                     ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, y.dtype, dy.dtype, dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype, dy.dtype, dx.dtype});
+    if (detail::chunked_f32<3, 1>(ctx, {&x, &y, &dy}, {&dx}, [&](const auto& in, const auto& out) {
+          unary_backward(op, alpha, in[0], in[1], in[2], out[0], ctx);
+        }))
+      return;
     detail::F32Work f(ctx);
     unary_backward(op, alpha, f.in(x), f.in(y), f.in(dy), f.out(dx), ctx);
     return f.finish();
@@ -122,6 +130,11 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
 void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
   if (detail::F32Work::needed(a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {a.dtype, b.dtype, out.dtype});
+    if (a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
+        detail::chunked_f32<2, 1>(ctx, {&a, &b}, {&out}, [&](const auto& in, const auto& o) {
+          binary(op, in[0], in[1], o[0], ctx);
+        }))
+      return;
     detail::F32Work f(ctx);
     binary(op, f.in(a), f.in(b), f.out(out), ctx);
     return f.finish();
@@ -139,6 +152,11 @@ void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecC
 void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
   if (detail::F32Work::needed(g.dtype, a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("div_rhs_backward", {g.dtype, a.dtype, b.dtype, out.dtype});
+    if (g.shape_vec() == out.shape_vec() && a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
+        detail::chunked_f32<3, 1>(ctx, {&g, &a, &b}, {&out}, [&](const auto& in, const auto& o) {
+          div_rhs_backward(in[0], in[1], in[2], o[0], ctx);
+        }))
+      return;
     detail::F32Work f(ctx);
     div_rhs_backward(f.in(g), f.in(a), f.in(b), f.out(out), ctx);
     return f.finish();

@@ -12,6 +12,13 @@ namespace shard::exec {
 SHARD_KEEP_CPU_TABLE(pool);
 
 namespace {
+/// Elements [lo, lo + len) of a contiguous block (the max-pool indices of a chunk of planes).
+Block plane_rows(const Block& b, index_t lo, index_t len) {
+  SHARD_CHECK(b.is_contiguous() && lo + len <= b.numel(), "max_pool",
+              "indices of shape {} must be contiguous with the output's elements", b.shape_vec());
+  return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + lo * static_cast<index_t>(dtype_size(b.dtype)),
+                     &len, 1, nullptr, b.owner);
+}
 index_t in_numel(const PoolGeometry& g) { return g.planes * g.in[0] * g.in[1] * g.in[2]; }
 index_t out_numel(const PoolGeometry& g) { return g.planes * g.out[0] * g.out[1] * g.out[2]; }
 bool empty(const PoolGeometry& g) { return in_numel(g) == 0 || out_numel(g) == 0; }
@@ -30,6 +37,15 @@ const PoolKernels& table(const char* op, const PoolGeometry& g, const Block& in,
 void avg_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("avg_pool_forward", {x.dtype, y.dtype});
+    const index_t pin = in_numel(g) / std::max<index_t>(1, g.planes), pout = out_numel(g) / std::max<index_t>(1, g.planes);
+    if (detail::chunked_planes_f32<1, 1>(ctx, g.planes, {&x}, {pin}, {&y}, {pout},
+                                         [&](index_t p0, index_t count, const auto& in, const auto& out) {
+                                           PoolGeometry gc = g;
+                                           gc.planes = count;
+                                           avg_pool_forward(gc, in[0], out[0], ctx);
+                                           (void)p0;
+                                         }))
+      return;
     detail::F32Work f(ctx);
     avg_pool_forward(g, f.in(x), f.out(y), ctx);
     return f.finish();
@@ -41,6 +57,15 @@ void avg_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, Exe
 void avg_pool_backward(const PoolGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
   if (detail::F32Work::needed(gy.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("avg_pool_backward", {gy.dtype, gx.dtype});
+    const index_t pin = in_numel(g) / std::max<index_t>(1, g.planes), pout = out_numel(g) / std::max<index_t>(1, g.planes);
+    if (detail::chunked_planes_f32<1, 1>(ctx, g.planes, {&gy}, {pout}, {&gx}, {pin},
+                                         [&](index_t p0, index_t count, const auto& in, const auto& out) {
+                                           PoolGeometry gc = g;
+                                           gc.planes = count;
+                                           avg_pool_backward(gc, in[0], out[0], ctx);
+                                           (void)p0;
+                                         }))
+      return;
     detail::F32Work f(ctx);
     avg_pool_backward(g, f.in(gy), f.out(gx), ctx);
     return f.finish();
@@ -52,6 +77,14 @@ void avg_pool_backward(const PoolGeometry& g, const Block& gy, const Block& gx, 
 void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, const Block& idx, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("max_pool_forward", {x.dtype, y.dtype});
+    const index_t pin = in_numel(g) / std::max<index_t>(1, g.planes), pout = out_numel(g) / std::max<index_t>(1, g.planes);
+    if (detail::chunked_planes_f32<1, 1>(ctx, g.planes, {&x}, {pin}, {&y}, {pout},
+                                         [&](index_t p0, index_t count, const auto& in, const auto& out) {
+                                           PoolGeometry gc = g;
+                                           gc.planes = count;
+                                           max_pool_forward(gc, in[0], out[0], plane_rows(idx, p0 * pout, count * pout), ctx);
+                                         }))
+      return;
     detail::F32Work f(ctx);
     max_pool_forward(g, f.in(x), f.out(y), idx, ctx);
     return f.finish();
@@ -65,6 +98,14 @@ void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, con
 void max_pool_backward(const PoolGeometry& g, const Block& gy, const Block& idx, const Block& gx, ExecContext& ctx) {
   if (detail::F32Work::needed(gy.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("max_pool_backward", {gy.dtype, gx.dtype});
+    const index_t pin = in_numel(g) / std::max<index_t>(1, g.planes), pout = out_numel(g) / std::max<index_t>(1, g.planes);
+    if (detail::chunked_planes_f32<1, 1>(ctx, g.planes, {&gy}, {pout}, {&gx}, {pin},
+                                         [&](index_t p0, index_t count, const auto& in, const auto& out) {
+                                           PoolGeometry gc = g;
+                                           gc.planes = count;
+                                           max_pool_backward(gc, in[0], plane_rows(idx, p0 * pout, count * pout), out[0], ctx);
+                                         }))
+      return;
     detail::F32Work f(ctx);
     max_pool_backward(g, f.in(gy), idx, f.out(gx), ctx);
     return f.finish();

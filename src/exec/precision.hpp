@@ -6,6 +6,8 @@
 // live for one call: what a tape saves for backward stays in the storage dtype. A bf16 x bf16
 // product is exact in f32, so "convert, then the f32 kernel" IS bf16 compute with f32
 // accumulation; a table with native bf16 kernels (tensor cores, AVX-512 BF16) skips this.
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <deque>
 #include <initializer_list>
@@ -126,5 +128,79 @@ class F32Work {
   std::vector<Out> outs_;
   std::deque<Block> keep_;  // a deque: pointers handed out stay valid as it grows
 };
+
+/// Elements per chunk of chunked_f32 (1 MiB of f32 per operand).
+inline constexpr index_t kF32Chunk = index_t{1} << 18;
+
+/// F32Work in chunks, for elementwise ops whose operands are all contiguous with one element count:
+/// fn(in, out) gets f32 working copies of the elements [lo, lo + len) of every operand, as flat
+/// blocks, one chunk after another, so the f32 copies never exceed kF32Chunk elements per operand
+/// (instead of whole tensors: the difference is the activation memory a bf16 model saves).
+/// Returns false, doing nothing, when an operand is strided or of another element count (the
+/// caller then takes the whole-tensor F32Work route). Chunk by chunk is safe for in-place ops
+/// (an output aliasing an input): each chunk is read before it is written.
+template <std::size_t NI, std::size_t NO, class Fn>
+bool chunked_f32(ExecContext& ctx, const std::array<const Block*, NI>& ins, const std::array<const Block*, NO>& outs,
+                 Fn&& fn) {
+  const index_t n = outs[0]->numel();
+  for (const Block* b : ins)
+    if (!b->is_contiguous() || b->numel() != n) return false;
+  for (const Block* b : outs)
+    if (!b->is_contiguous() || b->numel() != n) return false;
+  if (n <= kF32Chunk) return false;  // one chunk: the plain route is the same
+  auto piece = [](const Block& b, index_t lo, index_t len) {
+    return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + lo * static_cast<index_t>(dtype_size(b.dtype)),
+                       &len, 1, nullptr, b.owner);
+  };
+  for (index_t lo = 0; lo < n; lo += kF32Chunk) {
+    const index_t len = std::min(kF32Chunk, n - lo);
+    F32Work f(ctx);
+    std::array<Block, NI> wi;
+    std::array<Block, NO> wo;
+    for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(piece(*ins[i], lo, len));
+    for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(piece(*outs[i], lo, len));
+    fn(wi, wo);
+    f.finish();
+  }
+  return true;
+}
+
+/// F32Work plane by plane, for ops on [planes, per-plane elements] operands whose planes are
+/// independent (pooling, resize): fn(first, count, in, out) gets f32 working copies of planes
+/// [first, first + count) of every operand (per_in[i] / per_out[i] elements per plane), with
+/// count chosen so that an operand's chunk stays within about kF32Chunk elements. Returns false,
+/// doing nothing, when an operand is strided or not planes x its per-plane size, or when one chunk
+/// would take every plane (the caller then takes the whole-tensor route).
+template <std::size_t NI, std::size_t NO, class Fn>
+bool chunked_planes_f32(ExecContext& ctx, index_t planes, const std::array<const Block*, NI>& ins,
+                        const std::array<index_t, NI>& per_in, const std::array<const Block*, NO>& outs,
+                        const std::array<index_t, NO>& per_out, Fn&& fn) {
+  index_t widest = 1;
+  for (std::size_t i = 0; i < NI; ++i) {
+    if (!ins[i]->is_contiguous() || ins[i]->numel() != planes * per_in[i]) return false;
+    widest = std::max(widest, per_in[i]);
+  }
+  for (std::size_t i = 0; i < NO; ++i) {
+    if (!outs[i]->is_contiguous() || outs[i]->numel() != planes * per_out[i]) return false;
+    widest = std::max(widest, per_out[i]);
+  }
+  const index_t step = std::max<index_t>(1, kF32Chunk / widest);
+  if (step >= planes) return false;
+  auto piece = [](const Block& b, index_t lo, index_t len) {
+    return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + lo * static_cast<index_t>(dtype_size(b.dtype)),
+                       &len, 1, nullptr, b.owner);
+  };
+  for (index_t p0 = 0; p0 < planes; p0 += step) {
+    const index_t count = std::min(step, planes - p0);
+    F32Work f(ctx);
+    std::array<Block, NI> wi;
+    std::array<Block, NO> wo;
+    for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(piece(*ins[i], p0 * per_in[i], count * per_in[i]));
+    for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(piece(*outs[i], p0 * per_out[i], count * per_out[i]));
+    fn(p0, count, wi, wo);
+    f.finish();
+  }
+  return true;
+}
 
 }  // namespace shard::exec::detail

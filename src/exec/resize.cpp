@@ -20,6 +20,14 @@ index_t out_numel(const ResizeGeometry& g) { return g.planes * g.out_len[0] * g.
 void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("resize_forward", {x.dtype, y.dtype});
+    const index_t pin = g0.in_len[0] * g0.in_len[1] * g0.in_len[2], pout = g0.out_len[0] * g0.out_len[1] * g0.out_len[2];
+    if (detail::chunked_planes_f32<1, 1>(ctx, g0.planes, {&x}, {pin}, {&y}, {pout},
+                                         [&](index_t, index_t count, const auto& in, const auto& out) {
+                                           ResizeGeometry gc = g0;
+                                           gc.planes = count;
+                                           resize_forward(gc, in[0], out[0], ctx);
+                                         }))
+      return;
     detail::F32Work f(ctx);
     resize_forward(g0, f.in(x), f.out(y), ctx);
     return f.finish();
@@ -59,6 +67,14 @@ void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, Ex
 void resize_backward(const ResizeGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
   if (detail::F32Work::needed(gy.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("resize_backward", {gy.dtype, gx.dtype});
+    const index_t pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
+    if (detail::chunked_planes_f32<1, 1>(ctx, g.planes, {&gy}, {pout}, {&gx}, {pin},
+                                         [&](index_t, index_t count, const auto& in, const auto& out) {
+                                           ResizeGeometry gc = g;
+                                           gc.planes = count;
+                                           resize_backward(gc, in[0], out[0], ctx);
+                                         }))
+      return;
     detail::F32Work f(ctx);
     resize_backward(g, f.in(gy), f.out(gx), ctx);
     return f.finish();

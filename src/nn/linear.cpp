@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "exec/precision.hpp"
+#include "shardtensor/exec/conv.hpp"
 #include "shardtensor/exec/gemm.hpp"
 #include "shardtensor/nn/functional/linear.hpp"
 
@@ -109,6 +110,30 @@ exec::GemmGeometry accumulate(exec::GemmGeometry g) {
   return g;
 }
 
+/// bf16 / f16 channel mixing of a contiguous field (S > 1) on the CPU, with
+/// ExecSettings::native_low_precision: the op is a 1 x 1 conv over [A, cin, S], whose CPU table
+/// reads the storage dtype in place (AMX tiles for bf16), so no whole-tensor f32 copies of x, y or
+/// gy are made. nullopt when it does not apply (the GEMM route then runs on f32 working copies).
+std::optional<ConvGeometry> mix_conv(const Block& x, int cdim, index_t cout, const ExecContext& ctx) {
+  if (!exec::detail::is_low_precision(x.dtype) || !ctx.device().is_cpu() || !ctx.settings().native_low_precision ||
+      !x.is_contiguous())
+    return std::nullopt;
+  const auto e = mix_extents(x, cdim);
+  if (e.S <= 1 || e.A == 0) return std::nullopt;
+  ConvGeometry g;
+  g.spatial_dims = 1;
+  g.batch = e.A;
+  g.in_channels = e.channels;
+  g.out_channels = cout;
+  g.in = g.out = {1, 1, e.S};
+  return g;
+}
+/// b viewed as [A, channels, S] (contiguous).
+Block field3(const Block& b, index_t A, index_t channels, index_t S) {
+  const index_t shape[3] = {A, channels, S};
+  return Block::view(b.dtype, b.device, b.data, shape, 3, nullptr, b.owner);
+}
+
 }  // namespace
 
 bool mix_reads_in_place(const Block& x, int cdim) { return x.is_contiguous() || mix_panels(x, cdim).has_value(); }
@@ -118,6 +143,12 @@ void mix_forward(const Block& x, const Block& w, const Block* b, int cdim, const
   // (exec/precision.hpp); per-call conversion inside gemm / add_bias would round twice.
   if (exec::detail::F32Work::needed(x.dtype, w.dtype, y.dtype)) {
     exec::detail::F32Work::check_same("linear", {x.dtype, w.dtype, y.dtype, b ? b->dtype : y.dtype});
+    if (const auto g = mix_conv(x, cdim, w.shape[0], ctx)) {
+      SHARD_CHECK(y.is_contiguous(), "linear", "output must be contiguous");
+      exec::conv_forward(*g, field3(x, g->batch, g->in_channels, g->in[2]), w, b,
+                         field3(y, g->batch, g->out_channels, g->in[2]), ctx);
+      return;
+    }
     exec::detail::F32Work f(ctx);
     mix_forward(f.in(x), f.in(w), f.in(b), cdim, f.out(y), ctx);
     return f.finish();
@@ -155,6 +186,14 @@ void mix_backward(const Block& x, const Block& w, const Block& gy, int cdim, con
   // round once (dw arrives zeroed: it is read first).
   if (exec::detail::F32Work::needed(x.dtype, w.dtype, gy.dtype)) {
     exec::detail::F32Work::check_same("linear backward", {x.dtype, w.dtype, gy.dtype});
+    if (const auto g = mix_conv(x, cdim, w.shape[0], ctx); g && gy.is_contiguous()) {
+      const index_t A = g->batch, cin = g->in_channels, cout = g->out_channels, S = g->in[2];
+      const Block gy3 = field3(gy, A, cout, S);
+      if (dx) exec::conv_backward_input(*g, gy3, w, nullptr, field3(*dx, A, cin, S), ctx);
+      if (dw) exec::conv_backward_weight(*g, field3(x, A, cin, S), gy3, *dw, ctx);  // dw arrives zeroed
+      if (db) exec::conv_backward_bias(gy3, *db, ctx);
+      return;
+    }
     exec::detail::F32Work f(ctx);
     const Block xf = f.in(x), wf = f.in(w), gf = f.in(gy);
     mix_backward(xf, wf, gf, cdim, f.out(dx), f.out(dw, true), f.out(db), ctx);

@@ -1,5 +1,5 @@
 // The bf16 conv kernels on AMX tiles (src/exec/conv_cpu_direct.cpp, namespace amx) against the
-// widened path (ExecSettings::bf16_native = false: the f32 micro-kernels on the same bf16 values,
+// widened path (ExecSettings::native_low_precision = false: the f32 micro-kernels on the same bf16 values,
 // rounded once; bit-identical to f32 on widened inputs, tests/nn/test_precision_ops.cpp). Both
 // sum the same exact bf16 products in f32, in different orders, and round once to bf16, so per
 // element  |native - widened| <= 2 u |widened| + 2 K 2^-24 M  (u = 2^-8, K the number of summed
@@ -148,7 +148,7 @@ TEST_CASE("conv bf16 on AMX tiles agrees with the widened f32 kernels", "[precis
     std::vector<Block> keep;
     ExecContext native, widened;
     native.settings().conv_column_budget = widened.settings().conv_column_budget = c.budget;
-    widened.settings().bf16_native = false;
+    widened.settings().native_low_precision = false;
     const Block xin = x_operand(c, x, keep);
     const index_t taps = vol(g.kernel), kf = (g.in_channels / g.groups) * taps, kb = (g.out_channels / g.groups) * taps;
     const index_t kw = g.batch * vol(g.out);
@@ -193,7 +193,7 @@ TEST_CASE("conv bf16 on AMX: NaN and infinity propagate like the widened kernels
   xp[10] = bf16(std::numeric_limits<float>::infinity());
   xp[100].bits = 0x7fc0;  // NaN
   ExecContext native, widened;
-  widened.settings().bf16_native = false;
+  widened.settings().native_low_precision = false;
   Block y1 = zeros(ny), y2 = zeros(ny);
   exec::conv_forward(g, x, w, nullptr, y1, native);
   exec::conv_forward(g, x, w, nullptr, y2, widened);

@@ -6,7 +6,8 @@
 //    dtype's unit roundoff (2^-8 bf16, 2^-11 f16) and m the op applied to |inputs| where the op is
 //    a sum of products with positive weights (conv, linear, pooling, interpolation, mul, sum):
 //    each product carries the two input roundings and the output one rounding (c = 3); norms and
-//    activations use m = |x|.
+//    activations use m = |x|. For f16 the bound adds c times half its subnormal spacing (values
+//    below 6.1e-5 round with an absolute, not a relative, error).
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -36,6 +37,9 @@ DistTensor<float, R> rnd(const Shape<R>& s, std::uint64_t seed, double lo = -1, 
   return DistTensor<float, R>::random(s, mesh1(), {Replicate()}, seed, RandomInit::uniform(lo, hi));
 }
 template <class L> constexpr double unit_roundoff() { return std::is_same_v<L, bf16> ? 1.0 / 256 : 1.0 / 2048; }
+/// Half the spacing of the dtype's subnormals: the absolute error of rounding a value below the
+/// normal range (f16 from 6.1e-5 down; large tensors of uniform values have some there).
+template <class L> constexpr double subnormal_half_ulp() { return std::is_same_v<L, bf16> ? 0.0 : 0x1p-25; }
 
 template <class L, int R>
 Var<float, R> widened_leaf(const Var<L, R>& v) {
@@ -80,7 +84,7 @@ double worst_ratio(const DistTensor<L, R>& got, const DistTensor<float, R>& want
   double worst = 0;
   for (index_t i = 0; i < gl.numel(); ++i) {
     const double err = std::fabs(double(gl.data()[i]) - wl.data()[i]);
-    const double tol = c * unit_roundoff<L>() * (std::fabs(wl.data()[i]) + ml.data()[i]) + 1e-30;
+    const double tol = c * (unit_roundoff<L>() * (std::fabs(wl.data()[i]) + ml.data()[i]) + subnormal_half_ulp<L>()) + 1e-30;
     worst = std::max(worst, err / tol);
   }
   return worst;
@@ -138,7 +142,7 @@ void check_op(const char* name, Op op, double c, Mag mag, bool exact_grads, cons
   double worst = 0;
   for (index_t i = 0; i < yl.numel(); ++i) {
     const double err = std::fabs(double(yl.data()[i]) - rl.data()[i]);
-    const double tol = c * u * (std::fabs(rl.data()[i]) + ml.data()[i]) + 1e-30;
+    const double tol = c * (u * (std::fabs(rl.data()[i]) + ml.data()[i]) + subnormal_half_ulp<L>()) + 1e-30;
     worst = std::max(worst, err / tol);
   }
   INFO("worst error / bound = " << worst);
@@ -151,9 +155,9 @@ void check_op(const char* name, Op op, double c, Mag mag, bool exact_grads, cons
 TEMPLATE_TEST_CASE("precision: every op family in bf16 / f16 against f32", "[precision][nn]", bf16, f16) {
   using L = TestType;
   // The emulation oracle is exact for the widened kernels; bf16 conv on AMX tiles sums in another
-  // order and is checked against them in tests/exec/test_conv_bf16_native.cpp.
+  // order and is checked against them in tests/exec/test_conv_native_low_precision.cpp.
   ExecContext widened;
-  widened.settings().bf16_native = false;
+  widened.settings().native_low_precision = false;
   ContextGuard guard(widened);
   const auto x4 = rnd<4>({2, 4, 9, 8}, 1), w4 = rnd<4>({6, 4, 3, 3}, 2, -0.3, 0.3);
   const auto b1 = rnd<1>({6}, 3, -0.2, 0.2);
@@ -209,6 +213,25 @@ TEMPLATE_TEST_CASE("precision: every op family in bf16 / f16 against f32", "[pre
     check_op<L>("max_pool2d", [p](const auto& x) { return F::max_pool(x, p); }, 3, Mag::abs_op, true, x4);
     check_op<L>("upsample_linear", [](const auto& x) { return F::upsample_linear(x, Shape<2>{2, 2}); }, 3,
                 Mag::abs_op, true, x4);
+  }
+  SECTION("large tensors: chunked f32 working copies (elementwise, norms, pooling, upsampling)") {
+    // > 2^18 elements: unary / binary ops go through chunked_f32, pooling and resize through
+    // chunked_planes_f32, norms read the storage dtype in place (src/exec/precision.hpp); the
+    // emulation oracle stays bit for bit.
+    const auto xl = rnd<4>({2, 8, 144, 128}, 21), yl = rnd<4>({2, 8, 144, 128}, 22, 0.5, 1.5);
+    check_op<L>("silu (chunked)", [](const auto& x) { return F::silu(x); }, 4, Mag::abs_x, true, xl);
+    check_op<L>("mul (chunked)", [](const auto& a, const auto& b) { return F::mul(a, b); }, 3, Mag::abs_op, true, xl, yl);
+    check_op<L>("div (chunked)", [](const auto& a, const auto& b) { return F::div(a, b); }, 4, Mag::abs_op, true, xl, yl);
+    PoolParams<2> p;
+    p.kernel = {2, 2};
+    check_op<L>("avg_pool2d (chunked planes)", [p](const auto& x) { return F::avg_pool(x, p); }, 3, Mag::abs_op, true, xl);
+    check_op<L>("max_pool2d (chunked planes)", [p](const auto& x) { return F::max_pool(x, p); }, 3, Mag::abs_op, true, xl);
+    check_op<L>("upsample_nearest (chunked planes)", [](const auto& x) { return F::upsample_nearest(x, Shape<2>{2, 2}); },
+                3, Mag::abs_op, true, xl);
+    const auto wn = rnd<1>({8}, 23, 0.5, 1.5), bn = rnd<1>({8}, 24, -0.5, 0.5);
+    check_op<L>("group_norm (in place)", [](const auto& x, const auto& w, const auto& b) {
+      return F::group_norm(x, 4, std::optional(w), std::optional(b));
+    }, 32, Mag::abs_x, true, xl, wn, bn);
   }
   SECTION("sum over dims") {
     check_op<L>("sum", [](const auto& x) { return F::sum(x, std::vector<int>{2, 3}); }, 3, Mag::abs_op, true, x4);
@@ -297,4 +320,49 @@ TEMPLATE_TEST_CASE("precision: attention (local, neighbourhood) in bf16 / f16 ag
       CHECK(err > 0);  // the low-precision path really rounded
     }
   }
+}
+
+TEMPLATE_TEST_CASE("precision: native channel mixing (1x1 conv on the storage dtype) agrees with the GEMM route",
+                   "[precision][linear]", bf16, f16) {
+  // ExecSettings::native_low_precision routes bf16 / f16 channel_linear on the CPU through the conv
+  // table (AMX tiles for bf16 where the CPU has them) without whole-tensor f32 copies; the GEMM
+  // route (setting off) is the emulation oracle. Both sum exact products in f32 and round once,
+  // so they agree within 2 u |ref| + 2 K 2^-24 m (K = the reduction length, m = |op| on |inputs|).
+  using L = TestType;
+  const double u = unit_roundoff<L>();
+  const auto x = rnd<4>({3, 40, 9, 11}, 31);
+  const auto w = rnd<2>({36, 40}, 32, -0.3, 0.3);
+  const auto b = rnd<1>({36}, 33, -0.2, 0.2);
+  const auto g = shard::cast<L>(rnd<4>({3, 36, 9, 11}, 34));
+  struct Out {
+    DistTensor<float, 4> y, gx;
+    DistTensor<float, 2> gw;
+    DistTensor<float, 1> gb;
+  };
+  auto run = [&](bool native, bool absolute) {
+    ExecContext ctx;
+    ctx.settings().native_low_precision = native;
+    ContextGuard guard(ctx);
+    Var<L, 4> xv(shard::cast<L>(absolute ? abs_of(x) : x), true);
+    Var<L, 2> wv(shard::cast<L>(absolute ? abs_of(w) : w), true);
+    Var<L, 1> bv(shard::cast<L>(absolute ? abs_of(b) : b), true);
+    auto y = F::channel_linear(xv, wv, std::optional(bv));
+    F::sum(F::mul(y, Var<L, 4>(absolute ? shard::cast<L>(abs_of(g)) : g, false))).backward();
+    return Out{shard::cast<float>(y.value()), shard::cast<float>(xv.grad()), shard::cast<float>(wv.grad()),
+               shard::cast<float>(bv.grad())};
+  };
+  const Out nat = run(true, false), ref = run(false, false), mag = run(false, true);
+  auto worst = [&](const auto& a, const auto& r, const auto& m, double k) {
+    const auto al = a.local(), rl = r.local(), ml = m.local();
+    double wr = 0;
+    for (index_t i = 0; i < al.numel(); ++i) {
+      const double tol = 2 * u * std::fabs(rl.data()[i]) + 2 * k * std::ldexp(1.0, -24) * ml.data()[i] + 1e-30;
+      wr = std::max(wr, std::fabs(double(al.data()[i]) - rl.data()[i]) / tol);
+    }
+    return wr;
+  };
+  CHECK(worst(nat.y, ref.y, mag.y, 40) <= 1.0);
+  CHECK(worst(nat.gx, ref.gx, mag.gx, 36) <= 1.0);
+  CHECK(worst(nat.gw, ref.gw, mag.gw, 3 * 99) <= 1.0);
+  CHECK(worst(nat.gb, ref.gb, mag.gb, 3 * 99) <= 1.0);
 }

@@ -25,7 +25,7 @@ CpuIsa cpu_isa();
 
 /// True when the kernels' level (cpu_isa()) is avx512, the CPU has AMX-TILE and AMX-BF16 and the
 /// OS granted this process the AMX tile state (Linux arch_prctl ARCH_REQ_XCOMP_PERM, asked once):
-/// the bf16 conv kernels on AMX tiles (exec/conv.hpp, ExecSettings::bf16_native).
+/// the bf16 conv kernels on AMX tiles (exec/conv.hpp, ExecSettings::native_low_precision).
 bool cpu_has_amx_bf16();
 
 /// True when `SHARDTENSOR_CPU_ISA` is set (a lowered level is in effect or was asked for).

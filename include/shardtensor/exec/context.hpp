@@ -55,11 +55,13 @@ struct ExecSettings {
   std::size_t conv_column_budget = std::size_t{1} << 20;
   /// CPU conv kernel choice.
   ConvKernel conv_kernel = ConvKernel::automatic;
-  /// Stride-1 bf16 conv on a CPU with AMX-BF16 (cpu_has_amx_bf16()): true runs the AMX tile
-  /// kernels (exact bf16 products summed in f32 in the tile unit's order: within bf16 rounding of
-  /// the f32 result, not bit-identical to it); false runs the f32 micro-kernels on operands widened
-  /// tile by tile (bit-identical to f32 on the bf16 values, rounded once). No effect elsewhere.
-  bool bf16_native = true;
+  /// bf16 / f16 storage on the CPU takes the native paths where they exist: stride-1 bf16 conv on
+  /// AMX tiles (cpu_has_amx_bf16(): exact bf16 products summed in f32 in the tile unit's order),
+  /// and channel mixing (linear over the channel dim of a field) as a 1 x 1 conv that reads the
+  /// storage dtype in place. Within bf16 / f16 rounding of the f32 result, not bit-identical to it.
+  /// false: every bf16 / f16 op is f32 on the widened values, rounded once (bit-identical
+  /// emulation; the stride-1 conv still widens tile by tile, which is bit-identical).
+  bool native_low_precision = true;
   /// CPU conv threading policy.
   ConvThreading conv_threading = ConvThreading::tiles;
   /// Collective watchdog timeout in seconds for communication calls made with this context
