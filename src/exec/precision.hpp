@@ -129,8 +129,9 @@ class F32Work {
   std::deque<Block> keep_;  // a deque: pointers handed out stay valid as it grows
 };
 
-/// Elements per chunk of chunked_f32 (1 MiB of f32 per operand).
-inline constexpr index_t kF32Chunk = index_t{1} << 18;
+/// Elements per chunk of chunked_f32 (256 KiB of f32 per operand: the transient copies stay small
+/// next to a model's activations, and a chunk is still long enough for the OpenMP kernels).
+inline constexpr index_t kF32Chunk = index_t{1} << 16;
 
 /// F32Work in chunks, for elementwise ops whose operands are all contiguous with one element count:
 /// fn(in, out) gets f32 working copies of the elements [lo, lo + len) of every operand, as flat

@@ -128,6 +128,24 @@ std::optional<ConvGeometry> mix_conv(const Block& x, int cdim, index_t cout, con
   g.in = g.out = {1, 1, e.S};
   return g;
 }
+/// Rows per chunk of the bf16 / f16 token route (S == 1, contiguous x, native_low_precision): the
+/// GEMMs run on f32 working copies of row chunks of x, y and gy (about kF32Chunk elements each)
+/// instead of whole tensors; 0 when the route does not apply.
+index_t token_chunk_rows(const Block& x, int cdim, index_t cout, const ExecContext& ctx) {
+  if (!exec::detail::is_low_precision(x.dtype) || !ctx.settings().native_low_precision || !x.is_contiguous())
+    return 0;
+  const auto e = mix_extents(x, cdim);
+  if (e.S != 1) return 0;
+  const index_t rows = std::max<index_t>(1, exec::detail::kF32Chunk / std::max<index_t>(1, std::max(e.channels, cout)));
+  return rows < e.A ? rows : 0;  // one chunk: the whole-tensor route is the same
+}
+/// Rows [a0, a0 + n) of a contiguous [A, cols] matrix.
+Block rows_of(const Block& b, index_t a0, index_t n, index_t cols) {
+  const index_t shape[2] = {n, cols};
+  return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + a0 * cols * static_cast<index_t>(b.element_bytes()),
+                     shape, 2, nullptr, b.owner);
+}
+
 /// b viewed as [A, channels, S] (contiguous).
 Block field3(const Block& b, index_t A, index_t channels, index_t S) {
   const index_t shape[3] = {A, channels, S};
@@ -147,6 +165,19 @@ void mix_forward(const Block& x, const Block& w, const Block* b, int cdim, const
       SHARD_CHECK(y.is_contiguous(), "linear", "output must be contiguous");
       exec::conv_forward(*g, field3(x, g->batch, g->in_channels, g->in[2]), w, b,
                          field3(y, g->batch, g->out_channels, g->in[2]), ctx);
+      return;
+    }
+    if (const index_t rows = token_chunk_rows(x, cdim, w.shape[0], ctx); rows > 0 && y.is_contiguous()) {
+      const index_t A = mix_extents(x, cdim).A, cin = w.shape[1], cout = w.shape[0];
+      exec::detail::F32Work fw(ctx);
+      const Block wf = fw.in(w);
+      const Block* bf = fw.in(b);
+      for (index_t a0 = 0; a0 < A; a0 += rows) {
+        const index_t n = std::min(rows, A - a0);
+        exec::detail::F32Work f(ctx);
+        mix_forward(f.in(rows_of(x, a0, n, cin)), wf, bf, 1, f.out(rows_of(y, a0, n, cout)), ctx);
+        f.finish();
+      }
       return;
     }
     exec::detail::F32Work f(ctx);
@@ -192,6 +223,25 @@ void mix_backward(const Block& x, const Block& w, const Block& gy, int cdim, con
       if (dx) exec::conv_backward_input(*g, gy3, w, nullptr, field3(*dx, A, cin, S), ctx);
       if (dw) exec::conv_backward_weight(*g, field3(x, A, cin, S), gy3, *dw, ctx);  // dw arrives zeroed
       if (db) exec::conv_backward_bias(gy3, *db, ctx);
+      return;
+    }
+    if (const index_t rows = token_chunk_rows(x, cdim, w.shape[0], ctx); rows > 0 && gy.is_contiguous()) {
+      // dx rows chunk by chunk; dw accumulates over the chunks in one f32 block (rounded once);
+      // db through the conv family's bias gradient, which reads the storage dtype in place.
+      const index_t A = mix_extents(x, cdim).A, cin = w.shape[1], cout = w.shape[0];
+      exec::detail::F32Work fw(ctx);
+      const Block wf = fw.in(w);
+      const Block* dwf = fw.out(dw, true);
+      for (index_t a0 = 0; a0 < A; a0 += rows) {
+        const index_t n = std::min(rows, A - a0);
+        exec::detail::F32Work f(ctx);
+        const Block gyc = f.in(rows_of(gy, a0, n, cout));
+        if (dx) exec::gemm(kNN, gyc, wf, f.out(rows_of(*dx, a0, n, cin)), ctx);
+        if (dwf) exec::gemm(accumulate(kTN), gyc, f.in(rows_of(x, a0, n, cin)), *dwf, ctx);
+        f.finish();
+      }
+      fw.finish();
+      if (db) exec::conv_backward_bias(field3(gy, A, cout, 1), *db, ctx);
       return;
     }
     exec::detail::F32Work f(ctx);

@@ -322,7 +322,7 @@ TEMPLATE_TEST_CASE("precision: attention (local, neighbourhood) in bf16 / f16 ag
   }
 }
 
-TEMPLATE_TEST_CASE("precision: native channel mixing (1x1 conv on the storage dtype) agrees with the GEMM route",
+TEMPLATE_TEST_CASE("precision: native channel mixing (1x1 conv) and token linear (row chunks) agree with the GEMM route",
                    "[precision][linear]", bf16, f16) {
   // ExecSettings::native_low_precision routes bf16 / f16 channel_linear on the CPU through the conv
   // table (AMX tiles for bf16 where the CPU has them) without whole-tensor f32 copies; the GEMM
@@ -365,4 +365,31 @@ TEMPLATE_TEST_CASE("precision: native channel mixing (1x1 conv on the storage dt
   CHECK(worst(nat.gx, ref.gx, mag.gx, 36) <= 1.0);
   CHECK(worst(nat.gw, ref.gw, mag.gw, 3 * 99) <= 1.0);
   CHECK(worst(nat.gb, ref.gb, mag.gb, 3 * 99) <= 1.0);
+
+  // Tokens (linear over the last dim): the native route runs the GEMMs on f32 row chunks (2400
+  // rows here, 1638 per chunk) and accumulates the weight gradient over the chunks in f32.
+  const auto xt = rnd<3>({4, 600, 40}, 35);
+  const auto gt = shard::cast<L>(rnd<3>({4, 600, 36}, 36));
+  struct TOut {
+    DistTensor<float, 3> y, gx;
+    DistTensor<float, 2> gw;
+    DistTensor<float, 1> gb;
+  };
+  auto run_tokens = [&](bool native, bool absolute) {
+    ExecContext ctx;
+    ctx.settings().native_low_precision = native;
+    ContextGuard guard(ctx);
+    Var<L, 3> xv(shard::cast<L>(absolute ? abs_of(xt) : xt), true);
+    Var<L, 2> wv(shard::cast<L>(absolute ? abs_of(w) : w), true);
+    Var<L, 1> bv(shard::cast<L>(absolute ? abs_of(b) : b), true);
+    auto y = F::linear(xv, wv, std::optional(bv));
+    F::sum(F::mul(y, Var<L, 3>(absolute ? shard::cast<L>(abs_of(gt)) : gt, false))).backward();
+    return TOut{shard::cast<float>(y.value()), shard::cast<float>(xv.grad()), shard::cast<float>(wv.grad()),
+                shard::cast<float>(bv.grad())};
+  };
+  const TOut tn = run_tokens(true, false), tr = run_tokens(false, false), tm = run_tokens(false, true);
+  CHECK(worst(tn.y, tr.y, tm.y, 40) <= 1.0);
+  CHECK(worst(tn.gx, tr.gx, tm.gx, 36) <= 1.0);
+  CHECK(worst(tn.gw, tr.gw, tm.gw, 2400) <= 1.0);
+  CHECK(worst(tn.gb, tr.gb, tm.gb, 2400) <= 1.0);
 }
