@@ -5,6 +5,7 @@
 //   mpiexec -n 4 ./fno_surrogate --steps 200 --grid 64 --seed 1 --mesh 2x2 --modes 8 --width 16
 //   mpiexec -n 4 ./fno_surrogate --steps 200 --checkpoint ck.h5 --checkpoint-every 50   # then, any rank count:
 //   mpiexec -n 2 ./fno_surrogate --steps 200 --checkpoint ck.h5 --resume
+//   mpiexec -n 4 ./fno_surrogate --steps 200 --precision bf16    # bf16 activations, f32 spectral convs
 //
 // 1. Training pairs (u0, u(T)) come from a built-in explicit heat solver that runs domain-parallel
 //    on the same mesh (examples/heat_data.hpp): nothing is ever gathered on one rank.
@@ -111,21 +112,25 @@ int run(int argc, char** argv, bool& print) {
   fopt.layers = args.layers;
   fopt.modes = {args.modes, args.modes};
   fopt.proj_width = args.proj_width;
-  nn::FNO<T, 2> model(dom.mesh, fopt, ta.common.seed);
-  model.to(dev);  // before the optimiser, whose state lives on the parameters' device
-
-  if (world->rank() == 0) {
-    std::printf("fno_surrogate: device %s, %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld training "
-                "pairs (generated in %.2f s by the domain-parallel heat solver), FNO width %ld, %d layers, %ldx%ld "
-                "modes, projection width %ld, %ld parameters\n",
-                fmt::format("{}", dev).c_str(), P, ta.data, ta.mesh[0], ta.mesh[1], static_cast<long>(ta.common.grid),
-                static_cast<long>(ta.common.grid), static_cast<long>(ta.batch), static_cast<long>(ta.train_samples),
-                data.gen_seconds, static_cast<long>(args.width), args.layers, static_cast<long>(args.modes),
-                static_cast<long>(args.modes), static_cast<long>(args.proj_width),
-                static_cast<long>(model.num_parameters()));
-    std::fflush(stdout);
-  }
-  sur::train(model, data, ta, world, dev);
+  // --precision: the model's activation dtype (f32 master parameters either way; the spectral
+  // convolutions run in f32, see nn/fno.hpp).
+  sur::with_precision(ta.precision, [&](auto tag) {
+    using V = decltype(tag);
+    nn::FNO<V, 2> model(dom.mesh, fopt, ta.common.seed);
+    model.to(dev);  // before the optimiser, whose state lives on the parameters' device
+    if (world->rank() == 0) {
+      std::printf("fno_surrogate: device %s, %d ranks, mesh data=%d x h=%d x w=%d, grid %ldx%ld, batch %ld, %ld "
+                  "training pairs (generated in %.2f s by the domain-parallel heat solver), FNO width %ld, %d layers, "
+                  "%ldx%ld modes, projection width %ld, %ld parameters, precision %s\n",
+                  fmt::format("{}", dev).c_str(), P, ta.data, ta.mesh[0], ta.mesh[1],
+                  static_cast<long>(ta.common.grid), static_cast<long>(ta.common.grid), static_cast<long>(ta.batch),
+                  static_cast<long>(ta.train_samples), data.gen_seconds, static_cast<long>(args.width), args.layers,
+                  static_cast<long>(args.modes), static_cast<long>(args.modes), static_cast<long>(args.proj_width),
+                  static_cast<long>(model.num_parameters()), ta.precision.c_str());
+      std::fflush(stdout);
+    }
+    sur::train(model, data, ta, world, dev);
+  });
   return 0;
 }
 

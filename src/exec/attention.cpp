@@ -68,12 +68,6 @@ AttnMask with_bias(const char* op, AttnMask m, const Block* bias, DType dt, cons
 
 }  // namespace
 
-/// bf16 runs natively on CUDA (tensor-core-free kernels with f32 accumulation); bf16 on the CPU and
-/// f16 everywhere go through f32 working copies (exec/precision.hpp).
-static bool needs_f32_work(DType dt, const ExecContext& ctx) {
-  return dt == DType::f16 || (dt == DType::bf16 && ctx.device().is_cpu());
-}
-
 Block attention_view(DType dt, Device dev, const void* data, index_t B, index_t H, index_t N, index_t D, index_t sb,
                      index_t sh, index_t sn) {
   const index_t shape[4] = {B, H, N, D}, strides[4] = {sb, sh, sn, 1};
@@ -82,7 +76,7 @@ Block attention_view(DType dt, Device dev, const void* data, index_t B, index_t 
 
 void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                        const Block* bias, const Block& out, const Block& lse, ExecContext& ctx) {
-  if (needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
     detail::F32Work::check_same("attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype, bias ? bias->dtype : q.dtype});
     detail::F32Work f(ctx);
     attention_forward(g, m, f.in(q), f.in(k), f.in(v), f.in(bias), f.out(out), lse, ctx);
@@ -105,7 +99,7 @@ void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, con
 void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                         const Block* bias, const Block& out, const Block& dout, const Block& lse, const Block* dq,
                         const Block* dk, const Block* dv, ExecContext& ctx) {
-  if (needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
     detail::F32Work::check_same("attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
     detail::F32Work f(ctx);
     // dq, dk, dv accumulate: their working copies start from their values.
@@ -134,7 +128,7 @@ void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, co
 
 void attention_merge(const AttnGeom& g, const Block& out, const Block& lse, const Block& out_b, const Block& lse_b,
                      ExecContext& ctx) {
-  if (needs_f32_work(out.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(out.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
     detail::F32Work::check_same("attention_merge", {out.dtype, out_b.dtype});
     detail::F32Work f(ctx);
     attention_merge(g, f.out(out, true), lse, f.in(out_b), lse_b, ctx);

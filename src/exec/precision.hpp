@@ -23,6 +23,13 @@ namespace shard::exec::detail {
 /// True for the storage-only dtypes (bf16, f16).
 constexpr bool is_low_precision(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
 
+/// The attention families' rule (local / ring / Ulysses attention and neighbourhood attention):
+/// their CUDA kernels are native in bf16, so only bf16 on the CPU and f16 anywhere take f32
+/// working copies.
+inline bool attention_needs_f32_work(DType dt, const ExecContext& ctx) {
+  return dt == DType::f16 || (dt == DType::bf16 && ctx.device().is_cpu());
+}
+
 /// The number of elements a view with non-negative strides spans from its first element.
 inline index_t span_of(const Block& b) {
   index_t span = 1;

@@ -20,6 +20,7 @@
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/nn/functional.hpp"
+#include "shardtensor/nn/fno.hpp"
 #include "shardtensor/nn/layers.hpp"
 
 using namespace shard;
@@ -392,4 +393,31 @@ TEMPLATE_TEST_CASE("precision: native channel mixing (1x1 conv) and token linear
   CHECK(worst(tn.gx, tr.gx, tm.gx, 36) <= 1.0);
   CHECK(worst(tn.gw, tr.gw, tm.gw, 2400) <= 1.0);
   CHECK(worst(tn.gb, tr.gb, tm.gb, 2400) <= 1.0);
+}
+
+TEST_CASE("precision: a bf16 SpectralConv runs in f32 (FFTs, spectral multiply) and rounds once",
+          "[precision][fno]") {
+  // The policy of nn/fno.hpp: the layer widens its bf16 input on the tape, runs the f32 layer with
+  // the f32 master weight and rounds the output once; the master's gradient is the f32 layer's
+  // gradient for the widened output gradient.
+  nn::SpectralConv<bf16, 2> lo(mesh1(), 3, 4, Shape<2>{3, 3}, 7);
+  nn::SpectralConv<float, 2> hi(mesh1(), 3, 4, Shape<2>{3, 3}, 7);
+  REQUIRE(lo.weight().value().global_shape() == hi.weight().value().global_shape());
+  const auto xb = shard::cast<bf16>(rnd<4>({2, 3, 12, 10}, 41));
+  const auto g = shard::cast<bf16>(rnd<4>({2, 4, 12, 10}, 42));
+  auto ylo = lo.forward(Var<bf16, 4>(xb, false));
+  auto yhi = hi.forward(Var<float, 4>(shard::cast<float>(xb), false));
+  require_rounded_equal(ylo.value(), yhi.value(), "spectral conv forward");
+  F::sum(F::mul(ylo, Var<bf16, 4>(g, false))).backward();
+  F::sum(F::mul(yhi, Var<float, 4>(shard::cast<float>(g), false))).backward();
+  const auto a = lo.weight().grad().local(), b = hi.weight().grad().local();
+  REQUIRE(a.numel() == b.numel());
+  double worst = 0, scale = 0;
+  for (index_t i = 0; i < a.numel(); ++i) {
+    worst = std::max(worst, std::fabs(double(a.data()[i]) - b.data()[i]));
+    scale = std::max(scale, std::fabs(double(b.data()[i])));
+  }
+  // the same f32 computation on the same values: equal up to f32 summation order (none here)
+  CHECK(worst <= 1e-6 * scale);
+  CHECK(scale > 0);
 }

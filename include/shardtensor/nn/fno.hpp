@@ -18,10 +18,12 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "shardtensor/nn/activation_layers.hpp"
 #include "shardtensor/nn/conv_layers.hpp"
+#include "shardtensor/nn/functional/cast.hpp"
 #include "shardtensor/nn/functional/fft.hpp"
 #include "shardtensor/nn/module.hpp"
 
@@ -54,7 +56,15 @@ class SpectralConv : public UnaryModule<T, S + 2> {
     const auto g = x.value().global_shape();
     SHARD_CHECK(g[1] == in_, "SpectralConv", "input of global shape {} has {} channels, the module expects {}", g, g[1],
                 in_);
-    return F::spectral_conv(x, this->compute_copy(weight_), std::vector<index_t>(modes_.begin(), modes_.end()), norm_);
+    const std::vector<index_t> modes(modes_.begin(), modes_.end());
+    if constexpr (std::is_same_v<T, master_t<T>>) {
+      return F::spectral_conv(x, this->compute_copy(weight_), modes, norm_);
+    } else {
+      // bf16 / f16 model: the FFTs and the spectral multiply run in f32 (as torch.autocast runs
+      // its FFTs in float32): the input is widened on the tape, the f32 master weight is used as
+      // it is, and the result is rounded once to T (docs/architecture.md, "Mixed precision").
+      return F::cast<T>(F::spectral_conv(F::cast<master_t<T>>(x), weight_, modes, norm_));
+    }
   }
 
   const autograd::Var<master_t<T>, R + 1>& weight() const { return weight_; }
