@@ -2,6 +2,9 @@
 // dispatch on the execution context's device (see include/shardtensor/exec/attention.hpp).
 #include "shardtensor/exec/attention.hpp"
 
+#include <algorithm>
+#include <initializer_list>
+
 #include "exec/attention_kernels.hpp"
 #include "exec/front_util.hpp"
 #include "exec/precision.hpp"
@@ -74,10 +77,68 @@ Block attention_view(DType dt, Device dev, const void* data, index_t B, index_t 
   return Block::view(dt, dev, const_cast<void*>(data), shape, 4, strides);
 }
 
+namespace {
+
+/// Samples [b0, b0 + nb) of a [B, ...] operand (its dim-0 stride kept; stride 0 broadcasts stay).
+Block batch_slice(const Block& b, index_t b0, index_t nb) {
+  Block r = b;
+  r.shape[0] = nb;
+  r.data = static_cast<char*>(b.data) + b0 * b.strides[0] * static_cast<index_t>(dtype_size(b.dtype));
+  return r;
+}
+const Block* batch_slice(const Block* b, index_t b0, index_t nb, Block& keep) {
+  if (!b) return nullptr;
+  keep = batch_slice(*b, b0, nb);
+  return &keep;
+}
+/// Samples [b0, b0 + nb) of the contiguous statistics lse (B * H * Nq elements, any shape), flat.
+Block lse_slice(const Block& lse, const AttnGeom& g, index_t b0, index_t nb) {
+  SHARD_CHECK(lse.is_contiguous() && lse.numel() == g.B * g.H * g.Nq, "attention",
+              "lse of shape {} must be contiguous with B * H * Nq = {} elements", lse.shape_vec(), g.B * g.H * g.Nq);
+  const index_t n = nb * g.H * g.Nq;
+  return Block::view(lse.dtype, lse.device,
+                     static_cast<char*>(lse.data) + b0 * g.H * g.Nq * static_cast<index_t>(dtype_size(lse.dtype)), &n,
+                     1, nullptr, lse.owner);
+}
+/// Every operand of a chunked call holds g.B samples along dim 0 (checked before any slice is read).
+void check_samples(const char* op, const AttnGeom& g, std::initializer_list<const Block*> blocks) {
+  for (const Block* b : blocks)
+    if (b)
+      SHARD_CHECK(b->rank >= 1 && b->shape[0] == g.B, op, "operand of shape {} does not hold the geometry's {} samples",
+                  b->shape_vec(), g.B);
+}
+/// Samples per chunk when a bf16 / f16 call's f32 working copies go sample by sample (the largest
+/// [H, N, D] operand of one sample near detail::kF32Chunk elements) with
+/// ExecSettings::native_low_precision; 0: one call on whole-tensor copies. Each sample's rows are
+/// computed on their own, so the chunks give the same results.
+index_t attention_chunk(const AttnGeom& g, const ExecContext& ctx) {
+  if (!ctx.settings().native_low_precision || g.B <= 1) return 0;
+  const index_t per = g.H * std::max(g.Nq, g.Nk) * std::max(g.D, g.Dv);
+  const index_t nb = std::max<index_t>(1, detail::kF32Chunk / std::max<index_t>(1, per));
+  return nb < g.B ? nb : 0;
+}
+
+}  // namespace
+
 void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                        const Block* bias, const Block& out, const Block& lse, ExecContext& ctx) {
   if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
     detail::F32Work::check_same("attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype, bias ? bias->dtype : q.dtype});
+    if (const index_t nb = attention_chunk(g, ctx)) {
+      check_geom("attention_forward", g);
+      check_samples("attention_forward", g, {&q, &k, &v, bias, &out});
+      for (index_t b0 = 0; b0 < g.B; b0 += nb) {
+        AttnGeom gc = g;
+        gc.B = std::min(nb, g.B - b0);
+        Block kb;
+        detail::F32Work f(ctx);
+        attention_forward(gc, m, f.in(batch_slice(q, b0, gc.B)), f.in(batch_slice(k, b0, gc.B)),
+                          f.in(batch_slice(v, b0, gc.B)), f.in(batch_slice(bias, b0, gc.B, kb)),
+                          f.out(batch_slice(out, b0, gc.B)), lse_slice(lse, g, b0, gc.B), ctx);
+        f.finish();
+      }
+      return;
+    }
     detail::F32Work f(ctx);
     attention_forward(g, m, f.in(q), f.in(k), f.in(v), f.in(bias), f.out(out), lse, ctx);
     return f.finish();
@@ -101,6 +162,23 @@ void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, co
                         const Block* dk, const Block* dv, ExecContext& ctx) {
   if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
     detail::F32Work::check_same("attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
+    if (const index_t nb = attention_chunk(g, ctx)) {
+      check_geom("attention_backward", g);
+      check_samples("attention_backward", g, {&q, &k, &v, bias, &out, &dout, dq, dk, dv});
+      for (index_t b0 = 0; b0 < g.B; b0 += nb) {
+        AttnGeom gc = g;
+        gc.B = std::min(nb, g.B - b0);
+        Block kb, kq, kk, kv;
+        detail::F32Work f(ctx);
+        attention_backward(gc, m, f.in(batch_slice(q, b0, gc.B)), f.in(batch_slice(k, b0, gc.B)),
+                           f.in(batch_slice(v, b0, gc.B)), f.in(batch_slice(bias, b0, gc.B, kb)),
+                           f.in(batch_slice(out, b0, gc.B)), f.in(batch_slice(dout, b0, gc.B)),
+                           lse_slice(lse, g, b0, gc.B), f.out(batch_slice(dq, b0, gc.B, kq), true),
+                           f.out(batch_slice(dk, b0, gc.B, kk), true), f.out(batch_slice(dv, b0, gc.B, kv), true), ctx);
+        f.finish();
+      }
+      return;
+    }
     detail::F32Work f(ctx);
     // dq, dk, dv accumulate: their working copies start from their values.
     attention_backward(g, m, f.in(q), f.in(k), f.in(v), f.in(bias), f.in(out), f.in(dout), lse, f.out(dq, true),
@@ -130,6 +208,19 @@ void attention_merge(const AttnGeom& g, const Block& out, const Block& lse, cons
                      ExecContext& ctx) {
   if (detail::attention_needs_f32_work(out.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
     detail::F32Work::check_same("attention_merge", {out.dtype, out_b.dtype});
+    if (const index_t nb = attention_chunk(g, ctx)) {
+      check_geom("attention_merge", g);
+      check_samples("attention_merge", g, {&out, &out_b});
+      for (index_t b0 = 0; b0 < g.B; b0 += nb) {
+        AttnGeom gc = g;
+        gc.B = std::min(nb, g.B - b0);
+        detail::F32Work f(ctx);
+        attention_merge(gc, f.out(batch_slice(out, b0, gc.B), true), lse_slice(lse, g, b0, gc.B),
+                        f.in(batch_slice(out_b, b0, gc.B)), lse_slice(lse_b, g, b0, gc.B), ctx);
+        f.finish();
+      }
+      return;
+    }
     detail::F32Work f(ctx);
     attention_merge(g, f.out(out, true), lse, f.in(out_b), lse_b, ctx);
     return f.finish();

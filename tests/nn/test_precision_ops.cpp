@@ -421,3 +421,34 @@ TEST_CASE("precision: a bf16 SpectralConv runs in f32 (FFTs, spectral multiply) 
   CHECK(worst <= 1e-6 * scale);
   CHECK(scale > 0);
 }
+
+TEMPLATE_TEST_CASE("precision: bf16 / f16 attention in per-sample chunks equals the whole-tensor route",
+                   "[precision][nn]", bf16, f16) {
+  // With native_low_precision the attention front takes its f32 working copies a few samples at a
+  // time (here one: a sample's [H, N, D] block is above 2^16 elements). Every sample is computed
+  // on its own either way, so out and the gradients are bit for bit those of the whole-tensor route.
+  using L = TestType;
+  const auto q = rnd<4>({3, 2200, 2, 16}, 51), k = rnd<4>({3, 2200, 2, 16}, 52), v = rnd<4>({3, 2200, 2, 16}, 53);
+  const auto g = shard::cast<L>(rnd<4>({3, 2200, 2, 16}, 54));
+  auto run = [&](bool native) {
+    ExecContext ctx;
+    ctx.settings().native_low_precision = native;
+    ContextGuard guard(ctx);
+    auto mk = [](const DistTensor<float, 4>& t) { return Var<L, 4>(shard::cast<L>(t), true); };
+    auto qv = mk(q), kv = mk(k), vv = mk(v);
+    auto y = F::ring_attention(qv, kv, vv);
+    F::sum(F::mul(y, Var<L, 4>(g, false))).backward();
+    return std::vector<DistTensor<float, 4>>{shard::cast<float>(y.value()), shard::cast<float>(qv.grad()),
+                                              shard::cast<float>(kv.grad()), shard::cast<float>(vv.grad())};
+  };
+  const auto chunked = run(true), whole = run(false);
+  const char* what[] = {"out", "dq", "dk", "dv"};
+  for (std::size_t t = 0; t < 4; ++t) {
+    const auto a = chunked[t].local(), b = whole[t].local();
+    REQUIRE(a.numel() == b.numel());
+    index_t bad = 0;
+    for (index_t i = 0; i < a.numel(); ++i) bad += std::memcmp(a.data() + i, b.data() + i, sizeof(float)) != 0;
+    INFO(what[t] << ": " << bad << " of " << a.numel() << " elements differ");
+    CHECK(bad == 0);
+  }
+}
