@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "exec/norm_kernels.hpp"
+#include "kernels_api/convert_ops.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
@@ -72,11 +73,25 @@ inline void for_s(const XMap& m, index_t a, index_t c, F&& f) {
   }
 }
 
+/// T -> double; bf16 / f16 through float with the inline bit conversions of
+/// kernels_api/convert_ops.hpp (bit-identical to shard::bf16 / shard::f16's, which
+/// tests/exec/test_precision_convert.cpp checks; inline, unlike f16's out-of-line operator).
+template <class T>
+double to_double(const T& v) {
+  if constexpr (std::is_same_v<T, bf16>) return static_cast<double>(cvt::bf16_to_f32(v.bits));
+  else if constexpr (std::is_same_v<T, f16>) return static_cast<double>(cvt::f16_to_f32(v.bits));
+  else return static_cast<double>(v);
+}
 /// double -> T; bf16 / f16 through float (the f32 route's two roundings, bit for bit).
 template <class T>
 T from_double(double v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
+    T r;
+    r.bits = std::is_same_v<T, bf16> ? cvt::bf16_bits(static_cast<float>(v)) : cvt::f16_bits(static_cast<float>(v));
+    return r;
+  } else {
+    return static_cast<T>(v);
+  }
 }
 
 template <class T>
@@ -94,7 +109,7 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t c = 0; c < C; ++c) {
         double acc = 0;
-        for (index_t a = 0; a < A; ++a) for_s(m, a, c, [&](index_t, index_t xo) { acc += term(static_cast<double>(x[xo]), c); });
+        for (index_t a = 0; a < A; ++a) for_s(m, a, c, [&](index_t, index_t xo) { acc += term(to_double(x[xo]), c); });
         out[c] = acc;
       }
       break;
@@ -106,7 +121,7 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
         const index_t a = k / G, grp = k % G;
         double acc = 0;
         for (index_t ci = 0; ci < cg; ++ci)
-          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) { acc += term(static_cast<double>(x[xo]), k); });
+          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) { acc += term(to_double(x[xo]), k); });
         out[k] = acc;
       }
       break;
@@ -116,7 +131,7 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
       for (index_t a = 0; a < A; ++a) {
         double* o = out + a * S;
         for (index_t c = 0; c < C; ++c)
-          for_s(m, a, c, [&](index_t s, index_t xo) { o[s] += term(static_cast<double>(x[xo]), a * S + s); });
+          for_s(m, a, c, [&](index_t s, index_t xo) { o[s] += term(to_double(x[xo]), a * S + s); });
       }
       break;
   }
@@ -142,10 +157,10 @@ template <class T>
 void apply_impl(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b, T* y) {
   const XMap m(g);
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
-    const double wc = w ? static_cast<double>(w[c]) : 1.0, bc = b ? static_cast<double>(b[c]) : 0.0;
+    const double wc = w ? to_double(w[c]) : 1.0, bc = b ? to_double(b[c]) : 0.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      y[off + s] = from_double<T>((static_cast<double>(x[xo]) - mean[k]) * invstd[k] * wc + bc);
+      y[off + s] = from_double<T>((to_double(x[xo]) - mean[k]) * invstd[k] * wc + bc);
     });
   });
 }
@@ -169,8 +184,8 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
         const index_t off = (a * C + c) * S;
         for_s(m, a, c, [&](index_t s, index_t xo) {
           const index_t k = g.kind == NormKind::batch ? c : g.kind == NormKind::group ? a * g.G + c / cg : a * S + s;
-          const double gv = static_cast<double>(gy[off + s]);
-          aw += gv * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
+          const double gv = to_double(gy[off + s]);
+          aw += gv * (to_double(x[xo]) - mean[k]) * invstd[k];
           ab += gv;
         });
       }
@@ -184,14 +199,14 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
     case NormKind::batch:
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t c = 0; c < C; ++c) {
-        const double wc = w ? static_cast<double>(w[c]) : 1.0;
+        const double wc = w ? to_double(w[c]) : 1.0;
         double a1 = 0, a2 = 0;
         for (index_t a = 0; a < A; ++a) {
           const index_t off = (a * C + c) * S;
           for_s(m, a, c, [&](index_t s, index_t xo) {
-            const double d = static_cast<double>(gy[off + s]) * wc;
+            const double d = to_double(gy[off + s]) * wc;
             a1 += d;
-            a2 += d * (static_cast<double>(x[xo]) - mean[c]) * invstd[c];
+            a2 += d * (to_double(x[xo]) - mean[c]) * invstd[c];
           });
         }
         sg[c] = a1;
@@ -206,12 +221,12 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
         double a1 = 0, a2 = 0;
         for (index_t ci = 0; ci < cg; ++ci) {
           const index_t c = grp * cg + ci;
-          const double wc = w ? static_cast<double>(w[c]) : 1.0;
+          const double wc = w ? to_double(w[c]) : 1.0;
           const index_t off = (a * C + c) * S;
           for_s(m, a, c, [&](index_t s, index_t xo) {
-            const double d = static_cast<double>(gy[off + s]) * wc;
+            const double d = to_double(gy[off + s]) * wc;
             a1 += d;
-            a2 += d * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
+            a2 += d * (to_double(x[xo]) - mean[k]) * invstd[k];
           });
         }
         sg[k] = a1;
@@ -223,13 +238,13 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t a = 0; a < A; ++a) {
         for (index_t c = 0; c < C; ++c) {
-          const double wc = w ? static_cast<double>(w[c]) : 1.0;
+          const double wc = w ? to_double(w[c]) : 1.0;
           const index_t off = (a * C + c) * S;
           for_s(m, a, c, [&](index_t s, index_t xo) {
             const index_t k = a * S + s;
-            const double d = static_cast<double>(gy[off + s]) * wc;
+            const double d = to_double(gy[off + s]) * wc;
             sg[k] += d;
-            sgx[k] += d * (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
+            sgx[k] += d * (to_double(x[xo]) - mean[k]) * invstd[k];
           });
         }
       }
@@ -242,15 +257,15 @@ void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* 
                       const double* sg, const double* sgx, double inv_count, T* dx) {
   const XMap m(g);
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
-    const double wc = w ? static_cast<double>(w[c]) : 1.0;
+    const double wc = w ? to_double(w[c]) : 1.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      const double d = static_cast<double>(gy[off + s]) * wc;
+      const double d = to_double(gy[off + s]) * wc;
       if (!sg) {
         dx[off + s] = from_double<T>(d * invstd[k]);
         return;
       }
-      const double xhat = (static_cast<double>(x[xo]) - mean[k]) * invstd[k];
+      const double xhat = (to_double(x[xo]) - mean[k]) * invstd[k];
       dx[off + s] = from_double<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
     });
   });
@@ -258,7 +273,7 @@ void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* 
 
 template <class T>
 void load_impl(index_t n, const T* src, double* host) {
-  for (index_t i = 0; i < n; ++i) host[i] = static_cast<double>(src[i]);
+  for (index_t i = 0; i < n; ++i) host[i] = to_double(src[i]);
 }
 template <class T>
 void store_impl(index_t n, const double* host, T* dst) {
