@@ -112,7 +112,8 @@ void check_samples(const char* op, const AttnGeom& g, std::initializer_list<cons
 /// ExecSettings::native_low_precision; 0: one call on whole-tensor copies. Each sample's rows are
 /// computed on their own, so the chunks give the same results.
 index_t attention_chunk(const AttnGeom& g, const ExecContext& ctx) {
-  if (!ctx.settings().native_low_precision || g.B <= 1) return 0;
+  // CPU only (measured and tested there; CUDA keeps whole-tensor copies for f16, bf16 is native).
+  if (!ctx.device().is_cpu() || !ctx.settings().native_low_precision || g.B <= 1) return 0;
   const index_t per = g.H * std::max(g.Nq, g.Nk) * std::max(g.D, g.Dv);
   const index_t nb = std::max<index_t>(1, detail::kF32Chunk / std::max<index_t>(1, per));
   return nb < g.B ? nb : 0;

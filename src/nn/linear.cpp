@@ -132,7 +132,10 @@ std::optional<ConvGeometry> mix_conv(const Block& x, int cdim, index_t cout, con
 /// GEMMs run on f32 working copies of row chunks of x, y and gy (about kF32Chunk elements each)
 /// instead of whole tensors; 0 when the route does not apply.
 index_t token_chunk_rows(const Block& x, int cdim, index_t cout, const ExecContext& ctx) {
-  if (!exec::detail::is_low_precision(x.dtype) || !ctx.settings().native_low_precision || !x.is_contiguous())
+  // CPU only: measured and tested there; on CUDA the whole-tensor route stays (one cuBLAS GEMM)
+  // until the chunked one has run on a GPU.
+  if (!exec::detail::is_low_precision(x.dtype) || !ctx.device().is_cpu() || !ctx.settings().native_low_precision ||
+      !x.is_contiguous())
     return 0;
   const auto e = mix_extents(x, cdim);
   if (e.S != 1) return 0;
