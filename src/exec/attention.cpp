@@ -95,10 +95,7 @@ const Block* batch_slice(const Block* b, index_t b0, index_t nb, Block& keep) {
 Block lse_slice(const Block& lse, const AttnGeom& g, index_t b0, index_t nb) {
   SHARD_CHECK(lse.is_contiguous() && lse.numel() == g.B * g.H * g.Nq, "attention",
               "lse of shape {} must be contiguous with B * H * Nq = {} elements", lse.shape_vec(), g.B * g.H * g.Nq);
-  const index_t n = nb * g.H * g.Nq;
-  return Block::view(lse.dtype, lse.device,
-                     static_cast<char*>(lse.data) + b0 * g.H * g.Nq * static_cast<index_t>(dtype_size(lse.dtype)), &n,
-                     1, nullptr, lse.owner);
+  return detail::flat_piece(lse, b0 * g.H * g.Nq, nb * g.H * g.Nq);
 }
 /// Every operand of a chunked call holds g.B samples along dim 0 (checked before any slice is read).
 void check_samples(const char* op, const AttnGeom& g, std::initializer_list<const Block*> blocks) {

@@ -304,6 +304,17 @@ FastPlan make_plan(const Problem& p, std::size_t elem, int threads, index_t bloc
   return fp;
 }
 
+/// gw[i] = the sum over the threads' partial sums partial[t * wn + i], in thread order (deterministic
+/// for a thread count), rounded once to T.
+template <class T>
+void sum_partials(const std::vector<double>& partial, int nth, index_t wn, T* gw) {
+  for (index_t i = 0; i < wn; ++i) {
+    double s = 0;
+    for (int t = 0; t < nth; ++t) s += partial[static_cast<std::size_t>(t * wn + i)];
+    gw[i] = static_cast<T>(s);
+  }
+}
+
 int fast_threads(const EngineSettings& cfg, index_t units) {
   if (cfg.threading == ConvThreading::blas || omp_in_parallel()) return 1;
   return static_cast<int>(std::max<index_t>(1, std::min<index_t>(omp_get_max_threads(), units)));
@@ -652,11 +663,7 @@ void run_wgrad(const Problem& p, const bf16* x, const bf16* gy, float* gw) {
     const int t = omp_get_thread_num();
     wgrad_unit(fp, decode(fp, u), x, gy, scratch[static_cast<std::size_t>(t)], partial.data() + t * wn);
   }
-  for (index_t i = 0; i < wn; ++i) {
-    double s = 0;
-    for (int t = 0; t < nth; ++t) s += partial[static_cast<std::size_t>(t * wn + i)];
-    gw[i] = static_cast<float>(s);
-  }
+  sum_partials(partial, nth, wn, gw);
 }
 }  // namespace amx
 
@@ -728,11 +735,7 @@ void run_wgrad(const Problem& p, const S* x, const S* gy, typename Vt::T* gw,
     const int t = omp_get_thread_num();
     unit(fp, decode(fp, u), x, gy, scratch[static_cast<std::size_t>(t)], partial.data() + t * wn);
   }
-  for (index_t i = 0; i < wn; ++i) {
-    double s = 0;
-    for (int t = 0; t < nth; ++t) s += partial[static_cast<std::size_t>(t * wn + i)];
-    gw[i] = static_cast<T>(s);
-  }
+  sum_partials(partial, nth, wn, gw);
 }
 
 template <class T> struct Pick;

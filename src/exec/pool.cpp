@@ -16,8 +16,7 @@ namespace {
 Block plane_rows(const Block& b, index_t lo, index_t len) {
   SHARD_CHECK(b.is_contiguous() && lo + len <= b.numel(), "max_pool",
               "indices of shape {} must be contiguous with the output's elements", b.shape_vec());
-  return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + lo * static_cast<index_t>(dtype_size(b.dtype)),
-                     &len, 1, nullptr, b.owner);
+  return detail::flat_piece(b, lo, len);
 }
 index_t in_numel(const PoolGeometry& g) { return g.planes * g.in[0] * g.in[1] * g.in[2]; }
 index_t out_numel(const PoolGeometry& g) { return g.planes * g.out[0] * g.out[1] * g.out[2]; }

@@ -136,6 +136,12 @@ class F32Work {
   std::deque<Block> keep_;  // a deque: pointers handed out stay valid as it grows
 };
 
+/// Elements [lo, lo + len) of a contiguous block, as a flat view sharing its owner.
+inline Block flat_piece(const Block& b, index_t lo, index_t len) {
+  return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + lo * static_cast<index_t>(dtype_size(b.dtype)),
+                     &len, 1, nullptr, b.owner);
+}
+
 /// Elements per chunk of chunked_f32 (256 KiB of f32 per operand: the transient copies stay small
 /// next to a model's activations, and a chunk is still long enough for the OpenMP kernels).
 inline constexpr index_t kF32Chunk = index_t{1} << 16;
@@ -156,17 +162,13 @@ bool chunked_f32(ExecContext& ctx, const std::array<const Block*, NI>& ins, cons
   for (const Block* b : outs)
     if (!b->is_contiguous() || b->numel() != n) return false;
   if (n <= kF32Chunk) return false;  // one chunk: the plain route is the same
-  auto piece = [](const Block& b, index_t lo, index_t len) {
-    return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + lo * static_cast<index_t>(dtype_size(b.dtype)),
-                       &len, 1, nullptr, b.owner);
-  };
   for (index_t lo = 0; lo < n; lo += kF32Chunk) {
     const index_t len = std::min(kF32Chunk, n - lo);
     F32Work f(ctx);
     std::array<Block, NI> wi;
     std::array<Block, NO> wo;
-    for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(piece(*ins[i], lo, len));
-    for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(piece(*outs[i], lo, len));
+    for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(flat_piece(*ins[i], lo, len));
+    for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(flat_piece(*outs[i], lo, len));
     fn(wi, wo);
     f.finish();
   }
@@ -194,17 +196,13 @@ bool chunked_planes_f32(ExecContext& ctx, index_t planes, const std::array<const
   }
   const index_t step = std::max<index_t>(1, kF32Chunk / widest);
   if (step >= planes) return false;
-  auto piece = [](const Block& b, index_t lo, index_t len) {
-    return Block::view(b.dtype, b.device, static_cast<char*>(b.data) + lo * static_cast<index_t>(dtype_size(b.dtype)),
-                       &len, 1, nullptr, b.owner);
-  };
   for (index_t p0 = 0; p0 < planes; p0 += step) {
     const index_t count = std::min(step, planes - p0);
     F32Work f(ctx);
     std::array<Block, NI> wi;
     std::array<Block, NO> wo;
-    for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(piece(*ins[i], p0 * per_in[i], count * per_in[i]));
-    for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(piece(*outs[i], p0 * per_out[i], count * per_out[i]));
+    for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(flat_piece(*ins[i], p0 * per_in[i], count * per_in[i]));
+    for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(flat_piece(*outs[i], p0 * per_out[i], count * per_out[i]));
     fn(p0, count, wi, wo);
     f.finish();
   }
