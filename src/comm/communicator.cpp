@@ -1,11 +1,14 @@
 #include "shardtensor/comm/communicator.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
+
+#include <fmt/ranges.h>
 #include "exec/device_runtime.hpp"
 #if SHARDTENSOR_HAS_MPI
 #include "shardtensor/comm/mpi_comm.hpp"
@@ -69,6 +72,54 @@ void Communicator::check_all(bool ok, const char* op, const std::string& message
   if (rank() == first_bad) msg = message_if_not_ok;
   if (len > 0) broadcast(msg.data(), len, DType::u8, first_bad);
   SHARD_FAIL(op, "{} (detected on rank {} of {})", msg, first_bad, size());
+}
+
+void Communicator::check_all(bool ok, const char* op, const std::string& message_if_not_ok, std::uint64_t key,
+                             const std::function<std::string()>& describe) {
+  struct Vote {
+    std::uint64_t ok;
+    std::uint64_t key;
+  };
+  const auto votes = allgather_value(Vote{ok ? 1u : 0u, key});
+  bool all_ok = true, same = true;
+  for (const Vote& v : votes) {
+    all_ok = all_ok && v.ok;
+    same = same && v.key == votes[0].key;
+  }
+  if (!all_ok) {
+    check_all(ok, op, message_if_not_ok);  // the plain check's message (the lowest failing rank's)
+    return;                                // (not reached: it throws on every rank)
+  }
+  if (same) return;
+  const auto groups = group_texts(describe ? describe() : std::string("(no description)"));
+  std::string have;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& rs = groups[g].second;
+    have += fmt::format("{}{} {{{}}} {} {}", g ? ", " : "", rs.size() == 1 ? "rank" : "ranks", fmt::join(rs, ","),
+                        rs.size() == 1 ? "has" : "have", groups[g].first);
+  }
+  SHARD_FAIL(op, "ranks disagree on this call: {} (this is rank {} of {}; SHARDTENSOR_CHECK_COLLECTIVES=1 checks every "
+             "communicating call this way)",
+             groups.size() > 1 ? have : std::string("their arguments differ"), rank(), size());
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> Communicator::group_texts(const std::string& text) {
+  const int P = size();
+  const std::vector<index_t> lens = allgather_value(static_cast<index_t>(text.size()));
+  std::vector<index_t> displs(static_cast<std::size_t>(P), 0);
+  for (int r = 1; r < P; ++r)
+    displs[static_cast<std::size_t>(r)] = displs[static_cast<std::size_t>(r) - 1] + lens[static_cast<std::size_t>(r) - 1];
+  std::string texts(static_cast<std::size_t>(displs.back() + lens.back()), '\0');
+  allgatherv(text.data(), static_cast<index_t>(text.size()), texts.data(), lens, displs, DType::u8);
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (int r = 0; r < P; ++r) {
+    std::string v = texts.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),
+                                 static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]));
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
+    if (it == groups.end()) groups.emplace_back(std::move(v), std::vector<int>{r});
+    else it->second.push_back(r);
+  }
+  return groups;
 }
 
 // ------------------------------- SelfComm -------------------------------

@@ -112,10 +112,14 @@ struct WatchInfo {
 }
 
 // Completes `n` requests: MPI_Waitall when unwatched; else MPI_Testall until done or the
-// deadline (spinning for the first 200 us, then sleeping 50 us between tests).
-void complete(MPI_Request* reqs, int n, const WatchInfo& w, const char* op) {
+// deadline (spinning for the first 200 us, then sleeping 50 us between tests). With `st` (n
+// statuses), a request's own error (MPI_ERR_IN_STATUS) is left in its status for the caller.
+void complete(MPI_Request* reqs, int n, const WatchInfo& w, const char* op, MPI_Status* st = MPI_STATUSES_IGNORE) {
+  auto ck = [&](int rc) {
+    if (rc != MPI_ERR_IN_STATUS || st == MPI_STATUSES_IGNORE) mpi_check(rc, op);
+  };
   if (w.timeout <= 0) {
-    mpi_check(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE), op);
+    ck(MPI_Waitall(n, reqs, st));
     return;
   }
   using clock = std::chrono::steady_clock;
@@ -123,7 +127,7 @@ void complete(MPI_Request* reqs, int n, const WatchInfo& w, const char* op) {
   const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(w.timeout));
   for (long it = 0;; ++it) {
     int flag = 0;
-    mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), op);
+    ck(MPI_Testall(n, reqs, &flag, st));
     if (flag) return;
     const auto now = clock::now();
     if (now >= deadline) watchdog_abort(w, op, std::chrono::duration<double>(now - start).count());
@@ -148,22 +152,94 @@ class Lease {
   std::size_t cap_ = 0;
 };
 
+// The receive-size check, folded into every point-to-point receive (issue 18 item 6: the cheap
+// checks that stay on without the consistency mode). A peer that sent another number of elements
+// than this rank expects means the ranks disagree on the exchange (another shape, shard sizes,
+// halo width or padding on one of them). More than expected: MPI's MPI_ERR_TRUNCATE; fewer would
+// complete silently, leaving stale data past the received part. Both become a shard::Error here
+// (on the ranks that receive such a message: in a symmetric exchange, both ends of the link).
+struct RecvExpect {
+  int count = -1;  // < 0: not a receive (nothing to check)
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  int source = MPI_PROC_NULL;
+  int tag = 0;
+};
+
+[[noreturn]] void receive_mismatch(const RecvExpect& e, const char* op, const std::string& got) {
+  SHARD_FAIL(op,
+             "rank {} sent {} where this rank expected {} elements (tag {}): the ranks disagree on this exchange "
+             "(a different shape, shard sizes, halo width or padding on one of them; SHARDTENSOR_CHECK_COLLECTIVES=1 "
+             "names the op and the argument that differs)",
+             e.source, got, e.count, e.tag);
+}
+
+// `rc` is the completion call's return code, `st` the receive's status (MPI_ERROR preset to
+// MPI_SUCCESS by the caller: MPI fills it only with MPI_ERR_IN_STATUS).
+void check_received(int rc, const MPI_Status& st, const RecvExpect& e, const char* op) {
+  if (e.count < 0 || e.source == MPI_PROC_NULL) {
+    mpi_check(rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : rc, op);
+    return;
+  }
+  const int err = rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : rc;
+  if (err != MPI_SUCCESS) {
+    int cls = MPI_SUCCESS;
+    MPI_Error_class(err, &cls);
+    if (cls == MPI_ERR_TRUNCATE) receive_mismatch(e, op, "more elements");
+    mpi_check(err, op);
+  }
+  int got = 0;
+  MPI_Get_count(&st, e.type, &got);
+  if (got != e.count) receive_mismatch(e, op, got == MPI_UNDEFINED ? std::string("a partial element") : fmt::format("{} elements", got));
+}
+
+MPI_Status fresh_status() {
+  MPI_Status st{};
+  st.MPI_ERROR = MPI_SUCCESS;
+  return st;
+}
+
 struct MpiRequestState : Request::State {
   MPI_Request req = MPI_REQUEST_NULL;
   WatchInfo watch;                     // timeout 0 = plain MPI_Wait
   const char* op = "MPI_Wait";
+  RecvExpect recv;                     // a receive's expected size (count < 0: not a receive)
+  bool send = false;                   // a point-to-point send
   std::function<void()> done;          // completion step (avg division, staged copy-back), may be empty
   std::vector<int> keep[4];            // int count arrays that must outlive the request
   std::vector<Lease> leases;           // staging buffers that must outlive the request
+  ~MpiRequestState() override {
+    // Abandoned while pending (an exception left the call that owned it): a receive is cancelled
+    // so that MPI never writes into its freed buffer later; a send completes in the background.
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (req == MPI_REQUEST_NULL || fin) return;
+    if (recv.count >= 0) {
+      MPI_Cancel(&req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+    } else if (send) {
+      MPI_Request_free(&req);
+    }  // a pending collective may be neither freed nor cancelled (MPI): left as before
+  }
   void wait() override {
-    if (watch.timeout > 0) complete(&req, 1, watch, op);
-    else mpi_check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait");
+    MPI_Status st = fresh_status();
+    int rc = MPI_SUCCESS;
+    if (watch.timeout > 0) {
+      complete(&req, 1, watch, op, &st);
+      rc = st.MPI_ERROR;
+    } else {
+      rc = MPI_Wait(&req, &st);
+    }
+    req = MPI_REQUEST_NULL;  // complete (or failed: then not to be touched again)
+    check_received(rc, st, recv, op);
     if (done) done();
     leases.clear();
   }
   bool test() override {
     int flag = 0;
-    mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    MPI_Status st = fresh_status();
+    const int rc = MPI_Test(&req, &flag, &st);
+    if (rc != MPI_SUCCESS) req = MPI_REQUEST_NULL;
+    if (rc != MPI_SUCCESS || flag) check_received(rc, st, recv, "MPI_Test");
     if (flag && done) done();
     if (flag) leases.clear();
     return flag != 0;
@@ -556,12 +632,28 @@ void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* rec
               source, size_);
   const int ns = to_int(send_count, "sendrecv"), nr = to_int(recv_count, "sendrecv");
   const int to = dest < 0 ? MPI_PROC_NULL : dest, from = source < 0 ? MPI_PROC_NULL : source;
+  // MPI_Sendrecv, or under the watchdog its two non-blocking halves; then the receive-size check.
+  auto exchange = [&](const void* sb, int sn, void* rb, int rn) {
+    const WatchInfo w = watch_of(*this, ctx);
+    MPI_Status st = fresh_status();
+    int rc = MPI_SUCCESS;
+    if (w.timeout > 0) {
+      MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      MPI_Status sts[2] = {fresh_status(), fresh_status()};
+      mpi_check(isendrecv(sb, sn, mpi_type(dt), to, tag, rb, rn, mpi_type(dt), from, tag, comm_, r), "MPI_Sendrecv");
+      complete(r, 2, w, "MPI_Sendrecv", sts);
+      mpi_check(sts[1].MPI_ERROR, "MPI_Sendrecv");
+      st = sts[0];
+      rc = st.MPI_ERROR;
+    } else {
+      rc = MPI_Sendrecv(sb, sn, mpi_type(dt), to, tag, rb, rn, mpi_type(dt), from, tag, comm_, &st);
+      if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
+    }
+    check_received(rc, st, RecvExpect{rn, mpi_type(dt), from, tag}, "MPI_Sendrecv");
+  };
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "sendrecv").sync();
-    SHARD_MPI_BLOCKING(ctx, "MPI_Sendrecv",
-                       (MPI_Sendrecv(send, ns, mpi_type(dt), to, tag, recv, nr, mpi_type(dt), from, tag, comm_,
-                                     MPI_STATUS_IGNORE)),
-                       (isendrecv(send, ns, mpi_type(dt), to, tag, recv, nr, mpi_type(dt), from, tag, comm_, r_)));
+    exchange(send, ns, recv, nr);
     return;
   }
   const DevCall d(*ctx, "sendrecv");
@@ -571,10 +663,7 @@ void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* rec
   if (dest >= 0) d.to_host(hs.get(), send, nbytes(send_count, dt));
   // No staging buffer for a missing peer: MPI still rejects a null buffer with a nonzero count.
   const int sn = dest >= 0 ? ns : 0, rn = source >= 0 ? nr : 0;
-  SHARD_MPI_BLOCKING(ctx, "MPI_Sendrecv",
-                     (MPI_Sendrecv(hs.get(), sn, mpi_type(dt), to, tag, hr.get(), rn, mpi_type(dt), from, tag, comm_,
-                                   MPI_STATUS_IGNORE)),
-                     (isendrecv(hs.get(), sn, mpi_type(dt), to, tag, hr.get(), rn, mpi_type(dt), from, tag, comm_, r_)));
+  exchange(hs.get(), sn, hr.get(), rn);
   if (source >= 0) d.to_dev(recv, hr.get(), nbytes(recv_count, dt));
 }
 
@@ -599,6 +688,7 @@ Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int t
     }
   }
   s->op = "wait() on MPI_Isend";
+  s->send = true;
   mpi_check(MPI_Isend(buf, n, mpi_type(dt), dest, tag, comm_, &s->req), "MPI_Isend");
   return Request(s);
 }
@@ -621,6 +711,7 @@ Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag, 
     }
   }
   s->op = "wait() on MPI_Irecv";
+  s->recv = RecvExpect{n, mpi_type(dt), source, tag};
   mpi_check(MPI_Irecv(target, n, mpi_type(dt), source, tag, comm_, &s->req), "MPI_Irecv");
   return Request(s);
 }

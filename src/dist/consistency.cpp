@@ -107,26 +107,11 @@ void CollectiveFingerprint::agree(Communicator& comm, Communicator* seq_comm) {
     t = fmt::format("(no field){}(absent: this rank's call has {} fields)", kSep, fields_.size());
   }
   const int P = comm.size();
-  const std::vector<index_t> lens = comm.allgather_value(static_cast<index_t>(t.size()));
-  std::vector<index_t> displs(static_cast<std::size_t>(P), 0);
-  for (int r = 1; r < P; ++r)
-    displs[static_cast<std::size_t>(r)] = displs[static_cast<std::size_t>(r) - 1] + lens[static_cast<std::size_t>(r) - 1];
-  std::string texts(static_cast<std::size_t>(displs.back() + lens.back()), '\0');
-  comm.allgatherv(t.data(), static_cast<index_t>(t.size()), texts.data(), lens, displs, DType::u8);
-
-  // Group the ranks by their text, in order of first appearance.
   std::vector<std::string> values;
   std::vector<std::vector<int>> groups;
-  for (int r = 0; r < P; ++r) {
-    std::string v = texts.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),
-                                 static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]));
-    auto it = std::find(values.begin(), values.end(), v);
-    if (it == values.end()) {
-      values.push_back(std::move(v));
-      groups.push_back({r});
-    } else {
-      groups[static_cast<std::size_t>(it - values.begin())].push_back(r);
-    }
+  for (auto& [v, rs] : comm.group_texts(t)) {
+    values.push_back(std::move(v));
+    groups.push_back(std::move(rs));
   }
   auto name_of = [](const std::string& v) { return v.substr(0, v.find(kSep)); };
   auto value_of = [](const std::string& v) {

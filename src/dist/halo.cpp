@@ -152,6 +152,16 @@ struct HaloTransfer::Impl {
   }
 };
 
+namespace detail {
+std::uint64_t halo_call_key(const char* op, DType dt, const DistSpec& spec, const HaloSpec& halo) {
+  return CallKey(op).add(dt).add(spec).add(halo.lo).add(halo.hi).add(halo.modes).value();
+}
+
+std::string halo_call_text(DType dt, const DistSpec& spec, const HaloSpec& halo) {
+  return fmt::format("{} {} shard sizes {} {}", dt, spec, spec.sizes(), halo);
+}
+}  // namespace detail
+
 namespace {
 bool halo_accumulable(DType dt) {
   return dt == DType::f32 || dt == DType::f64 || dt == DType::bf16 || dt == DType::f16 || dt == DType::c64 ||
@@ -187,11 +197,13 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
                 in.shape_vec(), spec, m.len);
   } else {
     const bool ok = in.shape_vec() == m.ext && in.dtype == dt;
+    // The cheap check folded into this allgather: dtype, layout and halo agree on every rank.
     spec.mesh().comm()->check_all(
         ok, op,
         ok ? std::string()
            : fmt::format("gradient of the extended block has shape {} ({}), expected {} ({}) (local {} + {}) for {}",
-                         in.shape_vec(), in.dtype, m.ext, dt, m.len, halo, spec));
+                         in.shape_vec(), in.dtype, m.ext, dt, m.len, halo, spec),
+        halo_call_key(op, dt, spec, halo), [&] { return halo_call_text(dt, spec, halo); });
     SHARD_CHECK(halo_accumulable(dt), op, "dtype {} cannot be accumulated (f32, f64, bf16, f16, c64, c128, i32, i64)", dt);
   }
   // Communicators of the stages, in plan order (the same on every rank: dims_comm is collective

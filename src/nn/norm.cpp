@@ -14,8 +14,8 @@ double round_to(DType dt, double v) { return dt == DType::f32 ? static_cast<doub
 
 void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* run_mean,
                   const Block* run_var, double momentum, double eps, bool batch_eval, index_t count,
-                  const CommPtr& comm, std::vector<double>& mean, std::vector<double>& invstd, const Block& y,
-                  ExecContext& ctx) {
+                  const CommPtr& comm, std::uint64_t key, const char* op, std::vector<double>& mean,
+                  std::vector<double>& invstd, const Block& y, ExecContext& ctx) {
   const index_t K = geo.stats();
   // Statistics live in host doubles (K values); the kernels read and write tensor data on the device.
   if (batch_eval) {
@@ -24,10 +24,10 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
     for (auto& v : invstd) v = 1.0 / std::sqrt(v + eps);
   } else {
     exec::norm_sums(geo, x, nullptr, mean.data(), ctx);
-    allreduce_sum(comm, mean.data(), K);
+    allreduce_sum(comm, mean.data(), K, key, op);
     for (auto& v : mean) v /= static_cast<double>(count);
     exec::norm_sums(geo, x, mean.data(), invstd.data(), ctx);
-    allreduce_sum(comm, invstd.data(), K);
+    allreduce_sum(comm, invstd.data(), K, key, op);
     const bool update = geo.kind == NormKind::batch && (run_mean || run_var);
     std::vector<double> rmean(update && run_mean ? static_cast<std::size_t>(K) : 0);
     std::vector<double> rvar(update && run_var ? static_cast<std::size_t>(K) : 0);
@@ -50,7 +50,8 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
 
 void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const std::vector<double>& mean,
                    const std::vector<double>& invstd, index_t count, bool stats_grad, bool reduce_params,
-                   const CommPtr& comm, const Block* dx, const Block* dw, const Block* db, ExecContext& ctx) {
+                   const CommPtr& comm, std::uint64_t key, const char* op, const Block* dx, const Block* dw,
+                   const Block* db, ExecContext& ctx) {
   const index_t K = geo.stats(), C = geo.C;
   const bool sums = dx && stats_grad;
   std::vector<double> buf(static_cast<std::size_t>(2 * K + 2 * C), 0.0);
@@ -60,8 +61,8 @@ void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const B
   double* hdb = hdw + C;
   exec::norm_backward_sums(geo, x, gy, w, mean.data(), invstd.data(), sums ? sg : nullptr, sums ? sgx : nullptr,
                            dw ? hdw : nullptr, db ? hdb : nullptr, ctx);
-  if (reduce_params) allreduce_sum(comm, buf.data(), static_cast<index_t>(buf.size()));
-  else if (sums) allreduce_sum(comm, buf.data(), 2 * K);
+  if (reduce_params) allreduce_sum(comm, buf.data(), static_cast<index_t>(buf.size()), key, op);
+  else if (sums) allreduce_sum(comm, buf.data(), 2 * K, key, op);
   if (dx)
     exec::norm_backward_dx(geo, x, gy, w, mean.data(), invstd.data(), sums ? sg : nullptr, sums ? sgx : nullptr,
                            1.0 / static_cast<double>(count), *dx, ctx);

@@ -1,7 +1,10 @@
 // Schedule of the reductions (see include/shardtensor/nn/functional/reduction.hpp) and of the
 // losses (loss.hpp): the reduce kernel family's calls and the allreduces, in order, for one rank's
 // local block.
+#include <algorithm>
 #include <cmath>
+
+#include <fmt/ranges.h>
 
 #include "shardtensor/exec/box.hpp"
 #include "shardtensor/exec/reduce.hpp"
@@ -37,17 +40,50 @@ void reduce_backward(ReduceKind kind, index_t count, const CommPtr& comm, const 
   exec::max_backward(x, gmax, g, ties, gx, ctx);
 }
 
+void allreduce_sum(const CommPtr& comm, double* buf, index_t n, std::uint64_t key, const char* op) {
+  if (!comm || comm->size() == 1) return;
+  if (shard::detail::checking_collectives()) [[unlikely]]
+    shard::detail::CollectiveFingerprint("statistics allreduce").text("op", op).field("elements", n).agree(*comm);
+  // h in [1, 2^b] with P * 2^(2b) <= 2^53: every partial sum of h and h^2 is an exact integer in
+  // a double, whatever the reduction order. P * S2 == S1^2 (Cauchy-Schwarz) iff all h are equal.
+  const auto P = static_cast<std::uint64_t>(comm->size());
+  int lg = 0;
+  while ((std::uint64_t{1} << lg) < P) ++lg;
+  const int b = std::min(24, (53 - lg) / 2);
+  const double h = static_cast<double>((key >> 7) % (std::uint64_t{1} << b) + 1);
+  std::vector<double> tmp(static_cast<std::size_t>(n) + 2);
+  tmp[0] = h;
+  tmp[1] = h * h;
+  std::copy(buf, buf + n, tmp.begin() + 2);
+  comm->allreduce(tmp.data(), tmp.data(), n + 2, DType::f64, ReduceOp::sum);
+  const auto s1 = static_cast<unsigned __int128>(static_cast<std::uint64_t>(tmp[0]));
+  const auto s2 = static_cast<unsigned __int128>(static_cast<std::uint64_t>(tmp[1]));
+  if (s2 * P != s1 * s1) [[unlikely]] {
+    // Every rank of comm sees the same sums, so all are here: group the ranks by their key.
+    std::string groups;
+    for (const auto& [k, rs] : comm->group_texts(fmt::format("{:x}", key)))
+      groups += fmt::format("{}{{{}}}", groups.empty() ? "" : " vs ", fmt::join(rs, ","));
+    SHARD_FAIL(op,
+               "ranks disagree on this call: their arguments (global shape, placements, shard sizes, or the op's "
+               "parameters) differ between the rank groups {} of the statistics allreduce (this is rank {} of {}; "
+               "SHARDTENSOR_CHECK_COLLECTIVES=1 names the argument)",
+               groups, comm->rank(), comm->size());
+  }
+  std::copy(tmp.begin() + 2, tmp.end(), buf);
+}
+
 double mse_forward(const Block& p, const Block& t, ExecContext& ctx) { return exec::sq_diff_sum(p, t, ctx); }
 
 void mse_backward(double coef, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
   exec::mse_backward(coef, p, t, gp, gt, ctx);
 }
 
-double rel_l2_forward(const CommPtr& comm, const Block& p, const Block& t, index_t samples, index_t global_samples,
+double rel_l2_forward(const CommPtr& comm, std::uint64_t key, const Block& p, const Block& t, index_t samples,
+                      index_t global_samples,
                       std::vector<double>& sums, ExecContext& ctx) {
   sums.assign(static_cast<std::size_t>(2 * samples), 0.0);
   exec::rel_l2_sums(p, t, samples, sums.data(), ctx);
-  allreduce_sum(comm, sums.data(), 2 * samples);
+  allreduce_sum(comm, sums.data(), 2 * samples, key, "rel_l2_loss");
   double loss = 0;
   for (index_t s = 0; s < samples; ++s) {
     const auto u = static_cast<std::size_t>(s);

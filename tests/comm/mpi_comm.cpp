@@ -288,3 +288,42 @@ TEST_CASE("MpiComm duplicates the user's communicator; MPI errors become shard::
   CHECK(w->size() == world_size());
   CHECK(w->backend() == "mpi");
 }
+
+TEST_CASE("a point-to-point message of another size than expected is a shard::Error at the receiver",
+          "[comm][mpi][errors]") {
+  // The receive-size check (issue 18 item 6): always on, folded into the receive. Shorter messages
+  // used to complete silently with stale data after them; longer ones were MPI_ERR_TRUNCATE.
+  for_each_comm_size(
+      [](CommPtr c) {
+        const int r = c->rank(), p = c->size();
+        const int to = (r + 1) % p, from = (r + p - 1) % p;
+        std::vector<double> send(12, r), recv(10, -1.0);
+        for (const index_t n : {index_t{8}, index_t{12}}) {
+          // rank 0 sends n elements, every other rank the 10 that everyone expects: rank 1 fails
+          const index_t mine = r == 0 ? n : 10;
+          auto rq = c->irecv(recv.data(), 10, DType::f64, from, 5);
+          auto sq = c->isend(send.data(), mine, DType::f64, to, 5);
+          const std::string msg = error_of([&] { rq.wait(); });
+          sq.wait();
+          if (r == 1) {
+            CHECK_THAT(msg, ContainsSubstring("rank 0 sent") && ContainsSubstring("expected 10 elements") &&
+                                ContainsSubstring("ranks disagree"));
+            CHECK_THAT(msg, ContainsSubstring(n < 10 ? "sent 8 elements" : "sent more elements"));
+          } else {
+            CHECK(msg.empty());
+          }
+          // sendrecv: the same check
+          const std::string m2 = error_of([&] { c->sendrecv(send.data(), mine, to, recv.data(), 10, from, DType::f64, 6); });
+          if (r == 1) CHECK_THAT(m2, ContainsSubstring("MPI_Sendrecv") && ContainsSubstring("rank 0 sent"));
+          else CHECK(m2.empty());
+        }
+        // a receive abandoned while pending (its owner threw) is cancelled, not left to write later
+        {
+          auto rq = c->irecv(recv.data(), 10, DType::f64, from, 7);
+        }
+        int one = 1;
+        c->allreduce_inplace(&one, 1, ReduceOp::sum);  // still in step
+        CHECK(one == p);
+      },
+      2);
+}

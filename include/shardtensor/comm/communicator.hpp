@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtensor/core/dtype.hpp"
@@ -164,6 +165,16 @@ class Communicator {
   /// Collective precondition check: every rank passes its own `ok`; if any rank's is false,
   /// every rank throws shard::Error carrying the message of the lowest failing rank. Never hangs.
   void check_all(bool ok, const char* op, const std::string& message_if_not_ok);
+  /// check_all that also agrees `key`, a hash of the arguments every rank must pass alike: a cheap
+  /// check folded into the same allgather (16 bytes per rank instead of 4), on whether or not
+  /// collective consistency checking is (issue 18 item 6). If every `ok` holds but the keys
+  /// differ, every rank throws shard::Error naming which ranks passed what: each rank's
+  /// `describe()`, gathered only then.
+  void check_all(bool ok, const char* op, const std::string& message_if_not_ok, std::uint64_t key,
+                 const std::function<std::string()>& describe);
+  /// Every rank's `text`, grouped by value in order of first appearance: (text, ranks holding it).
+  /// Collective (one allgather of lengths, one allgatherv).
+  std::vector<std::pair<std::string, std::vector<int>>> group_texts(const std::string& text);
 
  protected:
   /// DType used to move raw bytes.

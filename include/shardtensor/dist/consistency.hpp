@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,47 @@ class CollectiveFingerprint {
  private:
   std::vector<std::pair<std::string, std::string>> fields_;
   bool has_mesh_ = false;
+};
+
+/// A 64-bit FNV-1a hash of a call's arguments: the key of the cheap checks that stay on without
+/// the consistency mode, folded into a collective the call makes anyway (Communicator::check_all's
+/// allgather, the norm / loss statistics allreduce; docs/architecture.md, "Cheap checks").
+class CallKey {
+ public:
+  explicit CallKey(std::string_view op) { add(op); }
+  CallKey& add(std::string_view s) {
+    bytes(s.data(), s.size());
+    return bytes("\x1f", 1);
+  }
+  template <class V>
+    requires std::is_arithmetic_v<V> || std::is_enum_v<V>
+  CallKey& add(V v) {
+    return bytes(&v, sizeof v);
+  }
+  template <class V>
+  CallKey& add(const std::vector<V>& v) {
+    add(static_cast<std::uint64_t>(v.size()));
+    for (const auto& x : v) add(x);
+    return *this;
+  }
+  /// Global shape, placements, shard sizes and mesh shape (not local extents).
+  CallKey& add(const DistSpec& s) {
+    add(s.global_shape());
+    for (const auto& p : s.placements()) add(p.kind).add(p.dim).add(p.op);
+    add(s.sizes());
+    return add(s.mesh().shape());
+  }
+  std::uint64_t value() const { return h_; }
+
+ private:
+  CallKey& bytes(const void* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      h_ ^= static_cast<const unsigned char*>(p)[i];
+      h_ *= 1099511628211ull;
+    }
+    return *this;
+  }
+  std::uint64_t h_ = 1469598103934665603ull;
 };
 
 /// "none" for an empty vector of explicit sizes, else the sizes (a fingerprint value).

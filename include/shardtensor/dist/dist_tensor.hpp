@@ -143,7 +143,10 @@ class DistTensor {
                             d, local.strides()[u], local.strides());
       }
     }
-    comm->check_all(err.empty(), "DistTensor::from_local", err);
+    // The cheap check folded into this allgather: the element type and tensor rank agree.
+    comm->check_all(err.empty(), "DistTensor::from_local", err,
+                    detail::CallKey("DistTensor::from_local").add(dtype_of<T>).add(Rank).value(),
+                    [] { return fmt::format("DistTensor<{}, {}>", dtype_of<T>, Rank); });
     // Gather (local shape, placements) from every rank: the placements must agree too.
     std::vector<index_t> mine = to_vec(local.shape());
     for (const auto& p : placements) {

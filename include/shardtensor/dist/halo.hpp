@@ -92,6 +92,12 @@ void validate_halo(const DistSpec& spec, const HaloSpec& halo, const char* op);
 /// Shape of this rank's extended block: local[d] + lo[d] + hi[d].
 std::vector<index_t> halo_extended_shape(const DistSpec& spec, const HaloSpec& halo);
 
+/// The cheap check of a halo call (folded into a collective it makes anyway): the hash of the
+/// dtype, layout (global shape, placements, shard sizes, mesh) and halo, and its text for the
+/// message when ranks disagree.
+std::uint64_t halo_call_key(const char* op, DType dt, const DistSpec& spec, const HaloSpec& halo);
+std::string halo_call_text(DType dt, const DistSpec& spec, const HaloSpec& halo);
+
 }  // namespace detail
 
 /// The type-erased halo exchange on Blocks: one split-phase exchange (forward) or its adjoint.
@@ -237,7 +243,9 @@ void fill_ghosts(const DistTensor<T, Rank>& x, const Tensor<T, Rank>& ghosted, c
                          : fmt::format("ghosted array on {} but the tensor's block on {}", ghosted.device(),
                                        x.local().device()))
                : fmt::format("ghosted array of shape {} but {} with {} needs {} on this rank", ghosted.shape(), spec,
-                             halo, want));
+                             halo, want),
+      detail::halo_call_key("fill_ghosts", dtype_of<T>, spec, halo),
+      [&] { return detail::halo_call_text(dtype_of<T>, spec, halo); });
   const Block out = as_block(ghosted);
   HaloTransfer t(dtype_of<T>, spec, halo, HaloTransfer::Direction::forward, as_block(x.local()),
                          false, &out);

@@ -101,13 +101,12 @@ inline CommPtr comm_over(const DeviceMesh& mesh, const std::vector<int>& mdims) 
 
 /// In-place sum-allreduce of `n` doubles over `comm` (no-op without a comm or with one rank): the
 /// statistics of the norms and losses. With collective consistency checking on (the CPU context's
-/// setting: the buffer is host memory) the element count is agreed first.
-inline void allreduce_sum(const CommPtr& comm, double* buf, index_t n) {
-  if (!comm || comm->size() == 1) return;
-  if (shard::detail::checking_collectives()) [[unlikely]]
-    shard::detail::CollectiveFingerprint("statistics allreduce").field("elements", n).agree(*comm);
-  if (n > 0) comm->allreduce(buf, buf, n, DType::f64, ReduceOp::sum);
-}
+/// setting: the buffer is host memory) the element count is agreed first. Always, `key` (a
+/// CallKey of the op's arguments: layout and parameters) rides along as two extra doubles, h and
+/// h^2 of a short hash: all ranks passed the same key exactly when P * sum(h^2) == sum(h)^2, so
+/// ranks that disagree throw shard::Error on every rank of `comm`, naming `op` (the cheap check
+/// that stays on without the consistency mode; src/nn/reduction.cpp).
+void allreduce_sum(const CommPtr& comm, double* buf, index_t n, std::uint64_t key, const char* op);
 
 /// `s`'s placements with Partial(op) on each mesh dim in `mdims`.
 inline std::vector<Placement> with_partial(std::vector<Placement> p, const std::vector<int>& mdims, ReduceOp op) {

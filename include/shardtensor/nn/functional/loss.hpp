@@ -45,7 +45,8 @@ void mse_backward(double coef, const Block& p, const Block& t, const Block& gp, 
 /// rel_l2: sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 over `samples` local samples,
 /// allreduced over `comm` (the mesh dims sharding a sample; null: none); returns this rank's part
 /// of the loss (sum over its samples of the norm ratios / global_samples).
-double rel_l2_forward(const CommPtr& comm, const Block& p, const Block& t, index_t samples, index_t global_samples,
+double rel_l2_forward(const CommPtr& comm, std::uint64_t key, const Block& p, const Block& t, index_t samples,
+                      index_t global_samples,
                       std::vector<double>& sums, ExecContext& ctx);
 /// The gradients for the loss gradient gv (already divided by the global sample count).
 void rel_l2_backward(double gv, const std::vector<double>& sums, index_t samples, const Block& p, const Block& t,
@@ -111,7 +112,8 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
   const index_t nl = per_sample ? pl.size(0) : 1;
   // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (global; host memory).
   auto sums = std::make_shared<std::vector<double>>();
-  const double loss = detail::rel_l2_forward(comm, as_block(pl), as_block(tl), nl, nglobal, *sums,
+  const std::uint64_t key = shard::detail::CallKey(op).add(mode).add(xs).add(target.value().spec()).value();
+  const double loss = detail::rel_l2_forward(comm, key, as_block(pl), as_block(tl), nl, nglobal, *sums,
                                              current_context(pl.device()));
   const DistSpec ss = detail::scalar_spec(xs, batch_mdims);
   auto v = Tensor<T, 1>::full({1}, static_cast<T>(loss), pl.device());

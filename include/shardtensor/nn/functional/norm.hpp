@@ -64,14 +64,15 @@ struct RunningStats {
 /// statistics (both given). Fills mean and invstd.
 void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* run_mean,
                   const Block* run_var, double momentum, double eps, bool batch_eval, index_t count,
-                  const CommPtr& comm, std::vector<double>& mean, std::vector<double>& invstd, const Block& y,
-                  ExecContext& ctx);
+                  const CommPtr& comm, std::uint64_t key, const char* op, std::vector<double>& mean,
+                  std::vector<double>& invstd, const Block& y, ExecContext& ctx);
 /// Gradients from gy: dx (stats_grad: through the global statistics, else with them fixed), dw and
 /// db [C] (local sums; with reduce_params summed over `comm` with the statistics' sums). Each of
 /// dx, dw, db may be null.
 void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const std::vector<double>& mean,
                    const std::vector<double>& invstd, index_t count, bool stats_grad, bool reduce_params,
-                   const CommPtr& comm, const Block* dx, const Block* dw, const Block* db, ExecContext& ctx);
+                   const CommPtr& comm, std::uint64_t key, const char* op, const Block* dx, const Block* dw,
+                   const Block* db, ExecContext& ctx);
 
 /// The shared front of all norms. `training` only matters for batch (eval uses `rs`).
 template <class T, int R, class S = T>
@@ -112,6 +113,10 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   if (kind == NormKind::layer) count = C;
   SHARD_CHECK(batch_eval || count > 0, op, "statistics over an empty extent (global shape {})", gshape);
   const CommPtr comm = comm_over(xs.mesh(), mesh_dims_sharding(xs, reduced));
+  // The cheap check carried by the statistics allreduces (allreduce_sum): every argument that
+  // must agree between the ranks.
+  const std::uint64_t key = shard::detail::CallKey(op).add(kind).add(groups).add(cdim).add(eps).add(count).add(xs)
+                                .add(batch_eval).add(w.has_value()).add(b.has_value()).add(rs.momentum).value();
 
   // A strided local view (e.g. the interior of a halo-padded user array) is read in place by the
   // norm kernels and saved as it is.
@@ -132,14 +137,14 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   auto y = Tensor<T, R>::empty(xl.shape(), dev);
   const Block bw = as_block(wl), bb = as_block(bl), brm = as_block(rm), brv = as_block(rv);
   norm_forward(geo, as_block(xl), w ? &bw : nullptr, b ? &bb : nullptr, rs.mean ? &brm : nullptr,
-               rs.var ? &brv : nullptr, rs.momentum, eps, batch_eval, count, comm, *mean, *invstd, as_block(y),
+               rs.var ? &brv : nullptr, rs.momentum, eps, batch_eval, count, comm, key, op, *mean, *invstd, as_block(y),
                current_context(dev));
 
   const bool stats_grad = !batch_eval;
   const bool reduce_params = kind == NormKind::batch && training;  // dW, db ride on the stats allreduce
   return Var<T, R>::make(
       DistTensor<T, R>(xs, y), op, {x.ref(), w ? w->ref() : autograd::VarRef{}, b ? b->ref() : autograd::VarRef{}},
-      [x, w, b, xs, xl, wl, geo, mean, invstd, comm, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
+      [x, w, b, xs, xl, wl, geo, mean, invstd, comm, key, op, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
         const auto g = autograd::gradient_as(xs, gin, autograd::PartialGrad::resolve).local().contiguous();
         const index_t C = geo.C;
         const Device dev = xl.device();
@@ -151,7 +156,7 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
         if (need_b) db = Tensor<T, 1>::empty({C}, dev);
         const Block bw = as_block(wl), bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
         norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, *mean, *invstd, count, stats_grad,
-                      reduce_params, comm, need_x ? &bdx : nullptr, need_w ? &bdw : nullptr, need_b ? &bdb : nullptr,
+                      reduce_params, comm, key, op, need_x ? &bdx : nullptr, need_w ? &bdw : nullptr, need_b ? &bdb : nullptr,
                       current_context(dev));
         if (need_x) x.accumulate_grad(DistTensor<T, R>(xs, dx));
         auto push = [&](const std::optional<Var<T, 1>>& p, const Tensor<T, 1>& t) {
