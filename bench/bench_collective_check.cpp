@@ -15,6 +15,10 @@
 // round to round (interleaved), each after a barrier; a variant's time is the max over ranks of
 // its wall time / inner. Reported: the median over rounds, off and on, their difference and
 // ratio, and the checked calls per op (fingerprints agreed on the mesh's communicator).
+// Second table: the cheap checks that stay on without the mode (issue 18 item 6), each folded
+// collective against the same collective without its fold (the statistics allreduce with its two
+// key doubles vs a plain allreduce of the same sums; check_all with a key vs without; the key's
+// hashing alone), with a small group_norm forward for scale.
 //
 //   OMP_NUM_THREADS=1 mpiexec -n 4 build/bench/bench_collective_check [--reps 15] [--warmup 3]
 //       [--inner 50] [--unet-inner 2]
@@ -141,6 +145,65 @@ int main(int argc, char** argv) {
     if (me == 0)
       std::printf("%-20s %5d %12.1f %12.1f %12.1f %8.3f %14llu\n", op.name.c_str(), P, mo, mn, mn - mo, mn / mo,
                   static_cast<unsigned long long>(after - before - 1));
+  }
+
+  // The folded cheap checks (always on, mode off): each collective with its folded check vs the
+  // same collective without it, interleaved the same way.
+  struct Pair {
+    std::string name;
+    std::function<void()> plain, folded;
+  };
+  const CommPtr comm = mesh.comm();
+  std::vector<double> stats(8, 1.0);
+  const DistSpec spec = h32.spec();
+  auto key_of = [&] {
+    return detail::CallKey("group_norm").add(2).add(1).add(1e-5).add(index_t{512}).add(spec).value();
+  };
+  auto gx = V4(DistTensor<float, 4>::random({2, 8, 32, 32}, mesh, {Shard(2)}, 7), false);
+  std::vector<Pair> pairs = {
+      {"stats allreduce 8 f64", [&] { comm->allreduce(stats.data(), stats.data(), 8, DType::f64, ReduceOp::sum); },
+       [&] { F::detail::allreduce_sum(comm, stats.data(), 8, key_of(), "bench"); }},
+      {"check_all", [&] { comm->check_all(true, "bench", ""); },
+       [&] { comm->check_all(true, "bench", "", key_of(), [] { return std::string(); }); }},
+      {"key of a layout", [] {}, [&] { volatile std::uint64_t k = key_of(); (void)k; }},
+  };
+  if (me == 0)
+    std::printf("\nfolded cheap checks (on without the mode)\n%-22s %5s %12s %12s %12s %8s\n", "collective", "ranks",
+                "plain [us]", "folded [us]", "diff [us]", "ratio");
+  for (const Pair& pr : pairs) {
+    std::vector<double> a, b;
+    for (int rep = 0; rep < warmup + reps; ++rep) {
+      const Op pa{pr.name, inner * 4, pr.plain}, pb{pr.name, inner * 4, pr.folded};
+      double ta = 0, tb = 0;
+      if (rep % 2 == 0) {
+        ta = time_once(pa, off_ctx);
+        tb = time_once(pb, off_ctx);
+      } else {
+        tb = time_once(pb, off_ctx);
+        ta = time_once(pa, off_ctx);
+      }
+      if (rep >= warmup) {
+        a.push_back(ta);
+        b.push_back(tb);
+      }
+    }
+    const double ma = median(a) * 1e3, mb = median(b) * 1e3;
+    if (me == 0)
+      std::printf("%-22s %5d %12.2f %12.2f %12.2f %8.3f\n", pr.name.c_str(), P, ma, mb, mb - ma, ma > 0 ? mb / ma : 0.0);
+  }
+  {  // context: a small norm whose forward carries two folded statistics allreduces
+    std::vector<double> t;
+    const Op g{"group_norm", inner, [&] {
+                 autograd::NoGradGuard ng;
+                 (void)F::group_norm(gx, 2);
+               }};
+    for (int rep = 0; rep < warmup + reps; ++rep) {
+      const double v = time_once(g, off_ctx);
+      if (rep >= warmup) t.push_back(v);
+    }
+    if (me == 0)
+      std::printf("%-22s %5d %12.2f   (forward: 2 statistics allreduces, x[2, 8, 32, 32] fp32)\n", "group_norm fwd", P,
+                  median(t) * 1e3);
   }
   if (me == 0) std::printf("load average after: %.2f\n", load_average());
   return 0;
