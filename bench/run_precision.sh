@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixed precision, whole training steps (issue 18 item 8): unet_surrogate and vit_surrogate at
-# --precision fp32 / bf16 / fp16, interleaved rounds, one process per rank. Prints per model and
+# --precision fp32 / bf16 / fp16 / autocast-bf16, interleaved rounds, one process per rank. Prints per model and
 # precision the median samples/s of the last progress line, the per-rank tensor peak (max over
 # ranks, shardtensor's allocator high-water mark) and the final loss; then the ratios to fp32.
 #   bench/run_precision.sh [BUILD_DIR=build] [NP=2] [ROUNDS=3] [STEPS=30]
@@ -17,7 +17,7 @@ echo "run_precision: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs
 unet=(--steps "$steps" --grid 128 --width 32 --depth 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
 vit=(--steps "$steps" --grid 128 --patch 4 --dim 64 --heads 4 --layers 2 --batch 4 --samples 8 --log-every "$steps" --seed 1)
 for r in $(seq "$rounds"); do
-  for p in fp32 bf16 fp16; do
+  for p in fp32 bf16 fp16 autocast-bf16; do
     "${mpi[@]}" "$build/examples/unet_surrogate" "${unet[@]}" --precision "$p" > "$log/unet_${p}_$r.txt"
     "${mpi[@]}" "$build/examples/vit_surrogate" "${vit[@]}" --precision "$p" > "$log/vit_${p}_$r.txt"
   done
@@ -34,7 +34,7 @@ print("| model | precision | samples/s | tensor peak MiB/rank | final loss | spe
 print("|---|---|---:|---:|---:|---:|---:|")
 for model in ("unet", "vit"):
     res = {}
-    for p in ("fp32", "bf16", "fp16"):
+    for p in ("fp32", "bf16", "fp16", "autocast-bf16"):
         runs = [parse(f"{d}/{model}_{p}_{r}.txt") for r in range(1, rounds + 1)]
         res[p] = (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs), runs[0][2])
     for p, (s, m, l) in res.items():

@@ -90,12 +90,14 @@ inline void add_train_flags(CLI::App& app, TrainArgs& a, const cli::CommonLimits
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--precision", a.precision,
                  "activations and compute: fp32, or bf16 / fp16 with f32 master parameters, f32 loss and "
-                 "optimiser (fp16 with a dynamic loss scaler)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+                 "optimiser (fp16 with a dynamic loss scaler); autocast-bf16: an fp32 model whose conv, linear "
+                 "and attention compute in bf16 (shard::Autocast)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "autocast-bf16"}))
       ->capture_default_str();
 }
 
-/// Calls f(tag) with a value of the compute dtype --precision names (float, shard::bf16, shard::f16).
+/// Calls f(tag) with a value of the model dtype --precision names (float, shard::bf16, shard::f16;
+/// autocast-bf16: float, the forward then runs under shard::Autocast).
 template <class F>
 decltype(auto) with_precision(const std::string& precision, F&& f) {
   if (precision == "bf16") return f(shard::bf16{});
@@ -258,6 +260,9 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
   auto mse_of = [&](const DistTensor<T, 4>& x, const DistTensor<T, 4>& y, bool record) {
     autograd::Var<V, 4> xv(shard::cast<V>(x), false);
     autograd::Var<T, 4> yv(y, false);
+    // --precision autocast-bf16: the fp32 model's forward under the autocast policy (the backward
+    // follows the casts it recorded).
+    const shard::Autocast ac(a.precision == "autocast-bf16" ? DType::bf16 : DType::f32);
     if (!record) {
       autograd::NoGradGuard ng;
       return F::mse_loss(F::cast<T>(model.forward(xv)), yv);

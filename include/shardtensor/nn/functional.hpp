@@ -17,6 +17,7 @@
 #include "shardtensor/nn/functional/upsample.hpp"
 #include "shardtensor/nn/functional/layout.hpp"
 #include "shardtensor/nn/functional/attention.hpp"
+#include "shardtensor/nn/functional/autocast.hpp"
 #include "shardtensor/nn/functional/cast.hpp"
 #include "shardtensor/nn/functional/neighborhood_attention.hpp"
 #include "shardtensor/nn/functional/fft.hpp"
