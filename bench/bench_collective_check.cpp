@@ -111,6 +111,26 @@ int main(int argc, char** argv) {
     world->allreduce(&t, &t, 1, DType::f64, ReduceOp::max);
     return t;
   };
+  // Medians in microseconds of (a in ctx_a, b in ctx_b) over `reps` rounds after `warmup`, the
+  // order alternating from round to round.
+  auto interleaved = [&](const Op& a, ExecContext& ctx_a, const Op& b, ExecContext& ctx_b) {
+    std::vector<double> ta, tb;
+    for (int rep = 0; rep < warmup + reps; ++rep) {
+      double x = 0, y = 0;
+      if (rep % 2 == 0) {
+        x = time_once(a, ctx_a);
+        y = time_once(b, ctx_b);
+      } else {
+        y = time_once(b, ctx_b);
+        x = time_once(a, ctx_a);
+      }
+      if (rep >= warmup) {
+        ta.push_back(x);
+        tb.push_back(y);
+      }
+    }
+    return std::make_pair(median(ta) * 1e3, median(tb) * 1e3);
+  };
   if (me == 0)
     std::printf("bench_collective_check: %d ranks, fp32, reps %d (warmup %d), inner %d (U-Net %d), load %.2f\n", P,
                 reps, warmup, inner, unet_inner, load_average());
@@ -126,22 +146,7 @@ int main(int argc, char** argv) {
       op.run();
       after = mesh.comm()->next_checked_call();
     }
-    std::vector<double> off, on;
-    for (int rep = 0; rep < warmup + reps; ++rep) {
-      double a = 0, b = 0;
-      if (rep % 2 == 0) {
-        a = time_once(op, off_ctx);
-        b = time_once(op, on_ctx);
-      } else {
-        b = time_once(op, on_ctx);
-        a = time_once(op, off_ctx);
-      }
-      if (rep >= warmup) {
-        off.push_back(a);
-        on.push_back(b);
-      }
-    }
-    const double mo = median(off) * 1e3, mn = median(on) * 1e3;
+    const auto [mo, mn] = interleaved(op, off_ctx, op, on_ctx);
     if (me == 0)
       std::printf("%-20s %5d %12.1f %12.1f %12.1f %8.3f %14llu\n", op.name.c_str(), P, mo, mn, mn - mo, mn / mo,
                   static_cast<unsigned long long>(after - before - 1));
@@ -171,23 +176,8 @@ int main(int argc, char** argv) {
     std::printf("\nfolded cheap checks (on without the mode)\n%-22s %5s %12s %12s %12s %8s\n", "collective", "ranks",
                 "plain [us]", "folded [us]", "diff [us]", "ratio");
   for (const Pair& pr : pairs) {
-    std::vector<double> a, b;
-    for (int rep = 0; rep < warmup + reps; ++rep) {
-      const Op pa{pr.name, inner * 4, pr.plain}, pb{pr.name, inner * 4, pr.folded};
-      double ta = 0, tb = 0;
-      if (rep % 2 == 0) {
-        ta = time_once(pa, off_ctx);
-        tb = time_once(pb, off_ctx);
-      } else {
-        tb = time_once(pb, off_ctx);
-        ta = time_once(pa, off_ctx);
-      }
-      if (rep >= warmup) {
-        a.push_back(ta);
-        b.push_back(tb);
-      }
-    }
-    const double ma = median(a) * 1e3, mb = median(b) * 1e3;
+    const Op pa{pr.name, inner * 4, pr.plain}, pb{pr.name, inner * 4, pr.folded};
+    const auto [ma, mb] = interleaved(pa, off_ctx, pb, off_ctx);
     if (me == 0)
       std::printf("%-22s %5d %12.2f %12.2f %12.2f %8.3f\n", pr.name.c_str(), P, ma, mb, mb - ma, ma > 0 ? mb / ma : 0.0);
   }

@@ -11,6 +11,7 @@
 
 #include <shardtensor/nn/functional.hpp>
 
+#include "dist/collective_check_support.hpp"
 #include "dist/counting_comm.hpp"
 #include "support/mpi_harness.hpp"
 #include "support/tolerance.hpp"
@@ -21,27 +22,12 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-/// The consistency mode off for the calling thread's CPU work, whatever the environment says.
-struct ModeOff {
-  ModeOff() { ctx.settings().check_collectives = false; }
-  ExecContext ctx{Device::cpu()};
-  ContextGuard guard{ctx};
-};
-
-void check_in_step(const CommPtr& comm) {
-  int one = 1;
-  comm->allreduce_inplace(&one, 1, ReduceOp::sum);
-  CHECK(one == comm->size());
-}
-
 /// "{0,1,2}" for ranks lo..hi.
 std::string group(int lo, int hi) {
   std::string s = "{";
   for (int r = lo; r <= hi; ++r) s += fmt::format("{}{}", r > lo ? "," : "", r);
   return s + "}";
 }
-
-index_t rows_of(index_t n, int p, int r) { return n / p + (r < n % p ? 1 : 0); }
 
 using V4 = autograd::Var<double, 4>;
 
@@ -53,7 +39,7 @@ TEST_CASE("cheap checks: random with a different shape on one rank is caught by 
       [](CommPtr comm) {
         const int r = comm->rank(), p = comm->size();
         DeviceMesh mesh(comm);
-        ModeOff off;
+        CheckCollectives off(false);
         // the last rank asks for 9 rows where the others ask for 8: no communication yet
         const Shape<4> shape = r == p - 1 ? Shape<4>{2, 4, 9, 6} : Shape<4>{2, 4, 8, 6};
         V4 x(DistTensor<double, 4>::random(shape, mesh, {Shard(2)}, 7), true);
@@ -89,7 +75,7 @@ TEST_CASE("cheap checks: explicit sizes on one rank only are caught by the next 
       [](CommPtr comm) {
         const int r = comm->rank(), p = comm->size();
         DeviceMesh mesh(comm);
-        ModeOff off;
+        CheckCollectives off(false);
         // rank 0 gives sizes that differ from the balanced split (one row moved to the last part)
         std::vector<index_t> parts;
         for (int q = 0; q < p; ++q) parts.push_back(rows_of(12, p, q));
@@ -118,7 +104,7 @@ TEST_CASE("cheap checks: conv padding differing on one rank is caught by the rec
       [](CommPtr comm) {
         const int r = comm->rank(), p = comm->size();
         DeviceMesh mesh(comm);
-        ModeOff off;
+        CheckCollectives off(false);
         V4 x(DistTensor<double, 4>::random({1, 2, 12, 8}, mesh, {Shard(2)}, 1), true);
         V4 w(DistTensor<double, 4>::random({3, 2, 5, 5}, mesh, {Replicate()}, 2), true);
         // A 5-wide kernel: the middle rank (rank 1; at 2 ranks the last) pads by 1 (halo 1 below,
@@ -143,7 +129,7 @@ TEST_CASE("cheap checks: fill_ghosts with another halo, from_local with another 
       [](CommPtr comm) {
         const int r = comm->rank(), p = comm->size();
         DeviceMesh mesh(comm);
-        ModeOff off;
+        CheckCollectives off(false);
         auto x = DistTensor<double, 2>::random({12, 5}, mesh, {Shard(0)}, 4);
         const index_t wdt = r == p - 1 ? 2 : 1;
         const HaloSpec h = HaloSpec::symmetric({wdt, 0}, Boundary::zero);
@@ -171,7 +157,7 @@ TEST_CASE("cheap checks ride on the collectives the ops make anyway", "[consiste
       [](CommPtr comm) {
         auto counting = std::make_shared<CountingComm>(comm);
         DeviceMesh mesh(counting);
-        ModeOff off;
+        CheckCollectives off(false);
         V4 x(DistTensor<double, 4>::random({2, 4, 8, 6}, mesh, {Shard(2)}, 7), true);
         counting->reset();
         auto y = F::group_norm(x, 2);

@@ -12,6 +12,7 @@
 
 #include <shardtensor/nn/functional.hpp>
 
+#include "dist/collective_check_support.hpp"
 #include "dist/counting_comm.hpp"
 #include "support/mpi_harness.hpp"
 
@@ -20,21 +21,6 @@ using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
-
-/// Turns the mode on (or off) for the calling thread's CPU work for the scope, whatever
-/// SHARDTENSOR_CHECK_COLLECTIVES says.
-struct CheckCollectives {
-  explicit CheckCollectives(bool on) { ctx.settings().check_collectives = on; }
-  ExecContext ctx{Device::cpu()};
-  ContextGuard guard{ctx};
-};
-
-/// Every rank of `comm` must be here; fails if any is not (or is out of step).
-void check_in_step(const CommPtr& comm) {
-  int one = 1;
-  comm->allreduce_inplace(&one, 1, ReduceOp::sum);
-  CHECK(one == comm->size());
-}
 
 /// The error message of `f` and the seconds it took.
 template <class F>
@@ -50,9 +36,6 @@ std::string ranks(int lo, int hi) {
   for (int r = lo; r <= hi; ++r) s += fmt::format("{}{}", r > lo ? "," : "", r);
   return s + "}";
 }
-
-/// Rows of a balanced split of n over p parts on part r.
-index_t rows_of(index_t n, int p, int r) { return n / p + (r < n % p ? 1 : 0); }
 
 }  // namespace
 
