@@ -194,6 +194,38 @@ TEMPLATE_TEST_CASE("precision: every op family in bf16 / f16 against f32", "[pre
       return F::group_norm(x, 2, std::optional(w), std::optional(b));
     }, 32, Mag::abs_x, true, x4, wn, bn);  // c 32: normalising amplifies input rounding by |x| / sigma
   }
+  SECTION("batch_norm: training, f32 running statistics, then eval") {
+    const auto wn = rnd<1>({4}, 12, 0.5, 1.5), bn = rnd<1>({4}, 13, -0.5, 0.5);
+    auto stat = [](float v) {
+      auto t = DistTensor<float, 1>::zeros({4}, mesh1(), {Replicate()});
+      t.local().fill(v);
+      return t;
+    };
+    // each call with fresh running statistics (master_t: f32 buffers for every model dtype)
+    check_op<L>("batch_norm", [&](const auto& x, const auto& w, const auto& b) {
+      auto rm = stat(0.f), rv = stat(1.f);
+      return F::batch_norm(x, &rm, &rv, std::optional(w), std::optional(b), true);
+    }, 32, Mag::abs_x, true, x4, wn, bn);
+    // The running statistics of the bf16 / f16 model are updated from the same f64 statistics as
+    // the f32 model's on the widened values: the same f32 bits. Eval then normalises with them:
+    // the rounded f32 eval result.
+    const auto xl = shard::cast<L>(x4);
+    auto rm_l = stat(0.25f), rv_l = stat(2.f), rm_f = stat(0.25f), rv_f = stat(2.f);
+    for (int step = 0; step < 3; ++step) {
+      F::batch_norm(Var<L, 4>(xl, false), &rm_l, &rv_l, std::nullopt, std::nullopt, true, 0.3);
+      F::batch_norm(Var<float, 4>(shard::cast<float>(xl), false), &rm_f, &rv_f, std::nullopt, std::nullopt, true, 0.3);
+    }
+    const auto a = rm_l.local(), b = rm_f.local(), c = rv_l.local(), d = rv_f.local();
+    for (index_t i = 0; i < 4; ++i) {
+      CHECK(std::memcmp(&a.data()[i], &b.data()[i], sizeof(float)) == 0);
+      CHECK(std::memcmp(&c.data()[i], &d.data()[i], sizeof(float)) == 0);
+    }
+    CHECK(a.data()[0] != 0.25f);  // really updated
+    const auto ye = F::batch_norm(Var<L, 4>(xl, false), &rm_l, &rv_l, std::nullopt, std::nullopt, false).value();
+    const auto yf =
+        F::batch_norm(Var<float, 4>(shard::cast<float>(xl), false), &rm_f, &rv_f, std::nullopt, std::nullopt, false).value();
+    require_rounded_equal(ye, yf, "batch_norm eval");
+  }
   SECTION("layer_norm over channels") {
     check_op<L>("layer_norm", [](const auto& x) { return F::layer_norm(x, std::nullopt, std::nullopt); }, 32,
                 Mag::abs_x, true, x4);
