@@ -341,7 +341,10 @@ TrainingState load_checkpoint(const std::string& path, const nn::Module<T>& mode
     }
     comm->check_all(err.empty(), "load_checkpoint", err);
   }
-  for (std::size_t i = 0; i < params.size(); ++i) exec::box_copy(param_block(*params[i].param), values[i]);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    exec::box_copy(param_block(*params[i].param), values[i]);
+    params[i].param->value_flat().bump_version();  // written in place (saved graphs, cached casts)
+  }
   return st;
 }
 

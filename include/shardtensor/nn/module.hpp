@@ -52,11 +52,24 @@ class Module {
   /// before the move hold state for the old device: create them after moving the model.
   void to(Device dev) const {
     for (auto& p : parameters()) p->to(dev);
+    clear_cast_caches();
   }
   /// The device of the first parameter (CPU for a module without parameters).
   Device device() const {
     auto ps = parameters();
     return ps.empty() ? Device::cpu() : ps.front()->device();
+  }
+  /// Turns the per-step cache of compute_copy() off (every use converts again) or back on, for
+  /// this module and its submodules.
+  void cache_compute_copies(bool on) const {
+    cache_casts_ = on;
+    cast_cache_.clear();
+    for (auto& [n, m] : children_) m->cache_compute_copies(on);
+  }
+  /// Drops the cached low-precision copies of this module's and its submodules' parameters.
+  void clear_cast_caches() const {
+    cast_cache_.clear();
+    for (auto& [n, m] : children_) m->clear_cast_caches();
   }
   /// Training mode (norms use batch statistics) or evaluation mode.
   void train(bool on = true) {
@@ -80,9 +93,12 @@ class Module {
     return v;
   }
   /// The parameter `p` in the compute dtype T: p itself when T is param_type, else a cast on the
-  /// tape (its gradient arrives in f32 at p). One cast per use.
+  /// tape (its gradient arrives in f32 at p). The converted value is cached per parameter and
+  /// version: every use until the master changes (an optimiser step, a load, a copy_from: each
+  /// bumps its version) shares one low-precision copy, converted once per step; each use records
+  /// its own cast node, so gradients and freed graphs are unaffected.
   template <int R>
-  static autograd::Var<T, R> compute_copy(const autograd::Var<param_type, R>& p);
+  autograd::Var<T, R> compute_copy(const autograd::Var<param_type, R>& p) const;
   /// A new Replicate parameter with values U(-bound, bound) from (seed, name): identical on every rank
   /// and at every rank count.
   template <int R>
@@ -127,6 +143,15 @@ class Module {
   std::vector<NamedParameter<param_type>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module<T>>>> children_;
   bool training_ = true;
+  /// compute_copy()'s cache: per master storage (the entry holds the master's block, so the
+  /// address cannot be reused while it exists), its version and the converted value.
+  struct CastEntry {
+    std::shared_ptr<void> master;  // the master's local Tensor (keeps its storage alive)
+    std::uint64_t version = 0;
+    std::shared_ptr<void> value;   // DistTensor<T, R> of the converted value
+  };
+  mutable std::map<const void*, CastEntry> cast_cache_;
+  mutable bool cache_casts_ = true;
 };
 
 /// A module mapping Var<T,R> -> Var<T,R> (what Sequential chains).
@@ -147,8 +172,26 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
 
 template <class T>
 template <int R>
-autograd::Var<T, R> Module<T>::compute_copy(const autograd::Var<param_type, R>& p) {
-  return nn::functional::cast<T>(p);
+autograd::Var<T, R> Module<T>::compute_copy(const autograd::Var<param_type, R>& p) const {
+  if constexpr (std::is_same_v<T, param_type>) {
+    return p;
+  } else {
+    if (!cache_casts_) return nn::functional::cast<T>(p);
+    const DistTensor<param_type, R>& master = p.value();
+    const auto& ml = master.local();
+    CastEntry& e = cast_cache_[static_cast<const void*>(ml.data())];
+    const auto* held = static_cast<const Tensor<param_type, R>*>(e.master.get());
+    if (!e.value || !held || held->data() != ml.data() || e.version != ml.version() ||
+        static_cast<const DistTensor<T, R>*>(e.value.get())->spec() != master.spec()) {
+      e.master = std::make_shared<Tensor<param_type, R>>(ml);
+      e.version = ml.version();
+      e.value = std::make_shared<DistTensor<T, R>>(shard::cast<T>(master));
+    }
+    const DistTensor<T, R>& v = *static_cast<const DistTensor<T, R>*>(e.value.get());
+    return autograd::Var<T, R>::make(v, "cast", {p.ref()}, [p](const DistTensor<T, R>& gin) {
+      p.accumulate_grad(shard::cast<param_type>(gin));
+    });
+  }
 }
 
 template <class T>
