@@ -1,7 +1,7 @@
 // Mixed precision on the CPU (issue 18 item 8): conv2d / conv3d forward + backward (input and
 // weight gradients) at one rank in f32, bf16 and f16 storage, interleaved rounds in one process,
 // medians; prints the CPU model and ISA beside every figure and the speed ratio f32 / low.
-//   OMP_NUM_THREADS=2 build/bench/bench_precision [--rounds 7] [--case 2d|3d|all]
+//   OMP_NUM_THREADS=2 build/bench/bench_precision [--rounds 7] [--case 2d|3d|pointwise|all]
 // Stride-1 bf16 / f16 convs run in the direct path without whole-tensor f32 copies (widened tile by
 // tile); bf16 on an AMX-BF16 CPU runs the AMX tile kernels unless ExecSettings::native_low_precision is
 // off. The per-pass table shows both bf16 variants.
@@ -128,6 +128,65 @@ ConvGeometry geometry(int dims, index_t n, index_t c, index_t e) {
 
 }  // namespace
 
+/// One pointwise pass over n elements of dtype T (gelu forward + its backward + a mul), the
+/// exec-level ops a bf16 model's activations go through; milliseconds.
+template <class T>
+double pointwise_step(const Tensor<T, 1>& x, const Tensor<T, 1>& g, Tensor<T, 1>& y, Tensor<T, 1>& dx) {
+  auto& ctx = current_context(Device::cpu());
+  const double t0 = bench::now_ms();
+  exec::unary(exec::UnaryOp::gelu, 0, as_block(x), as_block(y), ctx);
+  exec::unary_backward(exec::UnaryOp::gelu, 0, as_block(x), as_block(y), as_block(g), as_block(dx), ctx);
+  exec::binary(exec::BinaryOp::mul, as_block(dx), as_block(g), as_block(y), ctx);
+  return bench::now_ms() - t0;
+}
+/// The same pass on bf16 storage through whole-tensor f32 copies (what the F32Work route did
+/// before the pointwise kernels took the storage type): widen, f32 ops, round.
+double pointwise_step_copies(const Tensor<bf16, 1>& x, const Tensor<bf16, 1>& g, Tensor<bf16, 1>& y,
+                             Tensor<bf16, 1>& dx) {
+  auto& ctx = current_context(Device::cpu());
+  const double t0 = bench::now_ms();
+  const index_t n = x.numel();
+  auto xf = Tensor<float, 1>::empty({n}), gf = Tensor<float, 1>::empty({n}), yf = Tensor<float, 1>::empty({n}),
+       df = Tensor<float, 1>::empty({n});
+  exec::convert(as_block(x), as_block(xf), ctx);
+  exec::convert(as_block(g), as_block(gf), ctx);
+  exec::unary(exec::UnaryOp::gelu, 0, as_block(xf), as_block(yf), ctx);
+  exec::convert(as_block(yf), as_block(y), ctx);
+  exec::convert(as_block(y), as_block(yf), ctx);
+  exec::unary_backward(exec::UnaryOp::gelu, 0, as_block(xf), as_block(yf), as_block(gf), as_block(df), ctx);
+  exec::convert(as_block(df), as_block(dx), ctx);
+  exec::convert(as_block(dx), as_block(df), ctx);
+  exec::binary(exec::BinaryOp::mul, as_block(df), as_block(gf), as_block(yf), ctx);
+  exec::convert(as_block(yf), as_block(y), ctx);
+  return bench::now_ms() - t0;
+}
+
+void run_pointwise(index_t n, int rounds) {
+  auto x32 = Tensor<float, 1>::empty({n}), g32 = Tensor<float, 1>::empty({n});
+  for (index_t i = 0; i < n; ++i) {
+    x32(i) = static_cast<float>((i * 7919) % 2001) / 500.0f - 2.0f;
+    g32(i) = static_cast<float>((i * 104729) % 1001) / 1000.0f - 0.5f;
+  }
+  auto& ctx = current_context(Device::cpu());
+  auto xb = Tensor<bf16, 1>::empty({n}), gb = Tensor<bf16, 1>::empty({n});
+  exec::convert(as_block(x32), as_block(xb), ctx);
+  exec::convert(as_block(g32), as_block(gb), ctx);
+  auto y32 = Tensor<float, 1>::empty({n}), d32 = Tensor<float, 1>::empty({n});
+  auto yb = Tensor<bf16, 1>::empty({n}), db = Tensor<bf16, 1>::empty({n});
+  pointwise_step(x32, g32, y32, d32), pointwise_step(xb, gb, yb, db), pointwise_step_copies(xb, gb, yb, db);
+  std::vector<double> t32, tb, tc;
+  for (int r = 0; r < rounds; ++r) {
+    t32.push_back(pointwise_step(x32, g32, y32, d32));
+    tb.push_back(pointwise_step(xb, gb, yb, db));
+    tc.push_back(pointwise_step_copies(xb, gb, yb, db));
+  }
+  const double m32 = bench::median(t32), mb = bench::median(tb), mc = bench::median(tc);
+  std::printf("| gelu fwd + bwd + mul, %lld elements | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+              static_cast<long long>(n), m32, mb, mc, m32 / mb, mc / mb);
+  std::printf("RESULT pointwise n %lld f32_ms %.3f bf16_native_ms %.3f bf16_copies_ms %.3f\n",
+              static_cast<long long>(n), m32, mb, mc);
+}
+
 int main(int argc, char** argv) {
   const int rounds = static_cast<int>(bench::arg_int(argc, argv, "--rounds", 7));
   const std::string which = bench::arg_str(argc, argv, "--case", "all");
@@ -143,5 +202,12 @@ int main(int argc, char** argv) {
   std::printf("| pass | f32 ms | bf16 native ms | bf16 widened ms | f16 ms |\n|---|---:|---:|---:|---:|\n");
   if (which == "all" || which == "2d") run_passes("conv2d 32ch 2x128^2", geometry(2, 2, 32, 128), rounds);
   if (which == "all" || which == "3d") run_passes("conv3d 16ch 48^3", geometry(3, 1, 16, 48), rounds);
+  if (which == "all" || which == "pointwise") {
+    std::printf("\npointwise on bf16 storage (exec level): native = f32 tiles on the stack, one rounding per result;\n"
+                "copies = whole-tensor f32 working copies (the route it replaced)\n");
+    std::printf("| ops | f32 ms | bf16 native ms | bf16 copies ms | f32 / native | copies / native |\n"
+                "|---|---:|---:|---:|---:|---:|\n");
+    run_pointwise(index_t{1} << 22, rounds);
+  }
   return 0;
 }

@@ -27,6 +27,10 @@
 //    peak memory; the last line is final_loss=<loss on a fixed validation sphere>, which agrees
 //    across rank counts and meshes for one seed to fp32 rounding (the points' order and the
 //    reductions' order change with the layout).
+// 4. --precision: fp32; bf16 / fp16 (the U-Net and the point MLP in that storage dtype with f32
+//    masters, AdamW in f32; the point <-> grid ops, the neighbour aggregation and the loss stay
+//    f32, with casts on the tape between them; fp16 with a dynamic loss scaler); autocast-bf16 (the
+//    fp32 model's convs and linears compute in bf16 under shard::Autocast).
 // Flags are parsed with CLI11 (cli_common.hpp): --help exits 0, bad flags exit 2 with a message.
 #include <chrono>
 #include <cmath>
@@ -37,7 +41,9 @@
 #include <vector>
 
 #include <shardtensor/nn/functional.hpp>
+#include <shardtensor/nn/functional/autocast.hpp>
 #include <shardtensor/nn/unet.hpp>
+#include <shardtensor/optim/loss_scaler.hpp>
 #include <shardtensor/shardtensor.hpp>
 
 #include "cli_common.hpp"
@@ -62,6 +68,7 @@ struct Args {
   double radius_cells = 1.5;
   double lr = 3e-3;
   int log_every = 10;
+  std::string precision = "fp32";
 };
 
 void add_flags(CLI::App& app, Args& a) {
@@ -102,6 +109,12 @@ void add_flags(CLI::App& app, Args& a) {
       ->capture_default_str();
   app.add_option("--lr", a.lr, "peak learning rate (AdamW, cosine warm-up over --steps)")
       ->check(CLI::Range(1e-12, 10.0))
+      ->capture_default_str();
+  app.add_option("--precision", a.precision,
+                 "fp32; bf16 / fp16: the U-Net and the point MLP in that storage dtype (f32 masters and "
+                 "optimiser; point ops, aggregation and loss in f32; fp16 with a dynamic loss scaler); "
+                 "autocast-bf16: the fp32 model's convs and linears compute in bf16 (shard::Autocast)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "autocast-bf16"}))
       ->capture_default_str();
   app.add_option("--log-every", a.log_every, "print a progress line every K steps")
       ->check(cli::decimal_integer())
@@ -183,8 +196,10 @@ Cloud make_cloud(const DeviceMesh& mesh, const BoxPartition& part, const Sphere&
   return c;
 }
 
-/// The surrogate: points -> grid encoding -> 3-D U-Net -> interpolation -> point MLP.
-class PointSurrogate : public nn::Module<T> {
+/// The surrogate: points -> grid encoding -> 3-D U-Net -> interpolation -> point MLP. U: the
+/// storage dtype of the U-Net and the MLP (float, bf16, f16); the point ops run in f32 (T).
+template <class U>
+class PointSurrogate : public nn::Module<U> {
  public:
   PointSurrogate(const DeviceMesh& mesh, const Args& a, DistSpec grid_spec, F::GridDomain dom)
       : grid_spec_(std::move(grid_spec)), dom_(std::move(dom)) {
@@ -196,10 +211,10 @@ class PointSurrogate : public nn::Module<T> {
     uo.depth = a.depth;
     uo.base_width = a.width;
     uo.norm_groups = 4;
-    unet_ = this->register_module("unet", std::make_shared<nn::UNet3d<T>>(mesh, uo, a.common.seed));
-    fc1_ = this->register_module("fc1", std::make_shared<nn::Linear<T, 2>>(mesh, a.width + 4, a.hidden, true,
+    unet_ = this->register_module("unet", std::make_shared<nn::UNet3d<U>>(mesh, uo, a.common.seed));
+    fc1_ = this->register_module("fc1", std::make_shared<nn::Linear<U, 2>>(mesh, a.width + 4, a.hidden, true,
                                                                          a.common.seed + 1, nn::LinearDim::last));
-    fc2_ = this->register_module("fc2", std::make_shared<nn::Linear<T, 2>>(mesh, knn_ ? 2 * a.hidden : a.hidden, 1,
+    fc2_ = this->register_module("fc2", std::make_shared<nn::Linear<U, 2>>(mesh, knn_ ? 2 * a.hidden : a.hidden, 1,
                                                                          true, a.common.seed + 2, nn::LinearDim::last));
     sigma_ = radius_;
   }
@@ -209,16 +224,16 @@ class PointSurrogate : public nn::Module<T> {
   Var<T, 2> forward(const Var<T, 2>& points, const Var<T, 2>& features, const Neighbors<T>* nbrs) {
     const F::PointGridOptions enc{F::PointReduce::mean, F::PointWeight::linear};
     auto grid = F::points_to_grid<5>(points, features, grid_spec_, dom_, radius_, enc);
-    auto field = unet_->forward(grid);
+    auto field = F::cast<T>(unet_->forward(F::cast<U>(grid)));  // casts are no-ops for U = T
     auto at_points = F::grid_to_points(field, points, dom_);
-    auto h = F::gelu(fc1_->forward(F::concat({at_points, features}, 1)));
+    auto h = F::gelu(fc1_->forward(F::cast<U>(F::concat({at_points, features}, 1))));
     if (knn_) {
       SHARD_CHECK(nbrs != nullptr, "PointSurrogate", "the model was built with --knn but got no neighbour lists");
       auto w = F::distance_weights(F::neighbor_distance(points, points, *nbrs), *nbrs, F::WeightFn::gaussian(sigma_));
-      auto ctx = F::aggregate(F::gather_neighbors(h, *nbrs), *nbrs, {F::AggregateReduce::mean}, w);
-      h = F::concat({h, ctx}, 1);
+      auto ctx = F::aggregate(F::gather_neighbors(F::cast<T>(h), *nbrs), *nbrs, {F::AggregateReduce::mean}, w);
+      h = F::concat({h, F::cast<U>(ctx)}, 1);
     }
-    return fc2_->forward(h);
+    return F::cast<T>(fc2_->forward(h));
   }
 
  private:
@@ -226,53 +241,37 @@ class PointSurrogate : public nn::Module<T> {
   F::GridDomain dom_;
   double radius_ = 0, sigma_ = 0;
   bool knn_ = false;
-  std::shared_ptr<nn::UNet3d<T>> unet_;
-  std::shared_ptr<nn::Linear<T, 2>> fc1_, fc2_;
+  std::shared_ptr<nn::UNet3d<U>> unet_;
+  std::shared_ptr<nn::Linear<U, 2>> fc1_, fc2_;
 };
 
 double mib(std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
-}  // namespace
-
-int run(int argc, char** argv, bool& print) {
-  mpi_init_if_needed(&argc, &argv);
-  auto world = MpiComm::world();
-  print = world->rank() == 0;
-  Args a;
-  CLI::App app{"Trains a DoMINO-like point-cloud surrogate (surface pressure of potential flow past a sphere), "
-               "domain-parallel: point clouds and the encoding grid sharded by one box decomposition (run under "
-               "mpiexec).",
-               "pointcloud_surrogate"};
-  add_flags(app, a);
-  if (const int rc = cli::parse(app, argc, argv, print); rc >= 0) return rc;
-  const int P = world->size();
-  validate(a, P);
+/// The training loop for model dtype U (--precision): builds the model, trains, prints progress
+/// and the validation loss.
+template <class U>
+int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const DistSpec& grid_spec,
+          const F::GridDomain& dom, const std::vector<Cloud>& train, const Cloud& val, double gen_s, bool print) {
+  const int P = world.size();
   const index_t G = a.common.grid;
-  DeviceMesh mesh(world, {a.mesh[0], a.mesh[1]}, {"x", "y"});
-  const DistSpec grid_spec(mesh, {Shard(2), Shard(3)}, {1, 4, G, G, G});
-  const F::GridDomain dom{{-1.0, -1.0, -1.0}, {1.0, 1.0, 1.0}};
-  const BoxPartition part = F::grid_partition(grid_spec, dom);
-
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<Cloud> train;
-  for (index_t s = 0; s < a.samples; ++s) train.push_back(make_cloud(mesh, part, sphere_of(a.common.seed, s), a.points, a.knn));
-  const Cloud val = make_cloud(mesh, part, sphere_of(a.common.seed + 7919, 0), a.points, a.knn);
-  const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  PointSurrogate model(mesh, a, grid_spec, dom);
+  PointSurrogate<U> model(mesh, a, grid_spec, dom);
   optim::AdamW<T> opt(model.parameters(), {.lr = a.lr, .weight_decay = 1e-4});
+  std::optional<optim::LossScaler> scaler;  // fp16 only: bf16 has f32's exponent range
+  if constexpr (std::is_same_v<U, f16>) scaler.emplace();
   optim::CosineWarmup sched(a.lr, std::max(1, a.common.steps / 20), a.common.steps, a.lr * 0.05);
   if (print) {
     std::printf("pointcloud_surrogate: %d ranks, mesh x=%d x y=%d, grid %ld^3 over [-1,1]^3, %ld points per sample "
                 "(%ld training spheres + 1 validation, generated and routed to their boxes in %.2f s), U-Net width "
-                "%ld depth %d, MLP hidden %ld, encoding radius %.2f cells, %ld parameters\n",
-                P, a.mesh[0], a.mesh[1], static_cast<long>(G), static_cast<long>(a.points), static_cast<long>(a.samples),
-                static_cast<long>(a.knn), gen_s, static_cast<long>(a.width), a.depth, static_cast<long>(a.hidden), a.radius_cells,
-                static_cast<long>(model.num_parameters()));
+                "%ld depth %d, MLP hidden %ld, knn %ld, encoding radius %.2f cells, %ld parameters, precision %s\n",
+                P, a.mesh[0], a.mesh[1], static_cast<long>(G), static_cast<long>(a.points),
+                static_cast<long>(a.samples), gen_s, static_cast<long>(a.width), a.depth, static_cast<long>(a.hidden),
+                static_cast<long>(a.knn), a.radius_cells, static_cast<long>(model.num_parameters()),
+                a.precision.c_str());
     std::fflush(stdout);
   }
   auto loss_of = [&](const Cloud& c) {
     Var<T, 2> p(c.points, false), f(c.features, false), y(c.target, false);
+    const shard::Autocast ac(a.precision == "autocast-bf16" ? DType::bf16 : DType::f32);  // f32: no policy
     return F::mse_loss(model.forward(p, f, c.nbrs ? &*c.nbrs : nullptr), y);
   };
   const auto t_start = std::chrono::steady_clock::now();
@@ -283,8 +282,13 @@ int run(int argc, char** argv, bool& print) {
     opt.set_lr(sched(step));
     opt.zero_grad();
     auto loss = loss_of(train[static_cast<std::size_t>(step % a.samples)]);
-    loss.backward();
-    opt.step();
+    if (scaler) {
+      scaler->scale(loss).backward();
+      scaler->step(opt);  // skipped on every rank when a gradient overflowed
+    } else {
+      loss.backward();
+      opt.step();
+    }
     loss_sum += static_cast<double>(loss.value().full_tensor().data()[0]);
     ++loss_n;
     if ((step + 1) % a.log_every == 0 || step + 1 == a.common.steps) {
@@ -292,7 +296,7 @@ int run(int argc, char** argv, bool& print) {
       const double dt = std::chrono::duration<double>(now - t_last).count();
       t_last = now;
       double mem[2] = {mib(memory_stats(DeviceKind::cpu).peak_bytes), mib(process_peak_rss_bytes())};
-      world->allreduce(mem, mem, 2, DType::f64, ReduceOp::max);
+      world.allreduce(mem, mem, 2, DType::f64, ReduceOp::max);
       if (print) {
         std::printf("step %5d  loss %.6e  lr %.2e  %.2f samples/s  %.3f Mpoints/s  peak/rank: tensors %.1f MiB, "
                     "rss %.1f MiB\n",
@@ -316,6 +320,38 @@ int run(int argc, char** argv, bool& print) {
     std::fflush(stdout);
   }
   return 0;
+}
+
+}  // namespace
+
+int run(int argc, char** argv, bool& print) {
+  mpi_init_if_needed(&argc, &argv);
+  auto world = MpiComm::world();
+  print = world->rank() == 0;
+  Args a;
+  CLI::App app{"Trains a DoMINO-like point-cloud surrogate (surface pressure of potential flow past a sphere), "
+               "domain-parallel: point clouds and the encoding grid sharded by one box decomposition (run under "
+               "mpiexec).",
+               "pointcloud_surrogate"};
+  add_flags(app, a);
+  if (const int rc = cli::parse(app, argc, argv, print); rc >= 0) return rc;
+  const int P = world->size();
+  validate(a, P);
+  const index_t G = a.common.grid;
+  DeviceMesh mesh(world, {a.mesh[0], a.mesh[1]}, {"x", "y"});
+  const DistSpec grid_spec(mesh, {Shard(2), Shard(3)}, {1, 4, G, G, G});
+  const F::GridDomain dom{{-1.0, -1.0, -1.0}, {1.0, 1.0, 1.0}};
+  const BoxPartition part = F::grid_partition(grid_spec, dom);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Cloud> train_set;
+  for (index_t s = 0; s < a.samples; ++s) train_set.push_back(make_cloud(mesh, part, sphere_of(a.common.seed, s), a.points, a.knn));
+  const Cloud val = make_cloud(mesh, part, sphere_of(a.common.seed + 7919, 0), a.points, a.knn);
+  const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  if (a.precision == "bf16") return train<bf16>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print);
+  if (a.precision == "fp16") return train<f16>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print);
+  return train<T>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print);
 }
 
 int main(int argc, char** argv) {

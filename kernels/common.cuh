@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels_api/convert_ops.hpp"
+
 namespace shard::kernels::cu {
 
 using gidx = std::int64_t;  ///< every kernels_api index type is std::int64_t
@@ -48,6 +50,59 @@ template <class F>
 inline int by_float_type(int is_f64, F&& f) {
   if (is_f64) return f(double{});
   return f(float{});
+}
+
+/// bf16 / f16 elements held as their bits in device memory; kernels templated on the storage
+/// type compute them in float (Storage<S>).
+struct Bf16Bits {
+  std::uint16_t bits;
+};
+struct F16Bits {
+  std::uint16_t bits;
+};
+/// A storage type S and its compute type C: load widens (exactly), store rounds once to nearest
+/// even (the roundings of kernels_api/convert_ops.hpp, bit for bit those of the CPU's convert).
+/// float and double are their own compute types.
+template <class S>
+struct Storage {
+  using C = S;
+  static __device__ __forceinline__ C load(S v) { return v; }
+  static __device__ __forceinline__ S store(C v) { return v; }
+};
+template <>
+struct Storage<Bf16Bits> {
+  using C = float;
+  static __device__ __forceinline__ float load(Bf16Bits v) { return cvt::bf16_to_f32(v.bits); }
+  static __device__ __forceinline__ Bf16Bits store(float v) { return {cvt::bf16_bits(v)}; }
+};
+template <>
+struct Storage<F16Bits> {
+  using C = float;
+  static __device__ __forceinline__ float load(F16Bits v) { return cvt::f16_to_f32(v.bits); }
+  static __device__ __forceinline__ F16Bits store(float v) { return {cvt::f16_bits(v)}; }
+};
+/// A stored element as double (exact for every storage type).
+template <class S>
+__device__ __forceinline__ double wide(S v) {
+  return static_cast<double>(Storage<S>::load(v));
+}
+/// A double result stored as S through S's compute type: double -> float -> bf16 / f16, the two
+/// roundings of the f32 working-copy route (a plain cast for float and double).
+template <class S>
+__device__ __forceinline__ S narrow(double v) {
+  return Storage<S>::store(static_cast<typename Storage<S>::C>(v));
+}
+/// Calls f(S{}) for a storage dtype code (0 f32, 1 f64, 2 bf16, 3 f16) and returns its result;
+/// invalid() for another code.
+template <class F>
+inline int by_storage(int code, F&& f) {
+  switch (code) {
+    case 0: return f(float{});
+    case 1: return f(double{});
+    case 2: return f(Bf16Bits{});
+    case 3: return f(F16Bits{});
+    default: return invalid();
+  }
 }
 
 /// A trivially-copyable element of N raw bytes with the element's own alignment (at most 8):

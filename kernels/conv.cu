@@ -1,5 +1,6 @@
 // The conv family's helper kernels next to cuDNN (src/kernels_api/conv.hpp): bias add, bias
 // gradient (two fixed-order passes in double: bitwise reproducible), zero-padded shifted copy.
+// Templated on the storage type (f32, f64, bf16 / f16 bits computed in float, one rounding).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -13,7 +14,8 @@ constexpr idx kMaxSplits = 64;  // partial sums per channel in bias_grad
 
 template <class T>
 __global__ void bias_add_kernel(idx n, idx channels, idx positions, const T* __restrict__ bias, T* __restrict__ y) {
-  SHARD_GRID_STRIDE(i, n) y[i] += bias[(i / positions) % channels];
+  using St = Storage<T>;
+  SHARD_GRID_STRIDE(i, n) y[i] = St::store(St::load(y[i]) + St::load(bias[(i / positions) % channels]));
 }
 
 /// Block (c, s) sums the elements s, s + splits, ... of channel c's (batch x positions) rows in
@@ -28,7 +30,7 @@ __global__ void bias_partial_kernel(idx batch, idx channels, idx positions, idx 
   double acc = 0;
   for (idx n = 0; n < batch; ++n) {
     const T* row = gy + (n * channels + c) * positions;
-    for (idx p = lo + threadIdx.x; p < hi; p += kThreads) acc += static_cast<double>(row[p]);
+    for (idx p = lo + threadIdx.x; p < hi; p += kThreads) acc += wide(row[p]);
   }
   sh[threadIdx.x] = acc;
   block_tree(sh);
@@ -40,7 +42,7 @@ __global__ void bias_final_kernel(idx channels, idx splits, const double* __rest
   SHARD_GRID_STRIDE(c, channels) {
     double acc = 0;
     for (idx s = 0; s < splits; ++s) acc += partial[c * splits + s];
-    gb[c] = static_cast<T>(acc);
+    gb[c] = narrow<T>(acc);
   }
 }
 
@@ -60,7 +62,7 @@ __global__ void shift_copy_kernel(idx n, Ext e, const T* __restrict__ src, T* __
     const idx m = r / e.dst[0];
     const idx i0 = j0 + e.off[0], i1 = j1 + e.off[1], i2 = j2 + e.off[2];
     const bool in = i0 >= 0 && i0 < e.src[0] && i1 >= 0 && i1 < e.src[1] && i2 >= 0 && i2 < e.src[2];
-    dst[i] = in ? src[((m * e.src[0] + i0) * e.src[1] + i1) * e.src[2] + i2] : T(0);
+    dst[i] = in ? src[((m * e.src[0] + i0) * e.src[1] + i1) * e.src[2] + i2] : T{};
   }
 }
 
@@ -72,10 +74,10 @@ idx splits_for(idx batch, idx positions) {
 
 }  // namespace
 
-int bias_add(int is_f64, idx batch, idx channels, idx positions, const void* bias, void* y, void* stream) {
+int bias_add(int dtype, idx batch, idx channels, idx positions, const void* bias, void* y, void* stream) {
   const idx n = batch * channels * positions;
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(dtype, [&](auto t) {
     using T = decltype(t);
     bias_add_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, channels, positions,
                                                                         static_cast<const T*>(bias), static_cast<T*>(y));
@@ -85,14 +87,14 @@ int bias_add(int is_f64, idx batch, idx channels, idx positions, const void* bia
 
 idx bias_grad_scratch(idx channels) { return channels * kMaxSplits; }
 
-int bias_grad(int is_f64, idx batch, idx channels, idx positions, const void* gy, void* gb, double* scratch,
+int bias_grad(int dtype, idx batch, idx channels, idx positions, const void* gy, void* gb, double* scratch,
               void* stream) {
   if (channels == 0) return 0;
   if (channels > 0x7fffffff) return invalid();  // gridDim.x limit
   const idx splits = positions == 0 ? 1 : splits_for(batch, positions);
   // Block (c, s) of the partial pass: channels on x (up to 2^31 - 1 blocks), splits (<= 64) on y.
   const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(dtype, [&](auto t) {
     using T = decltype(t);
     bias_partial_kernel<T><<<grid, kThreads, 0, as_stream(stream)>>>(batch, channels, positions, splits,
                                                                      static_cast<const T*>(gy), scratch);
@@ -102,7 +104,7 @@ int bias_grad(int is_f64, idx batch, idx channels, idx positions, const void* gy
   });
 }
 
-int shift_copy(int is_f64, idx planes, const idx src_ext[3], const idx dst_ext[3], const idx offset[3], const void* src,
+int shift_copy(int dtype, idx planes, const idx src_ext[3], const idx dst_ext[3], const idx offset[3], const void* src,
                void* dst, void* stream) {
   Ext e{};
   for (int d = 0; d < 3; ++d) {
@@ -112,7 +114,7 @@ int shift_copy(int is_f64, idx planes, const idx src_ext[3], const idx dst_ext[3
   }
   const idx n = planes * dst_ext[0] * dst_ext[1] * dst_ext[2];
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(dtype, [&](auto t) {
     using T = decltype(t);
     shift_copy_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, e, static_cast<const T*>(src),
                                                                           static_cast<T*>(dst));

@@ -1,7 +1,10 @@
-// Norm kernel family on CUDA (fp32 and fp64): per-statistic sums, apply, backward sums and dx
-// for batch / group / layer normalisation of a contiguous [A, C, S] block (see
-// src/kernels_api/norm.hpp). Every sum accumulates in double; one block per statistic (or per
-// channel) reduces with a fixed-order shared-memory tree, so results are deterministic.
+// Norm kernel family on CUDA (f32, f64, and bf16 / f16 storage): per-statistic sums, apply,
+// backward sums and dx for batch / group / layer normalisation of a contiguous [A, C, S] block
+// (see src/kernels_api/norm.hpp). Every sum accumulates in double; one block per statistic (or
+// per channel) reduces with a fixed-order shared-memory tree, so results are deterministic. The
+// kernels are templated on the storage type: elements are widened to double as they are read
+// (wide) and results rounded through the storage's compute type as they are written (narrow):
+// double -> float -> bf16 / f16, the two roundings of the f32 working-copy route, bit for bit.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -63,7 +66,7 @@ __global__ void sums_kernel(Geom g, const T* __restrict__ x, const double* __res
     double acc = 0, unused = 0;
     for (idx j = threadIdx.x; j < n; j += blockDim.x) {
       idx c;
-      const double v = static_cast<double>(x[stat_elem(g, k, j, &c)]);
+      const double v = wide(x[stat_elem(g, k, j, &c)]);
       if (mean) {
         const double d = v - mean[k];
         acc += d * d;
@@ -86,10 +89,10 @@ __global__ void backward_stat_kernel(Geom g, const T* __restrict__ x, const T* _
     for (idx j = threadIdx.x; j < n; j += blockDim.x) {
       idx c;
       const idx off = stat_elem(g, k, j, &c);
-      const double wc = w ? static_cast<double>(w[c]) : 1.0;
-      const double d = static_cast<double>(gy[off]) * wc;
+      const double wc = w ? wide(w[c]) : 1.0;
+      const double d = wide(gy[off]) * wc;
       a1 += d;
-      a2 += d * (static_cast<double>(x[off]) - mean[k]) * invstd[k];
+      a2 += d * (wide(x[off]) - mean[k]) * invstd[k];
     }
     block_reduce2(a1, a2);
     if (threadIdx.x == 0) {
@@ -110,8 +113,8 @@ __global__ void backward_channel_kernel(Geom g, const T* __restrict__ x, const T
       const idx a = j / g.S, s = j % g.S, off = (a * g.C + c) * g.S + s;
       idx cc;
       const idx k = stat_of(g, off, &cc);
-      const double gv = static_cast<double>(gy[off]);
-      aw += gv * (static_cast<double>(x[off]) - mean[k]) * invstd[k];
+      const double gv = wide(gy[off]);
+      aw += gv * (wide(x[off]) - mean[k]) * invstd[k];
       ab += gv;
     }
     block_reduce2(aw, ab);
@@ -129,8 +132,8 @@ __global__ void apply_kernel(Geom g, idx total, const T* __restrict__ x, const d
   SHARD_GRID_STRIDE(i, total) {
     idx c;
     const idx k = stat_of(g, i, &c);
-    const double wc = w ? static_cast<double>(w[c]) : 1.0, bc = b ? static_cast<double>(b[c]) : 0.0;
-    y[i] = static_cast<T>((static_cast<double>(x[i]) - mean[k]) * invstd[k] * wc + bc);
+    const double wc = w ? wide(w[c]) : 1.0, bc = b ? wide(b[c]) : 0.0;
+    y[i] = narrow<T>((wide(x[i]) - mean[k]) * invstd[k] * wc + bc);
   }
 }
 
@@ -142,21 +145,24 @@ __global__ void dx_kernel(Geom g, idx total, const T* __restrict__ x, const T* _
   SHARD_GRID_STRIDE(i, total) {
     idx c;
     const idx k = stat_of(g, i, &c);
-    const double wc = w ? static_cast<double>(w[c]) : 1.0;
-    const double d = static_cast<double>(gy[i]) * wc;
+    const double wc = w ? wide(w[c]) : 1.0;
+    const double d = wide(gy[i]) * wc;
     if (!sg) {
-      dx[i] = static_cast<T>(d * invstd[k]);
+      dx[i] = narrow<T>(d * invstd[k]);
       continue;
     }
-    const double xhat = (static_cast<double>(x[i]) - mean[k]) * invstd[k];
-    dx[i] = static_cast<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
+    const double xhat = (wide(x[i]) - mean[k]) * invstd[k];
+    dx[i] = narrow<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
   }
 }
 
-template <class S, class D>
-__global__ void convert_kernel(idx n, const S* __restrict__ src, D* __restrict__ dst) {
-  SHARD_GRID_STRIDE(i, n)
-    dst[i] = static_cast<D>(src[i]);
+template <class T>
+__global__ void to_f64_kernel(idx n, const T* __restrict__ src, double* __restrict__ dst) {
+  SHARD_GRID_STRIDE(i, n) dst[i] = wide(src[i]);
+}
+template <class T>
+__global__ void from_f64_kernel(idx n, const double* __restrict__ src, T* __restrict__ dst) {
+  SHARD_GRID_STRIDE(i, n) dst[i] = narrow<T>(src[i]);
 }
 
 unsigned blocks_for(idx n) { return grid_for(n, kBlock); }
@@ -206,38 +212,38 @@ int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, con
 
 }  // namespace
 
-int sums(int is_f64, Geom g, const void* x, const double* mean, double* out, void* stream) {
-  return by_float_type(is_f64, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, stream); });
+int sums(int dtype, Geom g, const void* x, const double* mean, double* out, void* stream) {
+  return by_storage(dtype, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, stream); });
 }
-int apply(int is_f64, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
+int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream) {
-  return by_float_type(is_f64, [&](auto t) { return apply_t<decltype(t)>(g, x, mean, invstd, w, b, y, stream); });
+  return by_storage(dtype, [&](auto t) { return apply_t<decltype(t)>(g, x, mean, invstd, w, b, y, stream); });
 }
-int backward_sums(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
+int backward_sums(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
                   const void* w, double* sg, double* sgx, double* dw, double* db, void* stream) {
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(dtype, [&](auto t) {
     return backward_sums_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, stream);
   });
 }
-int backward_dx(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
+int backward_dx(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
                 const void* w, const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(dtype, [&](auto t) {
     return backward_dx_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, inv_count, dx, stream);
   });
 }
-int to_f64(int is_f64, idx n, const void* src, double* dst, void* stream) {
+int to_f64(int dtype, idx n, const void* src, double* dst, void* stream) {
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(dtype, [&](auto t) {
     using T = decltype(t);
-    convert_kernel<T, double><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, static_cast<const T*>(src), dst);
+    to_f64_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, static_cast<const T*>(src), dst);
     return done();
   });
 }
-int from_f64(int is_f64, idx n, const double* src, void* dst, void* stream) {
+int from_f64(int dtype, idx n, const double* src, void* dst, void* stream) {
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(dtype, [&](auto t) {
     using T = decltype(t);
-    convert_kernel<double, T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<T*>(dst));
+    from_f64_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<T*>(dst));
     return done();
   });
 }

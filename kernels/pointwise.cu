@@ -34,21 +34,29 @@ Desc make_desc(int rank, const idx* shape, const idx* s0, const idx* s1, const i
   return d;
 }
 
-template <class T, int Op> __global__ void unary_kernel(idx n, T a, const T* __restrict__ x, T* __restrict__ y) {
-  SHARD_GRID_STRIDE(i, n) y[i] = ops::unary_fwd<Op, T>(x[i], a);
+// Templated on the storage type S (float, double, bf16 / f16 bits) and computed in its compute
+// type C = Storage<S>::C: a bf16 / f16 result is the float op on the widened operands, rounded once.
+template <class S, int Op>
+__global__ void unary_kernel(idx n, typename Storage<S>::C a, const S* __restrict__ x, S* __restrict__ y) {
+  using St = Storage<S>;
+  SHARD_GRID_STRIDE(i, n) y[i] = St::store(ops::unary_fwd<Op, typename St::C>(St::load(x[i]), a));
 }
-template <class T, int Op>
-__global__ void unary_bwd_kernel(idx n, T a, const T* __restrict__ x, const T* __restrict__ y,
-                                 const T* __restrict__ g, T* __restrict__ dx) {
-  SHARD_GRID_STRIDE(i, n) dx[i] = ops::unary_bwd<Op, T>(x[i], y[i], g[i], a);
+template <class S, int Op>
+__global__ void unary_bwd_kernel(idx n, typename Storage<S>::C a, const S* __restrict__ x, const S* __restrict__ y,
+                                 const S* __restrict__ g, S* __restrict__ dx) {
+  using St = Storage<S>;
+  SHARD_GRID_STRIDE(i, n)
+  dx[i] = St::store(ops::unary_bwd<Op, typename St::C>(St::load(x[i]), St::load(y[i]), St::load(g[i]), a));
 }
-template <class T, int Op>
-__global__ void binary_contig_kernel(idx n, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ o) {
-  SHARD_GRID_STRIDE(i, n) o[i] = ops::binary_fwd<Op, T>(a[i], b[i]);
+template <class S, int Op>
+__global__ void binary_contig_kernel(idx n, const S* __restrict__ a, const S* __restrict__ b, S* __restrict__ o) {
+  using St = Storage<S>;
+  SHARD_GRID_STRIDE(i, n) o[i] = St::store(ops::binary_fwd<Op, typename St::C>(St::load(a[i]), St::load(b[i])));
 }
-template <class T, int Op>
-__global__ void binary_strided_kernel(Desc d, idx n, const T* __restrict__ a, const T* __restrict__ b,
-                                      T* __restrict__ o) {
+template <class S, int Op>
+__global__ void binary_strided_kernel(Desc d, idx n, const S* __restrict__ a, const S* __restrict__ b,
+                                      S* __restrict__ o) {
+  using St = Storage<S>;
   SHARD_GRID_STRIDE(lin, n) {
     idx rem = lin, oa = 0, ob = 0;
     for (int k = d.rank - 1; k >= 0; --k) {
@@ -57,12 +65,13 @@ __global__ void binary_strided_kernel(Desc d, idx n, const T* __restrict__ a, co
       oa += i * d.s0[k];
       ob += i * d.s1[k];
     }
-    o[lin] = ops::binary_fwd<Op, T>(a[oa], b[ob]);
+    o[lin] = St::store(ops::binary_fwd<Op, typename St::C>(St::load(a[oa]), St::load(b[ob])));
   }
 }
-template <class T>
-__global__ void div_rhs_kernel(Desc d, idx n, const T* __restrict__ g, const T* __restrict__ a,
-                               const T* __restrict__ b, T* __restrict__ o) {
+template <class S>
+__global__ void div_rhs_kernel(Desc d, idx n, const S* __restrict__ g, const S* __restrict__ a,
+                               const S* __restrict__ b, S* __restrict__ o) {
+  using St = Storage<S>;
   SHARD_GRID_STRIDE(lin, n) {
     idx rem = lin, og = 0, oa = 0, ob = 0;
     for (int k = d.rank - 1; k >= 0; --k) {
@@ -72,7 +81,7 @@ __global__ void div_rhs_kernel(Desc d, idx n, const T* __restrict__ g, const T* 
       oa += i * d.s1[k];
       ob += i * d.s2[k];
     }
-    o[lin] = ops::div_rhs_grad<T>(g[og], a[oa], b[ob]);
+    o[lin] = St::store(ops::div_rhs_grad<typename St::C>(St::load(g[og]), St::load(a[oa]), St::load(b[ob])));
   }
 }
 
@@ -144,61 +153,63 @@ idx count(int rank, const idx* shape) {
 
 }  // namespace
 
-int pw_unary(int is_f64, int op, double alpha, idx n, const void* x, void* y, void* stream) {
+int pw_unary(int dtype, int op, double alpha, idx n, const void* x, void* y, void* stream) {
   if (n <= 0) return 0;
-  return by_float_type(is_f64, [&](auto tag) {
-    using T = decltype(tag);
+  return by_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    using C = typename Storage<S>::C;
     return dispatch_unary(op, [&](auto k) {
-      unary_kernel<T, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
-          n, static_cast<T>(alpha), static_cast<const T*>(x), static_cast<T*>(y));
+      unary_kernel<S, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+          n, static_cast<C>(alpha), static_cast<const S*>(x), static_cast<S*>(y));
     });
   });
 }
 
-int pw_unary_backward(int is_f64, int op, double alpha, idx n, const void* x, const void* y, const void* dy, void* dx,
+int pw_unary_backward(int dtype, int op, double alpha, idx n, const void* x, const void* y, const void* dy, void* dx,
                       void* stream) {
   if (n <= 0) return 0;
-  return by_float_type(is_f64, [&](auto tag) {
-    using T = decltype(tag);
+  return by_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    using C = typename Storage<S>::C;
     return dispatch_unary(op, [&](auto k) {
-      unary_bwd_kernel<T, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
-          n, static_cast<T>(alpha), static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
-          static_cast<T*>(dx));
+      unary_bwd_kernel<S, decltype(k)::value><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+          n, static_cast<C>(alpha), static_cast<const S*>(x), static_cast<const S*>(y), static_cast<const S*>(dy),
+          static_cast<S*>(dx));
     });
   });
 }
 
-int pw_binary(int is_f64, int op, int rank, const idx* shape, void* out, const void* a, const idx* sa, const void* b,
+int pw_binary(int dtype, int op, int rank, const idx* shape, void* out, const void* a, const idx* sa, const void* b,
               const idx* sb, void* stream) {
   if (rank < 0 || rank > kPwMaxRank) return invalid();
   const idx n = count(rank, shape);
   if (n <= 0) return 0;
   const bool contig = contiguous(rank, shape, sa) && contiguous(rank, shape, sb);
   const Desc d = make_desc(rank, shape, sa, sb, nullptr);
-  return by_float_type(is_f64, [&](auto tag) {
-    using T = decltype(tag);
+  return by_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
     return dispatch_binary(op, [&](auto k) {
       constexpr int K = decltype(k)::value;
       if (contig)
-        binary_contig_kernel<T, K><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
-            n, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+        binary_contig_kernel<S, K><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+            n, static_cast<const S*>(a), static_cast<const S*>(b), static_cast<S*>(out));
       else
-        binary_strided_kernel<T, K><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
-            d, n, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+        binary_strided_kernel<S, K><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+            d, n, static_cast<const S*>(a), static_cast<const S*>(b), static_cast<S*>(out));
     });
   });
 }
 
-int pw_div_rhs_backward(int is_f64, int rank, const idx* shape, void* out, const void* g, const idx* sg,
+int pw_div_rhs_backward(int dtype, int rank, const idx* shape, void* out, const void* g, const idx* sg,
                         const void* a, const idx* sa, const void* b, const idx* sb, void* stream) {
   if (rank < 0 || rank > kPwMaxRank) return invalid();
   const idx n = count(rank, shape);
   if (n <= 0) return 0;
   const Desc d = make_desc(rank, shape, sg, sa, sb);
-  return by_float_type(is_f64, [&](auto tag) {
-    using T = decltype(tag);
-    div_rhs_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
-        d, n, static_cast<const T*>(g), static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+  return by_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    div_rhs_kernel<S><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+        d, n, static_cast<const S*>(g), static_cast<const S*>(a), static_cast<const S*>(b), static_cast<S*>(out));
     return last_error();
   });
 }

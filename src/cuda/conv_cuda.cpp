@@ -12,6 +12,9 @@
 //  * workspace: ExecContext::workspace (padded copies + the algorithm's workspace);
 //  * one cuDNN handle per thread and device, set to the context's stream.
 // Bias add and bias gradient are kernels/conv.cu kernels (fixed-order reduction in double).
+// bf16 / f16 (takes_storage): the descriptors carry the storage type and an f32 compute type, so
+// cuDNN reads and writes bf16 / f16 and accumulates in f32 (tensor cores); the helper kernels are
+// templated on the storage type. No f32 working copies.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -115,7 +118,20 @@ Mapping map_geometry(const ConvGeometry& g) {
   return m;
 }
 
-cudnnDataType_t data_type(DType dt) { return dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
+/// The storage type of x, w, y: bf16 / f16 operands are read and written by cuDNN as they are.
+cudnnDataType_t data_type(DType dt) {
+  switch (dt) {
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DType::f16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+/// The convolution's compute (accumulation) type: f32 for f32, bf16 and f16 (never the pseudo-half
+/// configurations), f64 for f64.
+cudnnDataType_t compute_type(DType dt) { return dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
+/// The helper kernels' storage dtype code (0 f32, 1 f64, 2 bf16, 3 f16).
+int code(DType dt) { return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : dt == DType::f16 ? 3 : 0; }
 
 /// Descriptors of one problem (x of extent m.ext, y of g.out, w, conv).
 struct Descs {
@@ -161,7 +177,7 @@ void make_descs(Descs& ds, DType dt, const ConvGeometry& g, const Mapping& m, co
   check_cudnn(cudnnSetFilterNdDescriptor(ds.w.d, t, CUDNN_TENSOR_NCHW, m.nd + 2, wd.data()), op,
               "cudnnSetFilterNdDescriptor");
   check_cudnn(cudnnSetConvolutionNdDescriptor(ds.conv.d, m.nd, pad.data(), stride.data(), dil.data(),
-                                              CUDNN_CROSS_CORRELATION, t),
+                                              CUDNN_CROSS_CORRELATION, compute_type(dt)),
               op, "cudnnSetConvolutionNdDescriptor");
   check_cudnn(cudnnSetConvolutionGroupCount(ds.conv.d, to_int(g.groups, op)), op, "cudnnSetConvolutionGroupCount");
   ds.math = (dt == DType::f32 && !s.allow_tf32) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
@@ -283,13 +299,18 @@ const void* padded_input(DType dt, const ConvGeometry& g, const Mapping& m, cons
                          std::size_t bytes, ExecContext& ctx, const char* op) {
   void* xp = ctx.workspace(bytes ? bytes : ctx.workspace_bytes());
   if (bytes == 0 && xp == prev) return xp;
-  check_cuda(kernels::conv::shift_copy(dt == DType::f64, g.batch * g.in_channels, g.in.data(), m.ext.data(),
+  check_cuda(kernels::conv::shift_copy(code(dt), g.batch * g.in_channels, g.in.data(), m.ext.data(),
                                        m.offset.data(), x, xp, stream_of(ctx)),
              op, "shift_copy");
   return xp;
 }
 
 struct CudaConvKernels final : ConvKernels {
+  // bf16 / f16: cuDNN reads and writes the storage type and accumulates in f32 (compute_type),
+  // the helper kernels are templated on it; no f32 working copies.
+  bool takes_storage(DType dt, PassKind, const ConvGeometry&, const ExecContext&) const override {
+    return dt == DType::bf16 || dt == DType::f16;
+  }
   void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                ExecContext& ctx) const override {
     const char* op = "conv_forward";
@@ -315,7 +336,7 @@ struct CudaConvKernels final : ConvKernels {
                   op, "cudnnConvolutionForward");
     }
     if (bias)
-      check_cuda(kernels::conv::bias_add(dt == DType::f64, g.batch, g.out_channels, vol(g.out), bias, y, stream_of(ctx)),
+      check_cuda(kernels::conv::bias_add(code(dt), g.batch, g.out_channels, vol(g.out), bias, y, stream_of(ctx)),
                  op, "bias_add");
   }
 
@@ -345,13 +366,13 @@ struct CudaConvKernels final : ConvKernels {
                   op, "cudnnConvolutionBackwardData");
       if (m.copy) {
         const E3 crop{-m.offset[0], -m.offset[1], -m.offset[2]};
-        check_cuda(kernels::conv::shift_copy(dt == DType::f64, g.batch * g.in_channels, m.ext.data(), g.in.data(),
+        check_cuda(kernels::conv::shift_copy(code(dt), g.batch * g.in_channels, m.ext.data(), g.in.data(),
                                              crop.data(), target, gx, stream_of(ctx)),
                    op, "shift_copy");
       }
     }
     if (bias)
-      check_cuda(kernels::conv::bias_add(dt == DType::f64, g.batch, g.in_channels, vol(g.in), bias, gx, stream_of(ctx)),
+      check_cuda(kernels::conv::bias_add(code(dt), g.batch, g.in_channels, vol(g.in), bias, gx, stream_of(ctx)),
                  op, "bias_add");
   }
 
@@ -388,7 +409,7 @@ struct CudaConvKernels final : ConvKernels {
     check_cuda(cudaSetDevice(ctx.device().index), op, "cudaSetDevice");
     auto* scratch = static_cast<double*>(
         ctx.workspace(static_cast<std::size_t>(kernels::conv::bias_grad_scratch(channels)) * sizeof(double)));
-    check_cuda(kernels::conv::bias_grad(dt == DType::f64, batch, channels, positions, gy, gb, scratch, stream_of(ctx)),
+    check_cuda(kernels::conv::bias_grad(code(dt), batch, channels, positions, gy, gb, scratch, stream_of(ctx)),
                op, "bias_grad");
   }
 };

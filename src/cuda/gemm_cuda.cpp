@@ -1,5 +1,6 @@
-// CUDA implementation of the GEMM kernel family: cuBLAS (s/d gemm, strided-batched) on the
-// context's stream, one handle per device and thread, CUBLAS_DEFAULT_MATH unless the context's
+// CUDA implementation of the GEMM kernel family: cuBLAS (s/d gemm, strided-batched; bf16 / f16
+// through cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F: f32 accumulation, one rounding) on
+// the context's stream, one handle per device and thread, CUBLAS_DEFAULT_MATH unless the context's
 // ExecSettings::allow_tf32 is set; the bias epilogues are kernels/gemm.cu. Registered for
 // DeviceKind::cuda when shardtensor::cuda is linked.
 //
@@ -40,6 +41,13 @@ struct Cublas {
   decltype(&::cublasSetMathMode) set_math_mode = nullptr;
   decltype(&::cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
   decltype(&::cublasDgemmStridedBatched) dgemm_strided_batched = nullptr;
+  /// cublasGemmStridedBatchedEx (named by its signature: the header overloads it for C++ with a
+  /// legacy cudaDataType compute type).
+  using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                      const void*, const void*, cudaDataType, int, long long, const void*,
+                                      cudaDataType, int, long long, const void*, void*, cudaDataType, int, long long,
+                                      int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmExFn gemm_ex_strided_batched = nullptr;
   decltype(&::cublasGetStatusString) status_string = nullptr;
   decltype(&::cublasSetWorkspace_v2) set_workspace = nullptr;
   std::string error;  ///< why loading failed (empty: loaded)
@@ -69,6 +77,7 @@ const Cublas& cublas() {
     resolve(lib, "cublasSetMathMode", r.set_math_mode, r.error);
     resolve(lib, "cublasSgemmStridedBatched", r.sgemm_strided_batched, r.error);
     resolve(lib, "cublasDgemmStridedBatched", r.dgemm_strided_batched, r.error);
+    resolve(lib, "cublasGemmStridedBatchedEx", r.gemm_ex_strided_batched, r.error);
     resolve(lib, "cublasGetStatusString", r.status_string, r.error);
     resolve(lib, "cublasSetWorkspace_v2", r.set_workspace, r.error);
     return r;
@@ -147,9 +156,13 @@ cublasHandle_t handle_for(const ExecContext& ctx, cudaStream_t stream, const cha
 }
 
 cublasOperation_t op_of(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
-int f64(DType dt) { return dt == DType::f64 ? 1 : 0; }
+/// The epilogue launchers' storage dtype code (0 f32, 1 f64, 2 bf16, 3 f16).
+int code(DType dt) { return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : dt == DType::f16 ? 3 : 0; }
 
 struct CudaGemm final : GemmKernels {
+  // bf16 / f16: cuBLAS reads and writes the storage type (tensor cores, f32 accumulation); the
+  // epilogues are templated on it (kernels/gemm.cu).
+  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and m, n.
   void gemm_strided_batched(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t kk, double alpha,
                             const void* a, index_t lda, index_t stride_a, const void* b, index_t ldb, index_t stride_b,
@@ -165,7 +178,15 @@ struct CudaGemm final : GemmKernels {
                 lda, ldb, ldc);
     const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(kk);
     SHARD_CHECK(batch <= kIntMax, op, "batch {} exceeds the cuBLAS interface", batch);
-    if (dt == DType::f64) {
+    if (dt == DType::bf16 || dt == DType::f16) {
+      const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
+      const cudaDataType_t t = dt == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+      check_blas(cublas().gemm_ex_strided_batched(h, op_of(tb), op_of(ta), N, M, K, &fa, b, t, static_cast<int>(ldb),
+                                                  stride_b, a, t, static_cast<int>(lda), stride_a, &fb, c, t,
+                                                  static_cast<int>(ldc), stride_c, static_cast<int>(batch),
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 op);
+    } else if (dt == DType::f64) {
       check_blas(cublas().dgemm_strided_batched(h, op_of(tb), op_of(ta), N, M, K, &alpha, static_cast<const double*>(b),
                                            static_cast<int>(ldb), stride_b, static_cast<const double*>(a),
                                            static_cast<int>(lda), stride_a, &beta, static_cast<double*>(c),
@@ -183,12 +204,12 @@ struct CudaGemm final : GemmKernels {
   void add_bias(DType dt, index_t A, index_t cout, index_t S, const void* bias, void* y,
                 ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "add_bias (cuda)");
-    check(k::add_bias(f64(dt), A, cout, S, bias, y, s), "add_bias (cuda)");
+    check(k::add_bias(code(dt), A, cout, S, bias, y, s), "add_bias (cuda)");
   }
   void bias_grad(DType dt, index_t A, index_t cout, index_t S, const void* g, void* db,
                  ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "bias_grad (cuda)");
-    check(k::bias_grad(f64(dt), A, cout, S, g, db, s), "bias_grad (cuda)");
+    check(k::bias_grad(code(dt), A, cout, S, g, db, s), "bias_grad (cuda)");
   }
 };
 

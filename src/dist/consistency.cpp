@@ -13,16 +13,6 @@ namespace shard::detail {
 
 namespace {
 
-constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr std::uint64_t kFnvPrime = 1099511628211ull;
-
-std::uint64_t fnv1a(std::uint64_t h, std::string_view s) {
-  for (const char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= kFnvPrime;
-  }
-  return h;
-}
 
 /// What every rank sends: its field count and one hash per slot (0: no field there).
 struct Digest {
@@ -81,7 +71,8 @@ void CollectiveFingerprint::agree(Communicator& comm, Communicator* seq_comm) {
   mine.count = fields_.size();
   for (std::size_t i = 0; i < fields_.size(); ++i) {
     const std::size_t s = std::min(i, kSlots - 1);
-    const std::uint64_t h = fnv1a(fnv1a(mine.slot[s] ? mine.slot[s] : kFnvOffset, fields_[i].first), fields_[i].second);
+    const std::uint64_t h =
+        fnv1a(fields_[i].second, fnv1a(fields_[i].first, mine.slot[s] ? mine.slot[s] : kFnv1aOffset));
     mine.slot[s] = h | 1;  // never 0 (0 marks "no field")
   }
   const std::vector<Digest> all = comm.allgather_value(mine);

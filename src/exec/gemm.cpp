@@ -41,21 +41,35 @@ Matrix matrix(const char* op, const char* what, const Block& b) {
   return m;
 }
 
+/// True when the table of ctx's device computes the bf16 / f16 dtype dt itself.
+bool storage_native(DType dt, const ExecContext& ctx) {
+  return kernels_for<GemmKernels>(ctx.device(), "gemm").takes_storage(dt);
+}
+/// The table for ctx's device after checking dt: f32, f64, or bf16 / f16 where the table takes them.
+const GemmKernels& table(const char* op, DType dt, const ExecContext& ctx) {
+  if (!detail::is_low_precision(dt)) return detail::front_table<GemmKernels>(op, dt, ctx.device(), ctx);
+  const GemmKernels& t = kernels_for<GemmKernels>(ctx.device(), op);
+  SHARD_CHECK(t.takes_storage(dt), op, "dtype {} not supported on {} (f32, f64)", dt, ctx.device());
+  return t;
+}
+
 }  // namespace
 
 void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c, ExecContext& ctx) {
   if (detail::F32Work::needed(a.dtype, b.dtype, c.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("gemm", {a.dtype, b.dtype, c.dtype});
-    detail::F32Work f(ctx);
-    gemm(g, f.in(a), f.in(b), f.out(c, g.beta != 0.0), ctx);
-    return f.finish();
+    if (!storage_native(c.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      gemm(g, f.in(a), f.in(b), f.out(c, g.beta != 0.0), ctx);
+      return f.finish();
+    }
   }
   const char* op = "gemm";
   const DType dt = c.dtype;
   detail::check_block(op, "A", a, dt, -1, ctx);
   detail::check_block(op, "B", b, dt, -1, ctx);
   detail::check_block(op, "C", c, dt, -1, ctx);
-  const auto& t = detail::front_table<GemmKernels>(op, dt, ctx.device(), ctx);
+  const auto& t = table(op, dt, ctx);
   const Matrix A = matrix(op, "A", a), B = matrix(op, "B", b), C = matrix(op, "C", c);
   const index_t m = C.rows, n = C.cols, k = g.ta == Trans::no ? A.cols : A.rows;
   const index_t am = g.ta == Trans::no ? A.rows : A.cols;
@@ -77,30 +91,34 @@ void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c,
 void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecContext& ctx) {
   if (detail::F32Work::needed(bias.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("add_bias", {bias.dtype, y.dtype});
-    detail::F32Work f(ctx);
-    add_bias(g, f.in(bias), f.out(y, true), ctx);
-    return f.finish();
+    if (!storage_native(y.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      add_bias(g, f.in(bias), f.out(y, true), ctx);
+      return f.finish();
+    }
   }
   const char* op = "add_bias";
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "bias", bias, y.dtype, g.channels, ctx);
   detail::check_block(op, "output", y, y.dtype, g.A * g.channels * g.S, ctx);
-  const auto& t = detail::front_table<GemmKernels>(op, y.dtype, ctx.device(), ctx);
+  const auto& t = table(op, y.dtype, ctx);
   if (g.A * g.channels * g.S > 0) t.add_bias(y.dtype, g.A, g.channels, g.S, bias.data, y.data, ctx);
 }
 
 void bias_grad(const BiasGeometry& g, const Block& gy, const Block& db, ExecContext& ctx) {
   if (detail::F32Work::needed(gy.dtype, db.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("bias_grad", {gy.dtype, db.dtype});
-    detail::F32Work f(ctx);
-    bias_grad(g, f.in(gy), f.out(db), ctx);
-    return f.finish();
+    if (!storage_native(db.dtype, ctx)) {
+      detail::F32Work f(ctx);
+      bias_grad(g, f.in(gy), f.out(db), ctx);
+      return f.finish();
+    }
   }
   const char* op = "bias_grad";
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "gradient", gy, db.dtype, g.A * g.channels * g.S, ctx);
   detail::check_block(op, "bias gradient", db, db.dtype, g.channels, ctx);
-  const auto& t = detail::front_table<GemmKernels>(op, db.dtype, ctx.device(), ctx);
+  const auto& t = table(op, db.dtype, ctx);
   if (g.channels > 0) t.bias_grad(db.dtype, g.A, g.channels, g.S, gy.data, db.data, ctx);
 }
 

@@ -9,6 +9,10 @@ namespace shard::exec {
 struct GemmKernels {
   static constexpr KernelFamily id = KernelFamily::gemm;
   virtual ~GemmKernels() = default;
+  /// True when gemm_strided_batched, add_bias and bias_grad take bf16 / f16 operands of dtype dt
+  /// themselves (f32 arithmetic and accumulation, each result rounded once; C read in dt when
+  /// beta != 0). Otherwise the front makes f32 working copies (exec/precision.hpp).
+  virtual bool takes_storage(DType /*dt*/) const { return false; }
   virtual void gemm_strided_batched(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, double alpha,
                                     const void* a, index_t lda, index_t stride_a, const void* b, index_t ldb,
                                     index_t stride_b, double beta, void* c, index_t ldc, index_t stride_c,

@@ -17,9 +17,12 @@ SHARD_KEEP_CPU_TABLE(pointwise);
 
 namespace {
 
+// bf16 / f16 pass these checks only on the native route (native_lp); elsewhere the F32Work route
+// has turned them into f32 before.
 void check_dtype(const Block& b, DType dt, const char* op, const char* what) {
   SHARD_CHECK(b.dtype == dt, op, "{} has dtype {}, expected {}", what, b.dtype, dt);
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64, op, "dtype {} is not supported (f32, f64)", dt);
+  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || detail::is_low_precision(dt), op,
+              "dtype {} is not supported (f32, f64, bf16, f16)", dt);
 }
 void check_device(const Block& b, Device dev, const char* op, const char* what) {
   SHARD_CHECK(b.device == dev, op, "operands on different devices: {} is on {}, the result on {}", what, b.device, dev);
@@ -41,7 +44,15 @@ void check_flat(const Block& x, const Block& out, const char* op, const char* wh
 }
 /// The table for the context's device (the result `out` must be on it).
 const PointwiseKernels& table(const Block& out, const char* op, const ExecContext& ctx) {
-  return detail::front_table<PointwiseKernels>(op, out.dtype, out.device, ctx);
+  if (!detail::is_low_precision(out.dtype)) return detail::front_table<PointwiseKernels>(op, out.dtype, out.device, ctx);
+  SHARD_CHECK(ctx.device() == out.device, op, "operands on different devices: data on {} but the execution context on {}",
+              out.device, ctx.device());
+  return kernels_for<PointwiseKernels>(out.device, op);
+}
+/// True when `out`'s table computes its bf16/f16 dtype natively (PointwiseKernels::native_low_precision)
+/// and `contiguous` holds: the front then skips the f32 working copies.
+bool native_lp(const Block& out, bool contiguous, const char* op, const ExecContext& ctx) {
+  return contiguous && table(out, op, ctx).native_low_precision();
 }
 
 }  // namespace
@@ -67,13 +78,15 @@ const char* op_name(BinaryOp op) noexcept {
 void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype});
-    if (detail::chunked_f32<1, 1>(ctx, {&x}, {&y}, [&](const auto& in, const auto& out) {
-          unary(op, alpha, in[0], out[0], ctx);
-        }))
-      return;
-    detail::F32Work f(ctx);
-    unary(op, alpha, f.in(x), f.out(y), ctx);
-    return f.finish();
+    if (!native_lp(y, x.is_contiguous() && y.is_contiguous(), op_name(op), ctx)) {
+      if (detail::chunked_f32<1, 1>(ctx, {&x}, {&y}, [&](const auto& in, const auto& out) {
+            unary(op, alpha, in[0], out[0], ctx);
+          }))
+        return;
+      detail::F32Work f(ctx);
+      unary(op, alpha, f.in(x), f.out(y), ctx);
+      return f.finish();
+    }
   }
   const char* name = op_name(op);
   check_dtype(y, y.dtype, name, "output");
@@ -97,13 +110,16 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
                     ExecContext& ctx) {
   if (detail::F32Work::needed(x.dtype, y.dtype, dy.dtype, dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype, dy.dtype, dx.dtype});
-    if (detail::chunked_f32<3, 1>(ctx, {&x, &y, &dy}, {&dx}, [&](const auto& in, const auto& out) {
-          unary_backward(op, alpha, in[0], in[1], in[2], out[0], ctx);
-        }))
-      return;
-    detail::F32Work f(ctx);
-    unary_backward(op, alpha, f.in(x), f.in(y), f.in(dy), f.out(dx), ctx);
-    return f.finish();
+    if (!native_lp(dx, x.is_contiguous() && y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous(), op_name(op),
+                   ctx)) {
+      if (detail::chunked_f32<3, 1>(ctx, {&x, &y, &dy}, {&dx}, [&](const auto& in, const auto& out) {
+            unary_backward(op, alpha, in[0], in[1], in[2], out[0], ctx);
+          }))
+        return;
+      detail::F32Work f(ctx);
+      unary_backward(op, alpha, f.in(x), f.in(y), f.in(dy), f.out(dx), ctx);
+      return f.finish();
+    }
   }
   const char* name = op_name(op);
   check_dtype(dx, dx.dtype, name, "gradient");
@@ -130,14 +146,16 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
 void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
   if (detail::F32Work::needed(a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {a.dtype, b.dtype, out.dtype});
-    if (a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
-        detail::chunked_f32<2, 1>(ctx, {&a, &b}, {&out}, [&](const auto& in, const auto& o) {
-          binary(op, in[0], in[1], o[0], ctx);
-        }))
-      return;
-    detail::F32Work f(ctx);
-    binary(op, f.in(a), f.in(b), f.out(out), ctx);
-    return f.finish();
+    if (!native_lp(out, out.is_contiguous(), op_name(op), ctx)) {
+      if (a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
+          detail::chunked_f32<2, 1>(ctx, {&a, &b}, {&out}, [&](const auto& in, const auto& o) {
+            binary(op, in[0], in[1], o[0], ctx);
+          }))
+        return;
+      detail::F32Work f(ctx);
+      binary(op, f.in(a), f.in(b), f.out(out), ctx);
+      return f.finish();
+    }
   }
   const char* name = op_name(op);
   check_dtype(out, out.dtype, name, "result");
@@ -152,14 +170,16 @@ void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecC
 void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
   if (detail::F32Work::needed(g.dtype, a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("div_rhs_backward", {g.dtype, a.dtype, b.dtype, out.dtype});
-    if (g.shape_vec() == out.shape_vec() && a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
-        detail::chunked_f32<3, 1>(ctx, {&g, &a, &b}, {&out}, [&](const auto& in, const auto& o) {
-          div_rhs_backward(in[0], in[1], in[2], o[0], ctx);
-        }))
-      return;
-    detail::F32Work f(ctx);
-    div_rhs_backward(f.in(g), f.in(a), f.in(b), f.out(out), ctx);
-    return f.finish();
+    if (!native_lp(out, out.is_contiguous(), "div_backward", ctx)) {
+      if (g.shape_vec() == out.shape_vec() && a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
+          detail::chunked_f32<3, 1>(ctx, {&g, &a, &b}, {&out}, [&](const auto& in, const auto& o) {
+            div_rhs_backward(in[0], in[1], in[2], o[0], ctx);
+          }))
+        return;
+      detail::F32Work f(ctx);
+      div_rhs_backward(f.in(g), f.in(a), f.in(b), f.out(out), ctx);
+      return f.finish();
+    }
   }
   const char* name = "div_backward";
   check_dtype(out, out.dtype, name, "result");

@@ -2,6 +2,7 @@
 // nn/functional/pointwise.hpp and activation.hpp): the op is chosen outside the loop, the loops
 // are OpenMP-parallel above 2^16 elements and vectorised. Formulas: src/kernels_api/pointwise_ops.hpp.
 #include <algorithm>
+#include <array>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #endif
 
 #include "exec/pointwise_kernels.hpp"
+#include "exec/precision.hpp"
 #include "exec/strided_rows.hpp"
 #include "kernels_api/pointwise_ops.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
@@ -259,6 +261,49 @@ bool convert_f16_fast(DType from, DType to, index_t n, const void* x, void* y) {
 #endif
 }
 
+// ---- bf16 / f16 storage, computed natively (PointwiseKernels::native_low_precision). Contiguous
+// operands go tile by tile: kLpTile elements of each operand converted to f32 on the stack (the
+// conversions of convert() below), the f32 loop above, one rounding back per result. That is the
+// same f32 kernel on the same f32 values as the F32Work route, so bit for bit its results, while
+// the f32 working set stays a few KiB per thread instead of tensor-sized copies. Strided and
+// broadcast operands are converted element by element in the zip loops.
+constexpr index_t kLpTile = 1024;
+void lp_to_f32(DType dt, index_t n, const void* x, float* y) {
+  if (convert_f16_fast(dt, DType::f32, n, x, y)) return;
+  if (dt == DType::bf16) convert_loop<bf16, float>(n, static_cast<const bf16*>(x), y);
+  else convert_loop<f16, float>(n, static_cast<const f16*>(x), y);
+}
+void lp_from_f32(DType dt, index_t n, const float* x, void* y) {
+  if (convert_f16_fast(DType::f32, dt, n, x, y)) return;
+  if (dt == DType::bf16) convert_loop<float, bf16>(n, x, static_cast<bf16*>(y));
+  else convert_loop<float, f16>(n, x, static_cast<f16*>(y));
+}
+/// fn(len, in, out) per tile: in[i] the f32 values of operand i's elements [lo, lo + len), out an
+/// f32 tile that goes back to `dst` (which may alias an input: a tile is read before it is
+/// written). OpenMP over tiles above kParallelMin elements.
+template <std::size_t NI, class Fn>
+void lp_tiles(DType dt, index_t n, const std::array<const void*, NI>& ins, void* dst, Fn fn) {
+  const index_t tiles = (n + kLpTile - 1) / kLpTile;
+  const auto at = [](const void* p, index_t lo) { return static_cast<const char*>(p) + lo * 2; };
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (index_t t = 0; t < tiles; ++t) {
+    alignas(64) float buf[NI + 1][kLpTile];
+    const index_t lo = t * kLpTile, len = std::min(kLpTile, n - lo);
+    std::array<const float*, NI> in{};
+    for (std::size_t i = 0; i < NI; ++i) {
+      lp_to_f32(dt, len, at(ins[i], lo), buf[i]);
+      in[i] = buf[i];
+    }
+    fn(len, in, buf[NI]);
+    lp_from_f32(dt, len, buf[NI], static_cast<char*>(dst) + lo * 2);
+  }
+}
+/// Calls f(S{}) with S = bf16 or f16 for a bf16 / f16 dtype.
+template <class F> void by_lp_dtype(DType dt, F&& f) {
+  if (dt == DType::bf16) f(bf16{});
+  else f(f16{});
+}
+
 template <class F> void by_float_dtype(DType dt, F&& f) {
   switch (dt) {
     case DType::f64: f(double{}); break;
@@ -269,7 +314,14 @@ template <class F> void by_float_dtype(DType dt, F&& f) {
 }
 
 struct CpuPointwise final : PointwiseKernels {
+  bool native_low_precision() const override { return true; }
   void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext&) const override {
+    if (detail::is_low_precision(dt))
+      return dispatch_unary(op, [&](auto k) {
+        lp_tiles<1>(dt, n, {x}, y, [&](index_t len, const auto& in, float* out) {
+          unary_loop<float, decltype(k)::value>(len, static_cast<float>(alpha), in[0], out);
+        });
+      });
     by_dtype(dt, [&](auto t) {
       using T = decltype(t);
       dispatch_unary(op, [&](auto k) {
@@ -279,6 +331,12 @@ struct CpuPointwise final : PointwiseKernels {
   }
   void unary_backward(UnaryOp op, double alpha, DType dt, index_t n, const void* x, const void* y, const void* dy,
                       void* dx, ExecContext&) const override {
+    if (detail::is_low_precision(dt))
+      return dispatch_unary(op, [&](auto k) {
+        lp_tiles<3>(dt, n, {x, y, dy}, dx, [&](index_t len, const auto& in, float* out) {
+          unary_bwd_loop<float, decltype(k)::value>(len, static_cast<float>(alpha), in[0], in[1], in[2], out);
+        });
+      });
     by_dtype(dt, [&](auto t) {
       using T = decltype(t);
       dispatch_unary(op, [&](auto k) {
@@ -305,6 +363,21 @@ struct CpuPointwise final : PointwiseKernels {
     return true;
   }
   void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext&) const override {
+    if (detail::is_low_precision(out.dtype))
+      return dispatch_binary(op, [&](auto k) {
+        constexpr int K = decltype(k)::value;
+        if (a.is_contiguous() && b.is_contiguous())
+          return lp_tiles<2>(out.dtype, out.numel(), {a.data, b.data}, out.data,
+                             [](index_t len, const auto& in, float* o) {
+                               simd_for(len, [&](index_t i) { o[i] = pw::binary_fwd<K, float>(in[0][i], in[1][i]); });
+                             });
+        by_lp_dtype(out.dtype, [&](auto t) {
+          using S = decltype(t);
+          zip_broadcast<S>(out, a, b, [](S x, S y) {
+            return S(pw::binary_fwd<K, float>(static_cast<float>(x), static_cast<float>(y)));
+          });
+        });
+      });
     by_dtype(out.dtype, [&](auto t) {
       using T = decltype(t);
       dispatch_binary(op, [&](auto k) {
@@ -313,6 +386,13 @@ struct CpuPointwise final : PointwiseKernels {
     });
   }
   void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b, ExecContext&) const override {
+    if (detail::is_low_precision(out.dtype))
+      return by_lp_dtype(out.dtype, [&](auto t) {
+        using S = decltype(t);
+        zip3_broadcast<S>(out, g, a, b, [](S gg, S x, S y) {
+          return S(pw::div_rhs_grad<float>(static_cast<float>(gg), static_cast<float>(x), static_cast<float>(y)));
+        });
+      });
     by_dtype(out.dtype, [&](auto t) {
       using T = decltype(t);
       zip3_broadcast<T>(out, g, a, b, [](T gg, T x, T y) { return pw::div_rhs_grad<T>(gg, x, y); });

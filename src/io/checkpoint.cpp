@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "shardtensor/core/hash.hpp"
 #include "shardtensor/exec/box.hpp"
 #include "shardtensor/io/hdf5.hpp"
 
@@ -175,8 +176,7 @@ void save_checkpoint(const std::string& path, const nn::Module<T>& model,
   // Rank 0's values are written, but every rank must have the same entries: each entry is one
   // collective dataset write.
   {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : manifest) h = (h ^ c) * 0x100000001b3ull;
+    const std::uint64_t h = shard::detail::fnv1a(manifest);
     const auto all = comm->allgather_value(static_cast<std::int64_t>(h));
     for (std::size_t r = 0; r < all.size() && err.empty(); ++r)
       if (all[r] != all[0])

@@ -1,8 +1,9 @@
 #pragma once
 // Kernel firewall of the norm family (kernels/norm.cu): plain C++17, no shardtensor headers.
 // Launchers enqueue on `stream` (a cudaStream_t), return a cudaError_t code (0 = success) and do
-// not synchronise. All pointers are device pointers. is_f64: 0 float, 1 double. kind: 0 batch,
-// 1 group, 2 layer (see include/shardtensor/exec/norm.hpp for the [A, C, S] / G geometry).
+// not synchronise. All pointers are device pointers. dtype: 0 f32, 1 f64, 2 bf16, 3 f16 (the
+// storage of x, gy, w, b, y, dx; bf16 / f16 widened to double, results rounded through float).
+// kind: 0 batch, 1 group, 2 layer (see include/shardtensor/exec/norm.hpp for the [A, C, S] / G geometry).
 // Reductions are one thread block (or one thread) per statistic with a fixed-order tree: no atomics.
 #include <cstdint>
 
@@ -17,19 +18,19 @@ struct Geom {
 };
 
 /// out[k] = sum over statistic k of x (mean == nullptr) or (x - mean[k])^2, in double.
-int sums(int is_f64, Geom g, const void* x, const double* mean, double* out, void* stream);
+int sums(int dtype, Geom g, const void* x, const double* mean, double* out, void* stream);
 /// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b may be null).
-int apply(int is_f64, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
+int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream);
 /// sg[k], sgx[k] (both or neither) and dw[c], db[c] (each may be null), in double.
-int backward_sums(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
+int backward_sums(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
                   const void* w, double* sg, double* sgx, double* dw, double* db, void* stream);
 /// dx = invstd (gy w - sg inv_count - xhat sgx inv_count), or invstd gy w when sg == nullptr.
-int backward_dx(int is_f64, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
+int backward_dx(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
                 const void* w, const double* sg, const double* sgx, double inv_count, void* dx, void* stream);
 /// dst[i] = (double) src[i].
-int to_f64(int is_f64, idx n, const void* src, double* dst, void* stream);
-/// dst[i] = (T) src[i].
-int from_f64(int is_f64, idx n, const double* src, void* dst, void* stream);
+int to_f64(int dtype, idx n, const void* src, double* dst, void* stream);
+/// dst[i] = (T) src[i] (through float for bf16 / f16).
+int from_f64(int dtype, idx n, const double* src, void* dst, void* stream);
 
 }  // namespace shard::kernels::norm

@@ -8,17 +8,13 @@
 #include <filesystem>
 
 #include "core/fsync.hpp"
+#include "shardtensor/core/hash.hpp"
 #include "shardtensor/nn/module.hpp"
 
 namespace shard::nn {
 
 std::uint64_t seed_for(std::uint64_t seed, const std::string& name) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull ^ (seed * 0x9e3779b97f4a7c15ull);
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return shard::detail::fnv1a(name, shard::detail::kFnv1aOffset ^ (seed * 0x9e3779b97f4a7c15ull));
 }
 
 namespace {
@@ -28,15 +24,6 @@ namespace {
 constexpr char kMagic[4] = {'S', 'H', 'T', 'P'};
 constexpr std::uint32_t kVersion = 2;
 constexpr std::size_t kTrailer = 16;
-
-std::uint64_t fnv1a(const unsigned char* p, std::size_t n) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 template <class V>
 void put(std::vector<unsigned char>& buf, const V& v) {
@@ -113,7 +100,7 @@ void save_parameters(const std::vector<NamedParameter<T>>& params, const std::st
       put_bytes(buf, shape.data(), 8 * shape.size());
       put_bytes(buf, whole[i].data(), sizeof(T) * static_cast<std::size_t>(whole[i].numel()));
     }
-    const std::uint64_t len = buf.size(), hash = fnv1a(buf.data(), buf.size());
+    const std::uint64_t len = buf.size(), hash = shard::detail::fnv1a(buf.data(), buf.size());
     put(buf, len);
     put(buf, hash);
     err = write_atomically(path, buf);
@@ -154,7 +141,7 @@ void load_parameters(const std::vector<NamedParameter<T>>& params, const std::st
         else if (len != buf.size() - kTrailer)
           err = fmt::format("'{}' is truncated or has trailing bytes ({} bytes, the trailer says {})", path, buf.size(),
                             len + kTrailer);
-        else if (fnv1a(buf.data(), len) != hash)
+        else if (shard::detail::fnv1a(buf.data(), len) != hash)
           err = fmt::format("'{}' is corrupted (checksum mismatch)", path);
       }
     }

@@ -29,6 +29,7 @@
 
 #include "shardtensor/comm/communicator.hpp"
 #include "shardtensor/core/dtype.hpp"
+#include "shardtensor/core/hash.hpp"
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/exec/context.hpp"
 
@@ -110,13 +111,10 @@ class CallKey {
 
  private:
   CallKey& bytes(const void* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      h_ ^= static_cast<const unsigned char*>(p)[i];
-      h_ *= 1099511628211ull;
-    }
+    h_ = fnv1a(p, n, h_);
     return *this;
   }
-  std::uint64_t h_ = 1469598103934665603ull;
+  std::uint64_t h_ = kFnv1aOffset;
 };
 
 /// "none" for an empty vector of explicit sizes, else the sizes (a fingerprint value).
