@@ -4,6 +4,9 @@
 // bias gradient. Reads the engine settings from the context.
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -190,18 +193,56 @@ void weight_grad_storage(const ConvGeometry& g, const EngineSettings& cfg, const
   for (std::size_t i = 0; i < gf.size(); ++i) gw[i] = S(gf[i]);
 }
 
+/// An element as double: bf16 widened from its bits (exact, and vectorisable, which the struct's
+/// conversion operator is not), the others by their conversion.
+template <class T>
+inline double wide(const T& v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const std::uint32_t u = static_cast<std::uint32_t>(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return static_cast<double>(f);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+template <class T>
+T from_sum(double s) {
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(static_cast<float>(s));  // as f32, then rounded
+  else return static_cast<T>(s);
+}
+
 template <class T>
 void bias_grad(index_t batch, index_t channels, index_t positions, const T* gy, T* gb) {
-#pragma omp parallel for schedule(static) if (channels > 1 && batch * channels * positions > (1 << 16))
+  const bool parallel = batch * channels * positions > (1 << 16);
+  if (positions < 16) {
+    // Few positions per (sample, channel): a token linear's bias gradient ([A, C, 1]) would pay
+    // a reduction per element below. Blocks of channels instead, vectorised across channels, each
+    // channel's sum taken in the same order (samples, then positions).
+    constexpr index_t kBlock = 64;
+#pragma omp parallel for schedule(static) if (parallel && channels > kBlock)
+    for (index_t c0 = 0; c0 < channels; c0 += kBlock) {
+      const index_t nc = std::min(kBlock, channels - c0);
+      double acc[kBlock] = {};
+      for (index_t n = 0; n < batch; ++n)
+        for (index_t q = 0; q < positions; ++q) {
+          const T* col = gy + (n * channels + c0) * positions + q;
+#pragma omp simd
+          for (index_t c = 0; c < nc; ++c) acc[c] += wide(col[c * positions]);
+        }
+      for (index_t c = 0; c < nc; ++c) gb[c0 + c] = from_sum<T>(acc[c]);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (channels > 1 && parallel)
   for (index_t c = 0; c < channels; ++c) {
     double s = 0;
     for (index_t n = 0; n < batch; ++n) {
       const T* row = gy + (n * channels + c) * positions;
 #pragma omp simd reduction(+ : s)
-      for (index_t i = 0; i < positions; ++i) s += static_cast<double>(row[i]);
+      for (index_t i = 0; i < positions; ++i) s += wide(row[i]);
     }
-    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) gb[c] = T(static_cast<float>(s));  // as f32, then rounded
-    else gb[c] = static_cast<T>(s);
+    gb[c] = from_sum<T>(s);
   }
 }
 
