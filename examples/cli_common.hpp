@@ -146,6 +146,14 @@ inline void add_common(CLI::App& app, CommonArgs& a, const CommonLimits& lim = {
       ->capture_default_str();
 }
 
+/// --precision into `value`: fp32, bf16, fp16 or autocast-bf16 (the examples' shared choices),
+/// with the example's own description of what each does.
+inline CLI::Option* add_precision(CLI::App& app, std::string& value, const std::string& help) {
+  return app.add_option("--precision", value, help)
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "autocast-bf16"}))
+      ->capture_default_str();
+}
+
 /// Parses argv. Returns -1 to go on, or the exit code to return from main: 0 after --help
 /// (usage on stdout), 2 after a parse error (message + hint on stderr). Only prints when `print`.
 inline int parse(CLI::App& app, int argc, char** argv, bool print) {

@@ -110,12 +110,10 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--lr", a.lr, "peak learning rate (AdamW, cosine warm-up over --steps)")
       ->check(CLI::Range(1e-12, 10.0))
       ->capture_default_str();
-  app.add_option("--precision", a.precision,
-                 "fp32; bf16 / fp16: the U-Net and the point MLP in that storage dtype (f32 masters and "
-                 "optimiser; point ops, aggregation and loss in f32; fp16 with a dynamic loss scaler); "
-                 "autocast-bf16: the fp32 model's convs and linears compute in bf16 (shard::Autocast)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "autocast-bf16"}))
-      ->capture_default_str();
+  cli::add_precision(app, a.precision,
+                     "fp32; bf16 / fp16: the U-Net and the point MLP in that storage dtype (f32 masters and "
+                     "optimiser; point ops, aggregation and loss in f32; fp16 with a dynamic loss scaler); "
+                     "autocast-bf16: the fp32 model's convs and linears compute in bf16 (shard::Autocast)");
   app.add_option("--log-every", a.log_every, "print a progress line every K steps")
       ->check(cli::decimal_integer())
       ->check(CLI::Range(1, 1 << 30))

@@ -88,12 +88,10 @@ inline void add_train_flags(CLI::App& app, TrainArgs& a, const cli::CommonLimits
                  "still spans --steps")
       ->check(cli::decimal_integer())
       ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--precision", a.precision,
-                 "activations and compute: fp32, or bf16 / fp16 with f32 master parameters, f32 loss and "
-                 "optimiser (fp16 with a dynamic loss scaler); autocast-bf16: an fp32 model whose conv, linear "
-                 "and attention compute in bf16 (shard::Autocast)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "autocast-bf16"}))
-      ->capture_default_str();
+  cli::add_precision(app, a.precision,
+                     "activations and compute: fp32, or bf16 / fp16 with f32 master parameters, f32 loss and "
+                     "optimiser (fp16 with a dynamic loss scaler); autocast-bf16: an fp32 model whose conv, linear "
+                     "and attention compute in bf16 (shard::Autocast)");
 }
 
 /// Calls f(tag) with a value of the model dtype --precision names (float, shard::bf16, shard::f16;

@@ -25,6 +25,23 @@ using namespace gpusim;
 
 namespace {
 
+/// Values lo + (hi - lo) (1 + sin(phase i + offset)) / 2 of dtype L on the host (i the flat index).
+template <class L, int R>
+Tensor<L, R> wave(const Shape<R>& shape, float lo, float hi, float phase, float offset) {
+  auto t = Tensor<L, R>::empty(shape);
+  for (index_t i = 0; i < t.numel(); ++i)
+    t.data()[i] = L(lo + (hi - lo) * (0.5f + 0.5f * std::sin(phase * static_cast<float>(i) + offset)));
+  return t;
+}
+/// A bf16 / f16 tensor (host or device) widened to f32, on the device: the f32 route's operand.
+template <class L, int R>
+Tensor<float, R> widened_on_gpu(const Tensor<L, R>& t) {
+  const auto h = t.to(Device::cpu());
+  auto w = Tensor<float, R>::empty(h.shape());
+  for (index_t i = 0; i < h.numel(); ++i) w.data()[i] = static_cast<float>(h.data()[i]);
+  return w.to(gpu());
+}
+
 std::vector<float> probes() {
   std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 1.0f + 1.0f / 2048,
                           65504.0f, 65519.0f, 65520.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
@@ -173,23 +190,12 @@ TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 pointwise kernels computed nati
   using L = TestType;
   const index_t rows = 3, cols = 4, inner = 37, n = rows * cols * inner;  // 444: a partial last block
   const Shape<3> sh{rows, cols, inner};
-  auto to_lp = [&](float lo, float hi, float phase) {
-    auto t = Tensor<L, 3>::empty(sh);
-    for (index_t i = 0; i < n; ++i)
-      t.data()[i] = L(lo + (hi - lo) * (0.5f + 0.5f * std::sin(phase * static_cast<float>(i) + 0.3f)));
-    return t;
-  };
-  auto widen = [](const Tensor<L, 3>& t) {  // host or device bf16 / f16 -> f32 on the device
-    auto h = t.to(Device::cpu());
-    auto w = Tensor<float, 3>::empty(h.shape());
-    for (index_t i = 0; i < h.numel(); ++i) w.data()[i] = static_cast<float>(h.data()[i]);
-    return w.to(gpu());
-  };
+  auto to_lp = [&](float lo, float hi, float phase) { return wave<L, 3>(sh, lo, hi, phase, 0.3f); };
   const auto hx = to_lp(-3.0f, 3.0f, 0.71f), hg = to_lp(-1.0f, 1.0f, 0.37f), hp = to_lp(0.25f, 2.0f, 0.53f);
   auto hs = Tensor<L, 3>::empty({1, cols, 1});
   for (index_t c = 0; c < cols; ++c) hs.data()[c] = L(0.5f + 0.25f * static_cast<float>(c));
   const auto dx = hx.to(gpu()), dg = hg.to(gpu()), dp = hp.to(gpu()), ds = hs.to(gpu());
-  const auto wx = widen(hx), wg = widen(hg), wp = widen(hp), ws = widen(hs);
+  const auto wx = widened_on_gpu(hx), wg = widened_on_gpu(hg), wp = widened_on_gpu(hp), ws = widened_on_gpu(hs);
   const index_t shape[3] = {rows, cols, inner}, bstr[3] = {0, 1, 0};
   auto bcast = [&](const auto& s) {
     const Block b = as_block(s);
@@ -238,7 +244,7 @@ TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 pointwise kernels computed nati
     exec::unary(op, alpha, as_block(wx), as_block(wy), gctx());
     exec::unary_backward(op, alpha, as_block(hx), as_block(cy), as_block(hg), as_block(cd), hctx());
     exec::unary_backward(op, alpha, as_block(dx), as_block(gy), as_block(dg), as_block(gd), gctx());
-    const auto wgy = widen(gy);  // the backward's saved output is the rounded one
+    const auto wgy = widened_on_gpu(gy);  // the backward's saved output is the rounded one
     exec::unary_backward(op, alpha, as_block(wx), as_block(wgy), as_block(wg), as_block(wd), gctx());
     gctx().synchronize();
     CHECK(not_rounded(gy, wy) == 0);
@@ -284,23 +290,12 @@ TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 norm kernels read and write the
   GPUSIM_REQUIRE_GPU();
   using L = TestType;
   const index_t A = 3, C = 4, S = 45;
-  auto lp = [](index_t n, float lo, float hi, float phase) {
-    auto t = Tensor<L, 1>::empty({n});
-    for (index_t i = 0; i < n; ++i)
-      t.data()[i] = L(lo + (hi - lo) * (0.5f + 0.5f * std::sin(phase * static_cast<float>(i) + 0.2f)));
-    return t;
-  };
-  auto widen = [](const Tensor<L, 1>& t) {
-    auto h = t.to(Device::cpu());
-    auto w = Tensor<float, 1>::empty(h.shape());
-    for (index_t i = 0; i < h.numel(); ++i) w.data()[i] = static_cast<float>(h.data()[i]);
-    return w.to(gpu());
-  };
+  auto lp = [](index_t m, float lo, float hi, float phase) { return wave<L, 1>({m}, lo, hi, phase, 0.2f); };
   const index_t n = A * C * S;
   const auto hx = lp(n, -2.0f, 3.0f, 0.61f), hg = lp(n, -1.0f, 1.0f, 0.29f), hw = lp(C, 0.5f, 1.5f, 1.3f),
              hb = lp(C, -0.5f, 0.5f, 0.7f);
   const auto dx = hx.to(gpu()), dg = hg.to(gpu()), dw = hw.to(gpu()), db = hb.to(gpu());
-  const auto wx = widen(hx), wg = widen(hg), ww = widen(hw), wb = widen(hb);
+  const auto wx = widened_on_gpu(hx), wg = widened_on_gpu(hg), ww = widened_on_gpu(hw), wb = widened_on_gpu(hb);
   auto rounded_equal = [&](const Tensor<L, 1>& got, const Tensor<float, 1>& f32) {
     const auto g = got.to(Device::cpu());
     const auto f = f32.to(Device::cpu());
@@ -395,29 +390,19 @@ TEMPLATE_TEST_CASE("gpusim precision: the GEMM epilogues (bias add, bias gradien
   using L = TestType;
   const index_t A = 3, C = 5, S = 41, n = A * C * S;
   const int code = std::is_same_v<L, bf16> ? 2 : 3;
-  auto lp = [](index_t m, float lo, float hi, float phase) {
-    auto t = Tensor<L, 1>::empty({m});
-    for (index_t i = 0; i < m; ++i)
-      t.data()[i] = L(lo + (hi - lo) * (0.5f + 0.5f * std::sin(phase * static_cast<float>(i) + 0.4f)));
-    return t;
-  };
-  auto widen = [](const Tensor<L, 1>& t) {
-    auto w = Tensor<float, 1>::empty(t.shape());
-    for (index_t i = 0; i < t.numel(); ++i) w.data()[i] = static_cast<float>(t.data()[i]);
-    return w;
-  };
+  auto lp = [](index_t m, float lo, float hi, float phase) { return wave<L, 1>({m}, lo, hi, phase, 0.4f); };
   const auto hy = lp(n, -2.0f, 2.0f, 0.83f), hb = lp(C, -1.0f, 1.0f, 1.7f);
   auto dy = hy.to(gpu());
   const auto db = hb.to(gpu());
-  auto wy = widen(hy).to(gpu());
-  const auto wb = widen(hb).to(gpu());
+  auto wy = widened_on_gpu(hy);
+  const auto wb = widened_on_gpu(hb);
   void* s = gctx().stream().handle;
   REQUIRE(kernels::gemm::add_bias(code, A, C, S, db.data(), dy.data(), s) == 0);
   REQUIRE(kernels::gemm::add_bias(0, A, C, S, wb.data(), wy.data(), s) == 0);
   auto gb = Tensor<L, 1>::empty({C}, gpu());
   auto gbf = Tensor<float, 1>::empty({C}, gpu());
   REQUIRE(kernels::gemm::bias_grad(code, A, C, S, dy.data(), gb.data(), s) == 0);
-  auto wy2 = widen(dy.to(Device::cpu())).to(gpu());  // the f32 route reads the rounded y
+  auto wy2 = widened_on_gpu(dy);  // the f32 route reads the rounded y
   REQUIRE(kernels::gemm::bias_grad(0, A, C, S, wy2.data(), gbf.data(), s) == 0);
   gctx().synchronize();
   const auto y = dy.to(Device::cpu()), yf = wy.to(Device::cpu());
@@ -438,29 +423,19 @@ TEMPLATE_TEST_CASE("gpusim precision: the conv helper kernels (bias add, bias gr
   using L = TestType;
   const int code = std::is_same_v<L, bf16> ? 2 : 3;
   const index_t N = 2, C = 3, P = 4 * 5 * 6, n = N * C * P;
-  auto lp = [](index_t m, float lo, float hi, float phase) {
-    auto t = Tensor<L, 1>::empty({m});
-    for (index_t i = 0; i < m; ++i)
-      t.data()[i] = L(lo + (hi - lo) * (0.5f + 0.5f * std::sin(phase * static_cast<float>(i) + 0.1f)));
-    return t;
-  };
-  auto widen = [](const Tensor<L, 1>& t) {
-    auto w = Tensor<float, 1>::empty(t.shape());
-    for (index_t i = 0; i < t.numel(); ++i) w.data()[i] = static_cast<float>(t.data()[i]);
-    return w;
-  };
+  auto lp = [](index_t m, float lo, float hi, float phase) { return wave<L, 1>({m}, lo, hi, phase, 0.1f); };
   void* s = gctx().stream().handle;
   const auto hy = lp(n, -3.0f, 3.0f, 0.77f), hb = lp(C, -1.0f, 1.0f, 2.1f);
   auto dy = hy.to(gpu());
-  auto wy = widen(hy).to(gpu());
-  const auto db = hb.to(gpu()), wb = widen(hb).to(gpu());
+  auto wy = widened_on_gpu(hy);
+  const auto db = hb.to(gpu()), wb = widened_on_gpu(hb);
   REQUIRE(kernels::conv::bias_add(code, N, C, P, db.data(), dy.data(), s) == 0);
   REQUIRE(kernels::conv::bias_add(0, N, C, P, wb.data(), wy.data(), s) == 0);
   auto scratch = Tensor<double, 1>::empty({kernels::conv::bias_grad_scratch(C)}, gpu());
   auto gb = Tensor<L, 1>::empty({C}, gpu());
   auto gbf = Tensor<float, 1>::empty({C}, gpu());
   REQUIRE(kernels::conv::bias_grad(code, N, C, P, dy.data(), gb.data(), scratch.data(), s) == 0);
-  const auto wy2 = widen(dy.to(Device::cpu())).to(gpu());
+  const auto wy2 = widened_on_gpu(dy);
   REQUIRE(kernels::conv::bias_grad(0, N, C, P, wy2.data(), gbf.data(), scratch.data(), s) == 0);
   // Shifted copy of [N*C, 4, 5, 6] into [N*C, 6, 5, 8] at offset (-1, 0, -2): interior bits, zeros around.
   const index_t src_ext[3] = {4, 5, 6}, dst_ext[3] = {6, 5, 8}, off[3] = {-1, 0, -2};
