@@ -178,7 +178,10 @@ inline void check_mesh_ranks(const std::vector<int>& shape, int extra, int ranks
   for (int s : shape) prod *= s;
   if (prod != ranks) {
     std::string dims;
-    for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? "x" : "") + std::to_string(shape[i]);
+    for (std::size_t i = 0; i < shape.size(); ++i) {  // (appends: GCC 12's -Wrestrict misfires on "x" + string)
+      if (i) dims += 'x';
+      dims += std::to_string(shape[i]);
+    }
     throw UsageError(what + " " + dims + (extra != 1 ? " x " + std::to_string(extra) + " data groups" : "") + " = " +
                      std::to_string(prod) + " ranks, but " + std::to_string(ranks) + " were started");
   }

@@ -92,14 +92,22 @@ grep -q '^-gpgpu_ptx_sim_mode 1' "$CFG/gpgpusim.config"
 # ---- 3. the project's CUDA tests for the simulator
 step "configuring and building $BUILD (-j$JOBS)"
 export PATH=$C/bin:/usr/lib/ccache:$PATH
-cmake -S "$ROOT" -B "$BUILD" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
-  -DSHARDTENSOR_GPUSIM=ON -DSHARDTENSOR_ENABLE_CUDA=ON -DSHARDTENSOR_ENABLE_NCCL=OFF \
-  -DSHARDTENSOR_ENABLE_HDF5=OFF -DSHARDTENSOR_BUILD_BENCH=OFF -DSHARDTENSOR_BUILD_EXAMPLES=OFF \
-  -DSHARDTENSOR_INSTALL=OFF -DCMAKE_CUDA_COMPILER="$C/bin/nvcc" -DCMAKE_CUDA_HOST_COMPILER=g++-11 \
-  -DCUDAToolkit_ROOT="$C" -DCMAKE_CUDA_ARCHITECTURES=70-virtual \
-  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache \
-  -DGPUSIM_LIBDIR="$LIBDIR" -DGPUSIM_CONFIG="$CFG" -DGPUSIM_CUDA="$C" >"$BUILD.configure.log" 2>&1 ||
-  { tail -30 "$BUILD.configure.log"; exit 1; }
+configure() {
+  cmake -S "$ROOT" -B "$BUILD" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
+    -DSHARDTENSOR_GPUSIM=ON -DSHARDTENSOR_ENABLE_CUDA=ON -DSHARDTENSOR_ENABLE_NCCL=OFF \
+    -DSHARDTENSOR_ENABLE_HDF5=OFF -DSHARDTENSOR_BUILD_BENCH=OFF -DSHARDTENSOR_BUILD_EXAMPLES=OFF \
+    -DSHARDTENSOR_INSTALL=OFF -DCMAKE_CUDA_COMPILER="$C/bin/nvcc" -DCMAKE_CUDA_HOST_COMPILER=g++-11 \
+    -DCUDAToolkit_ROOT="$C" -DCMAKE_CUDA_ARCHITECTURES=70-virtual \
+    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache \
+    -DGPUSIM_LIBDIR="$LIBDIR" -DGPUSIM_CONFIG="$CFG" -DGPUSIM_CUDA="$C" >"$BUILD.configure.log" 2>&1
+}
+# When a cached compiler changes, CMake deletes the cache and configures again WITHOUT the -D
+# options (seen: SHARDTENSOR_GPUSIM=OFF, then "Could NOT find CUDNN"): configure once more then.
+gpusim_on() { grep -q '^SHARDTENSOR_GPUSIM:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; }
+if ! configure || ! gpusim_on; then
+  echo "gpusim: configure again (the CMake cache had been reset; SHARDTENSOR_GPUSIM must be ON)"
+  configure && gpusim_on || { tail -30 "$BUILD.configure.log"; exit 1; }
+fi
 targets=(shardtensor_gpusim_tests)
 grep -q shardtensor_gpusim_mpi_tests "$BUILD/tests/gpusim/Makefile" 2>/dev/null && targets+=(shardtensor_gpusim_mpi_tests)
 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >"$BUILD.build.log" 2>&1 ||
