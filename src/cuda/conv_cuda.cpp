@@ -26,6 +26,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda/family_util.hpp"
 #include "exec/conv_kernels.hpp"
 #include "kernels_api/conv.hpp"
 #include "shardtensor/core/error.hpp"
@@ -37,6 +38,8 @@
 
 namespace shard::exec {
 namespace {
+
+using cuda_glue::storage_code;
 
 using E3 = std::array<index_t, 3>;
 
@@ -130,8 +133,6 @@ cudnnDataType_t data_type(DType dt) {
 /// The convolution's compute (accumulation) type: f32 for f32, bf16 and f16 (never the pseudo-half
 /// configurations), f64 for f64.
 cudnnDataType_t compute_type(DType dt) { return dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
-/// The helper kernels' storage dtype code (0 f32, 1 f64, 2 bf16, 3 f16).
-int code(DType dt) { return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : dt == DType::f16 ? 3 : 0; }
 
 /// Descriptors of one problem (x of extent m.ext, y of g.out, w, conv).
 struct Descs {
@@ -299,7 +300,7 @@ const void* padded_input(DType dt, const ConvGeometry& g, const Mapping& m, cons
                          std::size_t bytes, ExecContext& ctx, const char* op) {
   void* xp = ctx.workspace(bytes ? bytes : ctx.workspace_bytes());
   if (bytes == 0 && xp == prev) return xp;
-  check_cuda(kernels::conv::shift_copy(code(dt), g.batch * g.in_channels, g.in.data(), m.ext.data(),
+  check_cuda(kernels::conv::shift_copy(storage_code(dt), g.batch * g.in_channels, g.in.data(), m.ext.data(),
                                        m.offset.data(), x, xp, stream_of(ctx)),
              op, "shift_copy");
   return xp;
@@ -336,7 +337,8 @@ struct CudaConvKernels final : ConvKernels {
                   op, "cudnnConvolutionForward");
     }
     if (bias)
-      check_cuda(kernels::conv::bias_add(code(dt), g.batch, g.out_channels, vol(g.out), bias, y, stream_of(ctx)),
+      check_cuda(kernels::conv::bias_add(storage_code(dt), g.batch, g.out_channels, vol(g.out), bias, y,
+                                         stream_of(ctx)),
                  op, "bias_add");
   }
 
@@ -366,13 +368,13 @@ struct CudaConvKernels final : ConvKernels {
                   op, "cudnnConvolutionBackwardData");
       if (m.copy) {
         const E3 crop{-m.offset[0], -m.offset[1], -m.offset[2]};
-        check_cuda(kernels::conv::shift_copy(code(dt), g.batch * g.in_channels, m.ext.data(), g.in.data(),
+        check_cuda(kernels::conv::shift_copy(storage_code(dt), g.batch * g.in_channels, m.ext.data(), g.in.data(),
                                              crop.data(), target, gx, stream_of(ctx)),
                    op, "shift_copy");
       }
     }
     if (bias)
-      check_cuda(kernels::conv::bias_add(code(dt), g.batch, g.in_channels, vol(g.in), bias, gx, stream_of(ctx)),
+      check_cuda(kernels::conv::bias_add(storage_code(dt), g.batch, g.in_channels, vol(g.in), bias, gx, stream_of(ctx)),
                  op, "bias_add");
   }
 
@@ -409,7 +411,7 @@ struct CudaConvKernels final : ConvKernels {
     check_cuda(cudaSetDevice(ctx.device().index), op, "cudaSetDevice");
     auto* scratch = static_cast<double*>(
         ctx.workspace(static_cast<std::size_t>(kernels::conv::bias_grad_scratch(channels)) * sizeof(double)));
-    check_cuda(kernels::conv::bias_grad(code(dt), batch, channels, positions, gy, gb, scratch, stream_of(ctx)),
+    check_cuda(kernels::conv::bias_grad(storage_code(dt), batch, channels, positions, gy, gb, scratch, stream_of(ctx)),
                op, "bias_grad");
   }
 };

@@ -44,6 +44,11 @@ inline void check_rc(int rc, const char* op, const ExecContext& ctx) {
 
 /// 1 for f64, 0 for f32 (the fronts admit only these).
 inline int is_f64(DType dt) { return dt == DType::f64 ? 1 : 0; }
+/// The storage dtype code of the launchers templated on the storage type (kernels/common.cuh
+/// by_storage): 0 f32, 1 f64, 2 bf16, 3 f16.
+inline int storage_code(DType dt) {
+  return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : dt == DType::f16 ? 3 : 0;
+}
 
 /// Throws shard::Error naming `op` for a nonzero cudaError_t code.
 inline void check(int code, const char* op) {

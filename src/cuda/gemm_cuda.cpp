@@ -24,6 +24,8 @@
 namespace shard::exec {
 namespace {
 
+using cuda_glue::storage_code;
+
 namespace k = shard::kernels::gemm;
 using cuda_glue::check;
 
@@ -156,8 +158,6 @@ cublasHandle_t handle_for(const ExecContext& ctx, cudaStream_t stream, const cha
 }
 
 cublasOperation_t op_of(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
-/// The epilogue launchers' storage dtype code (0 f32, 1 f64, 2 bf16, 3 f16).
-int code(DType dt) { return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : dt == DType::f16 ? 3 : 0; }
 
 struct CudaGemm final : GemmKernels {
   // bf16 / f16: cuBLAS reads and writes the storage type (tensor cores, f32 accumulation); the
@@ -204,12 +204,12 @@ struct CudaGemm final : GemmKernels {
   void add_bias(DType dt, index_t A, index_t cout, index_t S, const void* bias, void* y,
                 ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "add_bias (cuda)");
-    check(k::add_bias(code(dt), A, cout, S, bias, y, s), "add_bias (cuda)");
+    check(k::add_bias(storage_code(dt), A, cout, S, bias, y, s), "add_bias (cuda)");
   }
   void bias_grad(DType dt, index_t A, index_t cout, index_t S, const void* g, void* db,
                  ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "bias_grad (cuda)");
-    check(k::bias_grad(code(dt), A, cout, S, g, db, s), "bias_grad (cuda)");
+    check(k::bias_grad(storage_code(dt), A, cout, S, g, db, s), "bias_grad (cuda)");
   }
 };
 

@@ -8,13 +8,13 @@
 namespace shard::exec {
 namespace {
 
+using cuda_glue::storage_code;
+
 namespace k = shard::kernels::norm;
 using cuda_glue::check;
 using cuda_glue::Scratch;
 
 k::Geom geom(const NormGeom& g) { return {static_cast<int>(g.kind), g.A, g.C, g.S, g.G}; }
-/// The launchers' storage dtype code (0 f32, 1 f64, 2 bf16, 3 f16).
-int code(DType dt) { return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : dt == DType::f16 ? 3 : 0; }
 
 struct CudaNorm final : NormKernels {
   // bf16 / f16 read and written in place by the kernels (templated on the storage type), as on
@@ -28,7 +28,7 @@ struct CudaNorm final : NormKernels {
     if (K == 0) return;
     Scratch<double> dm(mean ? K : 0, s, op), dout(K, s, op);
     cuda_glue::upload(dm.get(), mean, K, s, op);
-    check(k::sums(code(dt), geom(g), x, dm.get(), dout.get(), s), op);
+    check(k::sums(storage_code(dt), geom(g), x, dm.get(), dout.get(), s), op);
     cuda_glue::download(out, dout.get(), K, s, op);
   }
   void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
@@ -39,7 +39,7 @@ struct CudaNorm final : NormKernels {
     Scratch<double> st(2 * K, s, op);
     cuda_glue::upload(st.get(), mean, K, s, op);
     cuda_glue::upload(st.get() + K, invstd, K, s, op);
-    check(k::apply(code(dt), geom(g), x, st.get(), st.get() + K, w, b, y, s), op);
+    check(k::apply(storage_code(dt), geom(g), x, st.get(), st.get() + K, w, b, y, s), op);
   }
   void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
                      const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db,
@@ -59,7 +59,7 @@ struct CudaNorm final : NormKernels {
     double* ddb = db ? p + (stats ? 4 : 2) * K + (dw ? C : 0) : nullptr;
     cuda_glue::upload(dmean, mean, K, s, op);
     cuda_glue::upload(dinv, invstd, K, s, op);
-    check(k::backward_sums(code(dt), geom(g), x, gy, dmean, dinv, w, dsg, dsgx, ddw, ddb, s), op);
+    check(k::backward_sums(storage_code(dt), geom(g), x, gy, dmean, dinv, w, dsg, dsgx, ddw, ddb, s), op);
     if (stats) {
       check(static_cast<int>(cudaMemcpyAsync(sg, dsg, K * sizeof(double), cudaMemcpyDeviceToHost, s)), op);
       check(static_cast<int>(cudaMemcpyAsync(sgx, dsgx, K * sizeof(double), cudaMemcpyDeviceToHost, s)), op);
@@ -83,7 +83,7 @@ struct CudaNorm final : NormKernels {
       cuda_glue::upload(p + 2 * K, sg, K, s, op);
       cuda_glue::upload(p + 3 * K, sgx, K, s, op);
     }
-    check(k::backward_dx(code(dt), geom(g), x, gy, p, p + K, w, stats ? p + 2 * K : nullptr,
+    check(k::backward_dx(storage_code(dt), geom(g), x, gy, p, p + K, w, stats ? p + 2 * K : nullptr,
                          stats ? p + 3 * K : nullptr, inv_count, dx, s),
           op);
   }
@@ -91,7 +91,7 @@ struct CudaNorm final : NormKernels {
     const char* op = "load_f64 (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
     Scratch<double> d(static_cast<std::size_t>(n), s, op);
-    check(k::to_f64(code(dt), n, src, d.get(), s), op);
+    check(k::to_f64(storage_code(dt), n, src, d.get(), s), op);
     cuda_glue::download(host, d.get(), static_cast<std::size_t>(n), s, op);
   }
   void store_f64(DType dt, index_t n, const double* host, void* dst, ExecContext& ctx) const override {
@@ -99,7 +99,7 @@ struct CudaNorm final : NormKernels {
     const auto s = cuda_glue::enter(ctx, op);
     Scratch<double> d(static_cast<std::size_t>(n), s, op);
     cuda_glue::upload(d.get(), host, static_cast<std::size_t>(n), s, op);
-    check(k::from_f64(code(dt), n, d.get(), dst, s), op);
+    check(k::from_f64(storage_code(dt), n, d.get(), dst, s), op);
   }
 };
 

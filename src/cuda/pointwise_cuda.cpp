@@ -10,36 +10,37 @@
 namespace shard::exec {
 namespace {
 
+using cuda_glue::storage_code;
+
 using cuda_glue::check_rc;
 using cuda_glue::is_f64;
 using cuda_glue::DeviceScope;
 
-/// The launchers' storage dtype codes (0 f32, 1 f64, 2 bf16, 3 f16).
-int code(DType d) { return d == DType::f64 ? 1 : d == DType::bf16 ? 2 : d == DType::f16 ? 3 : 0; }
 
 struct CudaPointwise final : PointwiseKernels {
   bool native_low_precision() const override { return true; }
   void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext& ctx) const override {
     DeviceScope scope(ctx, op_name(op));
-    check_rc(kernels::pw_unary(code(dt), static_cast<int>(op), alpha, n, x, y, ctx.stream().handle), op_name(op),
-             ctx);
+    check_rc(kernels::pw_unary(storage_code(dt), static_cast<int>(op), alpha, n, x, y, ctx.stream().handle),
+             op_name(op), ctx);
   }
   void unary_backward(UnaryOp op, double alpha, DType dt, index_t n, const void* x, const void* y, const void* dy,
                       void* dx, ExecContext& ctx) const override {
     DeviceScope scope(ctx, op_name(op));
-    check_rc(kernels::pw_unary_backward(code(dt), static_cast<int>(op), alpha, n, x, y, dy, dx, ctx.stream().handle),
+    check_rc(kernels::pw_unary_backward(storage_code(dt), static_cast<int>(op), alpha, n, x, y, dy, dx,
+                                        ctx.stream().handle),
              op_name(op), ctx);
   }
   void binary(BinaryOp op, const Block& out, const Block& a, const Block& b, ExecContext& ctx) const override {
     DeviceScope scope(ctx, op_name(op));
-    check_rc(kernels::pw_binary(code(out.dtype), static_cast<int>(op), out.rank, out.shape.data(), out.data, a.data,
-                                a.strides.data(), b.data, b.strides.data(), ctx.stream().handle),
+    check_rc(kernels::pw_binary(storage_code(out.dtype), static_cast<int>(op), out.rank, out.shape.data(), out.data,
+                                a.data, a.strides.data(), b.data, b.strides.data(), ctx.stream().handle),
              op_name(op), ctx);
   }
   void div_rhs_backward(const Block& out, const Block& g, const Block& a, const Block& b,
                         ExecContext& ctx) const override {
     DeviceScope scope(ctx, "div_backward");
-    check_rc(kernels::pw_div_rhs_backward(code(out.dtype), out.rank, out.shape.data(), out.data, g.data,
+    check_rc(kernels::pw_div_rhs_backward(storage_code(out.dtype), out.rank, out.shape.data(), out.data, g.data,
                                           g.strides.data(), a.data, a.strides.data(), b.data, b.strides.data(),
                                           ctx.stream().handle),
              "div_backward", ctx);
@@ -55,7 +56,7 @@ struct CudaPointwise final : PointwiseKernels {
   }
   void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext& ctx) const override {
     DeviceScope scope(ctx, "convert");
-    check_rc(kernels::pw_convert(code(from), code(to), n, x, y, ctx.stream().handle), "convert", ctx);
+    check_rc(kernels::pw_convert(storage_code(from), storage_code(to), n, x, y, ctx.stream().handle), "convert", ctx);
   }
 };
 
