@@ -3,8 +3,9 @@
 // medians; prints the CPU model and ISA beside every figure and the speed ratio f32 / low.
 //   OMP_NUM_THREADS=2 build/bench/bench_precision [--rounds 7] [--case 2d|3d|pointwise|all]
 // Stride-1 bf16 / f16 convs run in the direct path without whole-tensor f32 copies (widened tile by
-// tile); bf16 on an AMX-BF16 CPU runs the AMX tile kernels unless ExecSettings::native_low_precision is
-// off. The per-pass table shows both bf16 variants.
+// tile); bf16 runs on the CPU's bf16 unit (cpu_bf16(): AMX tiles, or AVX-512 BF16 vdpbf16ps on AMD;
+// SHARDTENSOR_CPU_BF16 lowers it) unless ExecSettings::native_low_precision is off. The per-pass
+// table shows both bf16 variants.
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
@@ -59,8 +60,8 @@ void run_case(const char* name, const Shape<R>& xs, const Shape<R>& ws, int roun
               m32 / mb, m32 / mh);
 }
 
-/// Per pass, at the exec level (no tape): f32, bf16 with the AMX kernels (ExecSettings::
-/// native_low_precision, where the CPU has AMX-BF16), bf16 on the f32 micro-kernels (widened tile by
+/// Per pass, at the exec level (no tape): f32, bf16 on the CPU's bf16 unit (ExecSettings::
+/// native_low_precision; cpu_bf16()), bf16 on the f32 micro-kernels (widened tile by
 /// tile) and f16. Milliseconds, medians over the rounds.
 void run_passes(const char* name, const ConvGeometry& g, int rounds) {
   const index_t nx = g.batch * g.in_channels * g.in[0] * g.in[1] * g.in[2];
@@ -202,15 +203,16 @@ void run_pointwise(index_t n, int rounds) {
 int main(int argc, char** argv) {
   const int rounds = static_cast<int>(bench::arg_int(argc, argv, "--rounds", 7));
   const std::string which = bench::arg_str(argc, argv, "--case", "all");
-  std::printf("bench_precision: CPU %s, ISA %s, load %.2f, %d rounds (medians)\n", cpu_model_name().c_str(),
-              to_string(cpu_isa()), bench::load_average(), rounds);
+  std::printf("bench_precision: CPU %s, ISA %s, bf16 unit %s, load %.2f, %d rounds (medians)\n",
+              cpu_model_name().c_str(), to_string(cpu_isa()), to_string(cpu_bf16()), bench::load_average(), rounds);
   std::printf("| case (fwd + bwd) | f32 ms | bf16 ms | f16 ms | f32 / bf16 | f32 / f16 |\n|---|---:|---:|---:|---:|---:|\n");
   if (which == "all" || which == "2d")
     run_case<4>("conv2d 32->32 3x3, 2x32x128x128", {2, 32, 128, 128}, {32, 32, 3, 3}, rounds);
   if (which == "all" || which == "3d")
     run_case<5>("conv3d 16->16 3^3, 1x16x48^3", {1, 16, 48, 48, 48}, {16, 16, 3, 3, 3}, rounds);
-  std::printf("\nper pass (exec level; native = AMX tiles where cpu_has_amx_bf16() = %d; ratios f32 / dtype)\n",
-              cpu_has_amx_bf16() ? 1 : 0);
+  std::printf("\nper pass (exec level; native = the CPU's bf16 unit, cpu_bf16() = %s; widened = f32 kernels on bf16"
+              " storage; ratios f32 / dtype)\n",
+              to_string(cpu_bf16()));
   std::printf("| pass | f32 ms | bf16 native ms | bf16 widened ms | f16 ms |\n|---|---:|---:|---:|---:|\n");
   if (which == "all" || which == "2d") run_passes("conv2d 32ch 2x128^2", geometry(2, 2, 32, 128), rounds);
   if (which == "all" || which == "3d") run_passes("conv3d 16ch 48^3", geometry(3, 1, 16, 48), rounds);

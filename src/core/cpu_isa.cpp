@@ -68,6 +68,61 @@ bool cpu_has_amx_bf16() {
 #endif
 }
 
+CpuBf16 cpu_bf16_supported() {
+  if (cpu_has_amx_bf16()) return CpuBf16::amx;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
+  static const bool dot = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return ((a >> 5) & 1u) != 0;  // CPUID.(7,1):EAX[5] AVX512_BF16
+  }();
+  if (dot && cpu_isa() == CpuIsa::avx512) return CpuBf16::avx512_bf16;
+#endif
+  return CpuBf16::widened;
+}
+
+namespace {
+bool cpu_is_amd() {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+CpuBf16 cpu_bf16() {
+  static const CpuBf16 unit = [] {
+    const CpuBf16 hw = cpu_bf16_supported();
+    const char* env = std::getenv("SHARDTENSOR_CPU_BF16");
+    if (env == nullptr || *env == '\0' || std::string(env) == "auto") {
+      if (hw == CpuBf16::avx512_bf16 && !cpu_is_amd()) return CpuBf16::widened;
+      return hw;
+    }
+    const CpuBf16 want = parse_cpu_bf16(env);
+    return want < hw ? want : hw;
+  }();
+  return unit;
+}
+
+CpuBf16 parse_cpu_bf16(const std::string& name) {
+  if (name == "widened") return CpuBf16::widened;
+  if (name == "avx512bf16") return CpuBf16::avx512_bf16;
+  if (name == "amx") return CpuBf16::amx;
+  SHARD_FAIL("cpu_bf16", "SHARDTENSOR_CPU_BF16='{}' is not one of auto, widened, avx512bf16, amx", name);
+}
+
+const char* to_string(CpuBf16 unit) noexcept {
+  switch (unit) {
+    case CpuBf16::widened: return "widened";
+    case CpuBf16::avx512_bf16: return "avx512bf16";
+    case CpuBf16::amx: return "amx";
+  }
+  return "?";
+}
+
 const char* to_string(CpuIsa isa) noexcept {
   switch (isa) {
     case CpuIsa::scalar: return "scalar";

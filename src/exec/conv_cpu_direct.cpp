@@ -320,6 +320,67 @@ int fast_threads(const EngineSettings& cfg, index_t units) {
   return static_cast<int>(std::max<index_t>(1, std::min<index_t>(omp_get_max_threads(), units)));
 }
 
+// ---- channel-pair blocks (the bf16 dot-product kernels: AMX tiles and AVX-512 BF16 vdpbf16ps).
+// Both units multiply pairs of bf16 along the reduction dim; the forward / input-gradient block
+// holds channel PAIRS interleaved in one 32-bit word (P2[cp][e] = x[2cp] | x[2cp+1] << 16).
+using u16 = std::uint16_t;
+using u32 = std::uint32_t;
+
+const u16* bits(const bf16* p) { return reinterpret_cast<const u16*>(p); }
+
+/// Channel pairs of one call: cpairs = ceil(cin / 2), padded to a multiple of 16 above 16 (every
+/// B tile then has kt = min(16, pairs) rows); the padding pairs are zero in the block.
+struct PairPlan {
+  index_t cpairs = 0, padded = 0, kt = 0, cblocks = 0;
+};
+PairPlan pair_plan(index_t cin) {
+  PairPlan pp;
+  pp.cpairs = (cin + 1) / 2;
+  pp.padded = pp.cpairs <= 16 ? pp.cpairs : round_up(pp.cpairs, 16);
+  pp.kt = std::min<index_t>(16, pp.padded);
+  pp.cblocks = pp.padded / pp.kt;
+  return pp;
+}
+
+/// P2[cp][e0][e1][e2] = x[2cp] | x[2cp+1] << 16 over the tile's block (0 outside the input, for
+/// the missing partner of an odd channel count and for the padding pairs), then zeroed slack.
+void fill_pairs(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const bf16* xg, index_t padded, u32* P2) {
+  const Problem& p = *fp.p;
+  const index_t s2 = u.a2 + fp.lo[2];
+  const index_t va = std::clamp<index_t>(-s2, 0, tg.E2), vb = std::clamp<index_t>(p.in[2] - s2, va, tg.E2);
+  for (index_t cp = 0; cp < padded; ++cp)
+    for (index_t e0 = 0; e0 < tg.E0; ++e0) {
+      const index_t i0 = u.o0 + fp.lo[0] + e0;
+      for (index_t e1 = 0; e1 < tg.E1; ++e1) {
+        const index_t i1 = u.a1 + fp.lo[1] + e1;
+        u32* dst = P2 + ((cp * tg.E0 + e0) * tg.E1 + e1) * tg.E2;
+        if (2 * cp >= fp.cin_g || i0 < 0 || i0 >= p.in[0] || i1 < 0 || i1 >= p.in[1]) {
+          std::fill_n(dst, tg.E2, u32{0});
+          continue;
+        }
+        const index_t off = i0 * fp.xl.s0 + i1 * fp.xl.s1 + s2;
+        const u16* r0 = bits(xg + 2 * cp * fp.xl.c + off);
+        std::fill_n(dst, va, u32{0});
+        if (2 * cp + 1 < fp.cin_g) {
+          const u16* r1 = bits(xg + (2 * cp + 1) * fp.xl.c + off);
+          for (index_t e = va; e < vb; ++e) dst[e] = u32{r0[e]} | (u32{r1[e]} << 16);
+        } else {
+          for (index_t e = va; e < vb; ++e) dst[e] = u32{r0[e]};
+        }
+        std::fill_n(dst + vb, tg.E2 - vb, u32{0});
+      }
+    }
+  std::fill_n(P2 + padded * tg.PS, tg.Vpad - tg.V + 64, u32{0});
+}
+
+/// Tap offsets in the block for channel 0 (build_rel with one channel).
+void tap_offsets(const FastPlan& fp, const TileGeom& tg, index_t* off) {
+  FastPlan one = fp;
+  one.cin_g = 1;
+  build_rel(one, tg, off);
+}
+
+
 }  // namespace
 
 // ---------------------------------------------------------------- AVX-512
@@ -398,9 +459,6 @@ struct VecD {
 // Tile counts: 8 tile registers; C takes 4 (or 3), A and B the rest.
 namespace amx {
 #define SHARD_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
-using u16 = std::uint16_t;
-using u32 = std::uint32_t;
-
 struct TileCfg {
   std::uint8_t palette = 1, start_row = 0;
   std::uint8_t reserved[14]{};
@@ -417,60 +475,6 @@ struct Scratch {
   AlignedBuf<float> C;  ///< forward: output tile; weight gradient: one C tile group
   AlignedBuf<index_t> rel;
 };
-
-const u16* bits(const bf16* p) { return reinterpret_cast<const u16*>(p); }
-
-/// Channel pairs of one call: cpairs = ceil(cin / 2), padded to a multiple of 16 above 16 (every
-/// B tile then has kt = min(16, pairs) rows); the padding pairs are zero in the block.
-struct PairPlan {
-  index_t cpairs = 0, padded = 0, kt = 0, cblocks = 0;
-};
-PairPlan pair_plan(index_t cin) {
-  PairPlan pp;
-  pp.cpairs = (cin + 1) / 2;
-  pp.padded = pp.cpairs <= 16 ? pp.cpairs : round_up(pp.cpairs, 16);
-  pp.kt = std::min<index_t>(16, pp.padded);
-  pp.cblocks = pp.padded / pp.kt;
-  return pp;
-}
-
-/// P2[cp][e0][e1][e2] = x[2cp] | x[2cp+1] << 16 over the tile's block (0 outside the input, for
-/// the missing partner of an odd channel count and for the padding pairs), then zeroed slack.
-void fill_pairs(const FastPlan& fp, const FastTile& u, const TileGeom& tg, const bf16* xg, index_t padded, u32* P2) {
-  const Problem& p = *fp.p;
-  const index_t s2 = u.a2 + fp.lo[2];
-  const index_t va = std::clamp<index_t>(-s2, 0, tg.E2), vb = std::clamp<index_t>(p.in[2] - s2, va, tg.E2);
-  for (index_t cp = 0; cp < padded; ++cp)
-    for (index_t e0 = 0; e0 < tg.E0; ++e0) {
-      const index_t i0 = u.o0 + fp.lo[0] + e0;
-      for (index_t e1 = 0; e1 < tg.E1; ++e1) {
-        const index_t i1 = u.a1 + fp.lo[1] + e1;
-        u32* dst = P2 + ((cp * tg.E0 + e0) * tg.E1 + e1) * tg.E2;
-        if (2 * cp >= fp.cin_g || i0 < 0 || i0 >= p.in[0] || i1 < 0 || i1 >= p.in[1]) {
-          std::fill_n(dst, tg.E2, u32{0});
-          continue;
-        }
-        const index_t off = i0 * fp.xl.s0 + i1 * fp.xl.s1 + s2;
-        const u16* r0 = bits(xg + 2 * cp * fp.xl.c + off);
-        std::fill_n(dst, va, u32{0});
-        if (2 * cp + 1 < fp.cin_g) {
-          const u16* r1 = bits(xg + (2 * cp + 1) * fp.xl.c + off);
-          for (index_t e = va; e < vb; ++e) dst[e] = u32{r0[e]} | (u32{r1[e]} << 16);
-        } else {
-          for (index_t e = va; e < vb; ++e) dst[e] = u32{r0[e]};
-        }
-        std::fill_n(dst + vb, tg.E2 - vb, u32{0});
-      }
-    }
-  std::fill_n(P2 + padded * tg.PS, tg.Vpad - tg.V + 64, u32{0});
-}
-
-/// Tap offsets in the block for channel 0 (build_rel with one channel).
-void tap_offsets(const FastPlan& fp, const TileGeom& tg, index_t* off) {
-  FastPlan one = fp;
-  one.cin_g = 1;
-  build_rel(one, tg, off);
-}
 
 /// Forward unit with MB output-channel blocks x NB position blocks of C tiles (2 x 2 or 1 x 3).
 template <int MB, int NB>
@@ -667,6 +671,199 @@ void run_wgrad(const Problem& p, const bf16* x, const bf16* gy, float* gw) {
 }
 }  // namespace amx
 
+// ---------------------------------------------------------------- AVX-512 BF16 (vdpbf16ps)
+// bf16 x and y (or gy) with bf16 weights on a CPU whose bf16 unit is avx512_bf16 (cpu_bf16()):
+// VDPBF16PS adds, in each of 16 f32 lanes, the two exact products of a bf16 pair to the lane
+// (two f32 roundings per instruction, as two FMAs on the widened values would do), so one
+// instruction does the work of two f32 FMAs. The register blocking follows the f32 kernels:
+//  * Forward / input gradient: the channel-pair block P2 (fill_pairs); 8 output channels x 48
+//    positions of accumulators; per (channel pair, tap) row: 3 loads of 16 pairs and 8 broadcast
+//    weight pairs (packed once per call).
+//  * Weight gradient: both operands are plain bf16 rows (the gy tile and the block at the tap's
+//    offset), whose consecutive POSITIONS form the pairs: 4 output channels x 6 (channel, tap)
+//    rows of accumulators over 32 positions per instruction, lane sums added in double at the end.
+namespace dot {
+#define SHARD_DOT __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+constexpr int L = 16, MR = 8, NV = 3, NVL = NV * L;  // forward register block
+constexpr int WM = 4, WK = 6, WL = 2 * L;            // weight-gradient register block; positions per vector
+
+struct Scratch {
+  AlignedBuf<u32> P2;   ///< forward: channel-pair block
+  AlignedBuf<bf16> P;   ///< weight gradient: plain block
+  AlignedBuf<bf16> G;   ///< weight gradient: gy tile [mpad][Vpad]
+  AlignedBuf<float> C;  ///< forward: output tile
+  AlignedBuf<float> A;  ///< weight gradient: vector partial sums
+  AlignedBuf<index_t> rel;
+};
+
+SHARD_DOT inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
+
+/// c[m][j] (+)= sum over the K (pair, tap) rows k of ap[k][m] . base[rel[k] + j] (a bf16 pair dot
+/// product per lane), m < MR, j < NVL.
+SHARD_DOT void kernel_fwd(index_t K, const u32* ap, const u32* base, const index_t* rel, float* c, index_t ldc,
+                          bool accumulate) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 3
+    for (int j = 0; j < NV; ++j) acc[m][j] = accumulate ? _mm512_loadu_ps(c + m * ldc + j * L) : _mm512_setzero_ps();
+  for (index_t k = 0; k < K; ++k) {
+    const u32* bk = base + rel[k];
+    __m512bh b[NV];
+#pragma GCC unroll 3
+    for (int j = 0; j < NV; ++j) b[j] = as_bh(_mm512_loadu_si512(bk + j * L));
+    const u32* a = ap + k * MR;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh am = as_bh(_mm512_set1_epi32(static_cast<int>(a[m])));
+#pragma GCC unroll 3
+      for (int j = 0; j < NV; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], b[j], am);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 3
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(c + m * ldc + j * L, acc[m][j]);
+}
+
+SHARD_DOT void forward_unit(const FastPlan& fp, const FastTile& u, const bf16* x, const u32* ap, index_t cpairs,
+                            index_t kp, const float* bias, bf16* y, Scratch& s) {
+  const Problem& p = *fp.p;
+  const TileGeom tg = tile_geom(fp, u, NVL);
+  fill_pairs(fp, u, tg, x + u.n * p.x_batch_stride + u.g * fp.cin_g * fp.xl.c, cpairs, s.P2.data());
+  FastPlan pairs = fp;  // rel[(cp, t)] = cp * PS + the tap's offset
+  pairs.cin_g = cpairs;
+  build_rel(pairs, tg, s.rel.data());
+  const index_t mblocks = (fp.cout_g + MR - 1) / MR;
+  const u32* apg = ap + u.g * mblocks * MR * kp;
+  constexpr index_t kchunk = 24576 / (NVL * sizeof(u32));  // one v-block's rows of a k chunk stay in L1
+  for (index_t v0 = 0; v0 < tg.Vpad; v0 += NVL)
+    for (index_t k0 = 0; k0 < kp; k0 += kchunk)
+      for (index_t mb = 0; mb < mblocks; ++mb)
+        kernel_fwd(std::min(kchunk, kp - k0), apg + (mb * kp + k0) * MR, s.P2.data() + v0, s.rel.data() + k0,
+                   s.C.data() + mb * MR * tg.Vpad + v0, tg.Vpad, k0 > 0);
+  store_tile_narrow(fp, u, tg, s.C.data(), bias, y);
+}
+
+void run_forward(const Problem& p, const bf16* x, const float* w, const float* bias, bf16* y) {
+  const FastPlan fp = make_plan(p, sizeof(float), fast_threads(p.cfg, 1 << 30), NVL, MR);
+  const index_t ntaps = p.taps.count(), cpairs = (fp.cin_g + 1) / 2, kp = cpairs * ntaps;
+  const index_t mblocks = (fp.cout_g + MR - 1) / MR;
+  // ap[g][mb][cp * ntaps + t][m] = (w[co][2cp][t], w[co][2cp+1][t]) as bf16 bits, co = MR mb + m
+  // (w holds bf16 values: the rounding is exact; the partner of an odd last channel is 0).
+  std::vector<u32> ap(static_cast<std::size_t>(p.groups * mblocks * kp * MR), 0);
+  for (index_t g = 0; g < p.groups; ++g)
+    for (index_t co = 0; co < fp.cout_g; ++co) {
+      const float* wr = w + (g * fp.cout_g + co) * fp.krows;
+      for (index_t cp = 0; cp < cpairs; ++cp)
+        for (index_t t = 0; t < ntaps; ++t) {
+          const u32 lo = cvt::bf16_bits(wr[2 * cp * ntaps + t]);
+          const u32 hi = 2 * cp + 1 < fp.cin_g ? u32{cvt::bf16_bits(wr[(2 * cp + 1) * ntaps + t])} : 0u;
+          ap[static_cast<std::size_t>(((g * mblocks + co / MR) * kp + cp * ntaps + t) * MR + co % MR)] = lo | (hi << 16);
+        }
+    }
+  const index_t ps_max = fp.span[0] * (fp.rows + fp.span[1] - 1) * (fp.cols + fp.span[2] - 1);
+  const int nth = fast_threads(p.cfg, fp.units);
+  std::vector<Scratch> scratch(static_cast<std::size_t>(nth));
+  for (auto& sc : scratch) {
+    sc.P2.resize(static_cast<std::size_t>(cpairs * ps_max + 2 * NVL + 128));
+    sc.C.resize(static_cast<std::size_t>(fp.c_cap));
+    sc.rel.resize(static_cast<std::size_t>(kp + 16));
+  }
+#pragma omp parallel for schedule(static) num_threads(nth)
+  for (index_t u = 0; u < fp.units; ++u)
+    forward_unit(fp, decode(fp, u), x, ap.data(), cpairs, kp, bias, y,
+                 scratch[static_cast<std::size_t>(omp_get_thread_num())]);
+}
+
+/// acc[m][t] (vector partial sums in accmem, block mb at accmem + mb * WM * WK * L) += the pair dot
+/// products of g[m][v, v+1] and base[rel[t] + v, + v+1] over v < nvec * WL, for nmb m-blocks.
+SHARD_DOT void kernel_wgrad(index_t nvec, index_t nmb, const bf16* g, index_t ldg, const bf16* base,
+                            const index_t* rel, float* accmem) {
+  const bf16* bt[WK];
+#pragma GCC unroll 6
+  for (int t = 0; t < WK; ++t) bt[t] = base + rel[t];
+  for (index_t mb = 0; mb < nmb; ++mb, g += WM * ldg, accmem += WM * WK * L) {
+    __m512 acc[WM][WK];
+#pragma GCC unroll 4
+    for (int m = 0; m < WM; ++m)
+#pragma GCC unroll 6
+      for (int t = 0; t < WK; ++t) acc[m][t] = _mm512_loadu_ps(accmem + (m * WK + t) * L);
+    for (index_t v = 0; v < nvec * WL; v += WL) {
+      __m512bh a[WM];
+#pragma GCC unroll 4
+      for (int m = 0; m < WM; ++m) a[m] = as_bh(_mm512_loadu_si512(g + m * ldg + v));
+#pragma GCC unroll 6
+      for (int t = 0; t < WK; ++t) {
+        __m512i bi = _mm512_loadu_si512(bt[t] + v);
+        __asm__("" : "+v"(bi));  // one load of the P row, reused by the WM instructions (kernel_wgrad, .inc)
+        const __m512bh b = as_bh(bi);
+#pragma GCC unroll 4
+        for (int m = 0; m < WM; ++m) acc[m][t] = _mm512_dpbf16_ps(acc[m][t], a[m], b);
+      }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < WM; ++m)
+#pragma GCC unroll 6
+      for (int t = 0; t < WK; ++t) _mm512_storeu_ps(accmem + (m * WK + t) * L, acc[m][t]);
+  }
+}
+
+void wgrad_unit(const FastPlan& fp, const FastTile& u, const bf16* x, const bf16* gy, Scratch& s, double* acc) {
+  const Problem& p = *fp.p;
+  const TileGeom tg = tile_geom(fp, u, WL);
+  const std::size_t acc_bytes =
+      static_cast<std::size_t>(((fp.cout_g + WM - 1) / WM * WM) * ((fp.krows + WK - 1) / WK * WK) * L) * sizeof(float);
+  const index_t chunk = acc_bytes <= (std::size_t{256} << 10) ? index_t{512} : tg.Vpad;  // 1 KiB of each G row
+  fill_block(fp, u, tg, x + u.n * p.x_batch_stride + u.g * fp.cin_g * fp.xl.c, s.P.data());
+  build_rel(fp, tg, s.rel.data());
+  const index_t mpad = (fp.cout_g + WM - 1) / WM * WM;
+  load_gy_tile(fp, u, tg, gy, mpad, s.G.data());
+  const index_t kpad = (fp.krows + WK - 1) / WK * WK;
+  for (index_t k = fp.krows; k < kpad; ++k) s.rel[static_cast<std::size_t>(k)] = 0;
+  const index_t blocks = (mpad / WM) * (kpad / WK);
+  s.A.assign(static_cast<std::size_t>(blocks * WM * WK * L), 0.0f);
+  for (index_t v0 = 0; v0 < tg.Vpad; v0 += chunk) {
+    const index_t nvec = std::min(chunk, tg.Vpad - v0) / WL;
+    for (index_t kb = 0; kb < kpad; kb += WK)
+      kernel_wgrad(nvec, mpad / WM, s.G.data() + v0, tg.Vpad, s.P.data() + v0, s.rel.data() + kb,
+                   s.A.data() + (kb / WK) * (mpad / WM) * WM * WK * L);
+  }
+  double* accg = acc + u.g * fp.cout_g * fp.krows;
+  for (index_t kb = 0; kb < kpad; kb += WK)
+    for (index_t mb = 0; mb < mpad; mb += WM) {
+      const float* a = s.A.data() + ((kb / WK) * (mpad / WM) + mb / WM) * WM * WK * L;
+      for (int m = 0; m < WM && mb + m < fp.cout_g; ++m)
+        for (int t = 0; t < WK && kb + t < fp.krows; ++t) {
+          double r = 0;
+          for (int l = 0; l < L; ++l) r += static_cast<double>(a[(m * WK + t) * L + l]);
+          accg[(mb + m) * fp.krows + kb + t] += r;
+        }
+    }
+}
+
+void run_wgrad(const Problem& p, const bf16* x, const bf16* gy, float* gw) {
+  const FastPlan fp = make_plan(p, sizeof(float), fast_threads(p.cfg, 1 << 30), WL, WM);
+  const index_t wn = p.groups * fp.cout_g * fp.krows;
+  const index_t ps_max = fp.span[0] * (fp.rows + fp.span[1] - 1) * (fp.cols + fp.span[2] - 1);
+  const int nth = fast_threads(p.cfg, fp.units);
+  std::vector<Scratch> scratch(static_cast<std::size_t>(nth));
+  std::vector<double> partial(static_cast<std::size_t>(nth * wn), 0.0);
+  for (auto& sc : scratch) {
+    sc.P.resize(static_cast<std::size_t>(fp.cin_g * ps_max + 2 * WL + 128));
+    sc.G.resize(static_cast<std::size_t>(fp.c_cap));
+    sc.rel.resize(static_cast<std::size_t>(fp.krows + WK + 16));
+  }
+#pragma omp parallel for schedule(static) num_threads(nth)
+  for (index_t u = 0; u < fp.units; ++u) {
+    const int t = omp_get_thread_num();
+    wgrad_unit(fp, decode(fp, u), x, gy, scratch[static_cast<std::size_t>(t)], partial.data() + t * wn);
+  }
+  sum_partials(partial, nth, wn, gw);
+}
+#undef SHARD_DOT
+}  // namespace dot
+
 namespace {
 
 /// The micro-kernel family to use (cpu_isa(), lowered by the ConvKernel setting).
@@ -750,21 +947,24 @@ template <> struct Pick<double> {
 
 }  // namespace
 
-/// The AMX kernels run p (bf16 storage, ExecSettings::native_low_precision, an AMX-BF16 CPU at the avx512
-/// level with the automatic kernel choice).
+/// The bf16 dot-product kernels for p: bf16 storage, ExecSettings::native_low_precision, the avx512
+/// level with the automatic kernel choice, and the CPU's bf16 unit (cpu_bf16(): AMX tiles or AVX-512
+/// BF16); `widened` otherwise (the f32 micro-kernels on widened values).
 template <class S>
-bool native_bf16(const Problem& p) {
-  return std::is_same_v<S, bf16> && p.cfg.native_low_precision && active_isa(p.cfg.kernel) == CpuIsa::avx512 &&
-         cpu_has_amx_bf16();
+CpuBf16 bf16_unit(const Problem& p) {
+  if (!std::is_same_v<S, bf16> || !p.cfg.native_low_precision || active_isa(p.cfg.kernel) != CpuIsa::avx512)
+    return CpuBf16::widened;
+  return cpu_bf16();
 }
 
 template <class S, class T>
 bool fast_gather_conv(const Problem& p, const S* x, const T* w, const T* bias, S* y) {
   if (!eligible(p)) return false;
   if constexpr (std::is_same_v<S, bf16>) {
-    if (native_bf16<S>(p)) {
-      amx::run_forward(p, x, w, bias, y);
-      return true;
+    switch (bf16_unit<S>(p)) {
+      case CpuBf16::amx: amx::run_forward(p, x, w, bias, y); return true;
+      case CpuBf16::avx512_bf16: dot::run_forward(p, x, w, bias, y); return true;
+      case CpuBf16::widened: break;
     }
   }
   if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {
@@ -781,9 +981,10 @@ template <class S, class T>
 bool fast_weight_grad(const Problem& p, const S* x, const S* gy, T* gw) {
   if (!eligible(p) || p.y_ext != p.out || p.y_step != Ext3{1, 1, 1} || p.y_base != Ext3{0, 0, 0}) return false;
   if constexpr (std::is_same_v<S, bf16>) {
-    if (native_bf16<S>(p)) {
-      amx::run_wgrad(p, x, gy, gw);
-      return true;
+    switch (bf16_unit<S>(p)) {
+      case CpuBf16::amx: amx::run_wgrad(p, x, gy, gw); return true;
+      case CpuBf16::avx512_bf16: dot::run_wgrad(p, x, gy, gw); return true;
+      case CpuBf16::widened: break;
     }
   }
   if (active_isa(p.cfg.kernel) == CpuIsa::avx512) {

@@ -4,6 +4,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "shardtensor/core/cpu_isa.hpp"
@@ -44,4 +45,47 @@ TEST_CASE("cpu_isa is the requested level capped at the CPU's", "[core][isa]") {
     CHECK(now == hw);
   }
   CHECK(!cpu_model_name().empty());
+}
+
+TEST_CASE("cpu_bf16 parses the three units and refuses anything else", "[core][isa]") {
+  CHECK(parse_cpu_bf16("widened") == CpuBf16::widened);
+  CHECK(parse_cpu_bf16("avx512bf16") == CpuBf16::avx512_bf16);
+  CHECK(parse_cpu_bf16("amx") == CpuBf16::amx);
+  CHECK(std::string(to_string(CpuBf16::avx512_bf16)) == "avx512bf16");
+  for (const char* bad : {"", "AMX", "avx512_bf16", "bf16", "none"}) {
+    INFO(bad);
+    try {
+      parse_cpu_bf16(bad);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("SHARDTENSOR_CPU_BF16") != std::string::npos);
+      CHECK(std::string(e.what()).find("widened, avx512bf16, amx") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("cpu_bf16 is the requested unit capped at the CPU's, else the automatic choice", "[core][isa]") {
+  const CpuBf16 hw = cpu_bf16_supported(), now = cpu_bf16();
+  INFO("CPU " << cpu_model_name() << " supports " << to_string(hw) << ", in effect " << to_string(now));
+  CHECK(now <= hw);
+  if (cpu_isa() != CpuIsa::avx512) CHECK(hw == CpuBf16::widened);  // the bf16 units need the avx512 level
+  CHECK((hw == CpuBf16::amx) == cpu_has_amx_bf16());
+  const char* env = std::getenv("SHARDTENSOR_CPU_BF16");
+  if (env != nullptr && *env != '\0' && std::string(env) != "auto") {
+    const CpuBf16 want = parse_cpu_bf16(env);
+    CHECK(now == (want < hw ? want : hw));
+  } else if (hw == CpuBf16::avx512_bf16) {
+    // vdpbf16ps on AMD (twice the f32 FMA flops on Zen 4), the widened kernels elsewhere
+    std::ifstream info("/proc/cpuinfo");
+    std::string line;
+    bool amd = false;
+    while (std::getline(info, line))
+      if (line.rfind("vendor_id", 0) == 0) {
+        amd = line.find("AuthenticAMD") != std::string::npos;
+        break;
+      }
+    CHECK(now == (amd ? CpuBf16::avx512_bf16 : CpuBf16::widened));
+  } else {
+    CHECK(now == hw);
+  }
 }

@@ -1,4 +1,6 @@
-// The bf16 conv kernels on AMX tiles (src/exec/conv_cpu_direct.cpp, namespace amx) against the
+// The bf16 conv kernels on the CPU's bf16 unit (src/exec/conv_cpu_direct.cpp: namespace amx, AMX
+// tiles; namespace dot, AVX-512 BF16 vdpbf16ps; cpu_bf16() picks, SHARDTENSOR_CPU_BF16 lowers: ctest
+// runs these cases once more at avx512bf16 so an AMX machine checks the vdpbf16ps kernels too) against the
 // widened path (ExecSettings::native_low_precision = false: the f32 micro-kernels on the same bf16 values,
 // rounded once; bit-identical to f32 on widened inputs, tests/nn/test_precision_ops.cpp). Both
 // sum the same exact bf16 products in f32, in different orders, and round once to bf16, so per
@@ -124,8 +126,11 @@ Block x_operand(const Case& c, const Block& dense, std::vector<Block>& keep) {
 
 }  // namespace
 
-TEST_CASE("conv bf16 on AMX tiles agrees with the widened f32 kernels", "[precision][conv][amx]") {
-  if (!cpu_has_amx_bf16()) SKIP("no AMX-BF16 on this CPU (or level below avx512): the widened path is the bf16 path");
+TEST_CASE("conv bf16 on the CPU's bf16 unit (AMX or AVX-512 BF16) agrees with the widened f32 kernels",
+          "[precision][conv][bf16unit]") {
+  if (cpu_bf16() == CpuBf16::widened)
+    SKIP("the CPU's bf16 unit is 'widened' (no AMX-BF16 / AVX-512 BF16 in use, or level below avx512)");
+  UNSCOPED_INFO("bf16 unit: " << to_string(cpu_bf16()) << ", CPU " << cpu_model_name());
   const std::vector<Case> cases = {
       {"2d 32->32 3x3 (2x2 C tiles)", geom(2, 2, 32, 32, 1, {1, 13, 21}, {1, 3, 3}, {0, 1, 1})},
       {"2d 3->5 5x5 odd channels", geom(2, 1, 3, 5, 1, {1, 11, 9}, {1, 5, 5}, {0, 2, 2})},
@@ -184,8 +189,9 @@ TEST_CASE("conv bf16 on AMX tiles agrees with the widened f32 kernels", "[precis
   }
 }
 
-TEST_CASE("conv bf16 on AMX: NaN and infinity propagate like the widened kernels", "[precision][conv][amx]") {
-  if (!cpu_has_amx_bf16()) SKIP("no AMX-BF16 on this CPU (or level below avx512)");
+TEST_CASE("conv bf16 on the CPU's bf16 unit: NaN and infinity propagate like the widened kernels",
+          "[precision][conv][bf16unit]") {
+  if (cpu_bf16() == CpuBf16::widened) SKIP("the CPU's bf16 unit is 'widened'");
   const ConvGeometry g = geom(2, 1, 4, 20, 1, {1, 6, 7}, {1, 3, 3}, {0, 1, 1});
   const index_t nx = 4 * 42, ny = 20 * 42, nw = 20 * 4 * 9;
   Block x = bf16_random(nx, 7), w = bf16_random(nw, 8);

@@ -28,6 +28,30 @@ CpuIsa cpu_isa();
 /// the bf16 conv kernels on AMX tiles (exec/conv.hpp, ExecSettings::native_low_precision).
 bool cpu_has_amx_bf16();
 
+/// The bf16 dot-product units the bf16 conv kernels use (exec/conv.hpp,
+/// ExecSettings::native_low_precision), in increasing order:
+///  - `widened`: none; bf16 is widened to f32 in registers and the f32 micro-kernels run;
+///  - `avx512_bf16`: AVX-512 BF16 `vdpbf16ps` (16 lanes, each summing a pair of bf16 products);
+///  - `amx`: AMX-BF16 tiles (`tdpbf16ps`).
+enum class CpuBf16 : unsigned char { widened, avx512_bf16, amx };
+
+/// The highest bf16 unit this CPU supports at the kernels' level (`widened` below avx512).
+CpuBf16 cpu_bf16_supported();
+
+/// The bf16 unit the conv kernels use: `SHARDTENSOR_CPU_BF16=widened|avx512bf16|amx` if set
+/// (capped at `cpu_bf16_supported()`), else the automatic choice: `amx` where the CPU has it;
+/// `avx512_bf16` on AMD CPUs with AVX-512 BF16 (Zen 4: `vdpbf16ps` issues at the f32 FMA rate,
+/// so twice the flops; docs/performance.md); `widened` otherwise (on Intel CPUs `vdpbf16ps`
+/// issues at half the FMA rate and measured slower than the widened f32 kernels). Read once per
+/// process; an unknown value throws `shard::Error` naming the variable and the accepted values.
+CpuBf16 cpu_bf16();
+
+/// Parses "widened", "avx512bf16" or "amx"; throws `shard::Error` on anything else.
+CpuBf16 parse_cpu_bf16(const std::string& name);
+
+/// "widened", "avx512bf16" or "amx".
+const char* to_string(CpuBf16 unit) noexcept;
+
 /// True when `SHARDTENSOR_CPU_ISA` is set (a lowered level is in effect or was asked for).
 bool cpu_isa_overridden();
 

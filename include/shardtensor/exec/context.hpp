@@ -56,7 +56,7 @@ struct ExecSettings {
   /// CPU conv kernel choice.
   ConvKernel conv_kernel = ConvKernel::automatic;
   /// bf16 / f16 storage on the CPU takes the native paths where they exist: stride-1 bf16 conv on
-  /// AMX tiles (cpu_has_amx_bf16(): exact bf16 products summed in f32 in the tile unit's order),
+  /// the CPU's bf16 unit (cpu_bf16(): AMX tiles or AVX-512 BF16; exact products summed in f32),
   /// and channel mixing (linear over the channel dim of a field) as a 1 x 1 conv that reads the
   /// storage dtype in place. Within bf16 / f16 rounding of the f32 result, not bit-identical to it.
   /// false: every bf16 / f16 op is f32 on the widened values, rounded once (bit-identical
