@@ -60,14 +60,13 @@ void for_each_mapped(const Block& x, const Block::Extents& st, Fn f) {
   }
 }
 
-/// The sum of n elements p[i * step] in double: element i into lane i % 8, the 8 lanes added
-/// pairwise at the end. Eight independent add chains instead of one (a single chain runs at one
-/// element per add latency: 1.3 ms for 2^20 elements); the order depends only on i, so a strided
-/// row and its contiguous copy give the same bits, whatever the thread count.
+/// Adds n elements p[i * step] to the 8 double lanes l, element i into lane (pos + i) % 8, and
+/// returns pos + n. Each lane adds its elements in index order, so a row split into pieces (the
+/// rows of a strided view) gives the same lanes as the whole row.
 template <class T>
-double lane_sum(const T* p, index_t n, index_t step) {
-  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+index_t lane_add(double* l, const T* p, index_t n, index_t step, index_t pos) {
   index_t i = 0;
+  for (; i < n && (pos + i) % 8 != 0; ++i) l[(pos + i) % 8] += static_cast<double>(p[i * step]);
   if (step == 1) {
     for (; i + 8 <= n; i += 8)
       for (int k = 0; k < 8; ++k) l[k] += static_cast<double>(p[i + k]);
@@ -75,29 +74,43 @@ double lane_sum(const T* p, index_t n, index_t step) {
     for (; i + 8 <= n; i += 8)
       for (int k = 0; k < 8; ++k) l[k] += static_cast<double>(p[(i + k) * step]);
   }
-  for (; i < n; ++i) l[i % 8] += static_cast<double>(p[i * step]);
-  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  for (; i < n; ++i) l[(pos + i) % 8] += static_cast<double>(p[i * step]);
+  return pos + n;
 }
 
-/// acc[j] += the lane sum of each row of x, when x's last dim is reduced (its keepdim stride is 0)
-/// and long enough for the lanes to pay; rows in order. False when it does not apply.
+/// acc[j] += the sum of each "row" of x, when x's trailing dims [k, R) are all reduced (keepdim
+/// stride 0): the row's elements go in index order into 8 interleaved double lanes, added pairwise
+/// at the end. Eight independent add chains instead of one (one chain runs at one element per add
+/// latency: 1.3 ms for 2^20 elements); the order depends only on the element's index, so a strided
+/// view (walked row by row of its last dim) and its contiguous copy give the same bits, whatever the
+/// thread count. False when it does not apply (no reduced trailing dim, or rows under 16 elements).
 template <class T>
 bool sum_rows_in_lanes(const Block& x, const Block::Extents& st, const T* px, std::vector<double>& acc) {
   const int R = x.rank;
-  if (R == 0 || x.numel() == 0) return false;
+  if (R == 0 || x.numel() == 0 || st[static_cast<std::size_t>(R - 1)] != 0) return false;
   const auto& s = x.shape;
-  const index_t inner = s[static_cast<std::size_t>(R - 1)];
-  if (inner < 64 || st[static_cast<std::size_t>(R - 1)] != 0) return false;
+  int k = R - 1;
+  while (k > 0 && st[static_cast<std::size_t>(k - 1)] == 0) --k;
+  index_t inner = 1;
+  for (int d = k; d < R; ++d) inner *= s[static_cast<std::size_t>(d)];
+  if (inner < 16) return false;
+  const index_t last = s[static_cast<std::size_t>(R - 1)], pieces = inner / last;
   const index_t outer = x.numel() / inner, xs = detail::row_step(x);
   const bool dense = x.is_contiguous();
   for (index_t r = 0; r < outer; ++r) {
     index_t rem = r, off = 0;
-    for (int d = R - 2; d >= 0; --d) {
+    for (int d = k - 1; d >= 0; --d) {
       off += (rem % s[static_cast<std::size_t>(d)]) * st[static_cast<std::size_t>(d)];
       rem /= s[static_cast<std::size_t>(d)];
     }
-    acc[static_cast<std::size_t>(off)] +=
-        dense ? lane_sum(px + r * inner, inner, 1) : lane_sum(px + detail::row_offset(x, r), inner, xs);
+    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (dense) {
+      lane_add(l, px + r * inner, inner, 1, 0);
+    } else {
+      index_t pos = 0;
+      for (index_t q = 0; q < pieces; ++q) pos = lane_add(l, px + detail::row_offset(x, r * pieces + q), last, xs, pos);
+    }
+    acc[static_cast<std::size_t>(off)] += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
   }
   return true;
 }
