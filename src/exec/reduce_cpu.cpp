@@ -30,6 +30,16 @@ Block::Extents keepdim_strides(const Block& x, const Block& out) {
   return st;
 }
 
+/// The offset under strides st of row r of the dims [0, k) of shape s (row-major).
+inline index_t outer_offset(const Block::Extents& s, const Block::Extents& st, int k, index_t r) {
+  index_t off = 0;
+  for (int d = k - 1; d >= 0; --d) {
+    off += (r % s[static_cast<std::size_t>(d)]) * st[static_cast<std::size_t>(d)];
+    r /= s[static_cast<std::size_t>(d)];
+  }
+  return off;
+}
+
 /// Calls f(i, j, o) for each element of x in element (row-major) order: i its index in a contiguous
 /// block of x's shape, j its offset under the keepdim strides st, o its offset in x under x's own
 /// strides (o == i for a contiguous x). Walking a strided x (e.g. the interior of a halo-padded
@@ -45,11 +55,7 @@ void for_each_mapped(const Block& x, const Block::Extents& st, Fn f) {
                 is = R ? st[static_cast<std::size_t>(R - 1)] : 0, xs = detail::row_step(x);
   const bool dense = x.is_contiguous();
   for (index_t r = 0; r < outer; ++r) {
-    index_t rem = r, off = 0;
-    for (int d = R - 2; d >= 0; --d) {
-      off += (rem % s[static_cast<std::size_t>(d)]) * st[static_cast<std::size_t>(d)];
-      rem /= s[static_cast<std::size_t>(d)];
-    }
+    const index_t off = outer_offset(s, st, R - 1, r);
     const index_t base = r * inner;
     if (dense) {
       for (index_t i = 0; i < inner; ++i) f(base + i, off + i * is, base + i);
@@ -98,11 +104,7 @@ bool sum_rows_in_lanes(const Block& x, const Block::Extents& st, const T* px, st
   const index_t outer = x.numel() / inner, xs = detail::row_step(x);
   const bool dense = x.is_contiguous();
   for (index_t r = 0; r < outer; ++r) {
-    index_t rem = r, off = 0;
-    for (int d = k - 1; d >= 0; --d) {
-      off += (rem % s[static_cast<std::size_t>(d)]) * st[static_cast<std::size_t>(d)];
-      rem /= s[static_cast<std::size_t>(d)];
-    }
+    const index_t off = outer_offset(s, st, k, r);
     double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (dense) {
       lane_add(l, px + r * inner, inner, 1, 0);
