@@ -1,7 +1,7 @@
 // Mixed precision on the CPU (issue 18 item 8): conv2d / conv3d forward + backward (input and
 // weight gradients) at one rank in f32, bf16 and f16 storage, interleaved rounds in one process,
 // medians; prints the CPU model and ISA beside every figure and the speed ratio f32 / low.
-//   OMP_NUM_THREADS=2 build/bench/bench_precision [--rounds 7] [--case 2d|3d|pointwise|all]
+//   OMP_NUM_THREADS=2 build/bench/bench_precision [--rounds 7] [--case 2d|3d|pointwise|pool|all]
 // Stride-1 bf16 / f16 convs run in the direct path without whole-tensor f32 copies (widened tile by
 // tile); bf16 runs on the CPU's bf16 unit (cpu_bf16(): AMX tiles, or AVX-512 BF16 vdpbf16ps on AMD;
 // SHARDTENSOR_CPU_BF16 lowers it) unless ExecSettings::native_low_precision is off. The per-pass
@@ -15,6 +15,8 @@
 #include <shardtensor/core/cpu_isa.hpp>
 #include <shardtensor/exec/conv.hpp>
 #include <shardtensor/exec/pointwise.hpp>
+#include <shardtensor/exec/pool.hpp>
+#include <shardtensor/exec/resize.hpp>
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
@@ -200,6 +202,118 @@ void run_pointwise(index_t n, int rounds) {
               static_cast<long long>(n), m32, mb, mc);
 }
 
+/// Pooling and upsampling passes of a U-Net level on [planes, 1, n, n] (n even): 2x2 average and
+/// max pooling forward + backward, then 2x linear upsampling of the pooled field forward +
+/// backward, all at the exec level. `via` runs one op: directly, or through f32 copies.
+struct PoolPass {
+  exec::PoolGeometry pg;
+  exec::ResizeGeometry rg;
+  index_t nin = 0, nout = 0;
+  PoolPass(index_t planes, index_t n) {
+    pg.planes = planes;
+    pg.in = {1, n, n};
+    pg.out = {1, n / 2, n / 2};
+    pg.kernel = pg.stride = {1, 2, 2};
+    rg.mode = ResizeMode::linear;
+    rg.planes = planes;
+    rg.scale = {1, 2, 2};
+    rg.global_in = rg.in_len = {1, n / 2, n / 2};
+    rg.out_len = {1, n, n};
+    nin = planes * n * n;
+    nout = planes * (n / 2) * (n / 2);
+  }
+};
+/// Runs fn(in, out) on bf16 blocks through f32 working copies in chunks of whole planes of about
+/// 2^16 elements (what the fronts did before the pool and resize tables took the storage type).
+template <class Fn>
+void plane_chunks(const Block& in, index_t per_in, const Block& out, index_t per_out, index_t planes, Fn fn) {
+  auto& ctx = current_context(Device::cpu());
+  const index_t step = std::max<index_t>(1, (index_t{1} << 16) / std::max(per_in, per_out));
+  for (index_t p0 = 0; p0 < planes; p0 += step) {
+    const index_t c = std::min(step, planes - p0), li = c * per_in, lo = c * per_out;
+    Block wi = Block::allocate(DType::f32, Device::cpu(), &li, 1), wo = Block::allocate(DType::f32, Device::cpu(), &lo, 1);
+    exec::convert(Block::view(in.dtype, in.device, static_cast<char*>(in.data) + p0 * per_in * 2, &li, 1), wi, ctx);
+    fn(c, wi, wo);
+    exec::convert(wo, Block::view(out.dtype, out.device, static_cast<char*>(out.data) + p0 * per_out * 2, &lo, 1), ctx);
+  }
+}
+template <class T>
+double pool_step(const PoolPass& p, const Tensor<T, 1>& x, const Tensor<T, 1>& gy, Tensor<T, 1>& y, Tensor<T, 1>& gx,
+                 Tensor<std::int64_t, 1>& idx, bool copies) {
+  auto& ctx = current_context(Device::cpu());
+  const index_t pin = p.nin / p.pg.planes, pout = p.nout / p.pg.planes;
+  const double t0 = bench::now_ms();
+  if (!copies) {
+    exec::avg_pool_forward(p.pg, as_block(x), as_block(y), ctx);
+    exec::avg_pool_backward(p.pg, as_block(gy), as_block(gx), ctx);
+    exec::max_pool_forward(p.pg, as_block(x), as_block(y), as_block(idx), ctx);
+    exec::max_pool_backward(p.pg, as_block(gy), as_block(idx), as_block(gx), ctx);
+    exec::resize_forward(p.rg, as_block(y), as_block(gx), ctx);
+    exec::resize_backward(p.rg, as_block(gx), as_block(y), ctx);
+  } else {
+    auto geo = [](auto g, index_t c) { g.planes = c; return g; };
+    plane_chunks(as_block(x), pin, as_block(y), pout, p.pg.planes, [&](index_t c, const Block& i, const Block& o) {
+      exec::avg_pool_forward(geo(p.pg, c), i, o, ctx);
+    });
+    plane_chunks(as_block(gy), pout, as_block(gx), pin, p.pg.planes, [&](index_t c, const Block& i, const Block& o) {
+      exec::avg_pool_backward(geo(p.pg, c), i, o, ctx);
+    });
+    index_t p0 = 0;
+    plane_chunks(as_block(x), pin, as_block(y), pout, p.pg.planes, [&](index_t c, const Block& i, const Block& o) {
+      const index_t len = c * pout;
+      exec::max_pool_forward(geo(p.pg, c), i, o,
+                             Block::view(DType::i64, Device::cpu(), idx.data() + p0 * pout, &len, 1), ctx);
+      p0 += c;
+    });
+    p0 = 0;
+    plane_chunks(as_block(gy), pout, as_block(gx), pin, p.pg.planes, [&](index_t c, const Block& i, const Block& o) {
+      const index_t len = c * pout;
+      exec::max_pool_backward(geo(p.pg, c), i, Block::view(DType::i64, Device::cpu(), idx.data() + p0 * pout, &len, 1),
+                              o, ctx);
+      p0 += c;
+    });
+    plane_chunks(as_block(y), pout, as_block(gx), pin, p.pg.planes, [&](index_t c, const Block& i, const Block& o) {
+      exec::resize_forward(geo(p.rg, c), i, o, ctx);
+    });
+    plane_chunks(as_block(gx), pin, as_block(y), pout, p.pg.planes, [&](index_t c, const Block& i, const Block& o) {
+      exec::resize_backward(geo(p.rg, c), i, o, ctx);
+    });
+  }
+  return bench::now_ms() - t0;
+}
+
+void run_pool(index_t planes, index_t n, int rounds) {
+  const PoolPass p(planes, n);
+  auto& ctx = current_context(Device::cpu());
+  auto x32 = Tensor<float, 1>::empty({p.nin}), g32 = Tensor<float, 1>::empty({p.nout});
+  for (index_t i = 0; i < p.nin; ++i) x32(i) = static_cast<float>((i * 7919) % 2001) / 500.0f - 2.0f;
+  for (index_t i = 0; i < p.nout; ++i) g32(i) = static_cast<float>((i * 104729) % 1001) / 1000.0f - 0.5f;
+  auto xb = Tensor<bf16, 1>::empty({p.nin}), gb = Tensor<bf16, 1>::empty({p.nout});
+  exec::convert(as_block(x32), as_block(xb), ctx);
+  exec::convert(as_block(g32), as_block(gb), ctx);
+  auto y32 = Tensor<float, 1>::empty({p.nout}), d32 = Tensor<float, 1>::empty({p.nin});
+  auto yb = Tensor<bf16, 1>::empty({p.nout}), db = Tensor<bf16, 1>::empty({p.nin});
+  auto idx = Tensor<std::int64_t, 1>::empty({p.nout});
+  // The two bf16 routes give the same bits (the fronts' contract); checked once here.
+  pool_step(p, x32, g32, y32, d32, idx, false);
+  pool_step(p, xb, gb, yb, db, idx, true);
+  const auto copy_y = yb.to(Device::cpu());
+  pool_step(p, xb, gb, yb, db, idx, false);
+  index_t differ = 0;
+  for (index_t i = 0; i < p.nout; ++i) differ += copy_y(i).bits == yb(i).bits ? 0 : 1;
+  std::vector<double> t32, tb, tc;
+  for (int r = 0; r < rounds; ++r) {
+    t32.push_back(pool_step(p, x32, g32, y32, d32, idx, false));
+    tb.push_back(pool_step(p, xb, gb, yb, db, idx, false));
+    tc.push_back(pool_step(p, xb, gb, yb, db, idx, true));
+  }
+  const double m32 = bench::median(t32), mb = bench::median(tb), mc = bench::median(tc);
+  std::printf("| avg + max pool 2x2, linear upsample 2x (fwd + bwd), %lld x %lld^2 | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+              static_cast<long long>(planes), static_cast<long long>(n), m32, mb, mc, m32 / mb, mc / mb);
+  std::printf("RESULT pool planes %lld n %lld f32_ms %.3f bf16_native_ms %.3f bf16_copies_ms %.3f routes_differ %lld\n",
+              static_cast<long long>(planes), static_cast<long long>(n), m32, mb, mc, static_cast<long long>(differ));
+}
+
 int main(int argc, char** argv) {
   const int rounds = static_cast<int>(bench::arg_int(argc, argv, "--rounds", 7));
   const std::string which = bench::arg_str(argc, argv, "--case", "all");
@@ -222,6 +336,13 @@ int main(int argc, char** argv) {
     std::printf("| ops | f32 ms | bf16 native ms | bf16 copies ms | f32 / native | copies / native |\n"
                 "|---|---:|---:|---:|---:|---:|\n");
     run_pointwise(index_t{1} << 22, rounds);
+  }
+  if (which == "all" || which == "pool") {
+    std::printf("\npooling and upsampling on bf16 storage (exec level): native = the pool / resize tables read bf16 in\n"
+                "place; copies = f32 working copies in chunks of whole planes of ~2^16 elements (the route it replaced)\n");
+    std::printf("| ops | f32 ms | bf16 native ms | bf16 copies ms | f32 / native | copies / native |\n"
+                "|---|---:|---:|---:|---:|---:|\n");
+    run_pool(64, 256, rounds);
   }
   return 0;
 }

@@ -1,4 +1,4 @@
-// Attention kernel family on CUDA (float, double, bfloat16 with float accumulation): the blockwise
+// Attention kernel family on CUDA (float, double, bfloat16 and half with float accumulation): the blockwise
 // (FlashAttention-style) forward with an online softmax, the backward from the final out / lse,
 // and the lse merge (see src/kernels_api/attention.hpp and include/shardtensor/exec/attention.hpp).
 //
@@ -13,6 +13,7 @@
 //  - merge: one thread per query row.
 // Head dims up to 256 (template DM = 64 / 128 / 256 bounds the per-thread register arrays).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -29,12 +30,15 @@ constexpr int kRows = 128;  ///< threads (query or key rows) per block
 __device__ inline float to_acc(float x) { return x; }
 __device__ inline double to_acc(double x) { return x; }
 __device__ inline float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float to_acc(__half x) { return __half2float(x); }
 template <class T>
 __device__ inline T from_acc(float x);
 template <>
 __device__ inline float from_acc<float>(float x) { return x; }
 template <>
 __device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ inline __half from_acc<__half>(float x) { return __float2half_rn(x); }
 template <class T>
 __device__ inline T from_acc(double x) { return static_cast<T>(x); }
 
@@ -378,6 +382,7 @@ int forward(int dtype, const Geom& g, In q, In k, In v, const Mask& m, Out out, 
   const auto s = as_stream(stream);
   if (dtype == 1) return forward_t<double, double>(g, q, k, v, m, out, lse, s);
   if (dtype == 2) return forward_t<__nv_bfloat16, float>(g, q, k, v, m, out, lse, s);
+  if (dtype == 3) return forward_t<__half, float>(g, q, k, v, m, out, lse, s);
   return forward_t<float, float>(g, q, k, v, m, out, lse, s);
 }
 
@@ -391,6 +396,7 @@ int backward(int dtype, const Geom& g, In q, In k, In v, In out, In dout, const 
   const auto s = as_stream(stream);
   if (dtype == 1) return backward_t<double, double>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
   if (dtype == 2) return backward_t<__nv_bfloat16, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
+  if (dtype == 3) return backward_t<__half, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
   return backward_t<float, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
 }
 
@@ -399,6 +405,7 @@ int merge(int dtype, const Geom& g, Out out, void* lse, In out_b, const void* ls
   const auto s = as_stream(stream);
   if (dtype == 1) return merge_t<double, double>(g, out, lse, out_b, lse_b, s);
   if (dtype == 2) return merge_t<__nv_bfloat16, float>(g, out, lse, out_b, lse_b, s);
+  if (dtype == 3) return merge_t<__half, float>(g, out, lse, out_b, lse_b, s);
   return merge_t<float, float>(g, out, lse, out_b, lse_b, s);
 }
 

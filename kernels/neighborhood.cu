@@ -1,4 +1,4 @@
-// Neighbourhood-attention kernel family on CUDA (fp32, fp64, bf16 with fp32 accumulation; see
+// Neighbourhood-attention kernel family on CUDA (fp32, fp64, bf16 and f16 with fp32 accumulation; see
 // src/kernels_api/neighborhood.hpp and include/shardtensor/exec/neighborhood.hpp). One warp per
 // row: lane l holds head-dim elements l, l + 32, ... in registers; dot products are warp
 // reductions (butterfly shuffles, so every lane has the same value in the same order); the
@@ -6,6 +6,7 @@
 // (also writes delta = dout . out), then a dk/dv kernel per key that gathers over the queries that
 // see the key, in offset order. No atomics: results are deterministic.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -25,9 +26,11 @@ template <> struct AccOf<double> { using type = double; };
 __device__ inline float ld(const float* p) { return *p; }
 __device__ inline double ld(const double* p) { return *p; }
 __device__ inline float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ inline float ld(const __half* p) { return __half2float(*p); }
 __device__ inline void st(float* p, float x) { *p = x; }
 __device__ inline void st(double* p, double x) { *p = x; }
 __device__ inline void st(__nv_bfloat16* p, float x) { *p = __float2bfloat16(x); }
+__device__ inline void st(__half* p, float x) { *p = __float2half_rn(x); }
 __device__ inline float ex(float x) { return expf(x); }
 __device__ inline double ex(double x) { return exp(x); }
 __device__ inline float lg(float x) { return logf(x); }
@@ -290,6 +293,7 @@ int forward(int dtype, const Geom& g, const Operand& q, const Operand& k, const 
     case f32: return forward_t<float>(g, q, k, v, out, lse, s);
     case f64: return forward_t<double>(g, q, k, v, out, lse, s);
     case bf16: return forward_t<__nv_bfloat16>(g, q, k, v, out, lse, s);
+    case f16: return forward_t<__half>(g, q, k, v, out, lse, s);
     default: return invalid();
   }
 }
@@ -305,6 +309,7 @@ int backward(int dtype, const Geom& g, const Operand& q, const Operand& k, const
     case f32: return backward_t<float>(g, q, k, v, out, dout, lse, dq, dk, dv, delta, s);
     case f64: return backward_t<double>(g, q, k, v, out, dout, lse, dq, dk, dv, delta, s);
     case bf16: return backward_t<__nv_bfloat16>(g, q, k, v, out, dout, lse, dq, dk, dv, delta, s);
+    case f16: return backward_t<__half>(g, q, k, v, out, dout, lse, dq, dk, dv, delta, s);
     default: return invalid();
   }
 }

@@ -111,14 +111,15 @@ __device__ __forceinline__ idx red_offset(const SumToDesc& d, idx r) {
   return off;
 }
 /// One thread per destination position (few reduced elements): sequential sum in index order.
+/// T: the storage type (bf16 / f16 widened exactly, the double sum rounded through float).
 template <class T>
 __global__ void sum_to_thread_kernel(SumToDesc d, idx npos, idx nred, const T* __restrict__ g, T* __restrict__ dst) {
   SHARD_GRID_STRIDE(pos, npos) {
     idx doff, goff;
     kept_offsets(d, pos, doff, goff);
     double s = 0;
-    for (idx r = 0; r < nred; ++r) s += static_cast<double>(g[goff + red_offset(d, r)]);
-    dst[doff] = static_cast<T>(s);
+    for (idx r = 0; r < nred; ++r) s += wide(g[goff + red_offset(d, r)]);
+    dst[doff] = narrow<T>(s);
   }
 }
 /// One block per destination position: strided per-thread sums, then a fixed shared-memory tree.
@@ -129,9 +130,9 @@ __global__ void sum_to_block_kernel(SumToDesc d, idx npos, idx nred, const T* __
     idx doff, goff;
     kept_offsets(d, pos, doff, goff);
     double s = 0;
-    for (idx r = threadIdx.x; r < nred; r += blockDim.x) s += static_cast<double>(g[goff + red_offset(d, r)]);
+    for (idx r = threadIdx.x; r < nred; r += blockDim.x) s += wide(g[goff + red_offset(d, r)]);
     const double total = block_sum(s, buf);
-    if (threadIdx.x == 0) dst[doff] = static_cast<T>(total);
+    if (threadIdx.x == 0) dst[doff] = narrow<T>(total);
   }
 }
 
@@ -214,10 +215,10 @@ int pw_div_rhs_backward(int dtype, int rank, const idx* shape, void* out, const 
   });
 }
 
-int pw_sum_to(int is_f64, idx nd, void* dst, idx base, int rank, const idx* shape, const idx* view_strides,
+int pw_sum_to(int code, idx nd, void* dst, idx base, int rank, const idx* shape, const idx* view_strides,
               const void* g, void* stream) {
-  if (rank < 0 || rank > kPwMaxRank) return invalid();
-  const int esz = is_f64 ? 8 : 4;
+  if (rank < 0 || rank > kPwMaxRank || code < 0 || code > 3) return invalid();
+  const int esz = code == 1 ? 8 : code == 0 ? 4 : 2;
   if (nd <= 0) return 0;
   cudaError_t e = cudaMemsetAsync(dst, 0, static_cast<size_t>(nd) * esz, as_stream(stream));
   if (e != cudaSuccess) return static_cast<int>(e);
@@ -245,7 +246,7 @@ int pw_sum_to(int is_f64, idx nd, void* dst, idx base, int rank, const idx* shap
       nred *= shape[k];
     }
   }
-  return by_float_type(is_f64, [&](auto tag) {
+  return by_storage(code, [&](auto tag) {
     using T = decltype(tag);
     T* out = static_cast<T*>(dst) + base;
     if (nred <= 32)

@@ -1,7 +1,10 @@
-// Pool kernel family on CUDA (fp32 and fp64): average / max pooling forward and backward over
-// `planes` planes of 3 spatial dims (see src/kernels_api/pool.hpp). One thread per output
-// (forward) or per input cell (backward, gather form): each thread sums in the same order as the
-// CPU kernels (src/exec/pool_cpu.cpp), no atomics, deterministic.
+// Pool kernel family on CUDA (f32, f64 and the bf16 / f16 storage types): average / max pooling
+// forward and backward over `planes` planes of 3 spatial dims (see src/kernels_api/pool.hpp). One
+// thread per output (forward) or per input cell (backward, gather form): each thread sums in the
+// same order as the CPU kernels (src/exec/pool_cpu.cpp), no atomics, deterministic. The kernels
+// are templated on the storage type S (common.cuh's Storage<S>): values widen exactly, sums run in
+// double (average) or in S's compute type (max gradient: the f32 route's float), each result
+// rounds once more to S, so bf16 / f16 give bit for bit the f32 working-copy route.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -32,7 +35,7 @@ __device__ inline Win covering(const Geom& g, int d, idx i) {
 }
 
 template <class T>
-__global__ void avg_forward_kernel(Geom g, const T* __restrict__ x, T* __restrict__ y) {
+__global__ void avg_forward_kernel(Geom g, const T* __restrict__ x, T* __restrict__ y) {  // T: storage type
   const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
   const double full = static_cast<double>(g.kernel[0] * g.kernel[1] * g.kernel[2]);
   SHARD_GRID_STRIDE(t, g.planes * pout) {
@@ -44,12 +47,12 @@ __global__ void avg_forward_kernel(Geom g, const T* __restrict__ x, T* __restric
     for (idx i0 = w0.lo; i0 < w0.hi; ++i0)
       for (idx i1 = w1.lo; i1 < w1.hi; ++i1) {
         const T* xr = xp + (i0 * g.in[1] + i1) * g.in[2];
-        for (idx i2 = w2.lo; i2 < w2.hi; ++i2) s += static_cast<double>(xr[i2]);
+        for (idx i2 = w2.lo; i2 < w2.hi; ++i2) s += wide(xr[i2]);
       }
     const double div = g.count_include_pad
                            ? full
                            : static_cast<double>((w0.hi - w0.lo) * (w1.hi - w1.lo) * (w2.hi - w2.lo));
-    y[t] = static_cast<T>(s / div);
+    y[t] = narrow<T>(s / div);
   }
 }
 
@@ -72,10 +75,10 @@ __global__ void avg_backward_kernel(Geom g, const T* __restrict__ gy, T* __restr
             div = static_cast<double>(w0.hi - w0.lo) * static_cast<double>(w1.hi - w1.lo) *
                   static_cast<double>(w2.hi - w2.lo);
           }
-          s += static_cast<double>(gr[o2]) / div;
+          s += wide(gr[o2]) / div;
         }
       }
-    gx[t] = static_cast<T>(s);
+    gx[t] = narrow<T>(s);
   }
 }
 
@@ -92,20 +95,21 @@ __global__ void max_forward_kernel(Geom g, const T* __restrict__ x, T* __restric
               o2 = r % g.out[2];
     const T* xp = x + pl * pin;
     const Win w0 = window(g, 0, o0), w1 = window(g, 1, o1), w2 = window(g, 2, o2);
+    using C = typename Storage<T>::C;
     idx best = (w0.lo * g.in[1] + w1.lo) * g.in[2] + w2.lo;
-    T bv = xp[best];
+    C bv = Storage<T>::load(xp[best]);  // compared widened; the stored element itself is the result
     for (idx i0 = w0.lo; i0 < w0.hi; ++i0)
       for (idx i1 = w1.lo; i1 < w1.hi; ++i1) {
         const idx rowi = (i0 * g.in[1] + i1) * g.in[2];
         for (idx i2 = w2.lo; i2 < w2.hi; ++i2) {
-          const T v = xp[rowi + i2];
+          const C v = Storage<T>::load(xp[rowi + i2]);
           if (v > bv || (is_nan(v) && !is_nan(bv))) {
             bv = v;
             best = rowi + i2;
           }
         }
       }
-    y[t] = bv;
+    y[t] = xp[best];
     ix[t] = best;
   }
 }
@@ -118,14 +122,15 @@ __global__ void max_backward_kernel(Geom g, const T* __restrict__ gy, const std:
     const idx pl = t / pin, r = t % pin, i0 = r / (g.in[1] * g.in[2]), i1 = (r / g.in[2]) % g.in[1], i2 = r % g.in[2];
     const idx base = pl * pout;
     const Win c0 = covering(g, 0, i0), c1 = covering(g, 1, i1), c2 = covering(g, 2, i2);
-    T s = T(0);  // added in increasing output order, in T: the CPU scatter's order and precision
+    using C = typename Storage<T>::C;
+    C s = C(0);  // added in increasing output order, in C: the CPU scatter's order and precision
     for (idx o0 = c0.lo; o0 < c0.hi; ++o0)
       for (idx o1 = c1.lo; o1 < c1.hi; ++o1)
         for (idx o2 = c2.lo; o2 < c2.hi; ++o2) {
           const idx o = base + (o0 * g.out[1] + o1) * g.out[2] + o2;
-          if (ix[o] == r) s += gy[o];
+          if (ix[o] == r) s += Storage<T>::load(gy[o]);
         }
-    gx[t] = s;
+    gx[t] = Storage<T>::store(s);
   }
 }
 
@@ -134,10 +139,10 @@ idx vol(const idx* e) { return e[0] * e[1] * e[2]; }
 
 }  // namespace
 
-int avg_forward(int is_f64, const Geom& g, const void* x, void* y, void* stream) {
+int avg_forward(int code, const Geom& g, const void* x, void* y, void* stream) {
   const idx n = g.planes * vol(g.out);
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(code, [&](auto t) {
     using T = decltype(t);
     avg_forward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(x),
                                                                           static_cast<T*>(y));
@@ -145,10 +150,10 @@ int avg_forward(int is_f64, const Geom& g, const void* x, void* y, void* stream)
   });
 }
 
-int avg_backward(int is_f64, const Geom& g, const void* gy, void* gx, void* stream) {
+int avg_backward(int code, const Geom& g, const void* gy, void* gx, void* stream) {
   const idx n = g.planes * vol(g.in);
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(code, [&](auto t) {
     using T = decltype(t);
     avg_backward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(gy),
                                                                            static_cast<T*>(gx));
@@ -156,10 +161,10 @@ int avg_backward(int is_f64, const Geom& g, const void* gy, void* gx, void* stre
   });
 }
 
-int max_forward(int is_f64, const Geom& g, const void* x, void* y, std::int64_t* idx_out, void* stream) {
+int max_forward(int code, const Geom& g, const void* x, void* y, std::int64_t* idx_out, void* stream) {
   const idx n = g.planes * vol(g.out);
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(code, [&](auto t) {
     using T = decltype(t);
     max_forward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(x),
                                                                           static_cast<T*>(y), idx_out);
@@ -167,10 +172,10 @@ int max_forward(int is_f64, const Geom& g, const void* x, void* y, std::int64_t*
   });
 }
 
-int max_backward(int is_f64, const Geom& g, const void* gy, const std::int64_t* idx_in, void* gx, void* stream) {
+int max_backward(int code, const Geom& g, const void* gy, const std::int64_t* idx_in, void* gx, void* stream) {
   const idx n = g.planes * vol(g.in);
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(code, [&](auto t) {
     using T = decltype(t);
     max_backward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(gy), idx_in,
                                                                            static_cast<T*>(gx));

@@ -1,8 +1,10 @@
-// Resize kernel family on CUDA (fp32 and fp64): nearest and (bi/tri)linear upsampling of a block
-// of a global grid, forward and adjoint (see src/kernels_api/resize.hpp). The source taps use the
-// CPU's formula (src/exec/resize_kernels.hpp); forward evaluates the same expression as the CPU
-// kernel; the adjoint gathers per input cell in double over the outputs that read it (no
-// atomics, deterministic).
+// Resize kernel family on CUDA (f32, f64 and the bf16 / f16 storage types): nearest and
+// (bi/tri)linear upsampling of a block of a global grid, forward and adjoint (see
+// src/kernels_api/resize.hpp). The source taps use the CPU's formula (src/exec/resize_kernels.hpp);
+// forward evaluates the same expression as the CPU kernel; the adjoint gathers per input cell in
+// double over the outputs that read it (no atomics, deterministic). Templated on the storage type
+// S (common.cuh's Storage<S>): values widen exactly and each result rounds double -> float -> S,
+// so bf16 / f16 give bit for bit the f32 working-copy route.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -74,9 +76,11 @@ __global__ void forward_kernel(Geom g, int linear, const T* __restrict__ x, T* _
     const T* r10 = xp + (a.i1 * n1 + b.i0) * n2;
     const T* r11 = xp + (a.i1 * n1 + b.i1) * n2;
     const double w00 = a.w0 * b.w0, w01 = a.w0 * b.w1, w10 = a.w1 * b.w0, w11 = a.w1 * b.w1;
-    const double v0 = c.w0 * (w00 * r00[c.i0] + w01 * r01[c.i0] + w10 * r10[c.i0] + w11 * r11[c.i0]);
-    const double v1 = c.w1 * (w00 * r00[c.i1] + w01 * r01[c.i1] + w10 * r10[c.i1] + w11 * r11[c.i1]);
-    y[t] = static_cast<T>(v0 + v1);
+    const double v0 =
+        c.w0 * (w00 * wide(r00[c.i0]) + w01 * wide(r01[c.i0]) + w10 * wide(r10[c.i0]) + w11 * wide(r11[c.i0]));
+    const double v1 =
+        c.w1 * (w00 * wide(r00[c.i1]) + w01 * wide(r01[c.i1]) + w10 * wide(r10[c.i1]) + w11 * wide(r11[c.i1]));
+    y[t] = narrow<T>(v0 + v1);
   }
 }
 
@@ -106,13 +110,13 @@ __global__ void backward_kernel(Geom g, int linear, const T* __restrict__ gy, T*
           double c2;
           const double c1 = weight(g, linear, 2, o2, i2, &c2);
           if (c1 == 0.0 && c2 == 0.0) continue;
-          const double v = wab * static_cast<double>(gr[o2]);
+          const double v = wab * wide(gr[o2]);
           acc += c1 * v;
           if (c2 != 0.0) acc += c2 * v;
         }
       }
     }
-    gx[t] = static_cast<T>(acc);
+    gx[t] = narrow<T>(acc);
   }
 }
 
@@ -120,10 +124,10 @@ unsigned blocks_for(idx n) { return grid_for(n, kBlock); }
 
 }  // namespace
 
-int forward(int is_f64, int linear, const Geom& g, const void* x, void* y, void* stream) {
+int forward(int code, int linear, const Geom& g, const void* x, void* y, void* stream) {
   const idx n = g.planes * g.out_len[0] * g.out_len[1] * g.out_len[2];
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(code, [&](auto t) {
     using T = decltype(t);
     forward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const T*>(x),
                                                                       static_cast<T*>(y));
@@ -131,10 +135,10 @@ int forward(int is_f64, int linear, const Geom& g, const void* x, void* y, void*
   });
 }
 
-int backward(int is_f64, int linear, const Geom& g, const void* gy, void* gx, void* stream) {
+int backward(int code, int linear, const Geom& g, const void* gy, void* gx, void* stream) {
   const idx n = g.planes * g.in_len[0] * g.in_len[1] * g.in_len[2];
   if (n == 0) return 0;
-  return by_float_type(is_f64, [&](auto t) {
+  return by_storage(code, [&](auto t) {
     using T = decltype(t);
     backward_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(g, linear, static_cast<const T*>(gy),
                                                                        static_cast<T*>(gx));

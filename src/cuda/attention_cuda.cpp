@@ -1,6 +1,6 @@
 // CUDA implementation of the attention kernel family (kernels/attention.cu behind
 // src/kernels_api/attention.hpp), registered for DeviceKind::cuda when shardtensor::cuda is linked.
-// f32, f64 and bf16 (float accumulation, float lse); head dims up to 256.
+// f32, f64, bf16 and f16 (float accumulation, float lse); head dims up to 256.
 #include "cuda/family_util.hpp"
 #include "exec/attention_kernels.hpp"
 #include "kernels_api/attention.hpp"
@@ -11,7 +11,7 @@ namespace {
 namespace ka = shard::kernels::attention;
 using cuda_glue::check;
 
-int code(DType dt) { return dt == DType::f64 ? 1 : dt == DType::bf16 ? 2 : 0; }
+int code(DType dt) { return cuda_glue::storage_code(dt); }
 ka::Geom geom(const AttnGeom& g) { return {g.B, g.H, g.Nq, g.Nk, g.D, g.Dv}; }
 ka::In in(AttnIn x) { return {x.data, x.sb, x.sh, x.sn}; }
 ka::Out outp(AttnOut x) { return {x.data, x.sb, x.sh, x.sn}; }

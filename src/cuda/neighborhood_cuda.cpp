@@ -1,6 +1,6 @@
 // CUDA implementation of the neighbourhood-attention kernel family (kernels/neighborhood.cu
 // behind src/kernels_api/neighborhood.hpp), registered for DeviceKind::cuda when shardtensor::cuda
-// is linked. fp32, fp64 and bf16 (fp32 accumulation); head dims up to kMaxHeadDim.
+// is linked. fp32, fp64, bf16 and f16 (fp32 accumulation); head dims up to kMaxHeadDim.
 #include "cuda/family_util.hpp"
 #include "exec/neighborhood_kernels.hpp"
 #include "kernels_api/neighborhood.hpp"
@@ -32,7 +32,9 @@ k::Geom geom(const NbhdGeom& g) {
 }
 k::Operand operand(const NbhdIn& a) { return {a.data, a.sb, {a.ss[0], a.ss[1], a.ss[2]}, a.sh}; }
 k::Operand operand(const NbhdOut& a) { return {a.data, a.sb, {a.ss[0], a.ss[1], a.ss[2]}, a.sh}; }
-int code(DType dt) { return dt == DType::f64 ? k::f64 : dt == DType::bf16 ? k::bf16 : k::f32; }
+int code(DType dt) {
+  return dt == DType::f64 ? k::f64 : dt == DType::bf16 ? k::bf16 : dt == DType::f16 ? k::f16 : k::f32;
+}
 
 void check_head_dims(const NbhdGeom& g, const char* op) {
   SHARD_CHECK(g.D <= k::kMaxHeadDim && g.Dv <= k::kMaxHeadDim, op,

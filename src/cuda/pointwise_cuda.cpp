@@ -13,7 +13,6 @@ namespace {
 using cuda_glue::storage_code;
 
 using cuda_glue::check_rc;
-using cuda_glue::is_f64;
 using cuda_glue::DeviceScope;
 
 
@@ -50,7 +49,7 @@ struct CudaPointwise final : PointwiseKernels {
     const index_t esz = static_cast<index_t>(dtype_size(dst.dtype));
     const index_t base =
         g.numel() > 0 ? (static_cast<const char*>(dst_view.data) - static_cast<const char*>(dst.data)) / esz : 0;
-    check_rc(kernels::pw_sum_to(is_f64(dst.dtype), dst.numel(), dst.data, base, g.rank, g.shape.data(),
+    check_rc(kernels::pw_sum_to(storage_code(dst.dtype), dst.numel(), dst.data, base, g.rank, g.shape.data(),
                                 dst_view.strides.data(), g.data, ctx.stream().handle),
              "sum_to", ctx);
   }

@@ -24,26 +24,26 @@ k::Geom geom(const PoolGeometry& g) {
   r.count_include_pad = g.count_include_pad ? 1 : 0;
   return r;
 }
-int f64(DType dt) { return dt == DType::f64 ? 1 : 0; }
 
 struct CudaPool final : PoolKernels {
+  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
   void avg_forward(DType dt, const PoolGeometry& g, const void* x, void* y, ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "avg_pool_forward (cuda)");
-    check(k::avg_forward(f64(dt), geom(g), x, y, s), "avg_pool_forward (cuda)");
+    check(k::avg_forward(cuda_glue::storage_code(dt), geom(g), x, y, s), "avg_pool_forward (cuda)");
   }
   void avg_backward(DType dt, const PoolGeometry& g, const void* gy, void* gx, ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "avg_pool_backward (cuda)");
-    check(k::avg_backward(f64(dt), geom(g), gy, gx, s), "avg_pool_backward (cuda)");
+    check(k::avg_backward(cuda_glue::storage_code(dt), geom(g), gy, gx, s), "avg_pool_backward (cuda)");
   }
   void max_forward(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx,
                    ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "max_pool_forward (cuda)");
-    check(k::max_forward(f64(dt), geom(g), x, y, idx, s), "max_pool_forward (cuda)");
+    check(k::max_forward(cuda_glue::storage_code(dt), geom(g), x, y, idx, s), "max_pool_forward (cuda)");
   }
   void max_backward(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx,
                     ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "max_pool_backward (cuda)");
-    check(k::max_backward(f64(dt), geom(g), gy, idx, gx, s), "max_pool_backward (cuda)");
+    check(k::max_backward(cuda_glue::storage_code(dt), geom(g), gy, idx, gx, s), "max_pool_backward (cuda)");
   }
 };
 

@@ -25,19 +25,19 @@ k::Geom geom(const ResizeGeometry& g) {
   }
   return r;
 }
-int f64(DType dt) { return dt == DType::f64 ? 1 : 0; }
 int linear(ResizeMode m) { return m == ResizeMode::linear ? 1 : 0; }
 
 struct CudaResize final : ResizeKernels {
+  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
   void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "resize_forward (cuda)");
-    check(k::forward(f64(dt), linear(mode), geom(g), x, y, s), "resize_forward (cuda)");
+    check(k::forward(cuda_glue::storage_code(dt), linear(mode), geom(g), x, y, s), "resize_forward (cuda)");
   }
   void backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx,
                 ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "resize_backward (cuda)");
-    check(k::backward(f64(dt), linear(mode), geom(g), gy, gx, s), "resize_backward (cuda)");
+    check(k::backward(cuda_glue::storage_code(dt), linear(mode), geom(g), gy, gx, s), "resize_backward (cuda)");
   }
 };
 

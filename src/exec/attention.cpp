@@ -109,7 +109,7 @@ void check_samples(const char* op, const AttnGeom& g, std::initializer_list<cons
 /// ExecSettings::native_low_precision; 0: one call on whole-tensor copies. Each sample's rows are
 /// computed on their own, so the chunks give the same results.
 index_t attention_chunk(const AttnGeom& g, const ExecContext& ctx) {
-  // CPU only (measured and tested there; CUDA keeps whole-tensor copies for f16, bf16 is native).
+  // CPU only: on CUDA bf16 and f16 are native (no working copies).
   if (!ctx.device().is_cpu() || !ctx.settings().native_low_precision || g.B <= 1) return 0;
   const index_t per = g.H * std::max(g.Nq, g.Nk) * std::max(g.D, g.Dv);
   const index_t nb = std::max<index_t>(1, detail::kF32Chunk / std::max<index_t>(1, per));
@@ -120,7 +120,7 @@ index_t attention_chunk(const AttnGeom& g, const ExecContext& ctx) {
 
 void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                        const Block* bias, const Block& out, const Block& lse, ExecContext& ctx) {
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype, bias ? bias->dtype : q.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
       check_geom("attention_forward", g);
@@ -158,7 +158,7 @@ void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, con
 void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                         const Block* bias, const Block& out, const Block& dout, const Block& lse, const Block* dq,
                         const Block* dk, const Block* dv, ExecContext& ctx) {
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
       check_geom("attention_backward", g);
@@ -204,7 +204,7 @@ void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, co
 
 void attention_merge(const AttnGeom& g, const Block& out, const Block& lse, const Block& out_b, const Block& lse_b,
                      ExecContext& ctx) {
-  if (detail::attention_needs_f32_work(out.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(out.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("attention_merge", {out.dtype, out_b.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
       check_geom("attention_merge", g);

@@ -19,14 +19,29 @@ const Family& front_table(const char* op, DType dt, Device dev, const ExecContex
   return kernels_for<Family>(dev, op);
 }
 
-/// The family table for ctx's device, after checking that `dt` is f32 or f64, or bf16 off the CPU
-/// when `bf16_off_cpu` (the attention families). The caller has checked that every operand is on
-/// ctx.device().
+/// front_table for the families whose tables may take bf16 / f16 in place: `dt` is f32, f64, or
+/// a storage dtype the device's table takes (Family::takes_storage).
 template <class Family>
-const Family& front_table(const char* op, DType dt, const ExecContext& ctx, bool bf16_off_cpu) {
+const Family& storage_table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
+  SHARD_CHECK(ctx.device() == dev, op, "operands on different devices: data on {} but the execution context on {}", dev,
+              ctx.device());
+  const Family& t = kernels_for<Family>(dev, op);
+  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || ((dt == DType::bf16 || dt == DType::f16) && t.takes_storage(dt)),
+              op, "dtype {} not supported on {} (f32, f64{})", dt, dev,
+              t.takes_storage(DType::bf16) ? ", bf16, f16" : "");
+  return t;
+}
+
+/// The family table for ctx's device, after checking that `dt` is f32 or f64, or bf16 / f16 off
+/// the CPU when `lowp_off_cpu` (the attention families). The caller has checked that every operand
+/// is on ctx.device().
+template <class Family>
+const Family& front_table(const char* op, DType dt, const ExecContext& ctx, bool lowp_off_cpu) {
   const Device dev = ctx.device();
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || (bf16_off_cpu && dt == DType::bf16 && !dev.is_cpu()), op,
-              "dtype {} not supported on {} ({})", dt, dev, bf16_off_cpu ? "f32 and f64; bf16 on CUDA" : "f32 and f64");
+  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 ||
+                  (lowp_off_cpu && (dt == DType::bf16 || dt == DType::f16) && !dev.is_cpu()),
+              op, "dtype {} not supported on {} ({})", dt, dev,
+              lowp_off_cpu ? "f32 and f64; bf16 and f16 on CUDA" : "f32 and f64");
   return kernels_for<Family>(dev, op);
 }
 

@@ -91,7 +91,7 @@ NbhdOut out_of(const Block* b) {
 
 void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
                             const Block& lse, ExecContext& ctx) {
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("nbhd_attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype});
     detail::F32Work f(ctx);
     nbhd_attention_forward(g, f.in(q), f.in(k), f.in(v), f.out(out), lse, ctx);
@@ -113,7 +113,7 @@ void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, c
 void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
                              const Block& dout, const Block& lse, const Block* dq, const Block* dk, const Block* dv,
                              ExecContext& ctx) {
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 on the CPU, f16 anywhere: f32 working copies
+  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("nbhd_attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
     detail::F32Work f(ctx);
     nbhd_attention_backward(g, f.in(q), f.in(k), f.in(v), f.in(out), f.in(dout), lse, f.out(dq), f.out(dk), f.out(dv),

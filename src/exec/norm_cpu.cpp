@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "exec/norm_kernels.hpp"
-#include "kernels_api/convert_ops.hpp"
+#include "exec/storage_cpu.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
@@ -73,26 +73,8 @@ inline void for_s(const XMap& m, index_t a, index_t c, F&& f) {
   }
 }
 
-/// T -> double; bf16 / f16 through float with the inline bit conversions of
-/// kernels_api/convert_ops.hpp (bit-identical to shard::bf16 / shard::f16's, which
-/// tests/exec/test_precision_convert.cpp checks; inline, unlike f16's out-of-line operator).
-template <class T>
-double to_double(const T& v) {
-  if constexpr (std::is_same_v<T, bf16>) return static_cast<double>(cvt::bf16_to_f32(v.bits));
-  else if constexpr (std::is_same_v<T, f16>) return static_cast<double>(cvt::f16_to_f32(v.bits));
-  else return static_cast<double>(v);
-}
-/// double -> T; bf16 / f16 through float (the f32 route's two roundings, bit for bit).
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
-    T r;
-    r.bits = std::is_same_v<T, bf16> ? cvt::bf16_bits(static_cast<float>(v)) : cvt::f16_bits(static_cast<float>(v));
-    return r;
-  } else {
-    return static_cast<T>(v);
-  }
-}
+using storage::from_double;  // double -> T: bf16 / f16 through float (the f32 route's two roundings)
+using storage::to_double;    // T -> double, exact
 
 template <class T>
 void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
@@ -280,14 +262,7 @@ void store_impl(index_t n, const double* host, T* dst) {
   for (index_t i = 0; i < n; ++i) dst[i] = from_double<T>(host[i]);
 }
 
-#define SHARD_NORM_DISPATCH(dt, CALL)                                                 \
-  switch (dt) {                                                                       \
-    case DType::f32: { using T = float; CALL; break; }                                \
-    case DType::f64: { using T = double; CALL; break; }                               \
-    case DType::bf16: { using T = bf16; CALL; break; }                                \
-    case DType::f16: { using T = f16; CALL; break; }                                  \
-    default: SHARD_FAIL("norm", "unsupported dtype {} (f32, f64, bf16, f16)", dt);    \
-  }
+#define SHARD_NORM_DISPATCH(dt, CALL) SHARD_STORAGE_DISPATCH("norm", dt, CALL)
 
 struct CpuNorm final : NormKernels {
   bool takes_strided_input() const override { return true; }

@@ -192,12 +192,15 @@ void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Bloc
 }
 
 void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext& ctx) {
-  if (detail::F32Work::needed(g.dtype, dst.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+  // bf16 / f16 storage: in place where the table computes it (native_lp), else f32 working copies.
+  if (detail::F32Work::needed(g.dtype, dst.dtype)) {
     detail::F32Work::check_same("sum_to", {g.dtype, dst.dtype});
-    detail::F32Work f(ctx);
-    const Block gw = f.in(g), dw = f.out(dst);  // view_of needs out(dst) first
-    sum_to(gw, dw, f.view_of(dst_view, dst), ctx);
-    return f.finish();
+    if (!native_lp(dst, g.is_contiguous() && dst.is_contiguous(), "sum_to", ctx)) {
+      detail::F32Work f(ctx);
+      const Block gw = f.in(g), dw = f.out(dst);  // view_of needs out(dst) first
+      sum_to(gw, dw, f.view_of(dst_view, dst), ctx);
+      return f.finish();
+    }
   }
   const char* name = "sum_to";
   check_dtype(dst, dst.dtype, name, "destination");

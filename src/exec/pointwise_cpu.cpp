@@ -13,6 +13,7 @@
 
 #include "exec/pointwise_kernels.hpp"
 #include "exec/precision.hpp"
+#include "exec/storage_cpu.hpp"
 #include "exec/strided_rows.hpp"
 #include "kernels_api/pointwise_ops.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
@@ -177,8 +178,9 @@ void zip3_broadcast(const Block& out, const Block& a, const Block& b, const Bloc
   });
 }
 
-/// dst = 0; dst_view[idx] += g[idx] (accumulated in double). (Formerly the body of
-/// nn::functional::detail::reduce_to_operand.)
+/// dst = 0; dst_view[idx] += g[idx] (accumulated in double; bf16 / f16 widened exactly and the
+/// result rounded double -> float -> storage, bit for bit the f32 working-copy route). (Formerly
+/// the body of nn::functional::detail::reduce_to_operand.)
 template <class T>
 void sum_to_impl(const Block& dst, const Block& dst_view, const Block& g) {
   const index_t nd = dst.numel();
@@ -198,11 +200,11 @@ void sum_to_impl(const Block& dst, const Block& dst_view, const Block& g) {
         rem /= s[d];
       }
       const T* grow = pg + r * inner;
-      for (index_t i = 0; i < inner; ++i) pa[off + i * is] += static_cast<double>(grow[i]);
+      for (index_t i = 0; i < inner; ++i) pa[off + i * is] += storage::to_double(grow[i]);
     }
   }
   T* out = static_cast<T*>(dst.data);
-  for (std::size_t i = 0; i < acc.size(); ++i) out[i] = static_cast<T>(acc[i]);
+  for (std::size_t i = 0; i < acc.size(); ++i) out[i] = storage::from_double<T>(acc[i]);
 }
 
 /// y[i] = (To) x[i]: through float for bf16 / f16 (their conversions are the dtype.hpp ones, round
@@ -399,7 +401,7 @@ struct CpuPointwise final : PointwiseKernels {
     });
   }
   void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext&) const override {
-    by_dtype(dst.dtype, [&](auto t) { sum_to_impl<decltype(t)>(dst, dst_view, g); });
+    SHARD_STORAGE_DISPATCH("sum_to", dst.dtype, sum_to_impl<T>(dst, dst_view, g));
   }
   void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext&) const override {
     if (convert_f16_fast(from, to, n, x, y)) return;

@@ -36,9 +36,10 @@ struct PointwiseKernels {
   virtual void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) const = 0;
   /// True when the table computes bf16/f16 storage itself: unary and unary_backward (flat forms),
   /// binary and div_rhs_backward then take operands of one bf16 or f16 dtype, load them as f32,
-  /// compute in f32 and round each result once, which is bit for bit the f32 working-copy route
+  /// compute in f32 and round each result once, and sum_to widens g exactly, sums in double and
+  /// rounds double -> float -> storage; each is bit for bit the f32 working-copy route
   /// (exec/precision.hpp) without its f32 copies. The default (false) leaves bf16/f16 to that route;
-  /// the strided unary forms and sum_to always take it.
+  /// the strided unary forms always take it.
   virtual bool native_low_precision() const { return false; }
   /// y[i] = (to) x[i] for i < n (contiguous; from, to among f32, f64, bf16, f16).
   virtual void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext& ctx) const = 0;

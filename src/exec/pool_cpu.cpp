@@ -1,15 +1,23 @@
 // CPU implementation of the pool kernel family (exec/pool.hpp): avg / max, forward / backward on
-// 3-D-viewed planes; moved unchanged from src/tensor/pool.cpp.
+// 3-D-viewed planes, for f32, f64 and the bf16 / f16 storage dtypes read and written in place
+// (takes_storage: values widen exactly, sums run in double or in the f32 route's float, each
+// result rounds once more to the storage type: bit for bit the f32 working-copy route).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "exec/pool_kernels.hpp"
+#include "exec/storage_cpu.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
 namespace {
+
+using storage::from_double;
+using storage::to_double;
+using storage::to_work;
 
 index_t vol(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
 
@@ -38,11 +46,11 @@ void avg_forward(const PoolGeometry& g, const T* x, T* y) {
       for (index_t i0 = w0.lo; i0 < w0.hi; ++i0)
         for (index_t i1 = w1.lo; i1 < w1.hi; ++i1) {
           const T* xr = xp + (i0 * g.in[1] + i1) * g.in[2];
-          for (index_t i2 = w2.lo; i2 < w2.hi; ++i2) s += static_cast<double>(xr[i2]);
+          for (index_t i2 = w2.lo; i2 < w2.hi; ++i2) s += to_double(xr[i2]);
         }
       const double div =
           g.count_include_pad ? full : static_cast<double>((w0.hi - w0.lo) * (w1.hi - w1.lo) * (w2.hi - w2.lo));
-      yr[o2] = static_cast<T>(s / div);
+      yr[o2] = from_double<T>(s / div);
     }
   }
 }
@@ -78,10 +86,10 @@ void avg_backward(const PoolGeometry& g, const T* gy, T* gx) {
           const T* gr = gp + (o0 * g.out[1] + o1) * g.out[2];
           for (index_t o2 = c2.lo; o2 < c2.hi; ++o2) {
             const double div = g.count_include_pad ? full : count(0, o0) * count(1, o1) * count(2, o2);
-            s += static_cast<double>(gr[o2]) / div;
+            s += to_double(gr[o2]) / div;
           }
         }
-      xr[i2] = static_cast<T>(s);
+      xr[i2] = from_double<T>(s);
     }
   }
 }
@@ -98,78 +106,70 @@ void max_forward(const PoolGeometry& g, const T* x, T* y, std::int64_t* idx) {
     for (index_t o2 = 0; o2 < g.out[2]; ++o2) {
       const Window w2 = window(g, 2, o2);
       index_t best = (w0.lo * g.in[1] + w1.lo) * g.in[2] + w2.lo;
-      T bv = xp[best];
+      auto bv = to_work(xp[best]);  // compared widened; the stored element itself is the result
       for (index_t i0 = w0.lo; i0 < w0.hi; ++i0)
         for (index_t i1 = w1.lo; i1 < w1.hi; ++i1) {
           const index_t rowi = (i0 * g.in[1] + i1) * g.in[2];
           for (index_t i2 = w2.lo; i2 < w2.hi; ++i2) {
-            const T v = xp[rowi + i2];
+            const auto v = to_work(xp[rowi + i2]);
             if (v > bv || (std::isnan(v) && !std::isnan(bv))) {
               bv = v;
               best = rowi + i2;
             }
           }
         }
-      y[off + o2] = bv;
+      y[off + o2] = xp[best];
       idx[off + o2] = best;
     }
   }
 }
 
+/// Scatter of each plane's gy to its argmax cells, in increasing output order, accumulated in T
+/// (f32 / f64) or, for bf16 / f16, in a float plane rounded once at the end (the f32 route).
 template <class T>
 void max_backward(const PoolGeometry& g, const T* gy, const std::int64_t* idx, T* gx) {
+  using W = storage::work_t<T>;
   const index_t pin = vol(g.in), pout = vol(g.out);
-  std::fill_n(gx, g.planes * pin, T(0));
   bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (g.planes * pout > (1 << 14))
-  for (index_t pl = 0; pl < g.planes; ++pl) {
-    T* xp = gx + pl * pin;
-    for (index_t o = 0; o < pout; ++o) {
-      const std::int64_t i = idx[pl * pout + o];
-      if (i < 0 || i >= pin) {
-        bad = true;
-        continue;
+#pragma omp parallel reduction(|| : bad) if (g.planes > 1 && g.planes * pout > (1 << 14))
+  {
+    std::vector<W> acc(storage::is_narrow_v<T> ? static_cast<std::size_t>(pin) : 0);
+#pragma omp for schedule(static)
+    for (index_t pl = 0; pl < g.planes; ++pl) {
+      W* xp;
+      if constexpr (storage::is_narrow_v<T>) xp = acc.data();
+      else xp = gx + pl * pin;
+      std::fill_n(xp, pin, W(0));
+      for (index_t o = 0; o < pout; ++o) {
+        const std::int64_t i = idx[pl * pout + o];
+        if (i < 0 || i >= pin) {
+          bad = true;
+          continue;
+        }
+        xp[i] += to_work(gy[pl * pout + o]);
       }
-      xp[i] += gy[pl * pout + o];
+      if constexpr (storage::is_narrow_v<T>)
+        for (index_t i = 0; i < pin; ++i) gx[pl * pin + i] = storage::from_float<T>(xp[i]);
     }
   }
   SHARD_CHECK(!bad, "max_pool_backward", "argmax index outside the input plane of {} cells", pin);
 }
 
-template <class Fn>
-void dispatch(DType dt, Fn f) {
-  if (dt == DType::f32)
-    f(float{});
-  else
-    f(double{});
-}
-
 struct CpuPool final : PoolKernels {
+  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
   void avg_forward(DType dt, const PoolGeometry& g, const void* x, void* y, ExecContext&) const override {
-    dispatch(dt, [&](auto t) {
-      using T = decltype(t);
-      shard::exec::avg_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y));
-    });
+    SHARD_STORAGE_DISPATCH("avg_pool", dt, shard::exec::avg_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y)));
   }
   void avg_backward(DType dt, const PoolGeometry& g, const void* gy, void* gx, ExecContext&) const override {
-    dispatch(dt, [&](auto t) {
-      using T = decltype(t);
-      shard::exec::avg_backward<T>(g, static_cast<const T*>(gy), static_cast<T*>(gx));
-    });
+    SHARD_STORAGE_DISPATCH("avg_pool", dt, shard::exec::avg_backward<T>(g, static_cast<const T*>(gy), static_cast<T*>(gx)));
   }
   void max_forward(DType dt, const PoolGeometry& g, const void* x, void* y, std::int64_t* idx,
                    ExecContext&) const override {
-    dispatch(dt, [&](auto t) {
-      using T = decltype(t);
-      shard::exec::max_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y), idx);
-    });
+    SHARD_STORAGE_DISPATCH("max_pool", dt, shard::exec::max_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y), idx));
   }
   void max_backward(DType dt, const PoolGeometry& g, const void* gy, const std::int64_t* idx, void* gx,
                     ExecContext&) const override {
-    dispatch(dt, [&](auto t) {
-      using T = decltype(t);
-      shard::exec::max_backward<T>(g, static_cast<const T*>(gy), idx, static_cast<T*>(gx));
-    });
+    SHARD_STORAGE_DISPATCH("max_pool", dt, shard::exec::max_backward<T>(g, static_cast<const T*>(gy), idx, static_cast<T*>(gx)));
   }
 };
 

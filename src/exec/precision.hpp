@@ -24,10 +24,10 @@ namespace shard::exec::detail {
 constexpr bool is_low_precision(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
 
 /// The attention families' rule (local / ring / Ulysses attention and neighbourhood attention):
-/// their CUDA kernels are native in bf16, so only bf16 on the CPU and f16 anywhere take f32
-/// working copies.
+/// their CUDA kernels are native in bf16 and f16 (float accumulation), so only bf16 / f16 on the
+/// CPU take f32 working copies.
 inline bool attention_needs_f32_work(DType dt, const ExecContext& ctx) {
-  return dt == DType::f16 || (dt == DType::bf16 && ctx.device().is_cpu());
+  return is_low_precision(dt) && ctx.device().is_cpu();
 }
 
 /// The number of elements a view with non-negative strides spans from its first element.
@@ -170,40 +170,6 @@ bool chunked_f32(ExecContext& ctx, const std::array<const Block*, NI>& ins, cons
     for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(flat_piece(*ins[i], lo, len));
     for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(flat_piece(*outs[i], lo, len));
     fn(wi, wo);
-    f.finish();
-  }
-  return true;
-}
-
-/// F32Work plane by plane, for ops on [planes, per-plane elements] operands whose planes are
-/// independent (pooling, resize): fn(first, count, in, out) gets f32 working copies of planes
-/// [first, first + count) of every operand (per_in[i] / per_out[i] elements per plane), with
-/// count chosen so that an operand's chunk stays within about kF32Chunk elements. Returns false,
-/// doing nothing, when an operand is strided or not planes x its per-plane size, or when one chunk
-/// would take every plane (the caller then takes the whole-tensor route).
-template <std::size_t NI, std::size_t NO, class Fn>
-bool chunked_planes_f32(ExecContext& ctx, index_t planes, const std::array<const Block*, NI>& ins,
-                        const std::array<index_t, NI>& per_in, const std::array<const Block*, NO>& outs,
-                        const std::array<index_t, NO>& per_out, Fn&& fn) {
-  index_t widest = 1;
-  for (std::size_t i = 0; i < NI; ++i) {
-    if (!ins[i]->is_contiguous() || ins[i]->numel() != planes * per_in[i]) return false;
-    widest = std::max(widest, per_in[i]);
-  }
-  for (std::size_t i = 0; i < NO; ++i) {
-    if (!outs[i]->is_contiguous() || outs[i]->numel() != planes * per_out[i]) return false;
-    widest = std::max(widest, per_out[i]);
-  }
-  const index_t step = std::max<index_t>(1, kF32Chunk / widest);
-  if (step >= planes) return false;
-  for (index_t p0 = 0; p0 < planes; p0 += step) {
-    const index_t count = std::min(step, planes - p0);
-    F32Work f(ctx);
-    std::array<Block, NI> wi;
-    std::array<Block, NO> wo;
-    for (std::size_t i = 0; i < NI; ++i) wi[i] = f.in(flat_piece(*ins[i], p0 * per_in[i], count * per_in[i]));
-    for (std::size_t i = 0; i < NO; ++i) wo[i] = f.out(flat_piece(*outs[i], p0 * per_out[i], count * per_out[i]));
-    fn(p0, count, wi, wo);
     f.finish();
   }
   return true;

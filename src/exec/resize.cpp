@@ -1,4 +1,7 @@
 // Resize kernel family front: operand checks and device dispatch (see include/shardtensor/exec/resize.hpp).
+// bf16 / f16 go to the table as they are (ResizeKernels::takes_storage; both the CPU and the CUDA
+// table compute them in place, bit for bit the f32 working-copy route); a table that does not take
+// them refuses them with the dtype named.
 #include "shardtensor/exec/resize.hpp"
 
 #include "exec/front_util.hpp"
@@ -18,28 +21,15 @@ index_t out_numel(const ResizeGeometry& g) { return g.planes * g.out_len[0] * g.
 }  // namespace
 
 void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, ExecContext& ctx) {
-  if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("resize_forward", {x.dtype, y.dtype});
-    const index_t pin = g0.in_len[0] * g0.in_len[1] * g0.in_len[2], pout = g0.out_len[0] * g0.out_len[1] * g0.out_len[2];
-    if (detail::chunked_planes_f32<1, 1>(ctx, g0.planes, {&x}, {pin}, {&y}, {pout},
-                                         [&](index_t, index_t count, const auto& in, const auto& out) {
-                                           ResizeGeometry gc = g0;
-                                           gc.planes = count;
-                                           resize_forward(gc, in[0], out[0], ctx);
-                                         }))
-      return;
-    detail::F32Work f(ctx);
-    resize_forward(g0, f.in(x), f.out(y), ctx);
-    return f.finish();
-  }
   const char* op = "resize_forward";
   const DType dt = x.dtype;
   const bool dense = x.is_contiguous() || x.numel() == 0;
+  if (detail::F32Work::needed(x.dtype, y.dtype)) detail::F32Work::check_same(op, {x.dtype, y.dtype});
   detail::check_block(op, "input", x, dt, -1, ctx);
   SHARD_CHECK(!dense || x.numel() == in_numel(g0), op, "input of shape {} does not hold {} planes of {}", x.shape_vec(),
               g0.planes, g0.in_len);
   detail::check_block(op, "output", y, dt, out_numel(g0), ctx);
-  const auto& k = detail::front_table<ResizeKernels>(op, dt, ctx.device(), ctx);
+  const auto& k = detail::storage_table<ResizeKernels>(op, dt, ctx.device(), ctx);
   if (ctx.device().is_cuda()) check_resize_geometry(op, g0.mode, g0);  // the CPU kernel checks as it builds its taps
   ResizeGeometry g = g0;
   g.x_strided = false;
@@ -65,24 +55,11 @@ void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, Ex
 }
 
 void resize_backward(const ResizeGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
-  if (detail::F32Work::needed(gy.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("resize_backward", {gy.dtype, gx.dtype});
-    const index_t pin = g.in_len[0] * g.in_len[1] * g.in_len[2], pout = g.out_len[0] * g.out_len[1] * g.out_len[2];
-    if (detail::chunked_planes_f32<1, 1>(ctx, g.planes, {&gy}, {pout}, {&gx}, {pin},
-                                         [&](index_t, index_t count, const auto& in, const auto& out) {
-                                           ResizeGeometry gc = g;
-                                           gc.planes = count;
-                                           resize_backward(gc, in[0], out[0], ctx);
-                                         }))
-      return;
-    detail::F32Work f(ctx);
-    resize_backward(g, f.in(gy), f.out(gx), ctx);
-    return f.finish();
-  }
   const char* op = "resize_backward";
+  if (detail::F32Work::needed(gy.dtype, gx.dtype)) detail::F32Work::check_same(op, {gy.dtype, gx.dtype});
   detail::check_block(op, "output gradient", gy, gy.dtype, out_numel(g), ctx);
   detail::check_block(op, "input gradient", gx, gy.dtype, in_numel(g), ctx);
-  const auto& k = detail::front_table<ResizeKernels>(op, gy.dtype, ctx.device(), ctx);
+  const auto& k = detail::storage_table<ResizeKernels>(op, gy.dtype, ctx.device(), ctx);
   if (ctx.device().is_cuda()) check_resize_geometry(op, g.mode, g);
   k.backward(gy.dtype, g.mode, g, gy.data, gx.data, ctx);
 }

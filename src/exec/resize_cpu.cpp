@@ -1,6 +1,8 @@
 // CPU implementation of the resize kernel family (exec/resize.hpp): nearest / (bi,tri)linear
-// upsampling on blocks of a global grid; moved unchanged from src/tensor/resize.cpp (with
-// resize_input_range and the geometry checks, shared with the front).
+// upsampling on blocks of a global grid (with resize_input_range and the geometry checks, shared
+// with the front), for f32, f64 and the bf16 / f16 storage dtypes read and written in place
+// (takes_storage: values widen exactly, the arithmetic is the f32 kernel's double arithmetic, each
+// result rounds double -> float -> storage: bit for bit the f32 working-copy route).
 #include <omp.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "exec/resize_kernels.hpp"
+#include "exec/storage_cpu.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/exec/resize.hpp"
 
@@ -15,6 +18,8 @@ namespace shard {
 namespace exec {
 namespace {
 
+using storage::from_double;
+using storage::to_double;
 using Tap = ResizeTap;
 inline Tap source_tap(ResizeMode mode, index_t f, index_t G, index_t o) { return resize_source_tap(mode, f, G, o); }
 
@@ -79,9 +84,11 @@ void forward_impl(ResizeMode mode, const ResizeGeometry& g, const T* x, T* y) {
     for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) {
       const Tap c = t[2][o2];
       const index_t i0 = c.i0 * s2, i1 = c.i1 * s2;
-      const double v0 = c.w0 * (w00 * r00[i0] + w01 * r01[i0] + w10 * r10[i0] + w11 * r11[i0]);
-      const double v1 = c.w1 * (w00 * r00[i1] + w01 * r01[i1] + w10 * r10[i1] + w11 * r11[i1]);
-      yr[o2] = static_cast<T>(v0 + v1);
+      const double v0 = c.w0 * (w00 * to_double(r00[i0]) + w01 * to_double(r01[i0]) + w10 * to_double(r10[i0]) +
+                                w11 * to_double(r11[i0]));
+      const double v1 = c.w1 * (w00 * to_double(r00[i1]) + w01 * to_double(r01[i1]) + w10 * to_double(r10[i1]) +
+                                w11 * to_double(r11[i1]));
+      yr[o2] = from_double<T>(v0 + v1);
     }
   }
 }
@@ -111,33 +118,29 @@ void backward_impl(ResizeMode mode, const ResizeGeometry& g, const T* gy, T* gx)
               double* ar = acc.data() + ((ka ? a.i1 : a.i0) * n1 + (kb ? b.i1 : b.i0)) * n2;
               for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) {
                 const Tap c = t[2][o2];
-                const double v = wab * static_cast<double>(gr[o2]);
+                const double v = wab * to_double(gr[o2]);
                 ar[c.i0] += c.w0 * v;
                 if (c.w1 != 0.0) ar[c.i1] += c.w1 * v;
               }
             }
         }
       T* xp = gx + pl * pin;
-      for (index_t i = 0; i < pin; ++i) xp[i] = static_cast<T>(acc[static_cast<std::size_t>(i)]);
+      for (index_t i = 0; i < pin; ++i) xp[i] = from_double<T>(acc[static_cast<std::size_t>(i)]);
     }
   }
 }
 
 struct CpuResize final : ResizeKernels {
   bool takes_strided_input() const override { return true; }
+  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
   void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                ExecContext&) const override {
-    if (dt == DType::f32)
-      forward_impl<float>(mode, g, static_cast<const float*>(x), static_cast<float*>(y));
-    else
-      forward_impl<double>(mode, g, static_cast<const double*>(x), static_cast<double*>(y));
+    SHARD_STORAGE_DISPATCH("resize_forward", dt, forward_impl<T>(mode, g, static_cast<const T*>(x), static_cast<T*>(y)));
   }
   void backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx,
                 ExecContext&) const override {
-    if (dt == DType::f32)
-      backward_impl<float>(mode, g, static_cast<const float*>(gy), static_cast<float*>(gx));
-    else
-      backward_impl<double>(mode, g, static_cast<const double*>(gy), static_cast<double*>(gx));
+    SHARD_STORAGE_DISPATCH("resize_backward", dt,
+                           backward_impl<T>(mode, g, static_cast<const T*>(gy), static_cast<T*>(gx)));
   }
 };
 

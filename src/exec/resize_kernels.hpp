@@ -14,6 +14,9 @@ struct ResizeKernels {
   /// True when forward reads a strided x (ResizeGeometry::x_strided) in place; else the front
   /// passes a contiguous copy.
   virtual bool takes_strided_input() const { return false; }
+  /// True when the table reads and writes bf16 / f16 dtype `dt` in place, bit for bit the f32
+  /// working-copy route (exec/precision.hpp), which the front takes otherwise.
+  virtual bool takes_storage(DType /*dt*/) const { return false; }
   virtual void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                        ExecContext& ctx) const = 0;
   virtual void backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx,

@@ -1,8 +1,8 @@
 #pragma once
 // Kernel firewall of the attention family (kernels/attention.cu): plain C++17, no shardtensor
 // headers. Launchers enqueue on `stream` (a cudaStream_t), return a cudaError_t code (0 =
-// success) and do not synchronise. Device pointers. dtype: 0 float, 1 double, 2 bfloat16 (float
-// accumulation; lse in float for float and bfloat16, double for double). Semantics and operand
+// success) and do not synchronise. Device pointers. dtype: 0 float, 1 double, 2 bfloat16, 3 half
+// (float accumulation; lse in float for float, bfloat16 and half, double for double). Semantics and operand
 // layout as include/shardtensor/exec/attention.hpp; head dims D, Dv <= kMaxHeadDim.
 #include <cstddef>
 #include <cstdint>

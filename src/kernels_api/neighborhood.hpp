@@ -15,7 +15,7 @@ using idx = std::int64_t;
 constexpr idx kMaxHeadDim = 256;
 
 /// dtype codes of the launchers.
-enum Dtype : int { f32 = 0, f64 = 1, bf16 = 2 };
+enum Dtype : int { f32 = 0, f64 = 1, bf16 = 2, f16 = 3 };
 
 struct Geom {
   idx B, H, D, Dv;

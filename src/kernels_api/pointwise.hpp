@@ -26,7 +26,8 @@ int pw_div_rhs_backward(int dtype, int rank, const pw_idx* shape, void* out, con
                         const void* a, const pw_idx* sa, const void* b, const pw_idx* sb, void* stream);
 /// dst[0..nd) = 0, then for every index i of `shape`: dst[base + sum_d i_d view_strides_d] +=
 /// g[lin(i)] (g contiguous). Deterministic: one fixed-order double tree per destination element.
-int pw_sum_to(int is_f64, pw_idx nd, void* dst, pw_idx base, int rank, const pw_idx* shape,
+/// code: the storage dtype (0 f32, 1 f64, 2 bf16, 3 f16; bf16 / f16 bit for bit the f32 route's).
+int pw_sum_to(int code, pw_idx nd, void* dst, pw_idx base, int rank, const pw_idx* shape,
               const pw_idx* view_strides, const void* g, void* stream);
 
 /// y[i] = (to) x[i] for i < n; dtype codes 0 f32, 1 f64, 2 bf16, 3 f16 (src/kernels_api/convert_ops.hpp).

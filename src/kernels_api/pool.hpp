@@ -1,7 +1,8 @@
 #pragma once
 // Kernel firewall of the pool family (kernels/pool.cu): plain C++17, no shardtensor headers.
 // Launchers enqueue on `stream`, return a cudaError_t code (0 = success), do not synchronise.
-// Device pointers; is_f64: 0 float, 1 double. Geometry as include/shardtensor/exec/pool.hpp.
+// Device pointers; code: the storage dtype (0 f32, 1 f64, 2 bf16, 3 f16; results of bf16 / f16
+// bit for bit the f32 kernels' rounded once more). Geometry as include/shardtensor/exec/pool.hpp.
 // Backward kernels gather (one thread per input cell, outputs in increasing order): no atomics.
 #include <cstdint>
 
@@ -16,9 +17,9 @@ struct Geom {
   int count_include_pad;
 };
 
-int avg_forward(int is_f64, const Geom& g, const void* x, void* y, void* stream);
-int avg_backward(int is_f64, const Geom& g, const void* gy, void* gx, void* stream);
-int max_forward(int is_f64, const Geom& g, const void* x, void* y, std::int64_t* idx_out, void* stream);
-int max_backward(int is_f64, const Geom& g, const void* gy, const std::int64_t* idx_in, void* gx, void* stream);
+int avg_forward(int code, const Geom& g, const void* x, void* y, void* stream);
+int avg_backward(int code, const Geom& g, const void* gy, void* gx, void* stream);
+int max_forward(int code, const Geom& g, const void* x, void* y, std::int64_t* idx_out, void* stream);
+int max_backward(int code, const Geom& g, const void* gy, const std::int64_t* idx_in, void* gx, void* stream);
 
 }  // namespace shard::kernels::pool

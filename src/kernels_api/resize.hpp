@@ -1,7 +1,8 @@
 #pragma once
 // Kernel firewall of the resize family (kernels/resize.cu): plain C++17, no shardtensor headers.
 // Launchers enqueue on `stream`, return a cudaError_t code (0 = success), do not synchronise.
-// Device pointers; is_f64: 0 float, 1 double; linear: 0 nearest, 1 (bi/tri)linear. Geometry as
+// Device pointers; code: the storage dtype (0 f32, 1 f64, 2 bf16, 3 f16; bf16 / f16 results bit
+// for bit the f32 kernels' rounded once more); linear: 0 nearest, 1 (bi/tri)linear. Geometry as
 // include/shardtensor/exec/resize.hpp (checked by the caller). The adjoint gathers per input
 // cell in double (no atomics).
 #include <cstdint>
@@ -16,7 +17,7 @@ struct Geom {
   idx scale[3], global_in[3], in_lo[3], in_len[3], out_lo[3], out_len[3];
 };
 
-int forward(int is_f64, int linear, const Geom& g, const void* x, void* y, void* stream);
-int backward(int is_f64, int linear, const Geom& g, const void* gy, void* gx, void* stream);
+int forward(int code, int linear, const Geom& g, const void* x, void* y, void* stream);
+int backward(int code, int linear, const Geom& g, const void* gy, void* gx, void* stream);
 
 }  // namespace shard::kernels::resize

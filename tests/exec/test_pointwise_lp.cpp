@@ -136,6 +136,32 @@ TEMPLATE_TEST_CASE("pointwise: bf16 / f16 binary ops and div's gradient, contigu
   }
 }
 
+TEMPLATE_TEST_CASE("pointwise: sum_to (a broadcast operand's gradient) on bf16 / f16 storage, natively",
+                   "[precision][pointwise]", bf16, f16) {
+  // g [rows, 4, 64] reduced onto [1, 4, 1] (dims 0 and 2 broadcast) and onto [rows, 1, 64]: sums
+  // in double of the widened values, rounded double -> float -> storage; bit for bit the f32 route.
+  using L = TestType;
+  auto& ctx = current_context(Device::cpu());
+  for (index_t rows : {index_t{3}, index_t{300}}) {
+    INFO("dtype " << dtype_name(dtype_of<L>) << ", rows " << rows);
+    const auto g = rounded<L>(uniform<3>({rows, 4, 64}, 7, -1.0f, 1.0f));
+    const auto gw = widened(g);
+    const index_t vshape[3] = {rows, 4, 64};
+    struct Target {
+      Shape<3> shape;
+      index_t strides[3];
+    };
+    for (const Target& t : {Target{{1, 4, 1}, {0, 1, 0}}, Target{{rows, 1, 64}, {64, 0, 1}}}) {
+      auto d = Tensor<L, 3>::empty(t.shape, Device::cpu());
+      auto dw = Tensor<float, 3>::empty(t.shape, Device::cpu());
+      const Block bd = as_block(d), bw = as_block(dw);
+      exec::sum_to(as_block(g), bd, Block::view(bd.dtype, bd.device, bd.data, vshape, 3, t.strides, bd.owner), ctx);
+      exec::sum_to(as_block(gw), bw, Block::view(bw.dtype, bw.device, bw.data, vshape, 3, t.strides, bw.owner), ctx);
+      CHECK(differing(d, dw) == 0);
+    }
+  }
+}
+
 TEST_CASE("pointwise: the native bf16 route allocates no f32 working copies", "[precision][pointwise]") {
   // The point of the native route: a bf16 op over 2^20 elements needs its result and nothing
   // tensor-sized besides (the F32Work route took 4 MiB f32 copies per operand, or 256 KiB chunks).
@@ -150,6 +176,10 @@ TEST_CASE("pointwise: the native bf16 route allocates no f32 working copies", "[
   exec::unary(UnaryOp::gelu, 0, as_block(x), as_block(y), ctx);
   exec::unary_backward(UnaryOp::gelu, 0, as_block(x), as_block(y), as_block(gy), as_block(dx), ctx);
   exec::binary(BinaryOp::mul, as_block(x), as_block(gy), as_block(y), ctx);
+  auto red = Tensor<bf16, 1>::empty({1}, Device::cpu());  // a scalar's gradient: sum_to over every element
+  const index_t all = n, zero = 0;
+  const Block br = as_block(red);
+  exec::sum_to(as_block(gy), br, Block::view(br.dtype, br.device, br.data, &all, 1, &zero, br.owner), ctx);
   const std::size_t extra = memory_stats(DeviceKind::cpu).peak_bytes - before;
   INFO("bytes allocated beyond the operands at the peak: " << extra);
   CHECK(extra < 64 * 1024);

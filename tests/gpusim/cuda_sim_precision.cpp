@@ -3,8 +3,9 @@
 // src/kernels_api/convert_ops.hpp) equals the CPU table bit for bit, including ties, f16
 // subnormals, overflow and NaN; box_add on bf16 / f16 (kernels/box.cu) equals the CPU's; a bf16
 // pointwise op matches the CPU's; the pointwise kernels templated on bf16 / f16 storage equal the
-// CUDA f32 op rounded once; the norm kernels, the GEMM epilogues and the conv helper kernels on
-// bf16 / f16 equal the f32 working-copy route.
+// CUDA f32 op rounded once; the norm, pool and resize kernels, the GEMM epilogues and the conv
+// helper kernels on bf16 / f16 equal the f32 working-copy route; the attention and neighbourhood
+// attention kernels on bf16 / f16 are within one ulp of it.
 #include <catch2/catch_template_test_macros.hpp>
 
 #include <cmath>
@@ -18,8 +19,12 @@
 #include "kernels_api/conv.hpp"
 #include "kernels_api/gemm.hpp"
 #include "gpusim_support.hpp"
+#include "shardtensor/exec/attention.hpp"
+#include "shardtensor/exec/neighborhood.hpp"
 #include "shardtensor/exec/norm.hpp"
 #include "shardtensor/exec/pointwise.hpp"
+#include "shardtensor/exec/pool.hpp"
+#include "shardtensor/exec/resize.hpp"
 
 using namespace gpusim;
 
@@ -460,4 +465,292 @@ TEMPLATE_TEST_CASE("gpusim precision: the conv helper kernels (bias add, bias gr
           bad_copy += d(((m * 6 + a) * 5 + b) * 8 + c).bits == want ? 0 : 1;
         }
   CHECK(bad_copy == 0);
+}
+
+TEMPLATE_TEST_CASE("gpusim precision: pool and resize kernels read and write bf16 / f16 storage on CUDA",
+                   "[gpusim][precision]", bf16, f16) {
+  // kernels/pool.cu and kernels/resize.cu templated on the storage type (the CUDA tables
+  // takes_storage, as the CPU's), called through the exec fronts on device tensors: every result
+  // equals the f32 route (the same kernels on the widened operands, rounded once) bit for bit,
+  // max pooling's argmax exactly; against the CPU table (same sums in the same order) pooling is
+  // bit for bit, resize within one ulp (nvcc may contract the double taps into FMAs).
+  GPUSIM_REQUIRE_GPU();
+  using L = TestType;
+  auto bits_equal = [](const Tensor<L, 1>& got, const Tensor<float, 1>& f32) {
+    const auto g = got.to(Device::cpu());
+    const auto f = f32.to(Device::cpu());
+    index_t bad = 0;
+    for (index_t i = 0; i < g.numel(); ++i) {
+      const float w = f.data()[i];
+      if (std::isnan(w)) bad += std::isnan(static_cast<float>(g.data()[i])) ? 0 : 1;
+      else bad += g.data()[i].bits == L(w).bits ? 0 : 1;
+    }
+    return bad;
+  };
+  auto ulps_from = [](const Tensor<L, 1>& cpu_r, const Tensor<L, 1>& got, int ulps) {
+    const auto g = got.to(Device::cpu());
+    index_t bad = 0;
+    for (index_t i = 0; i < g.numel(); ++i) {
+      const int d = std::abs(static_cast<int>(cpu_r.data()[i].bits) - static_cast<int>(g.data()[i].bits));
+      const bool nans = std::isnan(static_cast<float>(cpu_r.data()[i])) && std::isnan(static_cast<float>(g.data()[i]));
+      bad += (d <= ulps || nans) ? 0 : 1;
+    }
+    return bad;
+  };
+  for (bool include_pad : {true, false}) {
+    INFO("pool, count_include_pad " << include_pad << ", dtype " << dtype_name(dtype_of<L>));
+    exec::PoolGeometry g;
+    g.planes = 3;
+    g.in = {5, 7, 6};
+    g.kernel = {2, 3, 2};
+    g.stride = {2, 2, 1};  // overlapping windows in dims 1 and 2: the gradients add several outputs
+    g.pad_lo = {0, 1, 1};
+    g.count_include_pad = include_pad;
+    for (int d = 0; d < 3; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      g.out[u] = (g.in[u] + 2 * g.pad_lo[u] - g.kernel[u]) / g.stride[u] + 1;
+    }
+    const index_t nin = g.planes * g.in[0] * g.in[1] * g.in[2], nout = g.planes * g.out[0] * g.out[1] * g.out[2];
+    auto hx = wave<L, 1>({nin}, -3.0f, 3.0f, 0.71f, 0.3f);
+    for (index_t i = 0; i < nin; i += 5) hx.data()[i] = L(1.0f);  // ties
+    hx.data()[17] = L(std::numeric_limits<float>::quiet_NaN());    // NaN wins its windows
+    const auto hg = wave<L, 1>({nout}, -1.0f, 1.0f, 0.37f, 0.9f);
+    const auto dx = hx.to(gpu()), dg = hg.to(gpu());
+    const auto wx = widened_on_gpu(hx), wg = widened_on_gpu(hg);
+    auto y = Tensor<L, 1>::empty({nout}, gpu());
+    auto yf = Tensor<float, 1>::empty({nout}, gpu());
+    auto yc = Tensor<L, 1>::empty({nout});
+    auto gx = Tensor<L, 1>::empty({nin}, gpu());
+    auto gxf = Tensor<float, 1>::empty({nin}, gpu());
+    auto gxc = Tensor<L, 1>::empty({nin});
+    exec::avg_pool_forward(g, as_block(dx), as_block(y), gctx());
+    exec::avg_pool_forward(g, as_block(wx), as_block(yf), gctx());
+    exec::avg_pool_forward(g, as_block(hx), as_block(yc), hctx());
+    gctx().synchronize();
+    CHECK(bits_equal(y, yf) == 0);
+    CHECK(ulps_from(yc, y, 0) == 0);
+    exec::avg_pool_backward(g, as_block(dg), as_block(gx), gctx());
+    exec::avg_pool_backward(g, as_block(wg), as_block(gxf), gctx());
+    exec::avg_pool_backward(g, as_block(hg), as_block(gxc), hctx());
+    gctx().synchronize();
+    CHECK(bits_equal(gx, gxf) == 0);
+    CHECK(ulps_from(gxc, gx, 0) == 0);
+    auto idx = Tensor<std::int64_t, 1>::empty({nout}, gpu());
+    auto idxf = Tensor<std::int64_t, 1>::empty({nout}, gpu());
+    auto idxc = Tensor<std::int64_t, 1>::empty({nout});
+    exec::max_pool_forward(g, as_block(dx), as_block(y), as_block(idx), gctx());
+    exec::max_pool_forward(g, as_block(wx), as_block(yf), as_block(idxf), gctx());
+    exec::max_pool_forward(g, as_block(hx), as_block(yc), as_block(idxc), hctx());
+    gctx().synchronize();
+    CHECK(bits_equal(y, yf) == 0);
+    const auto ih = idx.to(Device::cpu()), ifh = idxf.to(Device::cpu());
+    index_t idx_bad = 0;
+    for (index_t o = 0; o < nout; ++o) idx_bad += (ih(o) == ifh(o) && ih(o) == idxc(o)) ? 0 : 1;
+    CHECK(idx_bad == 0);
+    exec::max_pool_backward(g, as_block(dg), as_block(idx), as_block(gx), gctx());
+    exec::max_pool_backward(g, as_block(wg), as_block(idx), as_block(gxf), gctx());
+    exec::max_pool_backward(g, as_block(hg), as_block(idxc), as_block(gxc), hctx());
+    gctx().synchronize();
+    CHECK(bits_equal(gx, gxf) == 0);
+    CHECK(ulps_from(gxc, gx, 0) == 0);
+  }
+  for (ResizeMode mode : {ResizeMode::nearest, ResizeMode::linear}) {
+    INFO("resize, mode " << (mode == ResizeMode::linear ? "linear" : "nearest") << ", dtype " << dtype_name(dtype_of<L>));
+    exec::ResizeGeometry g;  // a block of a global grid: inputs [1, 8) of dim 1, outputs [4, 12)
+    g.mode = mode;
+    g.planes = 2;
+    g.scale = {1, 2, 3};
+    g.global_in = {3, 9, 5};
+    g.in_lo = {0, 1, 0};
+    g.in_len = {3, 7, 5};
+    g.out_lo = {0, 4, 0};
+    g.out_len = {3, 8, 15};
+    const index_t nin = 2 * 3 * 7 * 5, nout = 2 * 3 * 8 * 15;
+    const auto hx = wave<L, 1>({nin}, -3.0f, 3.0f, 0.53f, 0.1f), hg = wave<L, 1>({nout}, -1.0f, 1.0f, 0.23f, 0.6f);
+    const auto dx = hx.to(gpu()), dg = hg.to(gpu());
+    const auto wx = widened_on_gpu(hx), wg = widened_on_gpu(hg);
+    auto y = Tensor<L, 1>::empty({nout}, gpu());
+    auto yf = Tensor<float, 1>::empty({nout}, gpu());
+    auto yc = Tensor<L, 1>::empty({nout});
+    exec::resize_forward(g, as_block(dx), as_block(y), gctx());
+    exec::resize_forward(g, as_block(wx), as_block(yf), gctx());
+    exec::resize_forward(g, as_block(hx), as_block(yc), hctx());
+    gctx().synchronize();
+    CHECK(bits_equal(y, yf) == 0);
+    CHECK(ulps_from(yc, y, 1) == 0);
+    auto gx = Tensor<L, 1>::empty({nin}, gpu());
+    auto gxf = Tensor<float, 1>::empty({nin}, gpu());
+    auto gxc = Tensor<L, 1>::empty({nin});
+    exec::resize_backward(g, as_block(dg), as_block(gx), gctx());
+    exec::resize_backward(g, as_block(wg), as_block(gxf), gctx());
+    exec::resize_backward(g, as_block(hg), as_block(gxc), hctx());
+    gctx().synchronize();
+    CHECK(bits_equal(gx, gxf) == 0);
+    CHECK(ulps_from(gxc, gx, 1) == 0);
+  }
+}
+
+TEMPLATE_TEST_CASE("gpusim precision: attention and neighbourhood attention on bf16 / f16 storage on CUDA",
+                   "[gpusim][precision][attention]", bf16, f16) {
+  // kernels/attention.cu and kernels/neighborhood.cu instantiated on the storage type (float
+  // accumulation, float lse), through the exec fronts on device tensors. Oracle: the same kernels
+  // in f32 on the widened operands (the working-copy route the CUDA fronts took for f16 before),
+  // each result rounded once: within one unit in the last place of the storage type (bit for bit
+  // unless the compiler contracts the two instantiations differently), lse to 1e-6.
+  GPUSIM_REQUIRE_GPU();
+  using L = TestType;
+  auto lp = [](index_t n, float phase, float off) { return wave<L, 1>({n}, -2.0f, 2.0f, phase, off); };
+  auto ulp_bad = [](const Tensor<L, 1>& got, const Tensor<float, 1>& f32) {
+    const auto g = got.to(Device::cpu());
+    const auto f = f32.to(Device::cpu());
+    index_t bad = 0;
+    for (index_t i = 0; i < g.numel(); ++i) {
+      const int d = std::abs(static_cast<int>(g.data()[i].bits) - static_cast<int>(L(f.data()[i]).bits));
+      bad += d <= 1 ? 0 : 1;
+    }
+    return bad;
+  };
+  auto lse_err = [](const Tensor<float, 1>& a, const Tensor<float, 1>& b) {
+    const auto x = a.to(Device::cpu()), y = b.to(Device::cpu());
+    double worst = 0;
+    for (index_t i = 0; i < x.numel(); ++i)
+      if (!(std::isinf(x.data()[i]) && x.data()[i] == y.data()[i]))
+        worst = std::max(worst, std::abs(static_cast<double>(x.data()[i]) - y.data()[i]) /
+                                    std::max(1.0, std::abs(static_cast<double>(y.data()[i]))));
+    return worst;
+  };
+  auto view = [](const auto& t, std::vector<index_t> shape) {
+    const Block b = as_block(t);
+    return Block::view(b.dtype, b.device, b.data, shape.data(), static_cast<int>(shape.size()), nullptr, b.owner);
+  };
+  // ---- local attention, [B, H, N, D] blocks: partial tiles, Nq != Nk, D != Dv; causal with offsets.
+  for (bool causal : {false, true}) {
+    INFO("attention, causal " << causal << ", dtype " << dtype_name(dtype_of<L>));
+    exec::AttnGeom g{1, 2, 19, 23, 16, 8};
+    exec::AttnMask m;
+    m.scale = 0.3;
+    m.causal = causal;
+    m.q_pos0 = causal ? 4 : 0;
+    const std::vector<index_t> sq{g.B, g.H, g.Nq, g.D}, sk{g.B, g.H, g.Nk, g.D}, sv{g.B, g.H, g.Nk, g.Dv},
+        so{g.B, g.H, g.Nq, g.Dv}, sl{g.B, g.H, g.Nq};
+    const index_t nq = g.B * g.H * g.Nq * g.D, nk = g.B * g.H * g.Nk * g.D, nv = g.B * g.H * g.Nk * g.Dv,
+                  no = g.B * g.H * g.Nq * g.Dv, nl = g.B * g.H * g.Nq;
+    const auto hq = lp(nq, 0.31f, 0.1f), hk = lp(nk, 0.47f, 0.7f), hv = lp(nv, 0.59f, 1.3f), hd = lp(no, 0.23f, 0.4f);
+    const auto dq_ = hq.to(gpu()), dk_ = hk.to(gpu()), dv_ = hv.to(gpu()), dd_ = hd.to(gpu());
+    const auto wq = widened_on_gpu(hq), wk = widened_on_gpu(hk), wv = widened_on_gpu(hv), wd = widened_on_gpu(hd);
+    auto out = Tensor<L, 1>::empty({no}, gpu());
+    auto outf = Tensor<float, 1>::empty({no}, gpu());
+    auto lse = Tensor<float, 1>::empty({nl}, gpu());
+    auto lsef = Tensor<float, 1>::empty({nl}, gpu());
+    exec::attention_forward(g, m, view(dq_, sq), view(dk_, sk), view(dv_, sv), nullptr, view(out, so), view(lse, sl),
+                            gctx());
+    exec::attention_forward(g, m, view(wq, sq), view(wk, sk), view(wv, sv), nullptr, view(outf, so), view(lsef, sl),
+                            gctx());
+    gctx().synchronize();
+    CHECK(ulp_bad(out, outf) == 0);
+    CHECK(lse_err(lse, lsef) <= 1e-6);
+    // Backward from the rounded out (as the tape saves it); dq, dk, dv start from values.
+    const auto wo = widened_on_gpu(out);
+    auto gq = lp(nq, 0.11f, 0.2f).to(gpu()), gk = lp(nk, 0.13f, 0.3f).to(gpu()), gv = lp(nv, 0.17f, 0.5f).to(gpu());
+    auto fq = widened_on_gpu(gq), fk = widened_on_gpu(gk), fv = widened_on_gpu(gv);
+    const Block bq = view(gq, sq), bk = view(gk, sk), bv = view(gv, sv), cq = view(fq, sq), ck = view(fk, sk),
+                cv = view(fv, sv);
+    exec::attention_backward(g, m, view(dq_, sq), view(dk_, sk), view(dv_, sv), nullptr, view(out, so), view(dd_, so),
+                             view(lse, sl), &bq, &bk, &bv, gctx());
+    exec::attention_backward(g, m, view(wq, sq), view(wk, sk), view(wv, sv), nullptr, view(wo, so), view(wd, so),
+                             view(lse, sl), &cq, &ck, &cv, gctx());
+    gctx().synchronize();
+    CHECK(ulp_bad(gq, fq) == 0);
+    CHECK(ulp_bad(gk, fk) == 0);
+    CHECK(ulp_bad(gv, fv) == 0);
+    // The lse merge of (out, lse) with a second partial result.
+    const auto hb = lp(no, 0.71f, 0.9f);
+    const auto ob = hb.to(gpu()), wb = widened_on_gpu(hb);
+    auto lb = Tensor<float, 1>::empty({nl});
+    for (index_t i = 0; i < nl; ++i) lb.data()[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+    const auto lbd = lb.to(gpu());
+    auto lse2 = lse.to(Device::cpu()).to(gpu());
+    auto outf2 = widened_on_gpu(out);
+    exec::attention_merge(g, view(out, so), view(lse, sl), view(ob, so), view(lbd, sl), gctx());
+    exec::attention_merge(g, view(outf2, so), view(lse2, sl), view(wb, so), view(lbd, sl), gctx());
+    gctx().synchronize();
+    CHECK(ulp_bad(out, outf2) == 0);
+    CHECK(lse_err(lse, lse2) <= 1e-6);
+  }
+  // ---- neighbourhood attention, [B, S1, S2, H, D] blocks: a 3 x 3 window, periodic in one dim.
+  {
+    INFO("neighbourhood attention, dtype " << dtype_name(dtype_of<L>));
+    exec::NbhdGeom g;
+    g.B = 1;
+    g.H = 2;
+    g.D = g.Dv = 16;
+    g.nq[1] = g.nk[1] = g.valid_hi[1] = 6;
+    g.nq[2] = g.nk[2] = g.valid_hi[2] = 5;
+    g.window[1] = g.window[2] = 3;
+    g.wrap[2] = true;
+    g.scale = 0.25;
+    const std::vector<index_t> s{1, 6, 5, 2, 16}, sl{1, 6, 5, 2};
+    const index_t n = 6 * 5 * 2 * 16, nl = 6 * 5 * 2;
+    const auto hq = lp(n, 0.29f, 0.1f), hk = lp(n, 0.41f, 0.6f), hv = lp(n, 0.53f, 1.1f), hd = lp(n, 0.19f, 0.8f);
+    const auto dq_ = hq.to(gpu()), dk_ = hk.to(gpu()), dv_ = hv.to(gpu()), dd_ = hd.to(gpu());
+    const auto wq = widened_on_gpu(hq), wk = widened_on_gpu(hk), wv = widened_on_gpu(hv), wd = widened_on_gpu(hd);
+    auto out = Tensor<L, 1>::empty({n}, gpu());
+    auto outf = Tensor<float, 1>::empty({n}, gpu());
+    auto lse = Tensor<float, 1>::empty({nl}, gpu());
+    auto lsef = Tensor<float, 1>::empty({nl}, gpu());
+    exec::nbhd_attention_forward(g, view(dq_, s), view(dk_, s), view(dv_, s), view(out, s), view(lse, sl), gctx());
+    exec::nbhd_attention_forward(g, view(wq, s), view(wk, s), view(wv, s), view(outf, s), view(lsef, sl), gctx());
+    gctx().synchronize();
+    CHECK(ulp_bad(out, outf) == 0);
+    CHECK(lse_err(lse, lsef) <= 1e-6);
+    const auto wo = widened_on_gpu(out);
+    auto gq = Tensor<L, 1>::empty({n}, gpu()), gk = Tensor<L, 1>::empty({n}, gpu()), gv = Tensor<L, 1>::empty({n}, gpu());
+    auto fq = Tensor<float, 1>::empty({n}, gpu()), fk = Tensor<float, 1>::empty({n}, gpu()),
+         fv = Tensor<float, 1>::empty({n}, gpu());
+    const Block bq = view(gq, s), bk = view(gk, s), bv = view(gv, s), cq = view(fq, s), ck = view(fk, s),
+                cv = view(fv, s);
+    exec::nbhd_attention_backward(g, view(dq_, s), view(dk_, s), view(dv_, s), view(out, s), view(dd_, s),
+                                  view(lse, sl), &bq, &bk, &bv, gctx());
+    exec::nbhd_attention_backward(g, view(wq, s), view(wk, s), view(wv, s), view(wo, s), view(wd, s), view(lse, sl),
+                                  &cq, &ck, &cv, gctx());
+    gctx().synchronize();
+    CHECK(ulp_bad(gq, fq) == 0);
+    CHECK(ulp_bad(gk, fk) == 0);
+    CHECK(ulp_bad(gv, fv) == 0);
+  }
+}
+
+TEMPLATE_TEST_CASE("gpusim precision: sum_to on bf16 / f16 storage on CUDA", "[gpusim][precision]", bf16, f16) {
+  // kernels/pointwise.cu's sum_to kernels templated on the storage type (a broadcast operand's
+  // gradient): both the thread-per-position kernel (few reduced elements) and the block tree
+  // (many) equal the f32 route bit for bit: double sums of the widened values, rounded once more.
+  GPUSIM_REQUIRE_GPU();
+  using L = TestType;
+  const index_t rows = 40, n = rows * 3 * 16;
+  const auto hg = wave<L, 1>({n}, -1.0f, 1.0f, 0.43f, 0.2f);
+  const auto dg = hg.to(gpu());
+  const auto wg = widened_on_gpu(hg);
+  const index_t vshape[3] = {rows, 3, 16};
+  struct Target {
+    index_t numel;
+    index_t strides[3];
+  };
+  // [1, 3, 1]: 640 reduced elements per position (block tree); [rows, 1, 16]: 3 (thread kernel).
+  for (const Target& t : {Target{3, {0, 1, 0}}, Target{rows * 16, {16, 0, 1}}}) {
+    INFO("destination of " << t.numel << " elements, dtype " << dtype_name(dtype_of<L>));
+    auto d = Tensor<L, 1>::empty({t.numel}, gpu());
+    auto dw = Tensor<float, 1>::empty({t.numel}, gpu());
+    const Block bd = as_block(d), bw = as_block(dw);
+    const Block g0 = as_block(dg), w0 = as_block(wg);
+    const Block gv = Block::view(g0.dtype, g0.device, g0.data, vshape, 3, nullptr, g0.owner);
+    const Block wv = Block::view(w0.dtype, w0.device, w0.data, vshape, 3, nullptr, w0.owner);
+    exec::sum_to(gv, bd, Block::view(bd.dtype, bd.device, bd.data, vshape, 3, t.strides, bd.owner), gctx());
+    exec::sum_to(wv, bw, Block::view(bw.dtype, bw.device, bw.data, vshape, 3, t.strides, bw.owner), gctx());
+    gctx().synchronize();
+    const auto h = d.to(Device::cpu());
+    const auto f = dw.to(Device::cpu());
+    index_t bad = 0;
+    for (index_t i = 0; i < t.numel; ++i) bad += h(i).bits == L(f(i)).bits ? 0 : 1;
+    CHECK(bad == 0);
+  }
 }

@@ -247,19 +247,19 @@ TEMPLATE_TEST_CASE("precision: every op family in bf16 / f16 against f32", "[pre
     check_op<L>("upsample_linear", [](const auto& x) { return F::upsample_linear(x, Shape<2>{2, 2}); }, 3,
                 Mag::abs_op, true, x4);
   }
-  SECTION("large tensors: chunked f32 working copies (elementwise, norms, pooling, upsampling)") {
-    // > 2^18 elements: unary / binary ops go through chunked_f32, pooling and resize through
-    // chunked_planes_f32, norms read the storage dtype in place (src/exec/precision.hpp); the
-    // emulation oracle stays bit for bit.
+  SECTION("large tensors: the storage dtype in place (elementwise, norms, pooling, upsampling)") {
+    // > 2^18 elements: unary / binary ops, norms, pooling and resize read and write the storage
+    // dtype in place (their CPU tables' takes_storage / native_low_precision); the emulation
+    // oracle stays bit for bit.
     const auto xl = rnd<4>({2, 8, 144, 128}, 21), yl = rnd<4>({2, 8, 144, 128}, 22, 0.5, 1.5);
-    check_op<L>("silu (chunked)", [](const auto& x) { return F::silu(x); }, 4, Mag::abs_x, true, xl);
-    check_op<L>("mul (chunked)", [](const auto& a, const auto& b) { return F::mul(a, b); }, 3, Mag::abs_op, true, xl, yl);
-    check_op<L>("div (chunked)", [](const auto& a, const auto& b) { return F::div(a, b); }, 4, Mag::abs_op, true, xl, yl);
+    check_op<L>("silu (large)", [](const auto& x) { return F::silu(x); }, 4, Mag::abs_x, true, xl);
+    check_op<L>("mul (large)", [](const auto& a, const auto& b) { return F::mul(a, b); }, 3, Mag::abs_op, true, xl, yl);
+    check_op<L>("div (large)", [](const auto& a, const auto& b) { return F::div(a, b); }, 4, Mag::abs_op, true, xl, yl);
     PoolParams<2> p;
     p.kernel = {2, 2};
-    check_op<L>("avg_pool2d (chunked planes)", [p](const auto& x) { return F::avg_pool(x, p); }, 3, Mag::abs_op, true, xl);
-    check_op<L>("max_pool2d (chunked planes)", [p](const auto& x) { return F::max_pool(x, p); }, 3, Mag::abs_op, true, xl);
-    check_op<L>("upsample_nearest (chunked planes)", [](const auto& x) { return F::upsample_nearest(x, Shape<2>{2, 2}); },
+    check_op<L>("avg_pool2d (large)", [p](const auto& x) { return F::avg_pool(x, p); }, 3, Mag::abs_op, true, xl);
+    check_op<L>("max_pool2d (large)", [p](const auto& x) { return F::max_pool(x, p); }, 3, Mag::abs_op, true, xl);
+    check_op<L>("upsample_nearest (large)", [](const auto& x) { return F::upsample_nearest(x, Shape<2>{2, 2}); },
                 3, Mag::abs_op, true, xl);
     const auto wn = rnd<1>({8}, 23, 0.5, 1.5), bn = rnd<1>({8}, 24, -0.5, 0.5);
     check_op<L>("group_norm (in place)", [](const auto& x, const auto& w, const auto& b) {

@@ -16,8 +16,8 @@
 ///   masked when causal and k_pos0 + j > q_pos0 + i (global token positions), or bias_ij = -inf
 ///   lse_i = log sum_{j unmasked} exp(s_ij)        (-inf for a fully masked row)
 ///   out_i = sum_j exp(s_ij - lse_i) v_j           (0 for a fully masked row)
-/// lse is a contiguous [B, H, Nq] array in the accumulation type: double for f64, float for f32
-/// and bf16. Memory of every implementation is O(N * D) (blockwise online softmax), never O(N^2).
+/// lse is a contiguous [B, H, Nq] array in the accumulation type: double for f64, float for f32,
+/// bf16 and f16. Memory of every implementation is O(N * D) (blockwise online softmax), never O(N^2).
 #include "shardtensor/core/device.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
@@ -67,7 +67,7 @@ Block attention_view(DType dt, Device dev, const void* data, index_t B, index_t 
 /// k [B, H, Nk, D], v [B, H, Nk, Dv] and out are strided Blocks with a unit d stride; lse is
 /// contiguous in the accumulation type; `bias` (optional, may be null) is a strided
 /// [B, H, Nq, Nk] Block of the operands' dtype (stride 0 broadcasts; -inf masks; not
-/// differentiated). Every Block on ctx.device(); one dtype (f32, f64; bf16 on CUDA).
+/// differentiated). Every Block on ctx.device(); one dtype (f32, f64; bf16 and f16 on CUDA, float accumulation).
 void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                        const Block* bias, const Block& out, const Block& lse, ExecContext& ctx);
 

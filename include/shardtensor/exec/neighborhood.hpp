@@ -27,7 +27,7 @@
 /// >= nk_d, which the functional op refuses), the key counts once per offset.
 ///
 /// lse is a contiguous [B, nq0, nq1, nq2, H] array in the accumulation type (double for f64,
-/// float for f32 and bf16). The backward OVERWRITES dq (the query block) and dk, dv (the whole
+/// float for f32, bf16 and f16). The backward OVERWRITES dq (the query block) and dk, dv (the whole
 /// key block; keys seen by no query get 0). It is deterministic: dq is a sum over each query's
 /// window in offset order, dk and dv are gathered per key over the queries that see it (offset
 /// order), never scattered with atomics.
@@ -71,7 +71,7 @@ struct NbhdOut {
 /// out are strided [B, S..., H, D] Blocks with 1-3 spatial dims S (right-aligned onto the
 /// geometry's three; the geometry's leading unused extents are 1) and a unit d stride: q and out
 /// have the query block's extents nq, k and v the key block's nk. lse is contiguous in the
-/// accumulation type. Every Block on ctx.device(); one dtype (f32, f64; bf16 on CUDA).
+/// accumulation type. Every Block on ctx.device(); one dtype (f32, f64; bf16 and f16 on CUDA, float accumulation).
 void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
                             const Block& lse, ExecContext& ctx);
 

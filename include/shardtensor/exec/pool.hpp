@@ -24,8 +24,10 @@ struct PoolGeometry {
   bool count_include_pad = true;
 };
 
-/// y[planes, out] = average pooling of x[planes, in]. x and y contiguous, of one dtype (f32 or
-/// f64), on the context's device, with the geometry's element counts.
+/// y[planes, out] = average pooling of x[planes, in]. x and y contiguous, of one dtype (f32, f64,
+/// or bf16 / f16: read and written in place, sums in double (max's gradient in float), each result
+/// rounded once more to the storage type: bit for bit the f32 op on the widened values, rounded),
+/// on the context's device, with the geometry's element counts.
 void avg_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, ExecContext& ctx);
 /// gx[planes, in] = adjoint of avg_pool_forward applied to gy[planes, out] (overwrites gx).
 void avg_pool_backward(const PoolGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx);

@@ -42,7 +42,8 @@ struct ResizeGeometry {
 
 /// y[planes, out_len] (contiguous) from x[planes, in_len]: x contiguous, or a strided
 /// [N, C, in_len...] view (1-3 spatial dims) read in place where the table can; both of one dtype
-/// (f32 or f64) on the context's device. Throws shard::Error unless the block holds every input
+/// (f32, f64, or bf16 / f16: read and written in place, bit for bit the f32 op on the widened
+/// values rounded once more) on the context's device. Throws shard::Error unless the block holds every input
 /// the outputs read.
 void resize_forward(const ResizeGeometry& g, const Block& x, const Block& y, ExecContext& ctx);
 /// gx[planes, in_len] = adjoint of resize_forward applied to gy[planes, out_len] (both contiguous;
