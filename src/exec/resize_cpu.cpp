@@ -62,33 +62,52 @@ void forward_impl(ResizeMode mode, const ResizeGeometry& g, const T* x, T* y) {
   const index_t C = g.x_strided ? g.channels : 1, sn = g.x_strided ? g.x_strides[0] : pin,
                 sc = g.x_strided ? g.x_strides[1] : 0, s0 = g.x_strided ? g.x_strides[2] : g.in_len[1] * g.in_len[2],
                 s1 = g.x_strided ? g.x_strides[3] : g.in_len[2], s2 = g.x_strided ? g.x_strides[4] : 1;
-#pragma omp parallel for schedule(static) if (g.planes * pout > (1 << 14))
-  for (index_t r = 0; r < rows; ++r) {
-    const index_t pl = r / (g.out_len[0] * g.out_len[1]), o0 = (r / g.out_len[1]) % g.out_len[0],
-                  o1 = r % g.out_len[1];
-    const T* xp = x + (pl / C) * sn + (pl % C) * sc;
-    T* yr = y + pl * pout + (o0 * g.out_len[1] + o1) * g.out_len[2];
-    const Tap a = t[0][o0], b = t[1][o1];
-    const T* r00 = xp + a.i0 * s0 + b.i0 * s1;
-    if (mode == ResizeMode::nearest) {
-      if (s2 == 1)
-        for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0];
-      else
-        for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0 * s2];
-      continue;
-    }
-    const T* r01 = xp + a.i0 * s0 + b.i1 * s1;
-    const T* r10 = xp + a.i1 * s0 + b.i0 * s1;
-    const T* r11 = xp + a.i1 * s0 + b.i1 * s1;
-    const double w00 = a.w0 * b.w0, w01 = a.w0 * b.w1, w10 = a.w1 * b.w0, w11 = a.w1 * b.w1;
-    for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) {
-      const Tap c = t[2][o2];
-      const index_t i0 = c.i0 * s2, i1 = c.i1 * s2;
-      const double v0 = c.w0 * (w00 * to_double(r00[i0]) + w01 * to_double(r01[i0]) + w10 * to_double(r10[i0]) +
-                                w11 * to_double(r11[i0]));
-      const double v1 = c.w1 * (w00 * to_double(r00[i1]) + w01 * to_double(r01[i1]) + w10 * to_double(r10[i1]) +
-                                w11 * to_double(r11[i1]));
-      yr[o2] = from_double<T>(v0 + v1);
+  // bf16 / f16: the four input rows an output row reads are widened once into float rows (exact),
+  // so each tap converts no element (an output row reads each input element about four times).
+  using W = storage::work_t<T>;
+  constexpr bool narrow = storage::is_narrow_v<T>;
+  const index_t n2 = g.in_len[2];
+#pragma omp parallel if (g.planes * pout > (1 << 14))
+  {
+    std::vector<W> wide(narrow && mode == ResizeMode::linear ? static_cast<std::size_t>(4 * n2) : 0);
+    auto widen_row = [&](const T* p, int k) {
+      W* w = wide.data() + k * n2;
+      for (index_t i = 0; i < n2; ++i) w[i] = storage::to_work(p[i * s2]);
+      return static_cast<const W*>(w);
+    };
+#pragma omp for schedule(static)
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t pl = r / (g.out_len[0] * g.out_len[1]), o0 = (r / g.out_len[1]) % g.out_len[0],
+                    o1 = r % g.out_len[1];
+      const T* xp = x + (pl / C) * sn + (pl % C) * sc;
+      T* yr = y + pl * pout + (o0 * g.out_len[1] + o1) * g.out_len[2];
+      const Tap a = t[0][o0], b = t[1][o1];
+      const T* r00 = xp + a.i0 * s0 + b.i0 * s1;
+      if (mode == ResizeMode::nearest) {
+        if (s2 == 1)
+          for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0];
+        else
+          for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) yr[o2] = r00[t[2][o2].i0 * s2];
+        continue;
+      }
+      const T* r01 = xp + a.i0 * s0 + b.i1 * s1;
+      const T* r10 = xp + a.i1 * s0 + b.i0 * s1;
+      const T* r11 = xp + a.i1 * s0 + b.i1 * s1;
+      const W *w00, *w01, *w10, *w11;
+      index_t ws;
+      if constexpr (narrow) {
+        w00 = widen_row(r00, 0), w01 = widen_row(r01, 1), w10 = widen_row(r10, 2), w11 = widen_row(r11, 3), ws = 1;
+      } else {
+        w00 = r00, w01 = r01, w10 = r10, w11 = r11, ws = s2;
+      }
+      const double c00 = a.w0 * b.w0, c01 = a.w0 * b.w1, c10 = a.w1 * b.w0, c11 = a.w1 * b.w1;
+      for (index_t o2 = 0; o2 < g.out_len[2]; ++o2) {
+        const Tap c = t[2][o2];
+        const index_t i0 = c.i0 * ws, i1 = c.i1 * ws;
+        const double v0 = c.w0 * (c00 * w00[i0] + c01 * w01[i0] + c10 * w10[i0] + c11 * w11[i0]);
+        const double v1 = c.w1 * (c00 * w00[i1] + c01 * w01[i1] + c10 * w10[i1] + c11 * w11[i1]);
+        yr[o2] = from_double<T>(v0 + v1);
+      }
     }
   }
 }
