@@ -14,10 +14,13 @@
 
 #include "shardtensor/shardtensor.hpp"
 #include "shardtensor/exec/pointwise.hpp"
+#include "support/lowp_compare.hpp"
 
 using namespace shard;
 using exec::BinaryOp;
 using exec::UnaryOp;
+using shard::test::differing;
+using shard::test::widened;
 
 namespace {
 
@@ -35,24 +38,6 @@ Tensor<L, R> rounded(const Tensor<float, R>& x) {
   for (index_t i = 0; i < x.numel(); ++i) y.data()[i] = L(x.data()[i]);
   return y;
 }
-template <class L, int R>
-Tensor<float, R> widened(const Tensor<L, R>& x) {
-  auto y = Tensor<float, R>::empty(x.shape(), Device::cpu());
-  for (index_t i = 0; i < x.numel(); ++i) y.data()[i] = static_cast<float>(x.data()[i]);
-  return y;
-}
-/// got == L(want) bit for bit, NaN-ness only where want is NaN; returns the count that differ.
-template <class L, int R>
-index_t differing(const Tensor<L, R>& got, const Tensor<float, R>& want) {
-  index_t bad = 0;
-  for (index_t i = 0; i < got.numel(); ++i) {
-    const float w = want.data()[i];
-    if (std::isnan(w)) bad += std::isnan(static_cast<float>(got.data()[i])) ? 0 : 1;
-    else bad += got.data()[i].bits == L(w).bits ? 0 : 1;
-  }
-  return bad;
-}
-
 constexpr UnaryOp kUnary[] = {UnaryOp::neg,        UnaryOp::square,     UnaryOp::sqrt,        UnaryOp::exp,
                               UnaryOp::log,        UnaryOp::abs,        UnaryOp::relu,        UnaryOp::leaky_relu,
                               UnaryOp::gelu,       UnaryOp::gelu_tanh,  UnaryOp::silu,        UnaryOp::tanh,

@@ -19,8 +19,11 @@
 #include "shardtensor/exec/pool.hpp"
 #include "shardtensor/exec/resize.hpp"
 #include "shardtensor/shardtensor.hpp"
+#include "support/lowp_compare.hpp"
 
 using namespace shard;
+using shard::test::differing;
+using shard::test::widened;
 
 namespace {
 
@@ -38,23 +41,6 @@ Tensor<L, 1> values(index_t n, unsigned seed, float lo, float hi, int levels = 0
     t.data()[i] = L(v);
   }
   return t;
-}
-template <class L>
-Tensor<float, 1> widened(const Tensor<L, 1>& x) {
-  auto y = Tensor<float, 1>::empty(x.shape(), Device::cpu());
-  for (index_t i = 0; i < x.numel(); ++i) y.data()[i] = static_cast<float>(x.data()[i]);
-  return y;
-}
-/// Elements where got != L(want) bit for bit (NaN results: NaN-ness only).
-template <class L>
-index_t differing(const Tensor<L, 1>& got, const Tensor<float, 1>& want) {
-  index_t bad = 0;
-  for (index_t i = 0; i < got.numel(); ++i) {
-    const float w = want.data()[i];
-    if (std::isnan(w)) bad += std::isnan(static_cast<float>(got.data()[i])) ? 0 : 1;
-    else bad += got.data()[i].bits == L(w).bits ? 0 : 1;
-  }
-  return bad;
 }
 template <class L>
 Tensor<L, 1> empty_lp(index_t n) {

@@ -19,6 +19,7 @@
 #include "kernels_api/conv.hpp"
 #include "kernels_api/gemm.hpp"
 #include "gpusim_support.hpp"
+#include "support/lowp_compare.hpp"
 #include "shardtensor/exec/attention.hpp"
 #include "shardtensor/exec/neighborhood.hpp"
 #include "shardtensor/exec/norm.hpp"
@@ -476,17 +477,6 @@ TEMPLATE_TEST_CASE("gpusim precision: pool and resize kernels read and write bf1
   // bit for bit, resize within one ulp (nvcc may contract the double taps into FMAs).
   GPUSIM_REQUIRE_GPU();
   using L = TestType;
-  auto bits_equal = [](const Tensor<L, 1>& got, const Tensor<float, 1>& f32) {
-    const auto g = got.to(Device::cpu());
-    const auto f = f32.to(Device::cpu());
-    index_t bad = 0;
-    for (index_t i = 0; i < g.numel(); ++i) {
-      const float w = f.data()[i];
-      if (std::isnan(w)) bad += std::isnan(static_cast<float>(g.data()[i])) ? 0 : 1;
-      else bad += g.data()[i].bits == L(w).bits ? 0 : 1;
-    }
-    return bad;
-  };
   auto ulps_from = [](const Tensor<L, 1>& cpu_r, const Tensor<L, 1>& got, int ulps) {
     const auto g = got.to(Device::cpu());
     index_t bad = 0;
@@ -527,13 +517,13 @@ TEMPLATE_TEST_CASE("gpusim precision: pool and resize kernels read and write bf1
     exec::avg_pool_forward(g, as_block(wx), as_block(yf), gctx());
     exec::avg_pool_forward(g, as_block(hx), as_block(yc), hctx());
     gctx().synchronize();
-    CHECK(bits_equal(y, yf) == 0);
+    CHECK(shard::test::differing(y, yf) == 0);
     CHECK(ulps_from(yc, y, 0) == 0);
     exec::avg_pool_backward(g, as_block(dg), as_block(gx), gctx());
     exec::avg_pool_backward(g, as_block(wg), as_block(gxf), gctx());
     exec::avg_pool_backward(g, as_block(hg), as_block(gxc), hctx());
     gctx().synchronize();
-    CHECK(bits_equal(gx, gxf) == 0);
+    CHECK(shard::test::differing(gx, gxf) == 0);
     CHECK(ulps_from(gxc, gx, 0) == 0);
     auto idx = Tensor<std::int64_t, 1>::empty({nout}, gpu());
     auto idxf = Tensor<std::int64_t, 1>::empty({nout}, gpu());
@@ -542,7 +532,7 @@ TEMPLATE_TEST_CASE("gpusim precision: pool and resize kernels read and write bf1
     exec::max_pool_forward(g, as_block(wx), as_block(yf), as_block(idxf), gctx());
     exec::max_pool_forward(g, as_block(hx), as_block(yc), as_block(idxc), hctx());
     gctx().synchronize();
-    CHECK(bits_equal(y, yf) == 0);
+    CHECK(shard::test::differing(y, yf) == 0);
     const auto ih = idx.to(Device::cpu()), ifh = idxf.to(Device::cpu());
     index_t idx_bad = 0;
     for (index_t o = 0; o < nout; ++o) idx_bad += (ih(o) == ifh(o) && ih(o) == idxc(o)) ? 0 : 1;
@@ -551,7 +541,7 @@ TEMPLATE_TEST_CASE("gpusim precision: pool and resize kernels read and write bf1
     exec::max_pool_backward(g, as_block(wg), as_block(idx), as_block(gxf), gctx());
     exec::max_pool_backward(g, as_block(hg), as_block(idxc), as_block(gxc), hctx());
     gctx().synchronize();
-    CHECK(bits_equal(gx, gxf) == 0);
+    CHECK(shard::test::differing(gx, gxf) == 0);
     CHECK(ulps_from(gxc, gx, 0) == 0);
   }
   for (ResizeMode mode : {ResizeMode::nearest, ResizeMode::linear}) {
@@ -576,7 +566,7 @@ TEMPLATE_TEST_CASE("gpusim precision: pool and resize kernels read and write bf1
     exec::resize_forward(g, as_block(wx), as_block(yf), gctx());
     exec::resize_forward(g, as_block(hx), as_block(yc), hctx());
     gctx().synchronize();
-    CHECK(bits_equal(y, yf) == 0);
+    CHECK(shard::test::differing(y, yf) == 0);
     CHECK(ulps_from(yc, y, 1) == 0);
     auto gx = Tensor<L, 1>::empty({nin}, gpu());
     auto gxf = Tensor<float, 1>::empty({nin}, gpu());
@@ -585,7 +575,7 @@ TEMPLATE_TEST_CASE("gpusim precision: pool and resize kernels read and write bf1
     exec::resize_backward(g, as_block(wg), as_block(gxf), gctx());
     exec::resize_backward(g, as_block(hg), as_block(gxc), hctx());
     gctx().synchronize();
-    CHECK(bits_equal(gx, gxf) == 0);
+    CHECK(shard::test::differing(gx, gxf) == 0);
     CHECK(ulps_from(gxc, gx, 1) == 0);
   }
 }
@@ -747,10 +737,6 @@ TEMPLATE_TEST_CASE("gpusim precision: sum_to on bf16 / f16 storage on CUDA", "[g
     exec::sum_to(gv, bd, Block::view(bd.dtype, bd.device, bd.data, vshape, 3, t.strides, bd.owner), gctx());
     exec::sum_to(wv, bw, Block::view(bw.dtype, bw.device, bw.data, vshape, 3, t.strides, bw.owner), gctx());
     gctx().synchronize();
-    const auto h = d.to(Device::cpu());
-    const auto f = dw.to(Device::cpu());
-    index_t bad = 0;
-    for (index_t i = 0; i < t.numel; ++i) bad += h(i).bits == L(f(i)).bits ? 0 : 1;
-    CHECK(bad == 0);
+    CHECK(shard::test::differing(d, dw) == 0);
   }
 }
