@@ -32,9 +32,8 @@ k::Geom geom(const NbhdGeom& g) {
 }
 k::Operand operand(const NbhdIn& a) { return {a.data, a.sb, {a.ss[0], a.ss[1], a.ss[2]}, a.sh}; }
 k::Operand operand(const NbhdOut& a) { return {a.data, a.sb, {a.ss[0], a.ss[1], a.ss[2]}, a.sh}; }
-int code(DType dt) {
-  return dt == DType::f64 ? k::f64 : dt == DType::bf16 ? k::bf16 : dt == DType::f16 ? k::f16 : k::f32;
-}
+static_assert(k::f32 == 0 && k::f64 == 1 && k::bf16 == 2 && k::f16 == 3, "the storage dtype codes of family_util.hpp");
+int code(DType dt) { return cuda_glue::storage_code(dt); }
 
 void check_head_dims(const NbhdGeom& g, const char* op) {
   SHARD_CHECK(g.D <= k::kMaxHeadDim && g.Dv <= k::kMaxHeadDim, op,

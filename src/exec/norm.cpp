@@ -51,24 +51,13 @@ Input input(const char* op, const NormKernels& tab, const NormGeom& g0, const Bl
   return in;
 }
 
-/// The table of dev (== ctx's device), after checking dt: f32, f64, or bf16 / f16 where the table
-/// takes them (the front routes other tables' bf16 / f16 calls through f32 working copies).
-const NormKernels& norm_table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
-  SHARD_CHECK(ctx.device() == dev, op, "operands on different devices: data on {} but the execution context on {}", dev,
-              ctx.device());
-  const NormKernels& tab = kernels_for<NormKernels>(dev, op);
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || (detail::is_low_precision(dt) && tab.takes_storage(dt)), op,
-              "dtype {} not supported (f32, f64, bf16, f16)", dt);
-  return tab;
-}
-
 /// The table after checking the dense [A, C, S] operands and the optional [C] parameter.
 const NormKernels& table(const char* op, const NormGeom& g, const Block& x, const Block* dense, const char* what,
                          const Block* w, const Block* b, const ExecContext& ctx) {
   if (dense) detail::check_block(op, what, *dense, x.dtype, g.A * g.C * g.S, ctx);
   if (w) detail::check_block(op, "weight", *w, x.dtype, g.C, ctx);
   if (b) detail::check_block(op, "bias", *b, x.dtype, g.C, ctx);
-  return norm_table(op, x.dtype, ctx.device(), ctx);
+  return detail::storage_table<NormKernels>(op, x.dtype, ctx.device(), ctx);
 }
 const void* data(const Block* b) { return b ? b->data : nullptr; }
 
@@ -154,7 +143,7 @@ void load_f64(const Block& src, double* host, ExecContext& ctx) {
     }
   }
   detail::check_block("load_f64", "source", src, src.dtype, src.numel(), ctx);
-  const auto& tab = norm_table("load_f64", src.dtype, ctx.device(), ctx);
+  const auto& tab = detail::storage_table<NormKernels>("load_f64", src.dtype, ctx.device(), ctx);
   if (src.numel() > 0) tab.load_f64(src.dtype, src.numel(), src.data, host, ctx);
 }
 
@@ -168,7 +157,7 @@ void store_f64(const double* host, const Block& dst, ExecContext& ctx) {
     }
   }
   detail::check_block("store_f64", "destination", dst, dst.dtype, dst.numel(), ctx);
-  const auto& tab = norm_table("store_f64", dst.dtype, ctx.device(), ctx);
+  const auto& tab = detail::storage_table<NormKernels>("store_f64", dst.dtype, ctx.device(), ctx);
   if (dst.numel() > 0) tab.store_f64(dst.dtype, dst.numel(), host, dst.data, ctx);
 }
 

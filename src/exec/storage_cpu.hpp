@@ -59,13 +59,6 @@ inline T from_double(double v) {
   else return static_cast<T>(v);
 }
 
-/// True for a NaN (tested on the widened value).
-template <class T>
-inline bool is_nan(const T& v) {
-  const auto w = to_work(v);
-  return w != w;
-}
-
 }  // namespace shard::exec::storage
 
 /// Runs CALL with `T` bound to the element type of float storage dtype `dt` (f32, f64, bf16,
