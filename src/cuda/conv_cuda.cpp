@@ -7,9 +7,17 @@
 //    of the input of exactly the extent the outputs read (kernels/conv.cu shift_copy), and the
 //    data gradient is computed on that extent and cropped back;
 //  * algorithm: cudnnFind*AlgorithmEx once per problem key (shapes, dtype, math, determinism,
-//    device), cached; only CUDNN_DETERMINISTIC algorithms under ExecSettings::deterministic;
+//    device), cached; only CUDNN_DETERMINISTIC algorithms under ExecSettings::deterministic. As
+//    PyTorch's cudnn.benchmark: the candidates are timed with the workspace the caching allocator
+//    can actually give (free device memory + its cached blocks, less a margin; halved while the
+//    allocation fails), within the user cap SHARDTENSOR_CUDNN_WORKSPACE_MIB (unset: none), and the
+//    fastest that fits wins (conv_algo_select.hpp, tested on the CPU);
 //  * math: CUDNN_FMA_MATH for fp32 unless ExecSettings::allow_tf32 (no TF32), default for fp64;
-//  * workspace: ExecContext::workspace (padded copies + the algorithm's workspace);
+//  * workspace: the padded copies in ExecContext::workspace; the algorithm's workspace from the
+//    caching allocator for the call alone (given back on the call's stream right after it is
+//    queued: the stream-ordered cache hands it to later work on that stream only), so it does not
+//    stay allocated between calls and the trial workspace of a search is back in the cache before
+//    the next one;
 //  * one cuDNN handle per thread and device, set to the context's stream.
 // Bias add and bias gradient are kernels/conv.cu kernels (fixed-order reduction in double).
 // bf16 / f16 (takes_storage): the descriptors carry the storage type and an f32 compute type, so
@@ -23,13 +31,18 @@
 #include <climits>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "cuda/conv_algo_select.hpp"
 #include "cuda/family_util.hpp"
 #include "exec/conv_kernels.hpp"
 #include "kernels_api/conv.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/context.hpp"
 #include "shardtensor/tensor/memory.hpp"
 
 // The legacy convolution API is deprecated in cuDNN 9 but complete (Nd, groups, dilation,
@@ -207,28 +220,50 @@ std::vector<long long> problem_key(Pass pass, DType dt, const ConvGeometry& g, c
 std::mutex g_cache_mutex;
 std::map<std::vector<long long>, Choice> g_cache;
 
-/// Bytes cudnnFind*Ex may use for trial workspaces (and so the largest workspace an algorithm
-/// gets): a quarter of the free memory, at most SHARDTENSOR_CUDNN_WORKSPACE_MIB (default 1024).
-std::size_t find_limit() {
-  static const std::size_t cap = [] {
-    const char* e = std::getenv("SHARDTENSOR_CUDNN_WORKSPACE_MIB");
-    const long long mib = e && *e ? std::atoll(e) : 1024;
-    return static_cast<std::size_t>(mib > 0 ? mib : 1024) << 20;
-  }();
-  std::size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return std::size_t{64} << 20;
-  return std::min<std::size_t>(free_b / 4, cap);
+/// SHARDTENSOR_CUDNN_WORKSPACE_MIB: the largest workspace an algorithm may use (unset: no cap
+/// but the memory the allocator can give). Read once; a malformed value fails the first conv.
+std::optional<std::size_t> workspace_cap(const char* op) {
+  static std::string error;
+  static const std::optional<std::size_t> cap =
+      conv_select::parse_workspace_cap_mib(std::getenv("SHARDTENSOR_CUDNN_WORKSPACE_MIB"), &error);
+  SHARD_CHECK(error.empty(), op, "{}", error);
+  return cap;
 }
 
-/// Picks the first (fastest) successful result allowed by the settings.
-template <class Perf>
-Choice pick(const Perf* res, int n, const ExecSettings& s, const char* op) {
-  for (int i = 0; i < n; ++i) {
-    if (res[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (s.deterministic && res[i].determinism != CUDNN_DETERMINISTIC) continue;
-    return {static_cast<int>(res[i].algo), res[i].mathType, res[i].memory};
+/// The trial workspace of one search: as large as the caching allocator can give (within the
+/// cap), halved while the allocation fails. `bytes` is what was obtained (0: none, then only
+/// workspace-free algorithms are timed).
+struct TrialWorkspace {
+  std::shared_ptr<void> mem;
+  std::size_t bytes = 0;
+};
+TrialWorkspace trial_workspace(const ExecContext& ctx, const char* op) {
+  std::size_t free_b = 0, total_b = 0;
+  check_cuda(cudaMemGetInfo(&free_b, &total_b), op, "cudaMemGetInfo");
+  std::size_t want = conv_select::search_limit(free_b, memory_stats(DeviceKind::cuda).cached_bytes, workspace_cap(op));
+  while (want > 0) {
+    try {
+      return {allocate_bytes(want, ctx.device()), want};
+    } catch (const Error&) {  // out of memory (fragmentation, another process): ask for less
+      want = conv_select::next_request(want);
+    }
   }
-  SHARD_FAIL(op, "cuDNN found no usable algorithm{}", s.deterministic ? " (deterministic ones only)" : "");
+  return {};
+}
+
+/// The fastest candidate the search returned that succeeded, fits `limit` bytes of workspace and
+/// is allowed by the settings.
+template <class Perf>
+Choice pick(const Perf* res, int n, std::size_t limit, const ExecSettings& s, const char* op) {
+  std::vector<conv_select::Candidate> cands;
+  cands.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    cands.push_back({static_cast<int>(res[i].algo), static_cast<int>(res[i].mathType), res[i].memory, res[i].time,
+                     res[i].status == CUDNN_STATUS_SUCCESS, res[i].determinism == CUDNN_DETERMINISTIC});
+  const auto best = conv_select::pick_fastest(cands, s.deterministic, limit);
+  SHARD_CHECK(best.has_value(), op, "cuDNN found no usable algorithm{} within a workspace of {} bytes",
+              s.deterministic ? " (deterministic ones only)" : "", limit);
+  return {best->algo, static_cast<cudnnMathType_t>(best->math), best->workspace};
 }
 
 /// The cached choice for this problem, searched with cudnnFind*Ex on the real buffers first time
@@ -240,37 +275,66 @@ Choice choose(Pass pass, DType dt, const ConvGeometry& g, const Mapping& m, Desc
     std::lock_guard lock(g_cache_mutex);
     if (auto it = g_cache.find(key); it != g_cache.end()) return it->second;
   }
-  const std::size_t limit = find_limit();
-  auto trial = allocate_bytes(limit ? limit : 1, ctx.device());
+  TrialWorkspace trial = trial_workspace(ctx, op);
+  const std::size_t limit = trial.bytes;
   constexpr int kMax = 16;
   int n = 0;
   Choice c;
   if (pass == Pass::forward) {
     cudnnConvolutionFwdAlgoPerf_t res[kMax];
     check_cudnn(cudnnFindConvolutionForwardAlgorithmEx(h, ds.x.d, a, ds.w.d, b, ds.conv.d, ds.y.d, out, kMax, &n, res,
-                                                       trial.get(), limit),
+                                                       trial.mem.get(), limit),
                 op, "cudnnFindConvolutionForwardAlgorithmEx");
-    c = pick(res, n, ctx.settings(), op);
+    c = pick(res, n, limit, ctx.settings(), op);
   } else if (pass == Pass::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t res[kMax];
     check_cudnn(cudnnFindConvolutionBackwardDataAlgorithmEx(h, ds.w.d, b, ds.y.d, a, ds.conv.d, ds.x.d, out, kMax, &n,
-                                                            res, trial.get(), limit),
+                                                            res, trial.mem.get(), limit),
                 op, "cudnnFindConvolutionBackwardDataAlgorithmEx");
-    c = pick(res, n, ctx.settings(), op);
+    c = pick(res, n, limit, ctx.settings(), op);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t res[kMax];
     check_cudnn(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, ds.x.d, a, ds.y.d, b, ds.conv.d, ds.w.d, out, kMax,
-                                                              &n, res, trial.get(), limit),
+                                                              &n, res, trial.mem.get(), limit),
                 op, "cudnnFindConvolutionBackwardFilterAlgorithmEx");
-    c = pick(res, n, ctx.settings(), op);
+    c = pick(res, n, limit, ctx.settings(), op);
   }
-  // The search ran on ctx's stream with `trial`; finish before freeing it.
+  // The search ran on ctx's stream with the trial workspace; finish before it goes back to the
+  // cache (whose blocks are stream-ordered by the thread's current stream, not necessarily ctx's).
   check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx.stream().handle)), op, "cudaStreamSynchronize");
-  trial.reset();
+  trial.mem.reset();
   std::lock_guard lock(g_cache_mutex);
   g_cache.emplace(key, c);
   return c;
 }
+
+/// The algorithm's workspace for one call, from the caching allocator, tagged with ctx's stream
+/// (the allocator orders a block by the thread's current context's stream: ctx is made current
+/// while the block is taken and while it is given back). Null for 0 bytes.
+class CallWorkspace {
+ public:
+  CallWorkspace(std::size_t bytes, ExecContext& ctx) : ctx_(ctx) {
+    if (bytes == 0) return;
+    const ContextGuard guard(ctx_);
+    mem_ = allocate_bytes(bytes, ctx_.device());
+  }
+  ~CallWorkspace() {
+    if (!mem_) return;
+    try {
+      const ContextGuard guard(ctx_);
+      mem_.reset();  // parked on ctx's stream: reused only by work queued after this call's
+    } catch (...) {
+      mem_.reset();
+    }
+  }
+  CallWorkspace(const CallWorkspace&) = delete;
+  CallWorkspace& operator=(const CallWorkspace&) = delete;
+  void* get() const { return mem_.get(); }
+
+ private:
+  ExecContext& ctx_;
+  std::shared_ptr<void> mem_;
+};
 
 constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
@@ -293,13 +357,12 @@ void fill_zero(void* p, std::size_t bytes, const ExecContext& ctx, const char* o
   if (bytes) check_cuda(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(ctx.stream().handle)), op, "cudaMemsetAsync");
 }
 
-/// The zero-padded copy of x at the start of ctx's workspace. With bytes > 0: reserves the
-/// workspace and copies. With bytes == 0: the workspace was just resized for the algorithm; if
-/// that moved it away from `prev` (the copy is lost), copies again. Returns the copy.
-const void* padded_input(DType dt, const ConvGeometry& g, const Mapping& m, const void* x, const void* prev,
-                         std::size_t bytes, ExecContext& ctx, const char* op) {
-  void* xp = ctx.workspace(bytes ? bytes : ctx.workspace_bytes());
-  if (bytes == 0 && xp == prev) return xp;
+/// The zero-padded copy of x in ctx's workspace (`bytes` of it). The algorithm's workspace comes
+/// from the caching allocator (CallWorkspace), so ctx's workspace is not resized, and the copy not
+/// moved, before the call. Returns the copy.
+const void* padded_input(DType dt, const ConvGeometry& g, const Mapping& m, const void* x, std::size_t bytes,
+                         ExecContext& ctx, const char* op) {
+  void* xp = ctx.workspace(bytes);
   check_cuda(kernels::conv::shift_copy(storage_code(dt), g.batch * g.in_channels, g.in.data(), m.ext.data(),
                                        m.offset.data(), x, xp, stream_of(ctx)),
              op, "shift_copy");
@@ -326,13 +389,12 @@ struct CudaConvKernels final : ConvKernels {
       Descs ds;
       make_descs(ds, dt, g, m, ctx.settings(), op);
       const std::size_t pad_bytes = m.copy ? aligned(static_cast<std::size_t>(g.batch * g.in_channels * vol(m.ext)) * es) : 0;
-      const void* xs = m.copy ? padded_input(dt, g, m, x, nullptr, pad_bytes, ctx, op) : x;
+      const void* xs = m.copy ? padded_input(dt, g, m, x, pad_bytes, ctx, op) : x;
       const Choice c = choose(Pass::forward, dt, g, m, ds, h, xs, w, y, ctx, op);
-      char* ws = static_cast<char*>(ctx.workspace(pad_bytes + c.workspace));
-      if (m.copy) xs = padded_input(dt, g, m, x, xs, 0, ctx, op);
+      const CallWorkspace ws(c.workspace, ctx);
       check_cudnn(cudnnSetConvolutionMathType(ds.conv.d, c.math), op, "cudnnSetConvolutionMathType");
       check_cudnn(cudnnConvolutionForward(h, one(dt), ds.x.d, xs, ds.w.d, w, ds.conv.d,
-                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws + pad_bytes, c.workspace,
+                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.get(), c.workspace,
                                           zero(dt), ds.y.d, y),
                   op, "cudnnConvolutionForward");
     }
@@ -359,11 +421,10 @@ struct CudaConvKernels final : ConvKernels {
       const std::size_t pad_bytes = m.copy ? aligned(static_cast<std::size_t>(g.batch * g.in_channels * vol(m.ext)) * es) : 0;
       void* target = m.copy ? ctx.workspace(pad_bytes) : gx;
       const Choice c = choose(Pass::backward_data, dt, g, m, ds, h, gy, w, target, ctx, op);
-      char* ws = static_cast<char*>(ctx.workspace(pad_bytes + c.workspace));
-      if (m.copy) target = ws;
+      const CallWorkspace ws(c.workspace, ctx);
       check_cudnn(cudnnSetConvolutionMathType(ds.conv.d, c.math), op, "cudnnSetConvolutionMathType");
       check_cudnn(cudnnConvolutionBackwardData(h, one(dt), ds.w.d, w, ds.y.d, gy, ds.conv.d,
-                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws + pad_bytes,
+                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.get(),
                                                c.workspace, zero(dt), ds.x.d, target),
                   op, "cudnnConvolutionBackwardData");
       if (m.copy) {
@@ -393,13 +454,12 @@ struct CudaConvKernels final : ConvKernels {
     Descs ds;
     make_descs(ds, dt, g, m, ctx.settings(), op);
     const std::size_t pad_bytes = m.copy ? aligned(static_cast<std::size_t>(g.batch * g.in_channels * vol(m.ext)) * es) : 0;
-    const void* xs = m.copy ? padded_input(dt, g, m, x, nullptr, pad_bytes, ctx, op) : x;
+    const void* xs = m.copy ? padded_input(dt, g, m, x, pad_bytes, ctx, op) : x;
     const Choice c = choose(Pass::backward_filter, dt, g, m, ds, h, xs, gy, gw, ctx, op);
-    char* ws = static_cast<char*>(ctx.workspace(pad_bytes + c.workspace));
-    if (m.copy) xs = padded_input(dt, g, m, x, xs, 0, ctx, op);
+    const CallWorkspace ws(c.workspace, ctx);
     check_cudnn(cudnnSetConvolutionMathType(ds.conv.d, c.math), op, "cudnnSetConvolutionMathType");
     check_cudnn(cudnnConvolutionBackwardFilter(h, one(dt), ds.x.d, xs, ds.y.d, gy, ds.conv.d,
-                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws + pad_bytes,
+                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.get(),
                                                c.workspace, zero(dt), ds.w.d, gw),
                 op, "cudnnConvolutionBackwardFilter");
   }
