@@ -4,10 +4,11 @@
 /// free of CUDA / cuDNN headers so that tests/exec/test_conv_algo_select.cpp checks it on the CPU.
 ///
 /// Like PyTorch's cudnn.benchmark:
-///  * the trial workspace of cudnnFind*AlgorithmEx is what the caching allocator can actually
-///    give: the driver's free memory plus the blocks the allocator holds cached (freed by
-///    shardtensor, reusable), less a margin, within a user cap (SHARDTENSOR_CUDNN_WORKSPACE_MIB);
-///    where that allocation still fails (fragmentation), the request is halved until it succeeds;
+///  * the trial workspace of cudnnFind*AlgorithmEx is the largest workspace an algorithm of the
+///    pass asks for, within what the caching allocator can actually give: the driver's free
+///    memory plus the blocks the allocator holds cached (freed by shardtensor, reusable), less a
+///    margin, within a user cap (SHARDTENSOR_CUDNN_WORKSPACE_MIB); where that allocation still
+///    fails (fragmentation), the request is halved until it succeeds;
 ///  * among the timed candidates, the fastest that succeeded, fits the workspace actually given
 ///    (and the cap), and is deterministic where ExecSettings::deterministic asks for it, wins;
 ///  * the choice is cached per problem (conv_cuda.cpp's problem_key); its workspace is taken from
@@ -60,6 +61,17 @@ inline std::size_t search_limit(std::size_t free_device, std::size_t cached, std
   std::size_t limit = available > margin ? available - margin : 0;
   if (cap) limit = std::min(limit, *cap);
   return limit;
+}
+
+/// The trial workspace to request: the largest workspace any algorithm of the pass reports
+/// (cudnnGetConvolution*WorkspaceSize per algorithm; `sizes`) that fits `limit` (search_limit),
+/// as PyTorch's getMaxWorkspaceSize does, so a search does not take all free memory when no
+/// algorithm would use it.
+inline std::size_t trial_request(const std::vector<std::size_t>& sizes, std::size_t limit) {
+  std::size_t want = 0;
+  for (std::size_t s : sizes)
+    if (s <= limit) want = std::max(want, s);
+  return want;
 }
 
 /// The next, smaller request after an allocation of `bytes` failed: half, or 0 below 1 MiB

@@ -8,10 +8,11 @@
 //    data gradient is computed on that extent and cropped back;
 //  * algorithm: cudnnFind*AlgorithmEx once per problem key (shapes, dtype, math, determinism,
 //    device), cached; only CUDNN_DETERMINISTIC algorithms under ExecSettings::deterministic. As
-//    PyTorch's cudnn.benchmark: the candidates are timed with the workspace the caching allocator
-//    can actually give (free device memory + its cached blocks, less a margin; halved while the
-//    allocation fails), within the user cap SHARDTENSOR_CUDNN_WORKSPACE_MIB (unset: none), and the
-//    fastest that fits wins (conv_algo_select.hpp, tested on the CPU);
+//    PyTorch's cudnn.benchmark: the candidates are timed with the largest workspace any of them
+//    asks for, within what the caching allocator can actually give (free device memory + its
+//    cached blocks, less a margin; halved while the allocation fails) and the user cap
+//    SHARDTENSOR_CUDNN_WORKSPACE_MIB (unset: none), and the fastest that fits wins
+//    (conv_algo_select.hpp, tested on the CPU);
 //  * math: CUDNN_FMA_MATH for fp32 unless ExecSettings::allow_tf32 (no TF32), default for fp64;
 //  * workspace: the padded copies in ExecContext::workspace; the algorithm's workspace from the
 //    caching allocator for the call alone (given back on the call's stream right after it is
@@ -230,17 +231,45 @@ std::optional<std::size_t> workspace_cap(const char* op) {
   return cap;
 }
 
-/// The trial workspace of one search: as large as the caching allocator can give (within the
-/// cap), halved while the allocation fails. `bytes` is what was obtained (0: none, then only
+/// The trial workspace of one search: the largest workspace an algorithm of the pass needs, within
+/// what the caching allocator can give (and the cap), halved while the allocation fails. `bytes` is what was obtained (0: none, then only
 /// workspace-free algorithms are timed).
 struct TrialWorkspace {
   std::shared_ptr<void> mem;
   std::size_t bytes = 0;
 };
-TrialWorkspace trial_workspace(const ExecContext& ctx, const char* op) {
+/// What each algorithm of `pass` reports it needs for this problem (algorithms that do not
+/// support it are left out).
+std::vector<std::size_t> workspace_sizes(Pass pass, const Descs& ds, cudnnHandle_t h) {
+  std::vector<std::size_t> out;
+  std::size_t sz = 0;
+  if (pass == Pass::forward) {
+    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a)
+      if (cudnnGetConvolutionForwardWorkspaceSize(h, ds.x.d, ds.w.d, ds.conv.d, ds.y.d,
+                                                  static_cast<cudnnConvolutionFwdAlgo_t>(a), &sz) == CUDNN_STATUS_SUCCESS)
+        out.push_back(sz);
+  } else if (pass == Pass::backward_data) {
+    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; ++a)
+      if (cudnnGetConvolutionBackwardDataWorkspaceSize(h, ds.w.d, ds.y.d, ds.conv.d, ds.x.d,
+                                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(a),
+                                                       &sz) == CUDNN_STATUS_SUCCESS)
+        out.push_back(sz);
+  } else {
+    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; ++a)
+      if (cudnnGetConvolutionBackwardFilterWorkspaceSize(h, ds.x.d, ds.y.d, ds.conv.d, ds.w.d,
+                                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(a),
+                                                         &sz) == CUDNN_STATUS_SUCCESS)
+        out.push_back(sz);
+  }
+  return out;
+}
+
+TrialWorkspace trial_workspace(Pass pass, const Descs& ds, cudnnHandle_t h, const ExecContext& ctx, const char* op) {
   std::size_t free_b = 0, total_b = 0;
   check_cuda(cudaMemGetInfo(&free_b, &total_b), op, "cudaMemGetInfo");
-  std::size_t want = conv_select::search_limit(free_b, memory_stats(DeviceKind::cuda).cached_bytes, workspace_cap(op));
+  const std::size_t limit =
+      conv_select::search_limit(free_b, memory_stats(DeviceKind::cuda).cached_bytes, workspace_cap(op));
+  std::size_t want = conv_select::trial_request(workspace_sizes(pass, ds, h), limit);
   while (want > 0) {
     try {
       return {allocate_bytes(want, ctx.device()), want};
@@ -275,7 +304,7 @@ Choice choose(Pass pass, DType dt, const ConvGeometry& g, const Mapping& m, Desc
     std::lock_guard lock(g_cache_mutex);
     if (auto it = g_cache.find(key); it != g_cache.end()) return it->second;
   }
-  TrialWorkspace trial = trial_workspace(ctx, op);
+  TrialWorkspace trial = trial_workspace(pass, ds, h, ctx, op);
   const std::size_t limit = trial.bytes;
   constexpr int kMax = 16;
   int n = 0;

@@ -53,6 +53,11 @@ TEST_CASE("conv algo select: the trial workspace is what the allocator can give,
   // small memory: the 64 MiB floor of the margin, and nothing when that is all there is
   CHECK(cs::search_limit(100 * MiB, 0, std::nullopt) == 36 * MiB);
   CHECK(cs::search_limit(32 * MiB, 16 * MiB, std::nullopt) == 0);
+  // the request: the largest workspace an algorithm asks for within the limit
+  CHECK(cs::trial_request({0, 64 * MiB, 6 * GiB, 512 * MiB}, 8 * GiB) == 6 * GiB);
+  CHECK(cs::trial_request({0, 64 * MiB, 6 * GiB, 512 * MiB}, 1 * GiB) == 512 * MiB);
+  CHECK(cs::trial_request({0, 64 * MiB}, 0) == 0);
+  CHECK(cs::trial_request({}, 8 * GiB) == 0);
   // a failed allocation halves the request down to 1 MiB, then asks for none
   CHECK(cs::next_request(8 * GiB) == 4 * GiB);
   CHECK(cs::next_request(2 * MiB) == 1 * MiB);
