@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "shardtensor/autograd/variable.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::autograd {
 namespace {
@@ -37,6 +38,7 @@ void run_backward(const std::shared_ptr<Node>& root, Communicator* comm) {
     for (auto& f : fs) f();
     return;
   }
+  SHARD_PROFILE_SCOPE("autograd", "backward", "", nullptr);
   // Iterative post-order DFS gives a topological order (parents after children when reversed).
   // Visited nodes carry this traversal's stamp (no hash set); the work vectors are reused.
   thread_local std::vector<Node*> t_order;

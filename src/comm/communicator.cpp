@@ -12,6 +12,7 @@
 #include "exec/device_runtime.hpp"
 #if SHARDTENSOR_HAS_MPI
 #include "shardtensor/comm/mpi_comm.hpp"
+#include "shardtensor/exec/profiler.hpp"
 #endif
 
 namespace shard {
@@ -138,24 +139,29 @@ void copy_elems(void* dst, const void* src, index_t count, DType dt, ExecContext
 }  // namespace
 
 void SelfComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("allreduce", ctx, count * dtype_size(dt));
   SHARD_CHECK(!is_complex(dt) || op == ReduceOp::sum || op == ReduceOp::avg, "SelfComm::allreduce",
               "{} reduction of {}: complex numbers have no order (sum and avg only)", reduce_op_name(op), dt);
   copy_elems(recv, send, count, dt, ctx);
 }
-void SelfComm::broadcast(void*, index_t, DType, int root, ExecContext*) {
+void SelfComm::broadcast(void*, index_t count, DType dt, int root, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("broadcast", ctx, count * dtype_size(dt));
   SHARD_CHECK(root == 0, "SelfComm::broadcast", "root {} out of range for 1 rank", root);
 }
 void SelfComm::allgather(const void* send, index_t count, void* recv, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("allgather", ctx, count * dtype_size(dt));
   copy_elems(recv, send, count, dt, ctx);
 }
 void SelfComm::allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                           std::span<const index_t> displs, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("allgatherv", ctx, count * dtype_size(dt));
   SHARD_CHECK(counts.size() == 1 && displs.size() == 1 && counts[0] == count, "SelfComm::allgatherv",
               "counts do not match send count {}", count);
   copy_elems(static_cast<char*>(recv) + displs[0] * static_cast<index_t>(dtype_size(dt)), send, count, dt, ctx);
 }
 void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
                                ExecContext* ctx) {
+  SHARD_PROFILE_COMM("reduce_scatterv", ctx, [&] { index_t t = 0; for (index_t c : counts) t += c; return t; }() * dtype_size(dt));
   SHARD_CHECK(!is_complex(dt) || op == ReduceOp::sum || op == ReduceOp::avg, "SelfComm::reduce_scatterv",
               "{} reduction of {}: complex numbers have no order (sum and avg only)", reduce_op_name(op), dt);
   SHARD_CHECK(counts.size() == 1, "SelfComm::reduce_scatterv", "expected 1 count, got {}", counts.size());
@@ -163,6 +169,7 @@ void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const ind
 }
 void SelfComm::alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                          std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("alltoallv", ctx, [&] { index_t t = 0; for (index_t c : sc) t += c; return t; }() * dtype_size(dt));
   SHARD_CHECK(sc.size() == 1 && sd.size() == 1 && rc.size() == 1 && rd.size() == 1 && sc[0] == rc[0],
               "SelfComm::alltoallv", "send/recv counts differ");
   const auto es = static_cast<index_t>(dtype_size(dt));
@@ -170,14 +177,16 @@ void SelfComm::alltoallv(const void* send, std::span<const index_t> sc, std::spa
 }
 void SelfComm::sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source,
                         DType dt, int, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("sendrecv", ctx, (dest >= 0 ? send_count : 0) * dtype_size(dt));
   SHARD_CHECK(dest <= 0 && source <= 0, "SelfComm::sendrecv", "peer out of range (dest {}, source {})", dest, source);
   if (dest == 0 && source == 0) {
     SHARD_CHECK(send_count == recv_count, "SelfComm::sendrecv", "count {} != {}", send_count, recv_count);
     copy_elems(recv, send, send_count, dt, ctx);
   }
 }
-void SelfComm::barrier(ExecContext*) {}
+void SelfComm::barrier(ExecContext* ctx) { SHARD_PROFILE_COMM("barrier", ctx, 0); }
 Request SelfComm::isend(const void* buf, index_t count, DType dt, int dest, int tag, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("isend", ctx, count * dtype_size(dt));
   SHARD_CHECK(dest == 0, "SelfComm::isend", "dest {} out of range", dest);
   const auto bytes = static_cast<std::size_t>(count) * dtype_size(dt);
   std::vector<char> msg(bytes);
@@ -190,6 +199,7 @@ Request SelfComm::isend(const void* buf, index_t count, DType dt, int dest, int 
   return {};
 }
 Request SelfComm::irecv(void* buf, index_t count, DType dt, int source, int tag, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("irecv", ctx, count * dtype_size(dt));
   SHARD_CHECK(source == 0, "SelfComm::irecv", "source {} out of range", source);
   struct St : Request::State {
     SelfComm* c; void* buf; std::size_t bytes; int tag;
@@ -220,16 +230,19 @@ Request SelfComm::irecv(void* buf, index_t count, DType dt, int source, int tag,
   return Request(s);
 }
 Request SelfComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("iallreduce", ctx, count * dtype_size(dt));
   allreduce(send, recv, count, dt, op, ctx);
   return {};
 }
 Request SelfComm::iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                               std::span<const index_t> displs, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("iallgatherv", ctx, count * dtype_size(dt));
   allgatherv(send, count, recv, counts, displs, dt, ctx);
   return {};
 }
 Request SelfComm::ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                              std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("ialltoallv", ctx, [&] { index_t t = 0; for (index_t c : sc) t += c; return t; }() * dtype_size(dt));
   alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
   return {};
 }

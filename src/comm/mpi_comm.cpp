@@ -19,6 +19,7 @@
 
 #include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard {
 namespace {
@@ -485,6 +486,7 @@ std::size_t MpiComm::staging_bytes() const {
   const auto& pool = staging_
 
 void MpiComm::allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("allreduce", ctx, count * dtype_size(dt));
   const int n = to_int(count, "allreduce");
   const MPI_Op mop = mpi_op(op, dt);
   if (!on_device(ctx) || (passes_device_pointers() && op != ReduceOp::avg)) {
@@ -507,6 +509,7 @@ void MpiComm::allreduce(const void* send, void* recv, index_t count, DType dt, R
 }
 
 void MpiComm::broadcast(void* buf, index_t count, DType dt, int root, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("broadcast", ctx, count * dtype_size(dt));
   SHARD_CHECK(root >= 0 && root < size_, "broadcast", "root {} out of range for {} ranks", root, size_);
   const int n = to_int(count, "broadcast");
   if (!on_device(ctx) || passes_device_pointers()) {
@@ -526,6 +529,7 @@ void MpiComm::broadcast(void* buf, index_t count, DType dt, int root, ExecContex
 }
 
 void MpiComm::allgather(const void* send, index_t count, void* recv, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("allgather", ctx, count * dtype_size(dt));
   const int c = to_int(count, "allgather");
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "allgather").sync();
@@ -546,6 +550,7 @@ void MpiComm::allgather(const void* send, index_t count, void* recv, DType dt, E
 
 void MpiComm::allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                          std::span<const index_t> displs, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("allgatherv", ctx, count * dtype_size(dt));
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_) && displs.size() == counts.size(), "allgatherv",
               "need {} counts and displacements, got {} and {}", size_, counts.size(), displs.size());
   auto c = to_ints(counts, "allgatherv"), dsp = to_ints(displs, "allgatherv");
@@ -571,6 +576,7 @@ void MpiComm::allgatherv(const void* send, index_t count, void* recv, std::span<
 
 void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
                               ExecContext* ctx) {
+  SHARD_PROFILE_COMM("reduce_scatterv", ctx, [&] { index_t t = 0; for (index_t c : counts) t += c; return t; }() * dtype_size(dt));
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_), "reduce_scatterv", "need {} counts, got {}", size_,
               counts.size());
   auto c = to_ints(counts, "reduce_scatterv");
@@ -599,6 +605,7 @@ void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const inde
 
 void MpiComm::alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                         std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("alltoallv", ctx, [&] { index_t t = 0; for (index_t c : sc) t += c; return t; }() * dtype_size(dt));
   const auto p = static_cast<std::size_t>(size_);
   SHARD_CHECK(sc.size() == p && sd.size() == p && rc.size() == p && rd.size() == p, "alltoallv",
               "need {} counts/displacements per side", p);
@@ -628,6 +635,7 @@ void MpiComm::alltoallv(const void* send, std::span<const index_t> sc, std::span
 
 void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source,
                        DType dt, int tag, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("sendrecv", ctx, (dest >= 0 ? send_count : 0) * dtype_size(dt));
   SHARD_CHECK(dest < size_ && source < size_, "sendrecv", "peer out of range (dest {}, source {}, size {})", dest,
               source, size_);
   const int ns = to_int(send_count, "sendrecv"), nr = to_int(recv_count, "sendrecv");
@@ -668,11 +676,13 @@ void MpiComm::sendrecv(const void* send, index_t send_count, int dest, void* rec
 }
 
 void MpiComm::barrier(ExecContext* ctx) {
+  SHARD_PROFILE_COMM("barrier", ctx, 0);
   if (on_device(ctx)) DevCall(*ctx, "barrier").sync();
   SHARD_MPI_BLOCKING(ctx, "MPI_Barrier", (MPI_Barrier(comm_)), (MPI_Ibarrier(comm_, r_)));
 }
 
 Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int tag, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("isend", ctx, count * dtype_size(dt));
   SHARD_CHECK(dest >= 0 && dest < size_, "isend", "dest {} out of range for {} ranks", dest, size_);
   const int n = to_int(count, "isend");
   auto s = make_state(*this, ctx);
@@ -694,6 +704,7 @@ Request MpiComm::isend(const void* buf, index_t count, DType dt, int dest, int t
 }
 
 Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("irecv", ctx, count * dtype_size(dt));
   SHARD_CHECK(source >= 0 && source < size_, "irecv", "source {} out of range for {} ranks", source, size_);
   const int n = to_int(count, "irecv");
   auto s = make_state(*this, ctx);
@@ -717,6 +728,7 @@ Request MpiComm::irecv(void* buf, index_t count, DType dt, int source, int tag, 
 }
 
 Request MpiComm::iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("iallreduce", ctx, count * dtype_size(dt));
   const int n = to_int(count, "iallreduce");
   const MPI_Op mop = mpi_op(op, dt);
   auto s = make_state(*this, ctx);
@@ -745,6 +757,7 @@ Request MpiComm::iallreduce(const void* send, void* recv, index_t count, DType d
 
 Request MpiComm::iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                              std::span<const index_t> displs, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("iallgatherv", ctx, count * dtype_size(dt));
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_) && displs.size() == counts.size(), "iallgatherv",
               "need {} counts and displacements", size_);
   auto s = make_state(*this, ctx);
@@ -775,6 +788,7 @@ Request MpiComm::iallgatherv(const void* send, index_t count, void* recv, std::s
 
 Request MpiComm::ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                             std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
+  SHARD_PROFILE_COMM("ialltoallv", ctx, [&] { index_t t = 0; for (index_t c : sc) t += c; return t; }() * dtype_size(dt));
   const auto p = static_cast<std::size_t>(size_);
   SHARD_CHECK(sc.size() == p && sd.size() == p && rc.size() == p && rd.size() == p, "ialltoallv",
               "need {} counts/displacements per side", p);

@@ -15,6 +15,7 @@
 #include "comm/device_comm_factory.hpp"
 #include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard {
 namespace {
@@ -199,6 +200,7 @@ class NcclComm final : public Communicator {
   std::string backend() const override { return "nccl"; }
 
   void allreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("allreduce", ctx, count * dtype_size(dt));
     ncclDataType_t t;
     ncclRedOp_t o;
     if (!device_call(ctx, "allreduce") || !nccl_reduction(dt, op, &t, &o))
@@ -208,6 +210,7 @@ class NcclComm final : public Communicator {
   }
 
   void broadcast(void* buf, index_t count, DType dt, int root, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("broadcast", ctx, count * dtype_size(dt));
     if (!device_call(ctx, "broadcast")) return base_->broadcast(buf, count, dt, root, ctx);
     SHARD_CHECK(root >= 0 && root < size(), "broadcast", "root {} out of range for {} ranks", root, size());
     nccl_check(ncclBroadcast(buf, buf, nbytes(count, dt), ncclUint8, root, comm_, stream_of(*ctx)), "broadcast",
@@ -215,6 +218,7 @@ class NcclComm final : public Communicator {
   }
 
   void allgather(const void* send, index_t count, void* recv, DType dt, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("allgather", ctx, count * dtype_size(dt));
     if (!device_call(ctx, "allgather")) return base_->allgather(send, count, recv, dt, ctx);
     nccl_check(ncclAllGather(send, recv, nbytes(count, dt), ncclUint8, comm_, stream_of(*ctx)), "allgather",
                "ncclAllGather", comm_);
@@ -222,6 +226,7 @@ class NcclComm final : public Communicator {
 
   void allgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                   std::span<const index_t> displs, DType dt, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("allgatherv", ctx, count * dtype_size(dt));
     if (!device_call(ctx, "allgatherv")) return base_->allgatherv(send, count, recv, counts, displs, dt, ctx);
     check_counts("allgatherv", counts, displs);
     SHARD_CHECK(counts[static_cast<std::size_t>(rank())] == count, "allgatherv",
@@ -248,6 +253,7 @@ class NcclComm final : public Communicator {
 
   void reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
                        ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("reduce_scatterv", ctx, [&] { index_t t = 0; for (index_t c : counts) t += c; return t; }() * dtype_size(dt));
     ncclDataType_t t;
     ncclRedOp_t o;
     if (!device_call(ctx, "reduce_scatterv") || !nccl_reduction(dt, op, &t, &o))
@@ -276,6 +282,7 @@ class NcclComm final : public Communicator {
 
   void alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                  std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("alltoallv", ctx, [&] { index_t t = 0; for (index_t c : sc) t += c; return t; }() * dtype_size(dt));
     if (!device_call(ctx, "alltoallv")) return base_->alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
     check_counts("alltoallv", sc, sd);
     check_counts("alltoallv", rc, rd);
@@ -296,6 +303,7 @@ class NcclComm final : public Communicator {
 
   void sendrecv(const void* send, index_t send_count, int dest, void* recv, index_t recv_count, int source, DType dt,
                 int tag, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("sendrecv", ctx, (dest >= 0 ? send_count : 0) * dtype_size(dt));
     if (!device_call(ctx, "sendrecv"))
       return base_->sendrecv(send, send_count, dest, recv, recv_count, source, dt, tag, ctx);
     SHARD_CHECK(dest < size() && source < size(), "sendrecv", "peer out of range (dest {}, source {}, size {})", dest,
@@ -309,17 +317,20 @@ class NcclComm final : public Communicator {
   }
 
   void barrier(ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("barrier", ctx, 0);
     q_->flush();
     base_->barrier(on_device(ctx) ? ctx : nullptr);  // a device context: its stream drains first
   }
 
   Request isend(const void* buf, index_t count, DType dt, int dest, int tag, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("isend", ctx, count * dtype_size(dt));
     if (!device_call(ctx, "isend", false)) return base_->isend(buf, count, dt, dest, tag, ctx);
     SHARD_CHECK(dest >= 0 && dest < size(), "isend", "dest {} out of range for {} ranks", dest, size());
     return queue(true, const_cast<void*>(buf), nbytes(count, dt), dest, *ctx);
   }
 
   Request irecv(void* buf, index_t count, DType dt, int source, int tag, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("irecv", ctx, count * dtype_size(dt));
     if (!device_call(ctx, "irecv", false)) return base_->irecv(buf, count, dt, source, tag, ctx);
     SHARD_CHECK(source >= 0 && source < size(), "irecv", "source {} out of range for {} ranks", source, size());
     return queue(false, buf, nbytes(count, dt), source, *ctx);
@@ -328,18 +339,21 @@ class NcclComm final : public Communicator {
   // Collectives are queued on the stream at once: wait() is stream-ordered, test() is true once
   // the collective has run on the GPU (an event recorded after it).
   Request iallreduce(const void* send, void* recv, index_t count, DType dt, ReduceOp op, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("iallreduce", ctx, count * dtype_size(dt));
     if (!on_device(ctx)) return base_->iallreduce(send, recv, count, dt, op, ctx);
     allreduce(send, recv, count, dt, op, ctx);
     return event_request(*ctx);
   }
   Request iallgatherv(const void* send, index_t count, void* recv, std::span<const index_t> counts,
                       std::span<const index_t> displs, DType dt, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("iallgatherv", ctx, count * dtype_size(dt));
     if (!on_device(ctx)) return base_->iallgatherv(send, count, recv, counts, displs, dt, ctx);
     allgatherv(send, count, recv, counts, displs, dt, ctx);
     return event_request(*ctx);
   }
   Request ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                      std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) override {
+    SHARD_PROFILE_COMM("ialltoallv", ctx, [&] { index_t t = 0; for (index_t c : sc) t += c; return t; }() * dtype_size(dt));
     if (!on_device(ctx)) return base_->ialltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
     alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
     return event_request(*ctx);

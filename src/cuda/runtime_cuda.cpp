@@ -31,11 +31,15 @@
 
 #include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 namespace {
 
 constexpr int kMaxDevices = 64;
+
+// The profiler's row of the requests that reached the driver (the rest came from the cache).
+constinit profile::Site g_prof_malloc{"alloc", "cuda", "cudaMalloc"};
 
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 
@@ -140,6 +144,7 @@ class CudaRuntime final : public DeviceRuntime {
       e = cudaMalloc(&p, n);
     }
     if (e != cudaSuccess) fail_alloc(e, bytes, device);
+    profile::count_alloc(g_prof_malloc, n);
     std::lock_guard<std::mutex> lk(c.mu);
     c.live.emplace(p, n);
     return p;
@@ -299,6 +304,30 @@ class CudaRuntime final : public DeviceRuntime {
     return true;
   }
 
+  void* create_timing_event(int device) const override {
+    check_device(device, "create_timing_event");
+    DeviceScope scope(device, "create_timing_event");
+    cudaEvent_t ev = nullptr;
+    check(cudaEventCreate(&ev), "create_timing_event", "cudaEventCreate", device);
+    return ev;
+  }
+  bool record_timing_event(void* ev, Stream s, int device) const override {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(as_stream(s), &st), "record_timing_event", "cudaStreamIsCapturing", device);
+    if (st != cudaStreamCaptureStatusNone) return false;
+    record_event(ev, s, device);
+    return true;
+  }
+  float elapsed_ms(void* start, void* stop) const override {
+    float ms = -1.0f;
+    const cudaError_t e = cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return -1.0f;
+    }
+    return ms;
+  }
+
   void device_uuid(int device, char out[64]) const override {
     check_device(device, "device_uuid");
     cudaDeviceProp prop{};
@@ -375,6 +404,7 @@ class CudaRuntime final : public DeviceRuntime {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) fail_alloc(e, bytes, device);
+    profile::count_alloc(g_prof_malloc, bytes);
     return p;
   }
   [[noreturn]] static void fail_alloc(cudaError_t e, std::size_t bytes, int device) {

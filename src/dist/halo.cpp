@@ -7,6 +7,7 @@
 #include "halo_plan.hpp"
 #include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard {
 
@@ -20,6 +21,15 @@ using Stage = HaloStage;
 }  // namespace
 
 // ---------------------------------------------------------------- the transfer
+// The profiler's rows: a transfer's start (pack, post the first stage) and its finish (wait,
+// the remaining stages, unpack), forward and adjoint; the collectives inside are comm rows.
+namespace {
+constinit profile::Site g_prof_forward_start{"halo", "halo", "forward_start"};
+constinit profile::Site g_prof_forward_finish{"halo", "halo", "forward_finish"};
+constinit profile::Site g_prof_adjoint_start{"halo", "halo", "adjoint_start"};
+constinit profile::Site g_prof_adjoint_finish{"halo", "halo", "adjoint_finish"};
+}  // namespace
+
 struct HaloTransfer::Impl {
   DType dt{};
   Direction dir{};
@@ -130,6 +140,7 @@ struct HaloTransfer::Impl {
 
   void finish() {
     if (done) return;
+    profile::Scope prof(fwd() ? g_prof_forward_finish : g_prof_adjoint_finish, ectx);
     if (inflight) {
       inflight = false;
       complete(stage_index(next - 1));
@@ -191,6 +202,7 @@ HaloTransfer::HaloTransfer(DType dt, const DistSpec& spec, const HaloSpec& halo,
     m.ectx = m.own_ctx.get();
   }
   m.ctx = in.device.is_cpu() ? nullptr : m.ectx;
+  profile::Scope prof(dir == Direction::forward ? g_prof_forward_start : g_prof_adjoint_start, m.ectx);
   if (dir == Direction::forward) {
     SHARD_CHECK(dt == in.dtype, op, "block of dtype {} passed as {}", in.dtype, dt);
     SHARD_CHECK(in.shape_vec() == m.len, op, "local block of shape {} does not match {} (expects {} on this rank)",

@@ -10,6 +10,7 @@
 #include "plan_cache.hpp"
 #include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::detail {
 
@@ -438,6 +439,7 @@ Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh,
   if (plan.steps.empty()) return in;
   ExecContext& ectx = current_context(in.device);
   ExecContext* ctx = in.device.is_cpu() ? nullptr : &ectx;
+  SHARD_PROFILE_SCOPE("redistribute", "redistribute", "", &ectx);
   Block cur = in;
   for (const auto& s : plan.steps) cur = run_step(s, mesh, cur, in, ectx, ctx);
   return cur;

@@ -8,6 +8,7 @@
 #include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard {
 
@@ -46,6 +47,7 @@ RingShift::Transfer RingShift::start(std::span<const RingSegment> segments, DTyp
   SHARD_CHECK(tag >= 0 && tag < 8, "RingShift::start", "tag {} out of range [0, 8)", tag);
   SHARD_CHECK(static_cast<int>(segments.size()) <= kMaxSegments, "RingShift::start", "{} segments (at most {})",
               segments.size(), kMaxSegments);
+  SHARD_PROFILE_SCOPE("ring", "ring_shift", "start", ctx);
   Transfer tr;
   if (size_ == 1) {  // nothing moves: the block comes back to itself
     for (const auto& s : segments) {

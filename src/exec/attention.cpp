@@ -9,6 +9,7 @@
 #include "exec/front_util.hpp"
 #include "exec/precision.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -120,6 +121,7 @@ index_t attention_chunk(const AttnGeom& g, const ExecContext& ctx) {
 
 void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                        const Block* bias, const Block& out, const Block& lse, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "attention", "forward", &ctx);
   if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype, bias ? bias->dtype : q.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
@@ -158,6 +160,7 @@ void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, con
 void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                         const Block* bias, const Block& out, const Block& dout, const Block& lse, const Block* dq,
                         const Block* dk, const Block* dv, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "attention", "backward", &ctx);
   if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
@@ -204,6 +207,7 @@ void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, co
 
 void attention_merge(const AttnGeom& g, const Block& out, const Block& lse, const Block& out_b, const Block& lse_b,
                      ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "attention", "merge", &ctx);
   if (detail::attention_needs_f32_work(out.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("attention_merge", {out.dtype, out_b.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {

@@ -7,6 +7,7 @@
 #include "exec/box_kernels.hpp"
 #include "shardtensor/tensor/memory.hpp"
 #include "exec/device_runtime.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -49,6 +50,7 @@ void copy_across(const Block& dst, const Block& src, ExecContext& ctx) {
 }  // namespace
 
 void box_copy(const Block& dst, const Block& src, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "box", "copy", &ctx);
   check_pair(dst, src, "box_copy");
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);  // an in-place write: saved tensors see it
@@ -57,6 +59,7 @@ void box_copy(const Block& dst, const Block& src, ExecContext& ctx) {
 }
 
 void box_add(const Block& dst, const Block& src, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "box", "add", &ctx);
   check_pair(dst, src, "box_add");
   SHARD_CHECK(dst.device == src.device, "box_add", "operands on different devices: destination on {}, source on {}",
               dst.device, src.device);
@@ -68,6 +71,7 @@ void box_add(const Block& dst, const Block& src, ExecContext& ctx) {
 }
 
 void box_fill(const Block& dst, const void* value, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "box", "fill", &ctx);
   SHARD_CHECK(value != nullptr, "box_fill", "null fill value for a {} box of shape {}", dst.dtype, dst.shape_vec());
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);
@@ -75,6 +79,7 @@ void box_fill(const Block& dst, const void* value, ExecContext& ctx) {
 }
 
 void box_zero(const Block& dst, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "box", "zero", &ctx);
   static constexpr std::array<unsigned char, 16> zero{};
   static_assert(sizeof(zero) >= 16, "room for the largest element");
   box_fill(dst, zero.data(), ctx);

@@ -8,6 +8,7 @@
 #include "exec/precision.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -90,6 +91,7 @@ InputOperand input_operand(const char* op, const ConvGeometry& g0, const Block& 
 
 void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const Block* bias, const Block& y,
                   ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "conv", "forward", &ctx);
   const char* op = "conv_forward";
   if (detail::F32Work::needed(x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype});
@@ -112,6 +114,7 @@ void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const B
 
 void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w, const Block* bias, const Block& gx,
                          ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "conv", "backward_input", &ctx);
   const char* op = "conv_backward_input";
   if (detail::F32Work::needed(gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype});
@@ -131,6 +134,7 @@ void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w,
 }
 
 void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "conv", "backward_weight", &ctx);
   const char* op = "conv_backward_weight";
   if (detail::F32Work::needed(x.dtype, gy.dtype, gw.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {x.dtype, gy.dtype, gw.dtype});
@@ -151,6 +155,7 @@ void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy
 }
 
 void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "conv", "backward_bias", &ctx);
   const char* op = "conv_backward_bias";
   if (detail::F32Work::needed(gy.dtype, gb.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {gy.dtype, gb.dtype});

@@ -59,6 +59,25 @@ struct DeviceRuntime {
   virtual void synchronize_event(void* ev) const = 0;                ///< host waits for ev
   virtual bool query_event(void* ev) const = 0;                      ///< true when complete
 
+  /// Timing events for the profiler (exec/profiler.hpp): an event that records a timestamp, or
+  /// null when the runtime cannot time (the default). Destroyed with destroy_event.
+  virtual void* create_timing_event(int device) const {
+    (void)device;
+    return nullptr;
+  }
+  /// Records a timing event on `s`; false (nothing recorded) while `s` is being captured into a
+  /// graph, where a timestamp would belong to the replays.
+  virtual bool record_timing_event(void* ev, Stream s, int device) const {
+    record_event(ev, s, device);
+    return true;
+  }
+  /// Milliseconds between two completed timing events (negative when unknown).
+  virtual float elapsed_ms(void* start, void* stop) const {
+    (void)start;
+    (void)stop;
+    return -1.0f;
+  }
+
   /// A stable identifier of the physical GPU behind `device` (its UUID as text), used to detect
   /// ranks that share a GPU (NCCL refuses them).
   virtual void device_uuid(int device, char out[64]) const = 0;

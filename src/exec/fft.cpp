@@ -7,6 +7,7 @@
 #include "exec/front_util.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -37,6 +38,7 @@ void check_shape(const char* op, const char* what, const Block& b, const std::ve
 }  // namespace
 
 void fft(const FftGeometry& g, const Block& in, const Block& out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "fft", "", &ctx);
   const char* op = "fft";
   const int R = static_cast<int>(g.shape.size());
   SHARD_CHECK(R >= 1 && R <= kMaxBlockRank, op, "rank {} outside 1..{}", R, kMaxBlockRank);

@@ -7,6 +7,7 @@
 #include "exec/front_util.hpp"
 #include "exec/precision.hpp"
 #include "exec/gemm_kernels.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -56,6 +57,7 @@ const GemmKernels& table(const char* op, DType dt, const ExecContext& ctx) {
 }  // namespace
 
 void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "gemm", "", &ctx);
   if (detail::F32Work::needed(a.dtype, b.dtype, c.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("gemm", {a.dtype, b.dtype, c.dtype});
     if (!storage_native(c.dtype, ctx)) {
@@ -89,6 +91,7 @@ void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c,
 }
 
 void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "gemm", "add_bias", &ctx);
   if (detail::F32Work::needed(bias.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("add_bias", {bias.dtype, y.dtype});
     if (!storage_native(y.dtype, ctx)) {
@@ -106,6 +109,7 @@ void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecCont
 }
 
 void bias_grad(const BiasGeometry& g, const Block& gy, const Block& db, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "gemm", "bias_grad", &ctx);
   if (detail::F32Work::needed(gy.dtype, db.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("bias_grad", {gy.dtype, db.dtype});
     if (!storage_native(db.dtype, ctx)) {

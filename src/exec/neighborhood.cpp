@@ -8,6 +8,7 @@
 #include "exec/precision.hpp"
 #include "exec/neighborhood_kernels.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -91,6 +92,7 @@ NbhdOut out_of(const Block* b) {
 
 void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
                             const Block& lse, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "nbhd_attention", "forward", &ctx);
   if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("nbhd_attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype});
     detail::F32Work f(ctx);
@@ -113,6 +115,7 @@ void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, c
 void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
                              const Block& dout, const Block& lse, const Block* dq, const Block* dk, const Block* dv,
                              ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "nbhd_attention", "backward", &ctx);
   if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
     detail::F32Work::check_same("nbhd_attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
     detail::F32Work f(ctx);

@@ -7,6 +7,7 @@
 #include "exec/front_util.hpp"
 #include "exec/neighbors_kernels.hpp"
 #include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -51,6 +52,7 @@ DType check_query_support(const char* op, const Block& query, const Block& suppo
 
 void neighbors_knn(const KnnGeometry& g, const Block& query, const Block& support, const Block& indices,
                    const Block& dist2, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "neighbors", "knn", &ctx);
   const char* op = "neighbors_knn";
   check_points(op, g.n_query, g.n_support, g.dim, g.index_offset);
   SHARD_CHECK(g.k >= 1, op, "k must be >= 1, got {}", g.k);
@@ -66,6 +68,7 @@ void neighbors_knn(const KnnGeometry& g, const Block& query, const Block& suppor
 
 void neighbors_radius(const RadiusGeometry& g, const Block& query, const Block& support, const Block& indices,
                       const Block& dist2, const Block& counts, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "neighbors", "radius", &ctx);
   const char* op = "neighbors_radius";
   check_points(op, g.n_query, g.n_support, g.dim, g.index_offset);
   SHARD_CHECK(g.radius >= 0 && std::isfinite(g.radius), op, "radius must be finite and >= 0, got {}", g.radius);
@@ -85,6 +88,7 @@ void neighbors_radius(const RadiusGeometry& g, const Block& query, const Block& 
 
 void neighbors_merge(const NeighborMergeGeometry& g, const Block& indices, const Block& dist2, const Block* counts,
                      const Block& cand_indices, const Block& cand_dist2, const Block* cand_counts, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "neighbors", "merge", &ctx);
   const char* op = "neighbors_merge";
   SHARD_CHECK(g.n_query >= 0, op, "negative n_query {}", g.n_query);
   SHARD_CHECK(g.width >= 1, op, "width must be >= 1, got {}", g.width);

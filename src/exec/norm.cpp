@@ -5,6 +5,7 @@
 #include "exec/precision.hpp"
 #include "exec/norm_kernels.hpp"
 #include "exec/strided_rows.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -69,6 +70,7 @@ bool storage_native(DType dt, const ExecContext& ctx) {
 }  // namespace
 
 void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "norm", "sums", &ctx);
   if (detail::F32Work::needed(x.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_sums", {x.dtype});
     if (!storage_native(x.dtype, ctx)) {
@@ -85,6 +87,7 @@ void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* ou
 
 void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const double* mean,
                 const double* invstd, const Block& y, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "norm", "apply", &ctx);
   if (detail::F32Work::needed(x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_apply", {x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype});
     if (!storage_native(x.dtype, ctx)) {
@@ -101,6 +104,7 @@ void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* 
 
 void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
                         const double* invstd, double* sg, double* sgx, double* dw, double* db, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "norm", "backward_sums", &ctx);
   if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_backward_sums", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype)});
     if (!storage_native(x.dtype, ctx)) {
@@ -118,6 +122,7 @@ void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, cons
 void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
                       const double* invstd, const double* sg, const double* sgx, double inv_count, const Block& dx,
                       ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "norm", "backward_dx", &ctx);
   if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_backward_dx", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype});
     if (!storage_native(x.dtype, ctx)) {

@@ -4,6 +4,7 @@
 #include "exec/front_util.hpp"
 #include "exec/optim_kernels.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -32,6 +33,7 @@ void check_param(const Block& w, const char* op) {
 }  // namespace
 
 void sgd_update(const Block& w, const Block& g, const Block& buf, const SgdParams& p, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "optim", "sgd_update", &ctx);
   const char* op = "SGD::step";
   check_param(w, op);
   check_state(g, w, w.dtype, op, "gradient");
@@ -42,6 +44,7 @@ void sgd_update(const Block& w, const Block& g, const Block& buf, const SgdParam
 
 void adam_update(const Block& w, const Block& g, const Block& m, const Block& v, const AdamParams& p,
                  ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "optim", "adam_update", &ctx);
   const char* op = "Adam::step";
   check_param(w, op);
   check_state(g, w, w.dtype, op, "gradient");

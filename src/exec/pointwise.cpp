@@ -8,6 +8,7 @@
 #include "exec/strided_rows.hpp"
 #include "shardtensor/tensor/memory.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -76,6 +77,7 @@ const char* op_name(BinaryOp op) noexcept {
 }
 
 void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "unary", &ctx);
   if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype});
     if (!native_lp(y, x.is_contiguous() && y.is_contiguous(), op_name(op), ctx)) {
@@ -108,6 +110,7 @@ void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext
 
 void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy, const Block& dx,
                     ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "unary_backward", &ctx);
   if (detail::F32Work::needed(x.dtype, y.dtype, dy.dtype, dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype, dy.dtype, dx.dtype});
     if (!native_lp(dx, x.is_contiguous() && y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous(), op_name(op),
@@ -144,6 +147,7 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
 }
 
 void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "binary", &ctx);
   if (detail::F32Work::needed(a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {a.dtype, b.dtype, out.dtype});
     if (!native_lp(out, out.is_contiguous(), op_name(op), ctx)) {
@@ -168,6 +172,7 @@ void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecC
 }
 
 void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "div_rhs_backward", &ctx);
   if (detail::F32Work::needed(g.dtype, a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("div_rhs_backward", {g.dtype, a.dtype, b.dtype, out.dtype});
     if (!native_lp(out, out.is_contiguous(), "div_backward", ctx)) {
@@ -192,6 +197,7 @@ void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Bloc
 }
 
 void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "sum_to", &ctx);
   // bf16 / f16 storage: in place where the table computes it (native_lp), else f32 working copies.
   if (detail::F32Work::needed(g.dtype, dst.dtype)) {
     detail::F32Work::check_same("sum_to", {g.dtype, dst.dtype});
@@ -219,6 +225,7 @@ void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext
 }
 
 void convert(const Block& src, const Block& dst, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "convert", &ctx);
   const char* name = "convert";
   SHARD_CHECK(is_float_dtype(src.dtype) && is_float_dtype(dst.dtype), name,
               "converts between f32, f64, bf16 and f16, not {} to {}", src.dtype, dst.dtype);

@@ -7,6 +7,7 @@
 #include "exec/front_util.hpp"
 #include "exec/pool_kernels.hpp"
 #include "exec/precision.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -32,16 +33,19 @@ const PoolKernels& table(const char* op, const PoolGeometry& g, const Block& in,
 }  // namespace
 
 void avg_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pool", "avg_forward", &ctx);
   const auto& k = table("avg_pool_forward", g, x, in_numel(g), y, out_numel(g), ctx);
   if (!empty(g)) k.avg_forward(x.dtype, g, x.data, y.data, ctx);
 }
 
 void avg_pool_backward(const PoolGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pool", "avg_backward", &ctx);
   const auto& k = table("avg_pool_backward", g, gy, out_numel(g), gx, in_numel(g), ctx);
   if (in_numel(g) > 0) k.avg_backward(gy.dtype, g, gy.data, gx.data, ctx);
 }
 
 void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, const Block& idx, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pool", "max_forward", &ctx);
   const char* op = "max_pool_forward";
   const auto& k = table(op, g, x, in_numel(g), y, out_numel(g), ctx);
   detail::check_block(op, "indices", idx, DType::i64, out_numel(g), ctx);
@@ -49,6 +53,7 @@ void max_pool_forward(const PoolGeometry& g, const Block& x, const Block& y, con
 }
 
 void max_pool_backward(const PoolGeometry& g, const Block& gy, const Block& idx, const Block& gx, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "pool", "max_backward", &ctx);
   const char* op = "max_pool_backward";
   const auto& k = table(op, g, gy, out_numel(g), gx, in_numel(g), ctx);
   detail::check_block(op, "indices", idx, DType::i64, out_numel(g), ctx);

@@ -6,6 +6,7 @@
 #include "exec/reduce_kernels.hpp"
 #include "exec/strided_rows.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -62,6 +63,7 @@ void check_same_shape(const Block& a, const Block& b, const char* op, const char
 }  // namespace
 
 void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "sum", &ctx);
   if (detail::F32Work::needed(x.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("reduce_sum", {x.dtype, out.dtype});
     detail::F32Work f(ctx);
@@ -77,6 +79,7 @@ void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx
   tab.reduce_sum(xr, out, scale, ctx);
 }
 void reduce_max(const Block& x, const Block& out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "max", &ctx);
   if (detail::F32Work::needed(x.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("reduce_max", {x.dtype, out.dtype});
     detail::F32Work f(ctx);
@@ -92,6 +95,7 @@ void reduce_max(const Block& x, const Block& out, ExecContext& ctx) {
   tab.reduce_max(xr, out, ctx);
 }
 void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "broadcast_scaled", &ctx);
   if (detail::F32Work::needed(g.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("broadcast_scaled", {g.dtype, gx.dtype});
     detail::F32Work f(ctx);
@@ -106,6 +110,7 @@ void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext
   table(gx, op, ctx).broadcast_scaled(g, gx, scale, ctx);
 }
 void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "max_ties", &ctx);
   if (detail::F32Work::needed(x.dtype, m.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("max_ties", {x.dtype, m.dtype});
     detail::F32Work f(ctx);
@@ -124,6 +129,7 @@ void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ct
 }
 void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
                   ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "max_backward", &ctx);
   if (detail::F32Work::needed(x.dtype, m.dtype, g.dtype, gx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("max_backward", {x.dtype, m.dtype, g.dtype, gx.dtype});
     detail::F32Work f(ctx);
@@ -146,6 +152,7 @@ void max_backward(const Block& x, const Block& m, const Block& g, const Block& t
 }
 
 double sum_all(const Block& x, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "sum_all", &ctx);
   if (detail::F32Work::needed(x.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("sum_all", {x.dtype});
     detail::F32Work f(ctx);
@@ -156,6 +163,7 @@ double sum_all(const Block& x, ExecContext& ctx) {
   return table(x, "sum", ctx).global_sum(0, x.dtype, x.numel(), x.data, nullptr, ctx);
 }
 double dot(const Block& a, const Block& b, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "dot", &ctx);
   if (detail::F32Work::needed(a.dtype, b.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("dot", {a.dtype, b.dtype});
     detail::F32Work f(ctx);
@@ -168,6 +176,7 @@ double dot(const Block& a, const Block& b, ExecContext& ctx) {
   return table(a, "dot", ctx).global_sum(1, a.dtype, a.numel(), a.data, b.data, ctx);
 }
 double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "sq_diff_sum", &ctx);
   if (detail::F32Work::needed(a.dtype, b.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("sq_diff_sum", {a.dtype, b.dtype});
     detail::F32Work f(ctx);
@@ -192,6 +201,7 @@ double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
 }
 
 void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "mse_backward", &ctx);
   if (detail::F32Work::needed(p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("mse_backward", {p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype)});
     detail::F32Work f(ctx);
@@ -228,6 +238,7 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
   table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
 }
 void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_sums", &ctx);
   if (detail::F32Work::needed(p.dtype, t.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("rel_l2_sums", {p.dtype, t.dtype});
     detail::F32Work f(ctx);
@@ -257,6 +268,7 @@ void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_s
 }
 void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
                      const Block& gt, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_backward", &ctx);
   if (detail::F32Work::needed(p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("rel_l2_backward", {p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype)});
     detail::F32Work f(ctx);

@@ -8,6 +8,7 @@
 #include "exec/precision.hpp"
 #include "exec/resize_kernels.hpp"
 #include "exec/strided_rows.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -21,6 +22,7 @@ index_t out_numel(const ResizeGeometry& g) { return g.planes * g.out_len[0] * g.
 }  // namespace
 
 void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "resize", "forward", &ctx);
   const char* op = "resize_forward";
   const DType dt = x.dtype;
   const bool dense = x.is_contiguous() || x.numel() == 0;
@@ -55,6 +57,7 @@ void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, Ex
 }
 
 void resize_backward(const ResizeGeometry& g, const Block& gy, const Block& gx, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "resize", "backward", &ctx);
   const char* op = "resize_backward";
   if (detail::F32Work::needed(gy.dtype, gx.dtype)) detail::F32Work::check_same(op, {gy.dtype, gx.dtype});
   detail::check_block(op, "output gradient", gy, gy.dtype, out_numel(g), ctx);

@@ -5,6 +5,7 @@
 #include "exec/front_util.hpp"
 #include "exec/rows_kernels.hpp"
 #include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -32,6 +33,7 @@ const RowsKernels& table(const char* op, const ExecContext& ctx) {
 }  // namespace
 
 void rows_gather(const RowsGeometry& g, const Block& src, const Block& index, const Block& dst, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "rows", "gather", &ctx);
   const char* op = "rows_gather";
   check_geometry(op, g);
   check_matrix(op, "src", src, src.dtype, g.n_src, g.width, ctx);
@@ -45,6 +47,7 @@ void rows_gather(const RowsGeometry& g, const Block& src, const Block& index, co
 
 void rows_scatter_add(const RowsGeometry& g, const Block& src, const Block& index, const Block& dst,
                       ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "rows", "scatter_add", &ctx);
   const char* op = "rows_scatter_add";
   check_geometry(op, g);
   DType dt = dst.dtype;

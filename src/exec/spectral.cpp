@@ -4,6 +4,7 @@
 #include "exec/front_util.hpp"
 #include "exec/spectral_kernels.hpp"
 #include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/exec/profiler.hpp"
 
 namespace shard::exec {
 
@@ -25,6 +26,7 @@ void check_geometry(const char* op, const SpectralGeometry& g) {
 }  // namespace
 
 void spectral_mul_forward(const SpectralGeometry& g, const Block& x, const Block& w, const Block& y, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "spectral", "forward", &ctx);
   const char* op = "spectral_mul_forward";
   check_geometry(op, g);
   const DType real = precision(op, x);
@@ -39,6 +41,7 @@ void spectral_mul_forward(const SpectralGeometry& g, const Block& x, const Block
 
 void spectral_mul_backward(const SpectralGeometry& g, const Block& x, const Block& w, const Block& gy, const Block* gx,
                            const Block* gw, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "spectral", "backward", &ctx);
   const char* op = "spectral_mul_backward";
   check_geometry(op, g);
   const DType real = precision(op, x);

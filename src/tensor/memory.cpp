@@ -13,6 +13,7 @@
 #include "exec/device_runtime.hpp"
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/profiler.hpp"
 #include "small_block_pool.hpp"
 
 namespace shard {
@@ -156,6 +157,10 @@ struct StorageDeleter {
 
 /// The runtime of `dev`'s backend (throws naming `op` and the device when it is not linked or
 /// this build has no CUDA), after checking the device index against the visible devices.
+// The profiler's allocator rows: every request that reached allocate_bytes, by device kind.
+constinit profile::Site g_prof_host_request{"alloc", "cpu", "request"};
+constinit profile::Site g_prof_device_request{"alloc", "cuda", "request"};
+
 const exec::DeviceRuntime& runtime_for(Device dev, const char* op) {
   const auto& rt = exec::kernels_for<exec::DeviceRuntime>(dev, op);
   rt.check_device(dev.index, op);
@@ -165,6 +170,7 @@ const exec::DeviceRuntime& runtime_for(Device dev, const char* op) {
 
 std::shared_ptr<void> allocate_bytes(std::size_t bytes, Device dev) {
   const std::size_t n = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  profile::count_alloc(dev.is_cpu() ? g_prof_host_request : g_prof_device_request, n);
   if (dev.is_cpu()) {
     if (n >= HostCache::min_bytes) {
       std::size_t got = 0;

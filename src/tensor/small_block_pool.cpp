@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "shardtensor/exec/profiler.hpp"
+
 namespace shard::detail {
 namespace {
 
@@ -138,9 +140,14 @@ ThreadBins* bins() noexcept {
 
 }  // namespace
 
+namespace {
+constinit profile::Site g_prof_os_map{"alloc", "cpu", "os_map"};  // the profiler's row of every mmap
+}  // namespace
+
 void* os_map(std::size_t bytes) noexcept {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
+  profile::count_alloc(g_prof_os_map, bytes);
   g_maps.fetch_add(1, std::memory_order_relaxed);
   g_map_bytes.fetch_add(bytes, std::memory_order_relaxed);
   return p;

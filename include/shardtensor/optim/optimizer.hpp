@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shardtensor/exec/optim.hpp"
+#include "shardtensor/exec/profiler.hpp"
 #include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/parameter.hpp"
 
@@ -103,6 +104,7 @@ class SGD final : public Optimizer<T> {
     SHARD_CHECK(!o.nesterov || o.momentum > 0, "SGD", "Nesterov momentum needs momentum > 0");
   }
   void step() override {
+    SHARD_PROFILE_SCOPE("optim", "sgd", "step", nullptr);
     const exec::SgdParams sp{this->lr_, o_.momentum, o_.weight_decay, o_.nesterov};
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       auto& p = *this->params_[i];
@@ -151,6 +153,7 @@ class Adam : public Optimizer<T> {
                 o.beta1, o.beta2);
   }
   void step() override {
+    SHARD_PROFILE_SCOPE("optim", "adam", "step", nullptr);
     ++t_;
     const double bc1 = 1 - std::pow(o_.beta1, t_), bc2 = 1 - std::pow(o_.beta2, t_);
     const exec::AdamParams ap{this->lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, bc1, bc2, decoupled_};
