@@ -13,7 +13,8 @@ need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
 main_pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libfmt-dev libcli11-dev
-           libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev libnanoflann-dev gnuplot-nox ccache)
+           libbenchmark-dev libopenblas-dev libhdf5-openmpi-dev libfftw3-dev libnanoflann-dev gnuplot-nox ccache
+           ninja-build)
 # Issue 16's benchmarks (bench/, never the library or the tests): FFTW's MPI transforms (CMake
 # finds them optionally; small, installed unless SETUP_NO_BENCH=1). PyTorch (the torch.fft / conv /
 # attention references in bench/*.py) is big (~190 MB of .debs with its closure, ~830 MB

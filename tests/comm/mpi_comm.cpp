@@ -255,7 +255,7 @@ TEST_CASE("check_all throws on every rank with the failing rank's message", "[co
   });
 }
 
-TEST_CASE("MpiComm duplicates the user's communicator; MPI errors become shard::Error", "[comm][mpi][errors]") {
+TEST_CASE("MpiComm duplicates the user's communicator; MPI errors become shard::Error", "[comm][mpi][errors][world]") {
   CHECK_FALSE(mpi_init_if_needed());  // the test main initialised MPI already
   MPI_Comm user;
   MPI_Comm_split(MPI_COMM_WORLD, 0, 0, &user);

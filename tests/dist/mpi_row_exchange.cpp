@@ -131,7 +131,7 @@ TEST_CASE("RowExchange: the adjoint is the transpose (dot-product test), repeats
   });
 }
 
-TEST_CASE("RowExchange: malformed send lists are refused", "[points][row_exchange][mpi]") {
+TEST_CASE("RowExchange: malformed send lists are refused", "[points][row_exchange][mpi][world]") {
   auto comm = MpiComm::world();
   const int P = comm->size();
   std::vector<index_t> off(static_cast<std::size_t>(P) + 1, 0);

@@ -86,7 +86,7 @@ TEST_CASE("DeviceMesh: coords, rank_of, dim_comm and dims_comm for every 1-/2-/3
   });
 }
 
-TEST_CASE("DeviceMesh: names, world(), shared copies", "[mesh][mpi]") {
+TEST_CASE("DeviceMesh: names, world(), shared copies", "[mesh][mpi][world]") {
   for_each_comm_size([](CommPtr comm) {
     const int p = comm->size();
     DeviceMesh mesh(comm, {1, p}, {"dp", "space"});

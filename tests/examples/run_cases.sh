@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the command lines of tests/examples/bad_flags.cmake, several at once (issue 33: 144
+# sequential mpiexec launches, each mostly waiting on start-up, took minutes with the CPU idle).
+# Usage: run_cases.sh <dir> <ncases> <jobs> <mpiexec> [mpiexec flags...] -- <exe>
+# Case i is <dir>/<i>.np (rank count) and <dir>/<i>.args (one argument per line); its stdout,
+# stderr and exit code go to <dir>/<i>.out, <i>.err and <i>.rc. bad_flags.cmake checks them.
+set -uo pipefail
+dir=$1 ncases=$2 jobs=$3
+shift 3
+launcher=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do launcher+=("$1"); shift; done
+shift
+exe=$1
+run_case() {
+  local i=$1 np args=()
+  np=$(cat "$dir/$i.np")
+  mapfile -t args < "$dir/$i.args"
+  timeout 300 "${launcher[0]}" -n "$np" "${launcher[@]:1}" "$exe" "${args[@]}" > "$dir/$i.out" 2> "$dir/$i.err" < /dev/null
+  echo $? > "$dir/$i.rc"
+}
+running=0
+for ((i = 0; i < ncases; ++i)); do
+  run_case "$i" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
