@@ -24,7 +24,9 @@
 //    The grid is sharded over a 2-D mesh (--mesh AxB: A ranks along x, B along y); the points
 //    follow the same boxes (F::grid_partition), so every point<->grid op is local but for halos.
 // 3. Progress lines print step, loss, learning rate, throughput (samples/s, points/s) and per-rank
-//    peak memory; the last line is final_loss=<loss on a fixed validation sphere>, which agrees
+//    peak memory; then a `steady state:` line (s/step and points/s after --warmup K steps, default
+//    min(3, steps/4), the first step on its own, per-rank peaks: examples/step_timing.hpp); the
+//    last line is final_loss=<loss on a fixed validation sphere>, which agrees
 //    across rank counts and meshes for one seed to fp32 rounding (the points' order and the
 //    reductions' order change with the layout).
 // 4. --precision: fp32; bf16 / fp16 (the U-Net and the point MLP in that storage dtype with f32
@@ -38,6 +40,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <shardtensor/nn/functional.hpp>
@@ -47,9 +50,11 @@
 #include <shardtensor/shardtensor.hpp>
 
 #include "cli_common.hpp"
+#include "step_timing.hpp"
 
 using namespace shard;
 namespace cli = examples::cli;
+namespace timing = examples::timing;
 namespace F = shard::nn::functional;
 using autograd::Var;
 using T = float;
@@ -68,6 +73,8 @@ struct Args {
   double radius_cells = 1.5;
   double lr = 3e-3;
   int log_every = 10;
+  int warmup = timing::kAutoWarmup;  // steps excluded from the steady-state timing (-1: min(3, steps/4))
+  bool profile_window = false;       // print the library profiler's table over the timed window
   std::string precision = "fp32";
 };
 
@@ -118,12 +125,15 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(cli::decimal_integer())
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  timing::add_warmup_flag(app, a.warmup);
+  timing::add_profile_flag(app, a.profile_window);
 }
 
 void validate(Args& a, int P) {
   if (!a.common.mesh.empty()) a.mesh = cli::parse_mesh(a.common.mesh, 2, 2);
   if (a.mesh.empty()) a.mesh = {P, 1};
   cli::check_mesh_ranks(a.mesh, 1, P, "--mesh");
+  timing::check_warmup(a.warmup, a.common.steps, "--steps");
   if (a.common.device != "cpu")
     throw cli::UsageError("--device " + a.common.device +
                           ": the point <-> grid ops run on the CPU only (no CUDA table yet); use --device cpu");
@@ -272,10 +282,12 @@ int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const Dist
     const shard::Autocast ac(a.precision == "autocast-bf16" ? DType::bf16 : DType::f32);  // f32: no policy
     return F::mse_loss(model.forward(p, f, c.nbrs ? &*c.nbrs : nullptr), y);
   };
+  timing::StepTimer timer(Device::cpu(), a.common.steps, timing::resolve_warmup(a.warmup, a.common.steps));
+  timer.profile_window(a.profile_window);
   const auto t_start = std::chrono::steady_clock::now();
   auto t_last = t_start;
-  double loss_sum = 0;
-  int loss_n = 0;
+  using LossTensor = std::decay_t<decltype(loss_of(val).value())>;
+  std::vector<LossTensor> pending;  // the losses since the last log step (read there, in step order)
   for (int step = 0; step < a.common.steps; ++step) {
     opt.set_lr(sched(step));
     opt.zero_grad();
@@ -287,9 +299,12 @@ int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const Dist
       loss.backward();
       opt.step();
     }
-    loss_sum += static_cast<double>(loss.value().full_tensor().data()[0]);
-    ++loss_n;
+    pending.push_back(loss.value());
     if ((step + 1) % a.log_every == 0 || step + 1 == a.common.steps) {
+      double loss_sum = 0;
+      const int loss_n = static_cast<int>(pending.size());
+      for (const auto& l : pending) loss_sum += static_cast<double>(l.full_tensor().data()[0]);
+      pending.clear();
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - t_last).count();
       t_last = now;
@@ -302,18 +317,18 @@ int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const Dist
                     static_cast<double>(loss_n) * static_cast<double>(a.points) / dt / 1e6, mem[0], mem[1]);
         std::fflush(stdout);
       }
-      loss_sum = 0;
-      loss_n = 0;
     }
+    timer.step_done(step + 1);
   }
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  timer.finish(world, 1.0, static_cast<double>(a.points), print);  // one sample (cloud) per step
   double final_loss = 0;
   {
     autograd::NoGradGuard ng;
     final_loss = static_cast<double>(loss_of(val).value().full_tensor().data()[0]);
   }
   if (print) {
-    std::printf("trained %d steps in %.2f s (%.3f s/step)\n", a.common.steps, train_s, train_s / a.common.steps);
+    std::printf("trained %d steps in %.2f s (%.3f s/step with the warm-up)\n", a.common.steps, train_s, train_s / a.common.steps);
     std::printf("final_loss=%.8e\n", final_loss);
     std::fflush(stdout);
   }

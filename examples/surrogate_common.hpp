@@ -1,11 +1,16 @@
 #pragma once
 /// \file surrogate_common.hpp
 /// What the surrogate examples (unet_surrogate, vit_surrogate, fno_surrogate) share: the training
-/// flags (data groups, batch, samples, learning rate, logging, --save, --checkpoint /
+/// flags (data groups, batch, samples, learning rate, logging, --warmup, --save, --checkpoint /
 /// --checkpoint-every / --resume / --stop-after) and their checks, the device choice, the
 /// domain-parallel mesh and heat-equation data, and the training loop (AdamW + cosine warm-up,
-/// progress lines with throughput and per-rank peak memory, checkpoints, resume, the final
-/// `final_loss=` line).
+/// progress lines with throughput and per-rank peak memory, checkpoints, resume, the
+/// `steady state:` line (step_timing.hpp: s/step after --warmup, the first step on its own, peak
+/// memory) and the final `final_loss=` line).
+///
+/// The loop reads no value back from the device inside a step: each step's loss stays on the
+/// device until the next log step, which reads them all (one synchronisation per --log-every
+/// steps, and the same sums in the same order as reading each step).
 ///
 /// Checkpoints (io/checkpoint.hpp): one HDF5 file holding the parameters (sharded ones as global
 /// datasets), the AdamW moments, the step and the data order (io::TrainingState ints "data.*",
@@ -19,6 +24,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,6 +34,7 @@
 
 #include "cli_common.hpp"
 #include "heat_data.hpp"
+#include "step_timing.hpp"
 
 namespace examples::surrogate {
 
@@ -43,6 +50,8 @@ struct TrainArgs {
   index_t train_samples = 32;
   double lr = 3e-3;
   int log_every = 10;
+  int warmup = timing::kAutoWarmup;  // steps excluded from the steady-state timing (-1: min(3, steps/4))
+  bool profile_window = false;       // print the library profiler's table over the timed window
   std::string save;
   std::string checkpoint;    // checkpoint file ("" = none)
   int checkpoint_every = 0;  // also every K steps (0: only at the end)
@@ -73,6 +82,8 @@ inline void add_train_flags(CLI::App& app, TrainArgs& a, const cli::CommonLimits
       ->check(cli::decimal_integer())
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  timing::add_warmup_flag(app, a.warmup);
+  timing::add_profile_flag(app, a.profile_window);
   app.add_option("--save", a.save, "write the trained parameters to FILE (Module::save)");
   app.add_option("--checkpoint", a.checkpoint,
                  "write a checkpoint (parameters, optimiser, step, data order; parallel HDF5, atomic) to FILE at the "
@@ -124,6 +135,10 @@ inline void validate_train(TrainArgs& a, int P) {
   if (a.stop_after > a.common.steps)
     throw cli::UsageError("--stop-after " + std::to_string(a.stop_after) + " is past --steps " +
                           std::to_string(a.common.steps));
+  if (a.stop_after > 0)
+    timing::check_warmup(a.warmup, a.stop_after, "--stop-after");
+  else
+    timing::check_warmup(a.warmup, a.common.steps, "--steps");
 }
 
 /// This rank's device: the CPU, or GPU (node-local rank modulo the visible GPUs) for --device cuda.
@@ -271,10 +286,16 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
     io::save_checkpoint(a.checkpoint, model, &opt, training_state(done, cursor, a, nbatches));
   };
 
+  // The steps this run executes (fewer than --steps after --resume): the first --warmup of them
+  // are not timed. A resumed run may have fewer steps left than an explicit --warmup asks for;
+  // then it has no steady-state window (said on the summary line).
+  timing::StepTimer timer(dev, stop - start, timing::resolve_warmup(a.warmup, stop - start));
+  timer.profile_window(a.profile_window);
   const auto t_start = std::chrono::steady_clock::now();
   auto t_last = t_start;
-  double loss_sum = 0;
-  int loss_n = 0;
+  using LossTensor = std::decay_t<decltype(mse_of(data.val.first, data.val.second, false).value())>;
+  std::vector<LossTensor> pending;  // the losses since the last log step, still on the device
+  pending.reserve(static_cast<std::size_t>(std::min(a.log_every, 1024)));
   for (long step = start; step < stop; ++step) {
     opt.set_lr(sched(step));
     const auto& [x, y] = data.train[static_cast<std::size_t>(cursor)];
@@ -288,16 +309,20 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
       loss.backward();
       opt.step();
     }
-    loss_sum += static_cast<double>(loss.value().full_tensor().to(Device::cpu()).data()[0]);
-    ++loss_n;
+    pending.push_back(loss.value());
     if ((step + 1) % a.log_every == 0 || step + 1 == stop) {
+      // Every rank reads its pending losses at the same steps (full_tensor is collective).
+      double loss_sum = 0;
+      const int loss_n = static_cast<int>(pending.size());
+      for (const auto& l : pending) loss_sum += static_cast<double>(l.full_tensor().to(Device::cpu()).data()[0]);
+      pending.clear();
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - t_last).count();
       t_last = now;
       const double samples_s = static_cast<double>(loss_n * a.batch) / dt;
       // Per-rank peaks: max over ranks of shardtensor's host high-water mark and of the RSS.
       double mem[3] = {mib(memory_stats(DeviceKind::cpu).peak_bytes), mib(process_peak_rss_bytes()),
-                       mib(memory_stats(DeviceKind::cuda).peak_bytes)};
+                       mib(timer.gpu_peak_bytes())};
       world->allreduce(mem, mem, 3, DType::f64, ReduceOp::max);
       if (world->rank() == 0) {
         std::printf("step %5ld  loss %.6e  lr %.2e  %.2f samples/s  %.2f Mpoints/s  peak/rank: tensors %.1f MiB, "
@@ -310,14 +335,15 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
                            : "");
         std::fflush(stdout);
       }
-      loss_sum = 0;
-      loss_n = 0;
     }
+    timer.step_done(step + 1 - start);
     if (!a.checkpoint.empty() && ((a.checkpoint_every > 0 && (step + 1) % a.checkpoint_every == 0) || step + 1 == stop))
       save_checkpoint(step + 1);
   }
   if (!a.checkpoint.empty() && start == stop) save_checkpoint(stop);  // nothing left to do: still "at the end"
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  timer.finish(*world, static_cast<double>(a.batch), static_cast<double>(a.common.grid * a.common.grid),
+               world->rank() == 0);
   model.eval();
   auto vloss = mse_of(data.val.first, data.val.second, false);
   const double final_loss = static_cast<double>(vloss.value().full_tensor().to(Device::cpu()).data()[0]);
@@ -325,7 +351,7 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
   if (!a.save.empty()) model.save(a.save);
   if (world->rank() == 0) {
     const long ran = stop - start;
-    std::printf("trained %ld steps (%ld..%ld) in %.2f s (%.3f s/step)\n", ran, start, stop, train_s,
+    std::printf("trained %ld steps (%ld..%ld) in %.2f s (%.3f s/step with the warm-up)\n", ran, start, stop, train_s,
                 ran > 0 ? train_s / static_cast<double>(ran) : 0.0);
     if (!a.checkpoint.empty()) std::printf("checkpoint %s at step %ld\n", a.checkpoint.c_str(), stop);
     std::printf("final_loss=%.8e\n", final_loss);

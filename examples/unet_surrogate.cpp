@@ -5,12 +5,16 @@
 //   mpiexec -n 4 ./unet_surrogate --steps 200 --checkpoint ck.h5 --checkpoint-every 50   # then, any rank count:
 //   mpiexec -n 2 ./unet_surrogate --steps 400 --checkpoint ck.h5 --resume
 //   mpiexec -n 4 ./unet_surrogate --steps 200 --precision bf16    # bf16 activations, f32 masters
+//   mpiexec -n 1 ./unet_surrogate --device cuda --grid 1024 --width 32 --depth 3 --steps 23 --warmup 3
 //
 // 1. Training pairs (u0, u(T)) come from a built-in explicit heat solver that runs domain-parallel
 //    on the same mesh (examples/heat_data.hpp): nothing is ever gathered on one rank.
 // 2. A U-Net (nn/unet.hpp) is trained with AdamW + cosine warm-up on the sharded fields; with
 //    --data D the ranks form a D x (mesh) grid and each data group trains on its own samples.
-// 3. Progress lines print step, loss, throughput and per-rank peak memory; the last line is
+// 3. Progress lines print step, loss, throughput and per-rank peak memory; then a `steady state:`
+//    line gives s/step and throughput after --warmup K steps (default min(3, steps/4)), the first
+//    step's time on its own (cuDNN's algorithm search on a GPU) and the per-rank peaks (host RSS,
+//    device high-water mark; examples/step_timing.hpp); the last line is
 //    final_loss=<loss on a fixed validation batch>, which agrees across rank counts for one seed.
 // 4. --checkpoint FILE writes parameters, optimiser state, step and data order (parallel HDF5,
 //    atomic) every --checkpoint-every K steps and at the end; --resume continues from it up to
