@@ -13,11 +13,21 @@
 #                        visible. The CPU suite is not run here (CI runs it).
 #   gpu_check.sh bench   bench/run_gpu_*.sh, each under a time budget; one summary file with the
 #                        GPU's name, the date and every ratio line the scripts print.
+#   gpu_check.sh profile where the U-Net step's time goes (after `build`): the step of
+#                        bench/run_gpu_unet.sh (1024^2, width 32, depth 3, batch 4, fp32, TF32 off;
+#                        PROF_WARMUP=2 untimed then PROF_STEPS=4 timed steps) under
+#                        SHARDTENSOR_PROFILE=1 (per-rank tables of the whole run in
+#                        ours_profile_r0.txt) with --profile-window (the library's per-op table
+#                        over the timed steps), and bench/torch_unet_gpu.py --profile (torch.profiler
+#                        on one steady-state step of the same model). summary.txt: the steady-state
+#                        ratio line, the two tables' top rows side by side (per step), then both
+#                        tables in full.
 #   gpu_check.sh list    (no GPU needed) the source check of `test` alone, against a build dir.
-#   gpu_check.sh all     build, test, bench in one call (what fits in DEADLINE).
+#   gpu_check.sh all     build, test, profile, bench in one call (what fits in DEADLINE).
 # Device calls (the machine is warm for only ~30 s after a call: issue the next at once):
 #   run(command="bash scripts/gpu_check.sh build", carry=[".deps"], timeout_s=600)
 #   run(command="bash scripts/gpu_check.sh test", timeout_s=600)
+#   run(command="bash scripts/gpu_check.sh profile", timeout_s=600)
 #   run(command="bash scripts/gpu_check.sh bench", timeout_s=600)
 # Each phase writes $OUT/summary.txt and at most 3 logs (8 files come back per call), prints a
 # short summary at the end, and exits non-zero if a step did not pass.
@@ -25,13 +35,14 @@
 #   git-ignored, kept between calls)  DEPS_DIR (.deps)  JOBS (nproc)  CUDA_ARCH (90)  NPS ("1 2 3 4": rank counts of
 #   the MPI binary)  SERIAL (1: run shardtensor_cuda_tests; 0: only the MPI binary)
 #   BUILD_TIMEOUT (520 s)  TEST_TIMEOUT (240 s per binary run)  BENCH_BUDGET (130 s per script)
+#   PROF_STEPS (4) PROF_WARMUP (2) PROF_BUDGET (240 s per side) PROF_ROWS (40) PYTHON (python3)
 #   DEADLINE (570 s per phase; later steps are skipped past it)  FRESH=1 (wipe the build dir)
 #   CMAKE_ARGS (extra configure args)  FALLBACK=1 (MPI off: no cuda_mpi_tests).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 PHASE="${1:-all}"
-case "$PHASE" in build|test|bench|list|all) ;; *) echo "usage: $0 build|test|bench|list|all" >&2; exit 2 ;; esac
+case "$PHASE" in build|test|profile|bench|list|all) ;; *) echo "usage: $0 build|test|profile|bench|list|all" >&2; exit 2 ;; esac
 OUT="${OUT:-$ROOT/gpu_check_out/$PHASE}"; mkdir -p "$OUT"
 W="${GPU_WORK:-$ROOT/build-gpu}"; mkdir -p "$W"
 B="${BUILD_DIR:-$W/build}"
@@ -249,6 +260,119 @@ phase_test() {
   fi
 }
 
+# The U-Net step of bench/run_gpu_unet.sh, profiled on both sides (see the header). The summary's
+# side-by-side view parses our table loosely: the first line naming a "calls" column is the
+# header, columns are split at runs of 2+ spaces or '|', the device-time column is the first whose
+# header says "device", the label is the header's name/pass columns (or the first column); rows
+# that do not parse are left out of the side-by-side view but kept in the full table below it.
+phase_profile() {
+  local ex="$B/examples/unet_surrogate"
+  [ -x "$ex" ] || { note "no $ex: run 'gpu_check.sh build' first"; fail_note profile; return 1; }
+  deps_env || setup_deps || note "no deps prefix: MPI runs use the system's mpiexec, if any"
+  cuda_shim 1
+  local steps="${PROF_STEPS:-4}" warm="${PROF_WARMUP:-2}" budget="${PROF_BUDGET:-240}" rows="${PROF_ROWS:-40}"
+  local py="${PYTHON:-python3}" ours="$OUT/ours.log" torch="$OUT/torch.log" rc=0
+  local cfg=(--grid 1024 --width 32 --depth 3 --batch 4)
+  rm -f "$OUT"/ours_profile_r*.txt
+  step "profile ours" "$ours" "$budget" env SHARDTENSOR_PROFILE=1 SHARDTENSOR_PROFILE_FILE="$OUT/ours_profile_r%r.txt" \
+    mpiexec "${MPIFLAGS[@]}" -n 1 "$ex" --device cuda "${cfg[@]}" --samples 4 --steps "$((steps + warm))" \
+    --warmup "$warm" --log-every "$((steps + warm))" --profile-window || rc=1
+  step "profile torch" "$torch" "$budget" "$py" "$ROOT/bench/torch_unet_gpu.py" "${cfg[@]}" --steps "$steps" \
+    --warmup "$warm" --profile --profile-rows "$rows" || rc=1
+  local ps="$OUT/profile_summary.txt"
+  "$py" - "$ours" "$torch" "$steps" "$warm" "$rows" > "$ps" 2>&1 <<'PY' || rc=1
+import re, sys
+ours_log, torch_log, steps, warm, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def read(p):
+    try:
+        return open(p, errors="replace").read()
+    except OSError:
+        return ""
+o, t = read(ours_log), read(torch_log)
+def block(text, start, end):
+    m = re.search(re.escape(start) + r"[^\n]*\n(.*?)^" + re.escape(end), text, re.S | re.M)
+    return m.group(1) if m else ""
+def num(pat, s):
+    m = re.search(pat, s)
+    return float(m.group(1)) if m else None
+steady = next((l for l in o.splitlines() if l.startswith("steady state:")), "")
+tline = next((l for l in t.splitlines() if l.startswith("torch_unet ")), "")
+kv = dict(f.split("=", 1) for f in tline.split()[1:] if "=" in f)
+os_, ts = num(r"([0-9.]+) s/step", steady), float(kv["s_per_step"]) if "s_per_step" in kv else None
+og, tg = num(r"steady state ([0-9.]+) MiB\)", steady), float(kv["peak_mib"]) if "peak_mib" in kv else None
+print(f"U-Net step 1024^2, width 32, depth 3, batch 4, fp32, TF32 off; {steps} timed steps after {warm} warm-up")
+print("ours : " + (steady or "(no 'steady state:' line: see ours.log)"))
+print("torch: " + (tline or "(no 'torch_unet' line: see torch.log)"))
+if os_ and ts:
+    mem = f"; GPU peak steady state ours {og:.1f} MiB, torch {tg:.1f} MiB (ours/torch {og / tg:.3f})" if og and tg else ""
+    print(f"ratio (steady state): shardtensor {os_ * 1e3:.2f} ms/step, torch {ts * 1e3:.2f} ms/step, speed ratio "
+          f"torch/ours {ts / os_:.3f}{mem}")
+else:
+    print("ratio (steady state): not measured (a side did not finish)")
+
+ours_table = block(o, "=== shardtensor profile", "=== end shardtensor profile")
+torch_table = block(t, "=== torch.profiler", "=== end torch.profiler")
+# ours: rows (label, calls, device ms per step)
+def parse_ours(table):
+    lines = table.splitlines()
+    hi = next((i for i, l in enumerate(lines) if re.search(r"\bcalls\b", l, re.I)), None)
+    if hi is None:
+        return []
+    split = lambda l: [c.strip() for c in re.split(r"\s{2,}|\|", l.strip()) if c.strip()]
+    head = [h.lower() for h in split(lines[hi])]
+    dev = next((i for i, h in enumerate(head) if "device" in h and "call" not in h), None)
+    calls = next((i for i, h in enumerate(head) if "calls" in h), None)
+    lab = [i for i, h in enumerate(head) if h in ("category", "family", "name", "pass", "op", "family/pass")] or [0]
+    out = []
+    for l in lines[hi + 1:]:
+        c = split(l)
+        if len(c) == len(head) - 1 and "pass" in head:  # an empty pass column
+            c.insert(head.index("pass"), "")
+        if len(c) != len(head) or set(l.strip()) <= set("-=+| "):
+            continue
+        try:
+            d = float(c[dev].split()[0]) if dev is not None else 0.0
+        except (ValueError, IndexError):
+            d = 0.0
+        out.append((" ".join(c[i] for i in lab), c[calls] if calls is not None else "", d / max(steps, 1)))
+    return sorted(out, key=lambda r: -r[2])
+def parse_torch(text):
+    out = []
+    for l in text.splitlines():
+        m = re.match(r"TORCH_PROF device_ms ([0-9.]+) cpu_ms ([0-9.]+) calls (\d+) name (.*)", l)
+        if m:
+            out.append((m.group(4), m.group(3), float(m.group(1))))
+    return out
+ro, rt = parse_ours(ours_table), parse_torch(t)
+W = 44
+print()
+print(f"side by side, device ms per step (ours: the library's table over {steps} steps / {steps}; torch: one step; "
+      f"torch rows overlap: an aten op's time includes its kernels')")
+print(f"{'ours (family/pass)':{W}s} {'calls':>7s} {'ms':>9s} | {'torch (op or kernel)':{W}s} {'calls':>7s} {'ms':>9s}")
+print("-" * (2 * W + 40))
+for i in range(min(max(len(ro), len(rt)), rows)):
+    a = ro[i] if i < len(ro) else ("", "", None)
+    b = rt[i] if i < len(rt) else ("", "", None)
+    fa = f"{a[0][:W]:{W}s} {a[1]:>7s} {a[2]:9.3f}" if a[2] is not None else " " * (W + 18)
+    fb = f"{b[0][:W]:{W}s} {b[1]:>7s} {b[2]:9.3f}" if b[2] is not None else ""
+    print(f"{fa} | {fb}")
+if not ro:
+    print("(our table did not parse: see the full table below)")
+print()
+print(f"== shardtensor: the library's table over the {steps} timed steps (--profile-window, rank 0)")
+print(ours_table or "(none: see ours.log)")
+print("== torch.profiler: one steady-state step, key_averages(sort_by='cuda_time_total')")
+print(torch_table or "(none: see torch.log)")
+PY
+  note ""; note "== profile summary ($ps):"; cat "$ps" >> "$SUM"; cat "$ps"
+  local f
+  for f in "$OUT"/ours_profile_r*.txt; do
+    [ -f "$f" ] && note "whole-run table (SHARDTENSOR_PROFILE=1, warm-up and algorithm search included): $f"
+  done
+  if [ $rc = 0 ]; then RESULTS+=("profile: PASS"); else RESULTS+=("profile: FAIL (see ours.log, torch.log)"); fi
+  return $rc
+}
+
 phase_bench() {
   [ -d "$B/bench" ] || { note "no $B/bench: run 'gpu_check.sh build' first"; fail_note bench; return 1; }
   deps_env || setup_deps || note "no deps prefix: MPI runs use the system's mpiexec, if any"
@@ -272,9 +396,10 @@ phase_bench() {
 case "$PHASE" in
   build) phase_build ;;
   test) phase_test ;;
+  profile) phase_profile ;;
   bench) phase_bench ;;
   list) check_sources ;;
-  all) phase_build && phase_test; phase_bench ;;
+  all) phase_build && phase_test; phase_profile; phase_bench ;;
 esac
 
 # --- summary -------------------------------------------------------------------------------------
