@@ -55,9 +55,10 @@ struct Store {
   std::map<std::pair<const exec::DeviceRuntime*, int>, std::vector<void*>> free_events;
   RangeHooks hooks{};
   std::atomic<bool> hooked{false};
-  bool tool_attached = false;
+  std::atomic<bool> tool_attached{false};
   std::atomic<int> profilers{0};
-  bool env_on = false;
+  std::atomic<bool> env_on{false};
+  std::mutex mode_mu;  // update_mode
 };
 
 // Never destroyed: scopes may run in static destructors and at-exit handlers.
@@ -97,13 +98,15 @@ int slot_of(Site& site) {
   return s;
 }
 
+// Recomputes the collect / ranges bits from the store's state (serialised, so a stale state never
+// wins), keeping the "environment unread" bit as it is (an atomic read-modify-write).
 void update_mode() noexcept {
   Store& st = store();
-  unsigned m = detail::g_mode.load() & kUnread;
-  const bool collect = st.env_on || st.profilers.load() > 0;
-  if (collect) m |= kCollect;
-  if (st.hooked.load() && (collect || st.tool_attached)) m |= kRanges;
-  detail::g_mode.store(m);
+  std::lock_guard<std::mutex> lk(st.mode_mu);
+  const bool collect = st.env_on.load() || st.profilers.load() > 0;
+  const unsigned bits = (collect ? kCollect : 0u) | (st.hooked.load() && (collect || st.tool_attached.load()) ? kRanges : 0u);
+  unsigned cur = detail::g_mode.load();
+  while (!detail::g_mode.compare_exchange_weak(cur, (cur & kUnread) | bits)) {}
 }
 
 // Event pool: callers hold ev_mu.
@@ -159,24 +162,31 @@ void Scope::begin(Site& site, const ExecContext* ctx) {
     m = detail::g_mode.load(std::memory_order_relaxed);
   }
   if ((m & (kCollect | kRanges)) == 0) return;
+  if (site.outermost_only && t_exclusive_depth > 0) return;
+  Store& st = store();
+  slot_ = slot_of(site);  // the one step that may throw (an allocation): nothing is held yet
   if (site.outermost_only) {
-    if (t_exclusive_depth > 0) return;
     ++t_exclusive_depth;
     state_ |= 4u;
     if (m & kCollect) detail::world_rank();  // cache the rank while MPI is up (for the exit table)
   }
-  Store& st = store();
-  slot_ = slot_of(site);
   if (m & kCollect) {
     state_ |= 1u;
     if (const exec::DeviceRuntime* rt = device_runtime(ctx)) {
+      // The device time is best effort: an error here (a broken stream) belongs to the op, which
+      // meets it itself; the scope then records host time only.
       std::lock_guard<std::mutex> lk(st.ev_mu);
-      void* ev = take_event(st, rt, ctx->device().index);
-      if (ev && rt->record_timing_event(ev, ctx->stream(), ctx->device().index)) {
-        ev0_ = ev;
-        ctx_ = ctx;
-      } else {
-        give_event(st, rt, ctx->device().index, ev);
+      void* ev = nullptr;
+      try {
+        ev = take_event(st, rt, ctx->device().index);
+        if (ev && rt->record_timing_event(ev, ctx->stream(), ctx->device().index)) {
+          ev0_ = ev;
+          ctx_ = ctx;
+        } else {
+          give_event(st, rt, ctx->device().index, ev);
+        }
+      } catch (const std::exception&) {
+        if (ev && ev != ev0_) rt->destroy_event(ev);
       }
     }
   }
@@ -184,12 +194,17 @@ void Scope::begin(Site& site, const ExecContext* ctx) {
     Slot& sl = st.slots[static_cast<std::size_t>(slot_)];
     void* h = sl.range.load(std::memory_order_acquire);
     if (!h) {
-      const std::string msg = sl.pass.empty() ? sl.name : sl.name + "/" + sl.pass;
-      h = st.hooks.name(msg.c_str());
-      sl.range.store(h, std::memory_order_release);
+      try {
+        const std::string msg = sl.pass.empty() ? sl.name : sl.name + "/" + sl.pass;
+        h = st.hooks.name(msg.c_str());
+        sl.range.store(h, std::memory_order_release);
+      } catch (const std::exception&) {
+      }
     }
-    st.hooks.push(h);
-    state_ |= 2u;
+    if (h) {
+      st.hooks.push(h);
+      state_ |= 2u;
+    }
   }
   if (state_ & 1u) t0_ = now_ns();  // ranges alone read no clock
 }
@@ -248,7 +263,7 @@ void set_range_hooks(const RangeHooks& h, bool tool_attached) noexcept {
   {
     std::lock_guard<std::mutex> lk(st.reg_mu);
     st.hooks = h;
-    st.tool_attached = tool_attached;
+    st.tool_attached.store(tool_attached);
   }
   st.hooked.store(h.name && h.push && h.pop, std::memory_order_release);
   update_mode();
@@ -257,12 +272,12 @@ void set_range_hooks(const RangeHooks& h, bool tool_attached) noexcept {
 namespace detail {
 
 void set_env_enabled(bool on) noexcept {
-  store().env_on = on;
+  store().env_on.store(on);
   update_mode();
   if (on) register_exit_report();
 }
 
-bool env_enabled() noexcept { return store().env_on; }
+bool env_enabled() noexcept { return store().env_on.load(); }
 
 void clear_unread() noexcept {
   detail::g_mode.fetch_and(~kUnread);
