@@ -12,6 +12,7 @@
 #include "shardtensor/exec/context.hpp"
 #include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/tensor_block.hpp"
+#include "shardtensor/exec/profiler.hpp"
 #include "shardtensor/mesh/placement.hpp"
 #include "shardtensor/mesh/shard_layout.hpp"
 #include "shardtensor/comm/communicator.hpp"
