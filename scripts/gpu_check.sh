@@ -312,7 +312,10 @@ else:
 
 ours_table = block(o, "=== shardtensor profile", "=== end shardtensor profile")
 torch_table = block(t, "=== torch.profiler", "=== end torch.profiler")
-# ours: rows (label, calls, device ms per step)
+# ours: rows (label, calls, host ms per step, device ms per step). Leading columns are read from
+# the left (label columns, then calls, then host time), the device-time column from the right
+# (its place among the trailing columns), so a header whose neighbouring titles are one space
+# apart ("host us host us/call") does not shift it; "-" reads as 0.
 def parse_ours(table):
     lines = table.splitlines()
     hi = next((i for i, l in enumerate(lines) if re.search(r"\bcalls\b", l, re.I)), None)
@@ -320,22 +323,27 @@ def parse_ours(table):
         return []
     split = lambda l: [c.strip() for c in re.split(r"\s{2,}|\|", l.strip()) if c.strip()]
     head = [h.lower() for h in split(lines[hi])]
-    dev = next((i for i, h in enumerate(head) if "device" in h and "call" not in h), None)
-    calls = next((i for i, h in enumerate(head) if "calls" in h), None)
-    lab = [i for i, h in enumerate(head) if h in ("category", "family", "name", "pass", "op", "family/pass")] or [0]
+    calls = next((i for i, h in enumerate(head) if h == "calls" or h.startswith("calls")), None)
+    if calls is None:
+        return []
+    dev = next((i for i, h in enumerate(head) if h.startswith("device") or " device" in h), None)
+    dev_right = len(head) - dev if dev is not None else None
+    host = calls + 1 if calls + 1 < len(head) and "host" in head[calls + 1] else None
+    def val(x):
+        try:
+            return float(x.split()[0])
+        except (ValueError, IndexError):
+            return 0.0
     out = []
     for l in lines[hi + 1:]:
         c = split(l)
-        if len(c) == len(head) - 1 and "pass" in head:  # an empty pass column
-            c.insert(head.index("pass"), "")
-        if len(c) != len(head) or set(l.strip()) <= set("-=+| "):
+        if len(c) < calls + 2 or not c[calls].isdigit():
             continue
-        try:
-            d = float(c[dev].split()[0]) if dev is not None else 0.0
-        except (ValueError, IndexError):
-            d = 0.0
-        out.append((" ".join(c[i] for i in lab), c[calls] if calls is not None else "", d / max(steps, 1)))
-    return sorted(out, key=lambda r: -r[2])
+        label = " ".join(c[:calls]) if calls else c[0]
+        d = val(c[-dev_right]) if dev_right and dev_right <= len(c) - calls - 1 else 0.0
+        h = val(c[host]) / 1e3 if host is not None and host < len(c) else 0.0
+        out.append((label, c[calls], h / max(steps, 1), d / max(steps, 1)))
+    return sorted(out, key=lambda r: (-r[3], -r[2]))
 def parse_torch(text):
     out = []
     for l in text.splitlines():
@@ -344,17 +352,18 @@ def parse_torch(text):
             out.append((m.group(4), m.group(3), float(m.group(1))))
     return out
 ro, rt = parse_ours(ours_table), parse_torch(t)
-W = 44
+W = 40
 print()
-print(f"side by side, device ms per step (ours: the library's table over {steps} steps / {steps}; torch: one step; "
-      f"torch rows overlap: an aten op's time includes its kernels')")
-print(f"{'ours (family/pass)':{W}s} {'calls':>7s} {'ms':>9s} | {'torch (op or kernel)':{W}s} {'calls':>7s} {'ms':>9s}")
-print("-" * (2 * W + 40))
+print(f"side by side, ms per step (ours: the library's table over the {steps} timed steps / {steps}, sorted by device "
+      f"then host time; torch: one step, device time; torch rows overlap: an aten op's time includes its kernels')")
+print(f"{'ours (category family/pass)':{W}s} {'calls':>6s} {'host ms':>9s} {'dev ms':>9s} | "
+      f"{'torch (op or kernel)':{W}s} {'calls':>6s} {'dev ms':>9s}")
+print("-" * (2 * W + 48))
 for i in range(min(max(len(ro), len(rt)), rows)):
-    a = ro[i] if i < len(ro) else ("", "", None)
+    a = ro[i] if i < len(ro) else None
     b = rt[i] if i < len(rt) else ("", "", None)
-    fa = f"{a[0][:W]:{W}s} {a[1]:>7s} {a[2]:9.3f}" if a[2] is not None else " " * (W + 18)
-    fb = f"{b[0][:W]:{W}s} {b[1]:>7s} {b[2]:9.3f}" if b[2] is not None else ""
+    fa = f"{a[0][:W]:{W}s} {a[1]:>6s} {a[2]:9.3f} {a[3]:9.3f}" if a is not None else " " * (W + 27)
+    fb = f"{b[0][:W]:{W}s} {b[1]:>6s} {b[2]:9.3f}" if b[2] is not None else ""
     print(f"{fa} | {fb}")
 if not ro:
     print("(our table did not parse: see the full table below)")
