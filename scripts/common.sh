@@ -11,7 +11,8 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 JOBS="${JOBS:-$(env -u OMP_NUM_THREADS nproc 2>/dev/null || echo 2)}"
 CMAKE_ARGS="${CMAKE_ARGS:-}"
 if [ -z "${MPIEXEC_FLAGS+x}" ]; then
-  MPIEXEC_FLAGS="--oversubscribe --mca pml ob1 --mca btl self,vader"
+  # mpi_yield_when_idle: waiting ranks yield their core (4 ranks on 2 cores; docs/building.md)
+  MPIEXEC_FLAGS="--oversubscribe --mca pml ob1 --mca btl self,vader --mca mpi_yield_when_idle 1"
   [ "$(id -u)" -eq 0 ] && MPIEXEC_FLAGS="--allow-run-as-root $MPIEXEC_FLAGS"
 fi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
