@@ -31,8 +31,9 @@ else
 fi
 if [ -f "$B/ctest.log" ]; then
   echo "top $N ctest tests (s):"
-  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+.* ([0-9.]+) sec$/\2 \1/p' "$B/ctest.log" |
-    sort -rn | head -n "$N" | awk '{printf "  %8.1f  %s\n", $1, $2}'
-  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+.* ([0-9.]+) sec$/\2/p' "$B/ctest.log" |
+  # Test names may hold spaces (the Catch2 cases): the name is what comes before the dot leader.
+  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: (.*[^ .]) \.+.* ([0-9.]+) sec$/\2\t\1/p' "$B/ctest.log" |
+    sort -rn | head -n "$N" | awk -F '\t' '{printf "  %8.1f  %s\n", $1, $2}'
+  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: (.*[^ .]) \.+.* ([0-9.]+) sec$/\2/p' "$B/ctest.log" |
     awk '{s += $1; n++} END {printf "ctest: %d tests, %.0f s summed (run in parallel: see the wall time)\n", n, s}'
 fi
