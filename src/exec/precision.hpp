@@ -60,7 +60,7 @@ class F32Work {
     for (DType d : dts)
       SHARD_CHECK(d == first, op,
                   "operands of dtypes {} and {}: mixed-precision operands must share one storage dtype (cast one "
-                  "with F::cast or DistTensor::cast)",
+                  "with F::cast<U>(x): a DistTensor or a Var)",
                   first, d);
   }
 
