@@ -28,13 +28,8 @@
 #include <memory>
 #include <string>
 
-#include <shardtensor/shardtensor.hpp>
-#if __has_include(<shardtensor/exec/profiler.hpp>)
 #include <shardtensor/exec/profiler.hpp>
-#define EXAMPLES_HAVE_PROFILER 1
-#else
-#define EXAMPLES_HAVE_PROFILER 0
-#endif
+#include <shardtensor/shardtensor.hpp>
 
 #include "cli_common.hpp"
 
@@ -181,19 +176,11 @@ class StepTimer {
   void sync() const {
     if (dev_.is_cuda()) shard::current_context(dev_).synchronize();
   }
-  void start_profiler() {
-#if EXAMPLES_HAVE_PROFILER
-    profiler_ = std::make_unique<shard::Profiler>();
-#endif
-  }
+  void start_profiler() { profiler_ = std::make_unique<shard::Profiler>(); }
   std::string profile_report() const {
     if (!profile_) return {};
-#if EXAMPLES_HAVE_PROFILER
     if (profiler_) return profiler_->report();
     return "(no steady-state window: no table)\n";
-#else
-    return "(this build of shardtensor has no profiler: <shardtensor/exec/profiler.hpp> is missing)\n";
-#endif
   }
   void open_window(clock::time_point now) {
     window_start_ = now;
@@ -213,9 +200,7 @@ class StepTimer {
   Peaks peaks_{};
   bool profile_ = false;
   std::string table_;
-#if EXAMPLES_HAVE_PROFILER
   std::unique_ptr<shard::Profiler> profiler_;
-#endif
 };
 
 }  // namespace examples::timing
