@@ -9,6 +9,7 @@
 #include "shardtensor/core/error.hpp"
 
 #include <fmt/ranges.h>
+#include "comm/payload_bytes.hpp"
 #include "exec/device_runtime.hpp"
 #include "shardtensor/exec/profiler.hpp"
 #if SHARDTENSOR_HAS_MPI
@@ -161,7 +162,7 @@ void SelfComm::allgatherv(const void* send, index_t count, void* recv, std::span
 }
 void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
                                ExecContext* ctx) {
-  SHARD_PROFILE_COMM("reduce_scatterv", ctx, ::shard::profile::counts_bytes(counts, dtype_size(dt)));
+  SHARD_PROFILE_COMM("reduce_scatterv", ctx, ::shard::comm_detail::payload_bytes(counts, dtype_size(dt)));
   SHARD_CHECK(!is_complex(dt) || op == ReduceOp::sum || op == ReduceOp::avg, "SelfComm::reduce_scatterv",
               "{} reduction of {}: complex numbers have no order (sum and avg only)", reduce_op_name(op), dt);
   SHARD_CHECK(counts.size() == 1, "SelfComm::reduce_scatterv", "expected 1 count, got {}", counts.size());
@@ -169,7 +170,7 @@ void SelfComm::reduce_scatterv(const void* send, void* recv, std::span<const ind
 }
 void SelfComm::alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                          std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
-  SHARD_PROFILE_COMM("alltoallv", ctx, ::shard::profile::counts_bytes(sc, dtype_size(dt)));
+  SHARD_PROFILE_COMM("alltoallv", ctx, ::shard::comm_detail::payload_bytes(sc, dtype_size(dt)));
   SHARD_CHECK(sc.size() == 1 && sd.size() == 1 && rc.size() == 1 && rd.size() == 1 && sc[0] == rc[0],
               "SelfComm::alltoallv", "send/recv counts differ");
   const auto es = static_cast<index_t>(dtype_size(dt));
@@ -242,7 +243,7 @@ Request SelfComm::iallgatherv(const void* send, index_t count, void* recv, std::
 }
 Request SelfComm::ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                              std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
-  SHARD_PROFILE_COMM("ialltoallv", ctx, ::shard::profile::counts_bytes(sc, dtype_size(dt)));
+  SHARD_PROFILE_COMM("ialltoallv", ctx, ::shard::comm_detail::payload_bytes(sc, dtype_size(dt)));
   alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
   return {};
 }

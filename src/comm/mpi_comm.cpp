@@ -17,6 +17,7 @@
 #endif
 #endif
 
+#include "comm/payload_bytes.hpp"
 #include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/exec/profiler.hpp"
@@ -576,7 +577,7 @@ void MpiComm::allgatherv(const void* send, index_t count, void* recv, std::span<
 
 void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
                               ExecContext* ctx) {
-  SHARD_PROFILE_COMM("reduce_scatterv", ctx, ::shard::profile::counts_bytes(counts, dtype_size(dt)));
+  SHARD_PROFILE_COMM("reduce_scatterv", ctx, ::shard::comm_detail::payload_bytes(counts, dtype_size(dt)));
   SHARD_CHECK(counts.size() == static_cast<std::size_t>(size_), "reduce_scatterv", "need {} counts, got {}", size_,
               counts.size());
   auto c = to_ints(counts, "reduce_scatterv");
@@ -605,7 +606,7 @@ void MpiComm::reduce_scatterv(const void* send, void* recv, std::span<const inde
 
 void MpiComm::alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                         std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
-  SHARD_PROFILE_COMM("alltoallv", ctx, ::shard::profile::counts_bytes(sc, dtype_size(dt)));
+  SHARD_PROFILE_COMM("alltoallv", ctx, ::shard::comm_detail::payload_bytes(sc, dtype_size(dt)));
   const auto p = static_cast<std::size_t>(size_);
   SHARD_CHECK(sc.size() == p && sd.size() == p && rc.size() == p && rd.size() == p, "alltoallv",
               "need {} counts/displacements per side", p);
@@ -788,7 +789,7 @@ Request MpiComm::iallgatherv(const void* send, index_t count, void* recv, std::s
 
 Request MpiComm::ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                             std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) {
-  SHARD_PROFILE_COMM("ialltoallv", ctx, ::shard::profile::counts_bytes(sc, dtype_size(dt)));
+  SHARD_PROFILE_COMM("ialltoallv", ctx, ::shard::comm_detail::payload_bytes(sc, dtype_size(dt)));
   const auto p = static_cast<std::size_t>(size_);
   SHARD_CHECK(sc.size() == p && sd.size() == p && rc.size() == p && rd.size() == p, "ialltoallv",
               "need {} counts/displacements per side", p);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/payload_bytes.hpp"
 #include "comm/device_comm_factory.hpp"
 #include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
@@ -253,7 +254,7 @@ class NcclComm final : public Communicator {
 
   void reduce_scatterv(const void* send, void* recv, std::span<const index_t> counts, DType dt, ReduceOp op,
                        ExecContext* ctx) override {
-    SHARD_PROFILE_COMM("reduce_scatterv", ctx, ::shard::profile::counts_bytes(counts, dtype_size(dt)));
+    SHARD_PROFILE_COMM("reduce_scatterv", ctx, ::shard::comm_detail::payload_bytes(counts, dtype_size(dt)));
     ncclDataType_t t;
     ncclRedOp_t o;
     if (!device_call(ctx, "reduce_scatterv") || !nccl_reduction(dt, op, &t, &o))
@@ -282,7 +283,7 @@ class NcclComm final : public Communicator {
 
   void alltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                  std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) override {
-    SHARD_PROFILE_COMM("alltoallv", ctx, ::shard::profile::counts_bytes(sc, dtype_size(dt)));
+    SHARD_PROFILE_COMM("alltoallv", ctx, ::shard::comm_detail::payload_bytes(sc, dtype_size(dt)));
     if (!device_call(ctx, "alltoallv")) return base_->alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
     check_counts("alltoallv", sc, sd);
     check_counts("alltoallv", rc, rd);
@@ -353,7 +354,7 @@ class NcclComm final : public Communicator {
   }
   Request ialltoallv(const void* send, std::span<const index_t> sc, std::span<const index_t> sd, void* recv,
                      std::span<const index_t> rc, std::span<const index_t> rd, DType dt, ExecContext* ctx) override {
-    SHARD_PROFILE_COMM("ialltoallv", ctx, ::shard::profile::counts_bytes(sc, dtype_size(dt)));
+    SHARD_PROFILE_COMM("ialltoallv", ctx, ::shard::comm_detail::payload_bytes(sc, dtype_size(dt)));
     if (!on_device(ctx)) return base_->ialltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
     alltoallv(send, sc, sd, recv, rc, rd, dt, ctx);
     return event_request(*ctx);

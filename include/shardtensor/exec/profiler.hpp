@@ -19,7 +19,6 @@
 /// Off, a scope costs one relaxed atomic load and a branch. The library's scopes sit in its
 /// .cpp files (SHARD_PROFILE_SCOPE); a program may add its own with the same macro.
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -123,14 +122,6 @@ void note_alloc(Site& site, std::uint64_t bytes) noexcept;
 inline void count_alloc(Site& site, std::uint64_t bytes) noexcept {
   if (detail::g_mode.load(std::memory_order_relaxed) != 0) [[unlikely]]
     note_alloc(site, bytes);
-}
-
-/// Payload bytes of a v-collective: the sum of `counts` (elements) times `elem_bytes`.
-template <class Counts>
-std::uint64_t counts_bytes(const Counts& counts, std::size_t elem_bytes) noexcept {
-  std::uint64_t n = 0;
-  for (auto c : counts) n += static_cast<std::uint64_t>(c);
-  return n * elem_bytes;
 }
 
 /// NVTX glue, installed by shardtensor::cuda when it is loaded (src/cuda/nvtx_ranges.cpp).
