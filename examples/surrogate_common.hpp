@@ -176,6 +176,7 @@ struct HeatData {
   std::vector<std::pair<shard::DistTensor<T, 4>, shard::DistTensor<T, 4>>> train;
   std::pair<shard::DistTensor<T, 4>, shard::DistTensor<T, 4>> val;
   double gen_seconds = 0;
+  index_t points = 0;  ///< grid points per sample for the throughput lines (0: --grid squared)
 };
 inline HeatData make_data(const Domain& d, const TrainArgs& a, shard::Device dev) {
   heat::Config hc;
@@ -268,6 +269,7 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
     }
   }
   const long stop = a.stop_after > 0 ? a.stop_after : a.common.steps;
+  const double points = static_cast<double>(data.points > 0 ? data.points : a.common.grid * a.common.grid);
 
   // The loss in f32 (the precision policy): the prediction is cast on the tape, the target stays f32.
   auto mse_of = [&](const DistTensor<T, 4>& x, const DistTensor<T, 4>& y, bool record) {
@@ -328,7 +330,7 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
         std::printf("step %5ld  loss %.6e  lr %.2e  %.2f samples/s  %.2f Mpoints/s  peak/rank: tensors %.1f MiB, "
                     "rss %.1f MiB%s%s\n",
                     step + 1, loss_sum / loss_n, opt.lr(), samples_s,
-                    samples_s * static_cast<double>(a.common.grid * a.common.grid) / 1e6, mem[0], mem[1],
+                    samples_s * points / 1e6, mem[0], mem[1],
                     dev.is_cuda() ? fmt::format(", gpu {:.1f} MiB", mem[2]).c_str() : "",
                     scaler ? fmt::format("  loss scale {:g} (skipped {})", scaler->scale_value(),
                                          scaler->skipped_steps()).c_str()
@@ -342,7 +344,7 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
   }
   if (!a.checkpoint.empty() && start == stop) save_checkpoint(stop);  // nothing left to do: still "at the end"
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  timer.finish(*world, static_cast<double>(a.batch), static_cast<double>(a.common.grid * a.common.grid),
+  timer.finish(*world, static_cast<double>(a.batch), points,
                world->rank() == 0);
   model.eval();
   auto vloss = mse_of(data.val.first, data.val.second, false);

@@ -217,7 +217,7 @@ std::vector<std::int64_t> read_i64_attr(hid_t obj, const char* name, bool& found
   return v;
 }
 
-std::optional<DType> dtype_from_name(const std::string& s) {
+std::optional<DType> h5_dtype_from_name(const std::string& s) {
   for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8, DType::c64,
                   DType::c128})
     if (s == dtype_name(d)) return d;
@@ -409,7 +409,7 @@ DatasetInfo dataset_info(const H5File& f, const std::string& name) {
       std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
       H5Sget_simple_extent_dims(sp, dims.data(), nullptr);
       info.shape.assign(dims.begin(), dims.end());
-      const auto dt = dtype_from_name(read_string_attr(dset, "shard_dtype"));
+      const auto dt = h5_dtype_from_name(read_string_attr(dset, "shard_dtype"));
       if (!dt) err = fmt::format("dataset '{}' of '{}' has no valid shard_dtype attribute", name, f.path());
       else info.dtype = *dt;
       info.placements = read_string_attr(dset, "shard_placements");
@@ -482,6 +482,153 @@ Block read_dataset(H5File& f, const std::string& name, const DistSpec& spec, DTy
   return out;
 }
 
+void create_dataset(H5File& f, const std::string& name, DType dt, const std::vector<index_t>& shape,
+                    const std::vector<index_t>& chunk) {
+  auto& comm = *f.comm();
+  std::string err;
+  const int R = static_cast<int>(shape.size());
+  if (!f.is_open()) err = "the file is not open";
+  else if (f.exists(name)) err = fmt::format("dataset '{}' already exists in '{}'", name, f.path());
+  else if (R == 0) err = fmt::format("dataset '{}': create_dataset needs at least one dim", name);
+  else if (!chunk.empty() && chunk.size() != shape.size())
+    err = fmt::format("dataset '{}': chunk {} has {} extents, the shape {} has {}", name, chunk, chunk.size(), shape, R);
+  for (index_t e : shape)
+    if (err.empty() && e < 0) err = fmt::format("dataset '{}': negative extent in shape {}", name, shape);
+  comm.check_all(err.empty(), "io::create_dataset", err);
+  QuietErrors quiet;
+  auto dims = hs(shape);
+  Hid type = h5_type(dt);
+  Hid fspace(H5Screate_simple(R, dims.data(), nullptr), H5Sclose);
+  Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  bool ok = fspace.ok() && type.ok() && dcpl.ok();
+  index_t numel = 1;
+  for (index_t e : shape) numel *= e;
+  if (ok && !chunk.empty() && numel > 0) {
+    std::vector<hsize_t> c(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d) c[d] = static_cast<hsize_t>(std::clamp<index_t>(chunk[d], 1, shape[d]));
+    ok = H5Pset_chunk(dcpl, R, c.data()) >= 0;
+    // Parallel HDF5 writes chunked datasets collectively only with early allocation.
+    if (ok) ok = H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0;
+  }
+  Hid dset(ok ? H5Dcreate2(static_cast<hid_t>(f.id()), name.c_str(), type, fspace, lcpl, dcpl, H5P_DEFAULT) : -1,
+           H5Dclose);
+  ok = ok && dset.ok();
+  write_string_attr(dset, "shard_dtype", dtype_name(dt), ok);
+  write_i64_attr(dset, "shard_global_shape", {shape.begin(), shape.end()}, ok);
+  ok = dset.close() && ok;
+  if (!ok) err = fmt::format("creating dataset '{}' ({} of shape {}, chunk {}) in '{}' failed: {}", name, dtype_name(dt),
+                             shape, chunk, f.path(), h5_error());
+  comm.check_all(ok, "io::create_dataset", err);
+}
+
+std::vector<index_t> dataset_shape(const H5File& f, const std::string& name) {
+  auto& comm = *f.comm();
+  std::string err;
+  std::vector<index_t> shape;
+  if (!f.is_open()) err = "the file is not open";
+  else if (!f.exists(name)) err = fmt::format("no dataset '{}' in '{}'", name, f.path());
+  if (err.empty()) {
+    QuietErrors quiet;
+    Hid dset(H5Dopen2(static_cast<hid_t>(f.id()), name.c_str(), H5P_DEFAULT), H5Dclose);
+    Hid sp(dset.ok() ? H5Dget_space(dset) : -1, H5Sclose);
+    const int nd = sp.ok() ? H5Sget_simple_extent_ndims(sp) : -1;
+    if (nd < 0 || nd > 8) err = fmt::format("cannot open dataset '{}' of '{}': {}", name, f.path(), h5_error());
+    else {
+      std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
+      H5Sget_simple_extent_dims(sp, dims.data(), nullptr);
+      shape.assign(dims.begin(), dims.end());
+    }
+  }
+  comm.check_all(err.empty(), "io::dataset_shape", err);
+  return shape;
+}
+
+namespace {
+/// Checks that [origin, origin + extent) lies inside dataset `name` (same rank); the error text.
+std::string region_error(const H5File& f, const std::string& name, const std::vector<index_t>& file_shape,
+                         const std::vector<index_t>& origin, const std::vector<index_t>& extent, int mesh_size) {
+  if (mesh_size != f.comm()->size())
+    return fmt::format("the tensor's mesh has {} ranks, the file '{}' is open on {}", mesh_size, f.path(),
+                       f.comm()->size());
+  if (origin.size() != extent.size() || file_shape.size() != extent.size())
+    return fmt::format("region at {} of extent {} does not match dataset '{}' of '{}' with shape {}", origin, extent,
+                       name, f.path(), file_shape);
+  for (std::size_t d = 0; d < extent.size(); ++d)
+    if (origin[d] < 0 || origin[d] + extent[d] > file_shape[d])
+      return fmt::format("region at {} of extent {} is outside dataset '{}' of '{}' with shape {}", origin, extent,
+                         name, f.path(), file_shape);
+  return "";
+}
+
+/// One collective transfer of this rank's box shifted by `origin` (write or read).
+void region_transfer(H5File& f, const std::string& name, DType dt, bool active, Box box,
+                     const std::vector<index_t>& origin, void* data, bool write, const char* op) {
+  QuietErrors quiet;
+  for (std::size_t d = 0; d < origin.size(); ++d) box.lo[d] += origin[d];
+  Hid type = h5_type(dt);
+  Hid dset(H5Dopen2(static_cast<hid_t>(f.id()), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Hid fspace(dset.ok() ? H5Dget_space(dset) : -1, H5Sclose);
+  bool ok = dset.ok() && fspace.ok() && type.ok();
+  Hid mspace;
+  if (ok) ok = select_box(fspace, mspace, static_cast<int>(origin.size()), active, box);
+  unsigned char dummy[16] = {};
+  void* buf = active && box.numel() > 0 ? data : dummy;
+  Hid dx = transfer_plist(f);
+  if (ok) ok = (write ? H5Dwrite(dset, type, mspace, fspace, dx, buf) : H5Dread(dset, type, mspace, fspace, dx, buf)) >= 0;
+  ok = dset.close() && ok;
+  f.comm()->check_all(ok, op,
+                      ok ? "" : fmt::format("{} region at {} of dataset '{}' of '{}' failed: {}", write ? "writing" : "reading",
+                                            origin, name, f.path(), h5_error()));
+}
+}  // namespace
+
+void write_region(H5File& f, const std::string& name, const DistSpec& spec, const Block& local,
+                  const std::vector<index_t>& origin) {
+  std::string err;
+  if (!f.is_open()) err = "the file is not open";
+  f.comm()->check_all(err.empty(), "io::write_region", err);
+  const DatasetInfo info = dataset_info(f, name);
+  err = region_error(f, name, info.shape, origin, spec.global_shape(), spec.mesh().size());
+  if (err.empty() && info.dtype != local.dtype)
+    err = fmt::format("dataset '{}' of '{}' holds {}, the tensor {}", name, f.path(), dtype_name(info.dtype),
+                      dtype_name(local.dtype));
+  f.comm()->check_all(err.empty(), "io::write_region", err);
+  const shard::DistSpec np = shard::detail::without_partials(spec);
+  Block host = local;
+  if (!host.device.is_cpu() || !host.is_contiguous()) {
+    host = Block::allocate(local.dtype, Device::cpu(), local.shape.data(), local.rank);
+    exec::box_copy(host, local);
+  }
+  if (spec.has_partial()) {
+    host = shard::detail::redistribute(spec, host, np);
+    if (!host.is_contiguous()) {
+      Block c = Block::allocate(host.dtype, Device::cpu(), host.shape.data(), host.rank);
+      exec::box_copy(c, host);
+      host = c;
+    }
+  }
+  const bool writes = shard::detail::is_box_writer(np, spec.mesh().comm()->rank());
+  region_transfer(f, name, local.dtype, writes, np.local_box(), origin, host.data, true, "io::write_region");
+}
+
+Block read_region(H5File& f, const std::string& name, const DistSpec& spec, DType dt, Device dev,
+                  const std::vector<index_t>& origin) {
+  const std::vector<index_t> shape = detail::dataset_shape(f, name);
+  const std::string err = region_error(f, name, shape, origin, spec.global_shape(), spec.mesh().size());
+  f.comm()->check_all(err.empty(), "io::read_region", err);
+  const shard::DistSpec np = shard::detail::without_partials(spec);
+  const Box& box = np.local_box();
+  Block host = Block::allocate(dt, Device::cpu(), box.len);
+  region_transfer(f, name, dt, true, box, origin, host.data, false, "io::read_region");
+  if (spec.has_partial()) host = shard::detail::redistribute(np, host, spec);
+  if (dev.is_cpu()) return host;
+  Block out = Block::allocate(dt, dev, host.shape.data(), host.rank);
+  exec::box_copy(out, host);
+  return out;
+}
+
 void write_bytes(H5File& f, const std::string& name, DType dt, const void* data, index_t count) {
   const bool root = f.comm()->rank() == 0;
   write_core(f, name, dt, {count}, root, Box{{0}, {count}}, data, "[R]", {f.comm()->size()});
@@ -526,6 +673,16 @@ DatasetInfo dataset_info(const H5File&, const std::string&) { no_hdf5("io::read"
 void write_dataset(H5File&, const std::string&, const DistSpec&, const Block&) { no_hdf5("io::write"); }
 Block read_dataset(H5File&, const std::string&, const DistSpec&, DType, Device) { no_hdf5("io::read"); }
 void write_bytes(H5File&, const std::string&, DType, const void*, index_t) { no_hdf5("io::write"); }
+void create_dataset(H5File&, const std::string&, DType, const std::vector<index_t>&, const std::vector<index_t>&) {
+  no_hdf5("io::create_dataset");
+}
+void write_region(H5File&, const std::string&, const DistSpec&, const Block&, const std::vector<index_t>&) {
+  no_hdf5("io::write_region");
+}
+Block read_region(H5File&, const std::string&, const DistSpec&, DType, Device, const std::vector<index_t>&) {
+  no_hdf5("io::read_region");
+}
+std::vector<index_t> dataset_shape(const H5File&, const std::string&) { no_hdf5("io::dataset_shape"); }
 std::vector<unsigned char> read_bytes(H5File&, const std::string&, DType) { no_hdf5("io::read"); }
 }  // namespace detail
 

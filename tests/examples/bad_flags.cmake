@@ -1,7 +1,7 @@
 # Input robustness of the examples (issue 8, scope 7): each bad command line exits with code 2
 # and a message naming the flag and the rule; --help prints usage and exits 0; small valid runs
 # still exit 0. Every case runs under mpiexec (np ranks).
-# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|fno_surrogate|pointcloud_surrogate|dist_demo|insitu_advection -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
+# Usage: cmake -DEXE=<example> -DNAME=unet_surrogate|vit_surrogate|fno_surrogate|pointcloud_surrogate|dist_demo|insitu_advection|nowcast_surrogate -DMPIEXEC=<mpiexec> "-DFLAGS=<flags>" -P this-file
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 # The cases are collected first and run together at the end, JOBS at a time
 # (tests/examples/run_cases.sh; -DJOBS=..., default 4): each launch mostly waits on mpiexec's
@@ -117,6 +117,43 @@ if(NAME STREQUAL "unet_surrogate")
   expect(4 0 "final_loss=" --steps 1 --grid 4 --width 4 --depth 2 --batch 2 --samples 2 --mesh 4x1 --log-every 1)
   # a valid small run still works (exit 0)
   expect(2 0 "final_loss=" --steps 2 --grid 8 --width 4 --depth 1 --batch 2 --samples 2 --mesh 1x2 --log-every 1)
+elseif(NAME STREQUAL "nowcast_surrogate")
+  set(_nc_dir ${CMAKE_CURRENT_BINARY_DIR}/bad_flags_nowcast_files)
+  file(REMOVE_RECURSE ${_nc_dir})
+  file(MAKE_DIRECTORY ${_nc_dir})
+  file(WRITE ${_nc_dir}/not_hdf5.h5 "plain text, not HDF5\n")
+  # A small frames file for the cases that read one (written before the cases, which run in parallel).
+  execute_process(COMMAND ${MPIEXEC} -n 1 ${flags} ${EXE} --steps 1 --grid 8 --width 4 --depth 1 --batch 2 --samples 4
+                          --log-every 1 --write-data ${_nc_dir}/small.h5
+                  RESULT_VARIABLE _nc_rc OUTPUT_VARIABLE _nc_out ERROR_VARIABLE _nc_err)
+  if(NOT _nc_rc EQUAL 0 OR NOT _nc_out MATCHES "val_csi=")
+    message(FATAL_ERROR "nowcast_surrogate --write-data failed (${_nc_rc}):\n${_nc_out}\n${_nc_err}")
+  endif()
+  expect(1 0 "Usage:.*--steps.*--grid.*--seed.*--mesh.*--device.*--width.*--depth.*--frames-in.*--threshold.*--data-file.*--write-data" -h)
+  expect(1 2 "--steps: 'abc' is not an integer" --steps abc)
+  expect(1 2 "--steps: Value 0 not in range 1 to" --steps 0)
+  expect(1 2 "--grid: Value 0 not in range 4 to" --grid 0)
+  expect(1 2 "--frames-in: Value 0 not in range 1 to 64" --frames-in 0)
+  expect(1 2 "--frames-in: 'two' is not an integer" --frames-in two)
+  expect(1 2 "--threshold.*(could not be converted|abc)" --threshold abc)
+  expect(1 2 "--io-frames: Value 0 not in range" --io-frames 0)
+  expect(1 2 "--width: Value 0 not in range" --width 0)
+  expect(1 2 "--precision: .*fp8.*not in.*fp32.*bf16.*fp16|--precision: fp8" --precision fp8)
+  expect(1 2 "--device.*tpu.*not in.*cpu.*cuda|--device: tpu" --device tpu)
+  expect(1 2 "--seed: '-1' is not a non-negative integer" --seed -1)
+  expect(1 2 "--samples 2 is smaller than --batch 4" --samples 2)
+  expect(2 2 "--mesh 3x1 = 3 ranks, but 2 were started" --mesh 3x1)
+  expect(1 2 "--grid 4 is too small for --depth 3" --grid 4 --depth 3)
+  expect(1 2 "--data-file and --write-data exclude each other" --data-file a.h5 --write-data b.h5)
+  expect(1 2 "--resume needs --checkpoint FILE" --resume)
+  # files: missing, not HDF5, a missing dataset, too few frames for the samples asked for
+  expect(2 1 "cannot open.*no_such.h5" --steps 1 --data-file ${_nc_dir}/no_such.h5)
+  expect(1 1 "cannot open.*not_hdf5.h5" --steps 1 --data-file ${_nc_dir}/not_hdf5.h5)
+  expect(2 1 "no dataset 'rain' in" --steps 1 --data-file ${_nc_dir}/small.h5 --radar-name rain)
+  expect(2 0 "read from .*small.h5.*final_loss=.*val_csi=" --steps 1 --width 4 --depth 1 --batch 2 --samples 4 --mesh 1x2 --log-every 1 --data-file ${_nc_dir}/small.h5)
+  expect(1 2 "small.h5: 9 frames, but --frames-in 3 [+] --samples 32 [+] the validation batch .--batch 4. need 39" --steps 1 --data-file ${_nc_dir}/small.h5)
+  # a valid small run still works (exit 0), empty shards at 4 ranks along H
+  expect(4 0 "final_loss=" --steps 1 --grid 4 --width 4 --depth 1 --batch 2 --samples 2 --mesh 4x1 --log-every 1)
 elseif(NAME STREQUAL "vit_surrogate")
   expect(1 0 "Usage:.*--steps.*--grid.*--seed.*--mesh.*--device.*--attention.*--patch.*--heads.*--dim.*--layers.*--window" -h)
   expect(1 2 "--steps: 'abc' is not an integer" --steps abc)

@@ -3,7 +3,9 @@
 # fp32; the bf16 / fp16 runs pass their own, measured).
 # Usage: cmake -DEXE=<unet_surrogate> -DMPIEXEC=<mpiexec> "-DFLAGS=<mpiexec flags>"
 #              ["-DARGS=<example flags>"] ["-DRUNS=<np[,flags...]>|<np[,flags...]>..."] [-DREL=<tol>]
-#              -P this-file
+#              ["-DKEYS=<key>;<key>..."] -P this-file
+# KEYS: further `key=<value>` lines the example prints (e.g. the nowcaster's val_mse_dbz2 and
+# val_csi) that must agree with the first run's to REL as well.
 # (ARGS defaults to the U-Net example's flags below, RUNS to the runs below; the first run is
 # the reference.)
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
@@ -35,6 +37,22 @@ foreach(run IN LISTS runs)
   endif()
   set(loss "${CMAKE_MATCH_1}")
   message(STATUS "np ${desc}: final_loss=${loss}")
+  foreach(key IN LISTS KEYS)
+    if(NOT out MATCHES "${key}=([-+0-9.eE]+)")
+      message(FATAL_ERROR "run '${desc}' printed no ${key}=:\n${out}")
+    endif()
+    set(val "${CMAKE_MATCH_1}")
+    message(STATUS "np ${desc}: ${key}=${val}")
+    if(NOT DEFINED ref_${key})
+      set(ref_${key} "${val}")
+    else()
+      execute_process(COMMAND awk "BEGIN { d = ${val} - ${ref_${key}}; if (d < 0) d = -d; r = ${ref_${key}}; if (r < 0) r = -r; exit (d <= ${REL} * r) ? 0 : 1 }"
+        RESULT_VARIABLE cmp)
+      if(NOT cmp EQUAL 0)
+        message(FATAL_ERROR "${key} ${val} at '${desc}' differs from ${ref_${key}} of the first run by more than ${REL} relative")
+      endif()
+    endif()
+  endforeach()
   if(ref STREQUAL "")
     set(ref "${loss}")
   else()

@@ -74,6 +74,23 @@ void write_dataset(H5File& f, const std::string& name, const DistSpec& spec, con
 Block read_dataset(H5File& f, const std::string& name, const DistSpec& spec, DType dt, Device dev);
 /// Dtype and shape of dataset `name` (shard::Error on every rank if it is missing). Collective.
 DatasetInfo dataset_info(const H5File& f, const std::string& name);
+/// Creates an empty dataset `name` of `dt` and global `shape` for region writes, chunked by
+/// `chunk` (one extent per dim, each clamped to [1, shape]; empty: contiguous layout). Carries
+/// shard_dtype and shard_global_shape, no shard_checksum (regions are written piecewise).
+/// Collective.
+void create_dataset(H5File& f, const std::string& name, DType dt, const std::vector<index_t>& shape,
+                    const std::vector<index_t>& chunk);
+/// Writes the global tensor (spec, local) into the region [origin, origin + spec's global shape)
+/// of the existing dataset `name` (same rank and dtype). Collective.
+void write_region(H5File& f, const std::string& name, const DistSpec& spec, const Block& local,
+                  const std::vector<index_t>& origin);
+/// Reads the region [origin, origin + spec's global shape) of dataset `name` into this rank's box
+/// of `spec`, as `dt` on `dev`. Any numeric HDF5 dataset (written by h5py, netCDF-4, ...): HDF5
+/// converts the stored type to `dt`; no checksum is verified. Collective.
+Block read_region(H5File& f, const std::string& name, const DistSpec& spec, DType dt, Device dev,
+                  const std::vector<index_t>& origin);
+/// The global shape of any dataset `name` (no shardtensor attributes needed). Collective.
+std::vector<index_t> dataset_shape(const H5File& f, const std::string& name);
 /// Small replicated data (every rank passes the same bytes; rank 0 writes them): a 1-D dataset.
 void write_bytes(H5File& f, const std::string& name, DType dt, const void* data, index_t count);
 /// Reads a 1-D dataset written by write_bytes on every rank (checksum verified). Collective.
@@ -110,6 +127,36 @@ void read_into(H5File& f, const std::string& name, DistTensor<T, R>& x) {
   const Block b = detail::read_dataset(f, name, x.spec(), dtype_of<T>, x.device());
   auto dst = x.local();
   dst.copy_from(tensor_of<T, R>(b));
+}
+
+/// Time series and other datasets written or read piece by piece (one frame at a time, a window
+/// of frames): create the dataset once, chunked so that a piece is a whole number of chunks, then
+/// write or read regions of it. A region is a DistTensor whose global shape is the region's
+/// extent; its shards select the ranks' hyperslabs. read_region also reads datasets written by
+/// other tools (e.g. h5py arrays of radar or satellite fields), converting their element type.
+template <class T>
+void create_dataset(H5File& f, const std::string& name, const std::vector<index_t>& shape,
+                    const std::vector<index_t>& chunk = {}) {
+  detail::create_dataset(f, name, dtype_of<T>, shape, chunk);
+}
+template <class T, int R>
+void write_region(H5File& f, const std::string& name, const DistTensor<T, R>& x, const std::vector<index_t>& origin) {
+  detail::write_region(f, name, x.spec(), as_block(x.local()), origin);
+}
+template <class T, int R>
+DistTensor<T, R> read_region(H5File& f, const std::string& name, const DeviceMesh& mesh,
+                             std::vector<Placement> placements, const std::vector<index_t>& origin,
+                             const std::vector<index_t>& shape, const ShardSizes& sizes = {},
+                             Device dev = Device::cpu()) {
+  mesh.comm()->check_all(static_cast<int>(shape.size()) == R && static_cast<int>(origin.size()) == R,
+                         "io::read_region",
+                         fmt::format("a rank-{} region needs {} extents and origins, got {} and {}", R, R,
+                                     shape.size(), origin.size()));
+  DistSpec spec(mesh, std::move(placements), shape, sizes);
+  return DistTensor<T, R>(spec, tensor_of<T, R>(detail::read_region(f, name, spec, dtype_of<T>, dev, origin)));
+}
+inline std::vector<index_t> dataset_shape(const H5File& f, const std::string& name) {
+  return detail::dataset_shape(f, name);
 }
 
 /// Creates (truncates) `path` and writes `x` as dataset `name` (collective).
