@@ -34,6 +34,20 @@ __device__ inline Win covering(const Geom& g, int d, idx i) {
   return {first, last < g.out[d] ? last : g.out[d]};
 }
 
+/// count_include_pad's divisor of output (o0, o1, o2): the kernel volume, or with clip_divisor
+/// the window clipped to the padded domain's end (ceil mode; as the CPU table).
+__device__ inline double padded_count(const Geom& g, double full, idx o0, idx o1, idx o2) {
+  if (!g.clip_divisor) return full;
+  const idx o[3] = {o0, o1, o2};
+  double c = 1;
+  for (int d = 0; d < 3; ++d) {
+    const idx a = o[d] * g.stride[d] - g.pad_lo[d];
+    const idx b = a + g.kernel[d] < g.pad_end[d] ? a + g.kernel[d] : g.pad_end[d];
+    c *= static_cast<double>(b - a);
+  }
+  return c;
+}
+
 template <class T>
 __global__ void avg_forward_kernel(Geom g, const T* __restrict__ x, T* __restrict__ y) {  // T: storage type
   const idx pin = g.in[0] * g.in[1] * g.in[2], pout = g.out[0] * g.out[1] * g.out[2];
@@ -50,7 +64,7 @@ __global__ void avg_forward_kernel(Geom g, const T* __restrict__ x, T* __restric
         for (idx i2 = w2.lo; i2 < w2.hi; ++i2) s += wide(xr[i2]);
       }
     const double div = g.count_include_pad
-                           ? full
+                           ? padded_count(g, full, o0, o1, o2)
                            : static_cast<double>((w0.hi - w0.lo) * (w1.hi - w1.lo) * (w2.hi - w2.lo));
     y[t] = narrow<T>(s / div);
   }
@@ -69,7 +83,7 @@ __global__ void avg_backward_kernel(Geom g, const T* __restrict__ gy, T* __restr
       for (idx o1 = c1.lo; o1 < c1.hi; ++o1) {
         const T* gr = gp + (o0 * g.out[1] + o1) * g.out[2];
         for (idx o2 = c2.lo; o2 < c2.hi; ++o2) {
-          double div = full;
+          double div = padded_count(g, full, o0, o1, o2);
           if (!g.count_include_pad) {
             const Win w0 = window(g, 0, o0), w1 = window(g, 1, o1), w2 = window(g, 2, o2);
             div = static_cast<double>(w0.hi - w0.lo) * static_cast<double>(w1.hi - w1.lo) *

@@ -20,6 +20,8 @@ k::Geom geom(const PoolGeometry& g) {
     r.kernel[d] = g.kernel[u];
     r.stride[d] = g.stride[u];
     r.pad_lo[d] = g.pad_lo[u];
+    r.pad_end[d] = g.pad_end[u];
+    if (g.pad_end[u] < kPoolNoClip) r.clip_divisor = 1;
   }
   r.count_include_pad = g.count_include_pad ? 1 : 0;
   return r;

@@ -29,11 +29,25 @@ inline Window window(const PoolGeometry& g, int d, index_t o) {
   const index_t a = o * g.stride[d] - g.pad_lo[d];
   return {std::max<index_t>(a, 0), std::min<index_t>(a + g.kernel[d], g.in[d])};
 }
+bool clips_divisor(const PoolGeometry& g) {
+  return g.pad_end[0] < kPoolNoClip || g.pad_end[1] < kPoolNoClip || g.pad_end[2] < kPoolNoClip;
+}
+/// count_include_pad's divisor of output (o0, o1, o2): the window clipped to the padded domain.
+inline double padded_count(const PoolGeometry& g, index_t o0, index_t o1, index_t o2) {
+  double c = 1;
+  const index_t o[3] = {o0, o1, o2};
+  for (int d = 0; d < 3; ++d) {
+    const index_t a = o[d] * g.stride[d] - g.pad_lo[d];
+    c *= static_cast<double>(std::min<index_t>(a + g.kernel[d], g.pad_end[d]) - a);
+  }
+  return c;
+}
 
 template <class T>
 void avg_forward(const PoolGeometry& g, const T* x, T* y) {
   const index_t pin = vol(g.in), pout = vol(g.out), rows = g.planes * g.out[0] * g.out[1];
   const double full = static_cast<double>(vol(g.kernel));
+  const bool clip = clips_divisor(g);
 #pragma omp parallel for schedule(static) if (g.planes * pout > (1 << 14))
   for (index_t r = 0; r < rows; ++r) {
     const index_t pl = r / (g.out[0] * g.out[1]), o0 = (r / g.out[1]) % g.out[0], o1 = r % g.out[1];
@@ -49,7 +63,8 @@ void avg_forward(const PoolGeometry& g, const T* x, T* y) {
           for (index_t i2 = w2.lo; i2 < w2.hi; ++i2) s += to_double(xr[i2]);
         }
       const double div =
-          g.count_include_pad ? full : static_cast<double>((w0.hi - w0.lo) * (w1.hi - w1.lo) * (w2.hi - w2.lo));
+          g.count_include_pad ? (clip ? padded_count(g, o0, o1, o2) : full)
+                              : static_cast<double>((w0.hi - w0.lo) * (w1.hi - w1.lo) * (w2.hi - w2.lo));
       yr[o2] = from_double<T>(s / div);
     }
   }
@@ -68,6 +83,7 @@ void avg_backward(const PoolGeometry& g, const T* gy, T* gx) {
   // Gather form: every input cell sums gy / divisor over the windows covering it (race-free).
   const index_t pin = vol(g.in), pout = vol(g.out), rows = g.planes * g.in[0] * g.in[1];
   const double full = static_cast<double>(vol(g.kernel));
+  const bool clip = clips_divisor(g);
   auto count = [&](int d, index_t o) {
     const Window w = window(g, d, o);
     return static_cast<double>(w.hi - w.lo);
@@ -85,7 +101,8 @@ void avg_backward(const PoolGeometry& g, const T* gy, T* gx) {
         for (index_t o1 = c1.lo; o1 < c1.hi; ++o1) {
           const T* gr = gp + (o0 * g.out[1] + o1) * g.out[2];
           for (index_t o2 = c2.lo; o2 < c2.hi; ++o2) {
-            const double div = g.count_include_pad ? full : count(0, o0) * count(1, o1) * count(2, o2);
+            const double div = g.count_include_pad ? (clip ? padded_count(g, o0, o1, o2) : full)
+                                                   : count(0, o0) * count(1, o1) * count(2, o2);
             s += to_double(gr[o2]) / div;
           }
         }

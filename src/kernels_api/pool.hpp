@@ -15,6 +15,8 @@ struct Geom {
   idx planes;
   idx in[3], out[3], kernel[3], stride[3], pad_lo[3];
   int count_include_pad;
+  idx pad_end[3];  ///< avg divisor (count_include_pad): windows clipped to it; clip_divisor = 0: the kernel volume
+  int clip_divisor;
 };
 
 int avg_forward(int code, const Geom& g, const void* x, void* y, void* stream);

@@ -9,6 +9,7 @@
 /// deterministic on every device.
 #include <array>
 #include <cstdint>
+#include <limits>
 
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/block.hpp"
@@ -16,12 +17,21 @@
 
 namespace shard::exec {
 
+/// `PoolGeometry::pad_end` value meaning "no clipping" (the default: the divisor is the kernel).
+inline constexpr index_t kPoolNoClip = std::numeric_limits<index_t>::max() / 4;
+
 /// Pooling as seen by the type-erased kernels: `planes` = N * C independent planes, 3 spatial
-/// dims (leading extents 1 for S < 3).
+/// dims (leading extents 1 for S < 3). Output o's window starts at o * stride - pad_lo (relative
+/// to the block's first cell) and is clipped to [0, in) for the values.
 struct PoolGeometry {
   index_t planes = 1;
   std::array<index_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad_lo{0, 0, 0};
   bool count_include_pad = true;
+  /// End of the padded domain (input + high padding) relative to the block's first cell, per
+  /// dim: with count_include_pad the avg divisor is the window clipped to it (PyTorch's
+  /// ceil_mode rule: the last window may run past the padding). kPoolNoClip (default): the
+  /// divisor is the kernel volume.
+  std::array<index_t, 3> pad_end{kPoolNoClip, kPoolNoClip, kPoolNoClip};
 };
 
 /// y[planes, out] = average pooling of x[planes, in]. x and y contiguous, of one dtype (f32, f64,

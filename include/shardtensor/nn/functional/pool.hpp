@@ -3,7 +3,12 @@
 /// Domain-parallel average and max pooling (1-3 spatial dims) with forward and backward on the
 /// autograd tape. Input N, C, spatial... with any dims sharded (spatial dims over any mesh dims,
 /// uneven and empty shards included); parameters as pool_local.hpp's PoolParams (kernel,
-/// stride (0 = kernel), padding per side < kernel, count_include_pad for avg; floor mode).
+/// stride (0 = kernel), padding per side < kernel, count_include_pad for avg; floor or ceil
+/// mode). ceil_mode is the floor-mode plan with the high padding widened to
+/// (out - 1) * stride + kernel - G - pad_lo (the extra zeros are clipped to the domain like any
+/// padding, so the layout, ghost widths and boxes follow from the same anchor rule), and the
+/// avg divisor with count_include_pad clipped to the true padded end G + pad_hi
+/// (PoolGeometry::pad_end, relative to each rank's box).
 ///
 /// Layout: the anchor rule of window.hpp with dilation 1 (so windows that straddle ranks, with
 /// uneven shards, are computed by exactly one rank): the output has x's placements and explicit
@@ -19,6 +24,7 @@
 ///
 /// Recipe (docs/architecture.md): checks and spec algebra here; the schedule in src/nn/pool.cpp;
 /// the halo through the stencil halo plan (dist/halo_transport.hpp); the pool exec family.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -48,7 +54,21 @@ std::pair<PoolRun, DistSpec> make_pool_run(const char* op, const DistSpec& xs, c
     SHARD_CHECK(p.kernel[d] >= 1 && st[d] >= 1, op, "kernel {} and stride {} must be >= 1", p.kernel, p.stride);
     SHARD_CHECK(p.pad_lo[d] >= 0 && p.pad_hi[d] >= 0 && p.pad_lo[d] < p.kernel[d] && p.pad_hi[d] < p.kernel[d], op,
                 "padding lo {} hi {} must be >= 0 and smaller than the kernel {}", p.pad_lo, p.pad_hi, p.kernel);
-    dims.push_back({p.kernel[d], st[d], 1, p.pad_lo[d], p.pad_hi[d], Boundary::zero});
+    index_t pad_hi = p.pad_hi[d];
+    if (p.ceil_mode) {
+      const index_t G = xs.global_shape()[static_cast<std::size_t>(d + 2)];
+      SHARD_CHECK(2 * p.pad_lo[d] <= p.kernel[d] && 2 * p.pad_hi[d] <= p.kernel[d], op,
+                  "ceil_mode: padding lo {} hi {} must be at most half the kernel {} (PyTorch's rule)", p.pad_lo,
+                  p.pad_hi, p.kernel);
+      SHARD_CHECK(G >= 1 && G + p.pad_lo[d] + p.pad_hi[d] >= p.kernel[d] && p.kernel[d] <= kMaxWindowParam &&
+                      st[d] <= kMaxWindowParam,
+                  op, "spatial dim {} of input {} with padding lo {} hi {} is smaller than the kernel {}", d,
+                  xs.global_shape(), p.pad_lo, p.pad_hi, p.kernel);
+      // The floor-mode plan of the ceil-mode output count: the high padding that many windows read.
+      const index_t out = pool_output_extent(G, p.kernel[d], st[d], p.pad_lo[d], p.pad_hi[d], true);
+      pad_hi = std::max(pad_hi, (out - 1) * st[d] + p.kernel[d] - G - p.pad_lo[d]);
+    }
+    dims.push_back({p.kernel[d], st[d], 1, p.pad_lo[d], pad_hi, Boundary::zero});
   }
   const DistSpec ys = anchor_output_spec(op, xs, xs.global_shape()[1], dims);
   PoolRun r;
@@ -67,6 +87,8 @@ std::pair<PoolRun, DistSpec> make_pool_run(const char* op, const DistSpec& xs, c
     r.geom.kernel[static_cast<std::size_t>(e)] = p.kernel[d];
     r.geom.stride[static_cast<std::size_t>(e)] = st[d];
     r.geom.pad_lo[static_cast<std::size_t>(e)] = r.box[u].lo - (ob.lo * st[d] - p.pad_lo[d]);
+    if (p.ceil_mode)  // the true padded end G + pad_hi, relative to the box (avg's divisor)
+      r.geom.pad_end[static_cast<std::size_t>(e)] = r.plan.in_global[u] + p.pad_hi[d] - r.box[u].lo;
   }
   return {std::move(r), ys};
 }

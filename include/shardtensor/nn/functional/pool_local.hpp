@@ -5,9 +5,15 @@
 /// Tensor<T, S + 2> in N, C, spatial layout (T = float or double). Padding is explicit per side
 /// (pad_lo / pad_hi), as for conv.hpp, so the domain-parallel layer can pool halo-extended
 /// blocks: the padded cells are zeros for avg (counted in the divisor only with
-/// count_include_pad) and are never selected by max. Output extent per dim:
-///   out = (in + pad_lo + pad_hi - kernel) / stride + 1   (floor mode; must be >= 1).
-/// Every window must overlap the input: pad_lo < kernel and pad_hi < kernel.
+/// count_include_pad) and are never selected by max. Output extent per dim (pool_output_extent):
+///   floor mode: out = floor((in + pad_lo + pad_hi - kernel) / stride) + 1   (must be >= 1);
+///   ceil mode (PyTorch's ceil_mode=True): out = ceil((in + pad_lo + pad_hi - kernel) / stride) + 1,
+///     less one if the last window would start at or beyond in + pad_lo (PyTorch's "the last
+///     pooling starts inside the image"); that last window may run past the high padding: avg's
+///     divisor is then the window clipped to [-pad_lo, in + pad_hi) with count_include_pad, and
+///     to [0, in) without; max ignores the cells outside [0, in).
+/// Every window must overlap the input: pad_lo < kernel and pad_hi < kernel; ceil mode also
+/// needs PyTorch's pad <= kernel / 2 per side.
 #include <cstdint>
 
 #include "shardtensor/core/dtype.hpp"
@@ -28,6 +34,7 @@ struct PoolParams {
   Shape<S> pad_lo{};               ///< padding before the input, per dim (0 <= pad_lo < kernel)
   Shape<S> pad_hi{};               ///< padding after the input, per dim (0 <= pad_hi < kernel)
   bool count_include_pad = true;   ///< avg: divide by the full window (true) or by its input cells
+  bool ceil_mode = false;          ///< output extent rounded up (PyTorch's ceil_mode; see the file comment)
 
   /// Stride with zeros replaced by the kernel extent.
   Shape<S> effective_stride() const {
@@ -47,6 +54,16 @@ struct MaxPoolResult {
   Tensor<std::int64_t, R> indices;  ///< [N, C, out...] flat input-plane index of each max
 };
 
+/// Output extent of pooling one dim of extent `in` (the file comment's rule; no checks).
+inline index_t pool_output_extent(index_t in, index_t kernel, index_t stride, index_t pad_lo, index_t pad_hi,
+                                  bool ceil_mode) {
+  const index_t span = in + pad_lo + pad_hi - kernel;
+  if (!ceil_mode) return span / stride + 1;
+  index_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= in + pad_lo) --out;
+  return out;
+}
+
 namespace detail {
 /// Pooling as seen by the type-erased kernels (see exec/pool.hpp).
 using PoolGeometry = exec::PoolGeometry;
@@ -64,6 +81,7 @@ PoolGeometry pool_geometry(index_t planes, const Shape<S>& in, const Shape<S>& o
     g.kernel[e] = p.kernel[d];
     g.stride[e] = st[d];
     g.pad_lo[e] = p.pad_lo[d];
+    if (p.ceil_mode) g.pad_end[e] = in[d] + p.pad_hi[d];
   }
   return g;
 }
@@ -81,7 +99,10 @@ Shape<S> pool_output_shape(const Shape<S>& in, const PoolParams<S>& p, const cha
     const index_t span = in[d] + p.pad_lo[d] + p.pad_hi[d] - p.kernel[d];
     SHARD_CHECK(in[d] >= 1 && span >= 0, op, "input {} with padding lo {} hi {} is smaller than the kernel {}", in,
                 p.pad_lo, p.pad_hi, p.kernel);
-    out[d] = span / st[d] + 1;
+    SHARD_CHECK(!p.ceil_mode || (2 * p.pad_lo[d] <= p.kernel[d] && 2 * p.pad_hi[d] <= p.kernel[d]), op,
+                "ceil_mode: padding lo {} hi {} must be at most half the kernel {} (PyTorch's rule)", p.pad_lo,
+                p.pad_hi, p.kernel);
+    out[d] = pool_output_extent(in[d], p.kernel[d], st[d], p.pad_lo[d], p.pad_hi[d], p.ceil_mode);
   }
   return out;
 }
