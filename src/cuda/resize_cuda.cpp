@@ -22,22 +22,25 @@ k::Geom geom(const ResizeGeometry& g) {
     r.in_len[d] = g.in_len[u];
     r.out_lo[d] = g.out_lo[u];
     r.out_len[d] = g.out_len[u];
+    r.global_out[d] = g.global_out[u];
+    r.ratio[d] = g.ratio[u];
   }
+  r.align_corners = g.align_corners ? 1 : 0;
   return r;
 }
-int linear(ResizeMode m) { return m == ResizeMode::linear ? 1 : 0; }
+int mode_code(ResizeMode m) { return m == ResizeMode::cubic ? 2 : m == ResizeMode::linear ? 1 : 0; }
 
 struct CudaResize final : ResizeKernels {
   bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
   void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "resize_forward (cuda)");
-    check(k::forward(cuda_glue::storage_code(dt), linear(mode), geom(g), x, y, s), "resize_forward (cuda)");
+    check(k::forward(cuda_glue::storage_code(dt), mode_code(mode), geom(g), x, y, s), "resize_forward (cuda)");
   }
   void backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx,
                 ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "resize_backward (cuda)");
-    check(k::backward(cuda_glue::storage_code(dt), linear(mode), geom(g), gy, gx, s), "resize_backward (cuda)");
+    check(k::backward(cuda_glue::storage_code(dt), mode_code(mode), geom(g), gy, gx, s), "resize_backward (cuda)");
   }
 };
 

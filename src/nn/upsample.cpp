@@ -1,8 +1,10 @@
-// Schedule of domain-parallel upsampling (see include/shardtensor/nn/functional/upsample.hpp):
-// the stencil halo plan extends the block by the (<= 1 cell, replicate-edge) halo linear
-// interpolation reads, the resize kernel family interpolates; backward runs the resize adjoint
+// Schedule of domain-parallel resampling (see include/shardtensor/nn/functional/upsample.hpp):
+// the stencil halo plan extends the block by the (replicate-edge) halo linear (<= 1 cell) or
+// cubic (<= 2 cells) interpolation reads, the resize kernel family interpolates; backward runs the resize adjoint
 // onto the extended block and the plan's halo adjoint returns the ghost cells' gradients.
 #include "shardtensor/nn/functional/upsample.hpp"
+
+#include <algorithm>
 
 #include "shardtensor/dist/halo_transport.hpp"
 #include "shardtensor/exec/box.hpp"
@@ -10,13 +12,15 @@
 namespace shard::nn::functional::detail {
 namespace {
 
-/// What the halo plan needs to know about an upsampling: linear reads two taps per dim.
+/// What the halo plan needs to know about a resampling: linear reads two taps per dim (ghost
+/// width <= 1), cubic four (ghost width <= 2): twice the widest ghost width, at least 2.
 StencilHaloShape halo_shape(const HaloSpec& halo) {
   StencilHaloShape s;
   s.op = "upsample";
   s.reach.assign(static_cast<std::size_t>(halo.ndim()), 0);
   for (int d = 2; d < halo.ndim(); ++d) {
-    s.reach[static_cast<std::size_t>(d)] = 2;
+    const auto u = static_cast<std::size_t>(d);
+    s.reach[u] = std::max<index_t>(2, 2 * std::max(halo.lo[u], halo.hi[u]));
     s.slice_dims.push_back(d);
   }
   return s;
