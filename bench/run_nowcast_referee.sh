@@ -5,7 +5,8 @@
 #   validation skill (MSE in dBZ^2 and CSI at 35 dBZ on the held-out batch; final_loss is the
 #   standardised MSE), per-rank peak memory (max over ranks of shardtensor's live-tensor high-water
 #   mark and of the process RSS), time per step and throughput (the example's `steady state:`
-#   line: the steps after --warmup; median over REPS launches);
+#   line: the steps after --warmup; median over REPS rounds, each round launching every
+#   configuration once, so that a drifting load from other jobs hits them alike);
 # then a grid that one rank cannot hold within a memory cap of CAP_MIB per rank, trained at 4
 # ranks (2x2), next to the 1-rank run of the same grid (which needs ~4x the cap's share).
 #
@@ -21,8 +22,8 @@
 # Uses BUILD_DIR / MPIEXEC_FLAGS like scripts/run_tests.sh (scripts/common.sh); SKIP_BUILD=1 runs
 # the existing binary.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
-GRID="${GRID:-96}"
-STEPS="${STEPS:-40}"
+GRID="${GRID:-192}"
+STEPS="${STEPS:-30}"
 MODEL="${MODEL:---width 16 --depth 3}"
 TRAIN="${TRAIN:---batch 4 --samples 32 --lr 3e-3 --seed 1}"
 WARMUP="${WARMUP:-5}"  # steps before the timed window (the big grid: 1)
@@ -59,19 +60,22 @@ field() { sed -nE "s|.*$1.*|\\1|p" <<< "$out" | head -1; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 echo "# np mesh final_loss val_mse_dbz2 val_csi pers_mse pers_csi s_per_step samples_per_s tensors_MiB rss_MiB" > "$DAT"
-for r in $RUNS; do
-  np=${r%%,*} mesh=${r#*,}
-  times="" rates=""
-  for ((k = 0; k < REPS; ++k)); do
-    log "grid $GRID, $np ranks, mesh $mesh, launch $((k + 1))/$REPS"
+# Rounds: every configuration once per round, so a load that drifts (other jobs) hits all alike.
+declare -A times rates row mem
+for ((k = 0; k < REPS; ++k)); do
+  for r in $RUNS; do
+    np=${r%%,*} mesh=${r#*,}
+    log "grid $GRID, $np ranks, mesh $mesh, round $((k + 1))/$REPS"
     run "$np" "$mesh" "$GRID" "$STEPS" "$WARMUP"
-    times="$times $(field 'steady state: .* ([0-9.]+) s/step.*')"
-    rates="$rates $(field 'steady state: .* s/step, ([0-9.]+) samples/s.*')"
+    times[$r]="${times[$r]:-} $(field 'steady state: .* ([0-9.]+) s/step.*')"
+    rates[$r]="${rates[$r]:-} $(field 'steady state: .* s/step, ([0-9.]+) samples/s.*')"
+    row[$r]="$np $mesh $(field 'final_loss=([-+0-9.eE]+)') $(field 'val_mse_dbz2=([-+0-9.eE]+)') $(field 'val_csi=([-+0-9.eE]+)') \
+$(field 'persistence mse ([0-9.]+) dBZ.*') $(field 'persistence mse .* csi ([0-9.]+).*')"
+    mem[$r]="$(field 'peak/rank: rss [0-9.]+ MiB, tensors ([0-9.]+) MiB.*') $(field 'peak/rank: rss ([0-9.]+) MiB.*')"
   done
-  echo "$np $mesh $(field 'final_loss=([-+0-9.eE]+)') $(field 'val_mse_dbz2=([-+0-9.eE]+)') $(field 'val_csi=([-+0-9.eE]+)')" \
-       "$(field 'persistence mse ([0-9.]+) dBZ.*') $(field 'persistence mse .* csi ([0-9.]+).*')" \
-       "$(median <<< "$times") $(median <<< "$rates")" \
-       "$(field 'peak/rank: rss [0-9.]+ MiB, tensors ([0-9.]+) MiB.*') $(field 'peak/rank: rss ([0-9.]+) MiB.*')" >> "$DAT"
+done
+for r in $RUNS; do
+  echo "${row[$r]} $(median <<< "${times[$r]}") $(median <<< "${rates[$r]}") ${mem[$r]}" >> "$DAT"
 done
 
 # The big grid at 4 ranks (2x2) and at 1 rank (one launch each: memory does not depend on the load).
@@ -87,7 +91,7 @@ echo "# big 1 ${big1[*]}" >> "$LOG"
 
 {
   echo "Grid ${GRID}x${GRID}, U-Net \`$MODEL\`, \`$TRAIN\`, $STEPS steps (timed after $WARMUP); $cpu, 2 cores, 1 thread per rank"
-  echo "(4 ranks oversubscribe the 2 cores); load at start $(sed -n '1s/.*load at start: //p' "$LOG"); time per step and throughput: median of $REPS launches."
+  echo "(4 ranks oversubscribe the 2 cores); 1-min load average at the launches $(awk '/^## /{print $NF}' "$LOG" | sort -g | sed -n '1p;$p' | paste -sd- ) (other jobs on the machine); time per step and throughput: median of $REPS rounds."
   echo
   echo "| ranks | mesh | final_loss | val MSE (dBZ²) | val CSI@35 | time/step (s) | samples/s | peak tensors/rank (MiB) | peak RSS/rank (MiB) |"
   echo "|---|---|---|---|---|---|---|---|---|"
