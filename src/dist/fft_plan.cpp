@@ -319,7 +319,7 @@ void append_request_key(std::vector<index_t>& k, const FftRequest& r) {
   k.insert(k.end(), r.fixed.begin(), r.fixed.end());
 }
 
-PlanCache<FftPlan>& plan_cache() {
+PlanCache<FftPlan>& fft_plan_cache() {
   static auto* c = new PlanCache<FftPlan>(512);  // never destroyed: usable during static destruction
   return *c;
 }
@@ -574,7 +574,7 @@ std::shared_ptr<const FftPlan> fft_plan(const DistSpec& in, DType in_dtype, cons
   key.push_back(static_cast<index_t>(in_dtype));
   append_spec_key(key, in);
   append_request_key(key, req);
-  return plan_cache().get(std::move(key), in.mesh(), [&] { return build_plan(in, in_dtype, req); });
+  return fft_plan_cache().get(std::move(key), in.mesh(), [&] { return build_plan(in, in_dtype, req); });
 }
 
 std::shared_ptr<const FftPlan> inverse_fft_plan(const DistSpec& target, DType target_dtype, const FftRequest& forward,
@@ -586,7 +586,7 @@ std::shared_ptr<const FftPlan> inverse_fft_plan(const DistSpec& target, DType ta
   key.push_back(static_cast<index_t>(norm));
   append_spec_key(key, target);
   append_request_key(key, forward);
-  return plan_cache().get(std::move(key), target.mesh(), [&] {
+  return fft_plan_cache().get(std::move(key), target.mesh(), [&] {
     auto fwd = fft_plan(target, target_dtype, forward);
     auto inv = std::make_shared<FftPlan>();
     inv->request = fwd->request;
@@ -643,6 +643,6 @@ Block execute_fft_adjoint(const FftPlan& plan, const Block& grad_out, ExecContex
   return cur;
 }
 
-std::size_t fft_plan_cache_size() noexcept { return plan_cache().size(); }
+std::size_t fft_plan_cache_size() noexcept { return fft_plan_cache().size(); }
 
 }  // namespace shard::detail

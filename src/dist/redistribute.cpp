@@ -306,7 +306,7 @@ std::shared_ptr<RedistributePlan> build_plan(const DistSpec& src, const DistSpec
 
 // ---------------------------------------------------------------- the cache
 
-PlanCache<RedistributePlan>& plan_cache() {
+PlanCache<RedistributePlan>& redist_plan_cache() {
   static auto* c = new PlanCache<RedistributePlan>(1024);  // never destroyed: usable during static destruction
   return *c;
 }
@@ -422,10 +422,10 @@ std::shared_ptr<const RedistributePlan> redistribute_plan(const DistSpec& src, c
   std::vector<index_t> key = mesh_key(src.mesh());
   append_spec_key(key, src);
   append_spec_key(key, dst);
-  return plan_cache().get(std::move(key), src.mesh(), [&] { return build_plan(src, dst); });
+  return redist_plan_cache().get(std::move(key), src.mesh(), [&] { return build_plan(src, dst); });
 }
 
-std::size_t redistribute_plan_cache_size() noexcept { return plan_cache().size(); }
+std::size_t redistribute_plan_cache_size() noexcept { return redist_plan_cache().size(); }
 
 Block execute_redistribute(const RedistributePlan& plan, const DeviceMesh& mesh, const Block& in) {
   SHARD_CHECK(in.shape_vec() == plan.in_shape, "redistribute", "local block shape {} != expected {} of the plan",

@@ -94,7 +94,7 @@ void gemm_t(Trans ta, Trans tb, index_t m, index_t n, index_t k, T alpha, const 
       for (index_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  detail::gemm_core(dtype_of<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  ::shard::detail::gemm_core(dtype_of<T>, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /// Adds the bias tile and masks (causal) the scores S [nq x nk] (row stride ldS) of query rows

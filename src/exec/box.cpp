@@ -25,7 +25,7 @@ void check_pair(const Block& dst, const Block& src, const char* op) {
               src.shape_vec(), src.device);
 }
 
-const BoxKernels& table(Device dev, const char* op) { return kernels_for<BoxKernels>(dev, op); }
+const BoxKernels& box_table(Device dev, const char* op) { return kernels_for<BoxKernels>(dev, op); }
 
 ExecContext& context_for(Device dev, ExecContext& ctx) { return ctx.device() == dev ? ctx : current_context(dev); }
 
@@ -40,11 +40,11 @@ void copy_across(const Block& dst, const Block& src, ExecContext& ctx) {
   Block s = src;
   if (!src.is_contiguous()) {
     s = Block::allocate(src.dtype, src.device, src.shape.data(), src.rank);
-    table(src.device, "box_copy").copy(s, src, sctx);
+    box_table(src.device, "box_copy").copy(s, src, sctx);
   }
   Block d = dst.is_contiguous() ? dst : Block::allocate(dst.dtype, dst.device, dst.shape.data(), dst.rank);
   rt.copy(d.data, dst.device, s.data, src.device, dst.bytes(), cctx.stream(), /*sync=*/true);
-  if (d.data != dst.data) table(dst.device, "box_copy").copy(dst, d, dctx);
+  if (d.data != dst.data) box_table(dst.device, "box_copy").copy(dst, d, dctx);
 }
 
 }  // namespace
@@ -54,7 +54,7 @@ void box_copy(const Block& dst, const Block& src, ExecContext& ctx) {
   check_pair(dst, src, "box_copy");
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);  // an in-place write: saved tensors see it
-  if (dst.device == src.device) return table(dst.device, "box_copy").copy(dst, src, context_for(dst.device, ctx));
+  if (dst.device == src.device) return box_table(dst.device, "box_copy").copy(dst, src, context_for(dst.device, ctx));
   copy_across(dst, src, ctx);
 }
 
@@ -67,7 +67,7 @@ void box_add(const Block& dst, const Block& src, ExecContext& ctx) {
               dst.dtype);
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);
-  table(dst.device, "box_add").add(dst, src, context_for(dst.device, ctx));
+  box_table(dst.device, "box_add").add(dst, src, context_for(dst.device, ctx));
 }
 
 void box_fill(const Block& dst, const void* value, ExecContext& ctx) {
@@ -75,7 +75,7 @@ void box_fill(const Block& dst, const void* value, ExecContext& ctx) {
   SHARD_CHECK(value != nullptr, "box_fill", "null fill value for a {} box of shape {}", dst.dtype, dst.shape_vec());
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);
-  table(dst.device, "box_fill").fill(dst, value, context_for(dst.device, ctx));
+  box_table(dst.device, "box_fill").fill(dst, value, context_for(dst.device, ctx));
 }
 
 void box_zero(const Block& dst, ExecContext& ctx) {

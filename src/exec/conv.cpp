@@ -19,7 +19,7 @@ namespace {
 index_t vol(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
 
 /// The table of the context's device (every operand is checked to be there).
-const ConvKernels& table(const ExecContext& ctx, const char* op) { return kernels_for<ConvKernels>(ctx.device(), op); }
+const ConvKernels& conv_table(const ExecContext& ctx, const char* op) { return kernels_for<ConvKernels>(ctx.device(), op); }
 
 void check_geometry(const char* op, const ConvGeometry& g) {
   SHARD_CHECK(g.spatial_dims >= 1 && g.spatial_dims <= 3, op, "spatial dims {} must be 1, 2 or 3", g.spatial_dims);
@@ -96,14 +96,14 @@ void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const B
   if (detail::F32Work::needed(x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype});
     check_geometry(op, g);
-    if (!table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::forward, g, ctx)) {  // f32 working copies
+    if (!conv_table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::forward, g, ctx)) {  // f32 working copies
       detail::F32Work f(ctx);
       conv_forward(g, f.in(x), f.in(w), f.in(bias), f.out(y), ctx);
       return f.finish();
     }
   }
   check_geometry(op, g);
-  const ConvKernels& tab = table(ctx, op);
+  const ConvKernels& tab = conv_table(ctx, op);
   const InputOperand in = input_operand(op, g, x, tab, w, ctx);
   if (in.x.is_contiguous()) check_operand(op, "input", in.x, g.batch * g.in_channels * vol(g.in), w, ctx);
   check_operand(op, "weight", w, weight_numel(g), w, ctx);
@@ -119,7 +119,7 @@ void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w,
   if (detail::F32Work::needed(gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype});
     check_geometry(op, g);
-    if (!table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_input, g, ctx)) {  // f32 working copies
+    if (!conv_table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_input, g, ctx)) {  // f32 working copies
       detail::F32Work f(ctx);
       conv_backward_input(g, f.in(gy), f.in(w), f.in(bias), f.out(gx), ctx);
       return f.finish();
@@ -130,7 +130,7 @@ void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w,
   check_operand(op, "weight", w, weight_numel(g), gy, ctx);
   if (bias) check_operand(op, "bias", *bias, g.in_channels, gy, ctx);
   check_operand(op, "input gradient", gx, g.batch * g.in_channels * vol(g.in), gy, ctx);
-  table(ctx, op).backward_input(gy.dtype, g, gy.data, w.data, bias ? bias->data : nullptr, gx.data, ctx);
+  conv_table(ctx, op).backward_input(gy.dtype, g, gy.data, w.data, bias ? bias->data : nullptr, gx.data, ctx);
 }
 
 void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy, const Block& gw, ExecContext& ctx) {
@@ -139,14 +139,14 @@ void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy
   if (detail::F32Work::needed(x.dtype, gy.dtype, gw.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {x.dtype, gy.dtype, gw.dtype});
     check_geometry(op, g);
-    if (!table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::backward_weight, g, ctx)) {  // f32 working copies
+    if (!conv_table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::backward_weight, g, ctx)) {  // f32 working copies
       detail::F32Work f(ctx);
       conv_backward_weight(g, f.in(x), f.in(gy), f.out(gw), ctx);
       return f.finish();
     }
   }
   check_geometry(op, g);
-  const ConvKernels& tab = table(ctx, op);
+  const ConvKernels& tab = conv_table(ctx, op);
   const InputOperand in = input_operand(op, g, x, tab, gy, ctx);
   if (in.x.is_contiguous()) check_operand(op, "input", in.x, g.batch * g.in_channels * vol(g.in), gy, ctx);
   check_operand(op, "output gradient", gy, g.batch * g.out_channels * vol(g.out), gy, ctx);
@@ -159,7 +159,7 @@ void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
   const char* op = "conv_backward_bias";
   if (detail::F32Work::needed(gy.dtype, gb.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {gy.dtype, gb.dtype});
-    if (!table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_bias, ConvGeometry{}, ctx)) {
+    if (!conv_table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_bias, ConvGeometry{}, ctx)) {
       detail::F32Work f(ctx);  // f32 working copies
       conv_backward_bias(f.in(gy), f.out(gb), ctx);
       return f.finish();
@@ -170,7 +170,7 @@ void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
   const index_t positions = channels * batch == 0 ? 0 : gy.numel() / (batch * channels);
   check_operand(op, "output gradient", gy, gy.numel(), gy, ctx);
   check_operand(op, "bias gradient", gb, channels, gy, ctx);
-  table(ctx, op).backward_bias(gy.dtype, batch, channels, positions, gy.data, gb.data, ctx);
+  conv_table(ctx, op).backward_bias(gy.dtype, batch, channels, positions, gy.data, gb.data, ctx);
 }
 
 }  // namespace shard::exec

@@ -17,12 +17,12 @@
 namespace shard::exec {
 namespace {
 
-using detail::conv_engine::EngineSettings;
-using detail::conv_engine::Ext3;
-using detail::conv_engine::Problem;
-namespace conv_engine = detail::conv_engine;
+using ::shard::detail::conv_engine::EngineSettings;
+using ::shard::detail::conv_engine::Ext3;
+using ::shard::detail::conv_engine::Problem;
+namespace conv_engine = ::shard::detail::conv_engine;
 
-index_t vol(const Ext3& e) { return e[0] * e[1] * e[2]; }
+index_t ext_vol(const Ext3& e) { return e[0] * e[1] * e[2]; }
 
 /// The engine's settings from the context's (the budget range checked here, once per call).
 EngineSettings engine_settings(const ExecContext& ctx, const char* op) {
@@ -47,8 +47,8 @@ Problem forward_problem(const ConvGeometry& g, const EngineSettings& cfg) {
   p.taps.stride = g.stride;
   for (int d = 0; d < 3; ++d)
     for (index_t k = 0; k < g.kernel[d]; ++k) p.taps.off[d].push_back(k * g.dilation[d] - g.pad_lo[d]);
-  p.x_batch_stride = g.in_channels * vol(g.in);
-  p.y_batch_stride = g.out_channels * vol(g.out);
+  p.x_batch_stride = g.in_channels * ext_vol(g.in);
+  p.y_batch_stride = g.out_channels * ext_vol(g.out);
   if (g.x_strides != std::array<index_t, 5>{}) {  // a strided view of x, read in place
     p.x_batch_stride = g.x_strides[0];
     p.x_channel_stride = g.x_strides[1];
@@ -69,7 +69,7 @@ void forward(const ConvGeometry& g, const EngineSettings& cfg, const T* x, const
 template <class T>
 void backward_input(const ConvGeometry& g, const EngineSettings& cfg, const T* gy, const T* w, const T* bias, T* gx) {
   const index_t cin_g = g.in_channels / g.groups, cout_g = g.out_channels / g.groups;
-  const index_t kvol = vol(g.kernel);
+  const index_t kvol = ext_vol(g.kernel);
   Ext3 r{0, 0, 0};
   std::vector<T> wp;
   for (r[0] = 0; r[0] < g.stride[0]; ++r[0]) {
@@ -83,8 +83,8 @@ void backward_input(const ConvGeometry& g, const EngineSettings& cfg, const T* g
         p.cout_g = cin_g;
         p.in = g.out;
         p.y_ext = g.in;
-        p.x_batch_stride = g.out_channels * vol(g.out);
-        p.y_batch_stride = g.in_channels * vol(g.in);
+        p.x_batch_stride = g.out_channels * ext_vol(g.out);
+        p.y_batch_stride = g.in_channels * ext_vol(g.in);
         std::array<std::vector<index_t>, 3> ks;  // kernel index of each tap
         bool empty = false;
         for (int d = 0; d < 3; ++d) {
@@ -146,7 +146,7 @@ bool storage_applies(const ConvGeometry& g, const EngineSettings& cfg) {
 template <class S>
 void forward_storage(const ConvGeometry& g, const EngineSettings& cfg, const S* x, const S* w, const S* bias, S* y) {
   const Problem p = forward_problem(g, cfg);
-  const auto wf = widened(w, g.out_channels * p.cin_g * vol(g.kernel));
+  const auto wf = widened(w, g.out_channels * p.cin_g * ext_vol(g.kernel));
   const auto bf = bias ? widened(bias, g.out_channels) : std::vector<float>{};
   const bool ran = conv_engine::fast_gather_conv<S, float>(p, x, wf.data(), bias ? bf.data() : nullptr, y);
   SHARD_CHECK(ran, "conv_forward", "the bf16/f16 direct path does not apply to this geometry");
@@ -157,7 +157,7 @@ void forward_storage(const ConvGeometry& g, const EngineSettings& cfg, const S* 
 template <class S>
 void backward_input_storage(const ConvGeometry& g, const EngineSettings& cfg, const S* gy, const S* w, const S* bias,
                             S* gx) {
-  const index_t cin_g = g.in_channels / g.groups, cout_g = g.out_channels / g.groups, kvol = vol(g.kernel);
+  const index_t cin_g = g.in_channels / g.groups, cout_g = g.out_channels / g.groups, kvol = ext_vol(g.kernel);
   Problem p;
   p.cfg = cfg;
   p.batch = g.batch;
@@ -167,8 +167,8 @@ void backward_input_storage(const ConvGeometry& g, const EngineSettings& cfg, co
   p.in = g.out;
   p.out = g.in;
   p.y_ext = g.in;
-  p.x_batch_stride = g.out_channels * vol(g.out);
-  p.y_batch_stride = g.in_channels * vol(g.in);
+  p.x_batch_stride = g.out_channels * ext_vol(g.out);
+  p.y_batch_stride = g.in_channels * ext_vol(g.in);
   for (int d = 0; d < 3; ++d)
     for (index_t k = 0; k < g.kernel[d]; ++k) p.taps.off[d].push_back(g.pad_lo[d] - k * g.dilation[d]);
   std::vector<float> wp(static_cast<std::size_t>(g.groups * cin_g * cout_g * kvol));
@@ -187,7 +187,7 @@ void backward_input_storage(const ConvGeometry& g, const EngineSettings& cfg, co
 template <class S>
 void weight_grad_storage(const ConvGeometry& g, const EngineSettings& cfg, const S* x, const S* gy, S* gw) {
   const Problem p = forward_problem(g, cfg);
-  std::vector<float> gf(static_cast<std::size_t>(g.out_channels * p.cin_g * vol(g.kernel)));
+  std::vector<float> gf(static_cast<std::size_t>(g.out_channels * p.cin_g * ext_vol(g.kernel)));
   const bool ran = conv_engine::fast_weight_grad<S, float>(p, x, gy, gf.data());
   SHARD_CHECK(ran, "conv_backward_weight", "the bf16/f16 direct path does not apply to this geometry");
   for (std::size_t i = 0; i < gf.size(); ++i) gw[i] = S(gf[i]);

@@ -47,7 +47,7 @@ bool storage_native(DType dt, const ExecContext& ctx) {
   return kernels_for<GemmKernels>(ctx.device(), "gemm").takes_storage(dt);
 }
 /// The table for ctx's device after checking dt: f32, f64, or bf16 / f16 where the table takes them.
-const GemmKernels& table(const char* op, DType dt, const ExecContext& ctx) {
+const GemmKernels& gemm_table(const char* op, DType dt, const ExecContext& ctx) {
   if (!detail::is_low_precision(dt)) return detail::front_table<GemmKernels>(op, dt, ctx.device(), ctx);
   const GemmKernels& t = kernels_for<GemmKernels>(ctx.device(), op);
   SHARD_CHECK(t.takes_storage(dt), op, "dtype {} not supported on {} (f32, f64)", dt, ctx.device());
@@ -71,7 +71,7 @@ void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c,
   detail::check_block(op, "A", a, dt, -1, ctx);
   detail::check_block(op, "B", b, dt, -1, ctx);
   detail::check_block(op, "C", c, dt, -1, ctx);
-  const auto& t = table(op, dt, ctx);
+  const auto& t = gemm_table(op, dt, ctx);
   const Matrix A = matrix(op, "A", a), B = matrix(op, "B", b), C = matrix(op, "C", c);
   const index_t m = C.rows, n = C.cols, k = g.ta == Trans::no ? A.cols : A.rows;
   const index_t am = g.ta == Trans::no ? A.rows : A.cols;
@@ -104,7 +104,7 @@ void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecCont
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "bias", bias, y.dtype, g.channels, ctx);
   detail::check_block(op, "output", y, y.dtype, g.A * g.channels * g.S, ctx);
-  const auto& t = table(op, y.dtype, ctx);
+  const auto& t = gemm_table(op, y.dtype, ctx);
   if (g.A * g.channels * g.S > 0) t.add_bias(y.dtype, g.A, g.channels, g.S, bias.data, y.data, ctx);
 }
 
@@ -122,7 +122,7 @@ void bias_grad(const BiasGeometry& g, const Block& gy, const Block& db, ExecCont
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "gradient", gy, db.dtype, g.A * g.channels * g.S, ctx);
   detail::check_block(op, "bias gradient", db, db.dtype, g.channels, ctx);
-  const auto& t = table(op, db.dtype, ctx);
+  const auto& t = gemm_table(op, db.dtype, ctx);
   if (g.channels > 0) t.bias_grad(db.dtype, g.A, g.channels, g.S, gy.data, db.data, ctx);
 }
 

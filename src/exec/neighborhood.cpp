@@ -68,7 +68,7 @@ void check_lse(const char* op, const Block& b, DType dt, const ExecContext& ctx,
 }
 
 /// The kernel tables' view of a checked operand (spatial dims right-aligned to three).
-NbhdIn in_of(const Block& b) {
+NbhdIn nbhd_in_of(const Block& b) {
   NbhdIn a;
   a.data = b.data;
   a.sb = b.strides[0];
@@ -77,9 +77,9 @@ NbhdIn in_of(const Block& b) {
   a.sh = b.strides[static_cast<std::size_t>(b.rank - 2)];
   return a;
 }
-NbhdOut out_of(const Block* b) {
+NbhdOut nbhd_out_of(const Block* b) {
   if (!b) return {};
-  const NbhdIn a = in_of(*b);
+  const NbhdIn a = nbhd_in_of(*b);
   NbhdOut o;
   o.data = b->data;
   o.sb = a.sb;
@@ -109,7 +109,7 @@ void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, c
   check_lse(op, lse, dt, ctx, g);
   const auto& t = detail::front_table<NbhdAttentionKernels>(op, dt, ctx, true);
   if (g.B * g.H * g.nq[0] * g.nq[1] * g.nq[2] == 0) return;
-  t.forward(dt, g, in_of(q), in_of(k), in_of(v), out_of(&out), lse.data, ctx);
+  t.forward(dt, g, nbhd_in_of(q), nbhd_in_of(k), nbhd_in_of(v), nbhd_out_of(&out), lse.data, ctx);
 }
 
 void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
@@ -137,8 +137,8 @@ void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, 
   if (dv) check_operand(op, "dv", *dv, dt, ctx, g, g.nk, g.Dv);
   const auto& t = detail::front_table<NbhdAttentionKernels>(op, dt, ctx, true);
   // No early return on an empty query block: dk and dv (the key block) are still overwritten.
-  t.backward(dt, g, in_of(q), in_of(k), in_of(v), in_of(out), in_of(dout), lse.data, out_of(dq), out_of(dk),
-             out_of(dv), ctx);
+  t.backward(dt, g, nbhd_in_of(q), nbhd_in_of(k), nbhd_in_of(v), nbhd_in_of(out), nbhd_in_of(dout), lse.data, nbhd_out_of(dq), nbhd_out_of(dk),
+             nbhd_out_of(dv), ctx);
 }
 
 }  // namespace shard::exec

@@ -36,13 +36,13 @@ inline index_t query_of(const NbhdGeom& g, int d, index_t e, index_t o) {
 }
 
 /// A window entry: the key's (or query's) spatial element offsets in two operands.
-struct Entry {
+struct NbhdEntry {
   index_t a, b;
   index_t lin;  ///< linear query index (gather direction only)
 };
 
 /// Valid keys of query (i0, i1, i2): spatial element offsets into k and v, in offset order.
-void keys_of_query(const NbhdGeom& g, const index_t i[3], const NbhdIn& k, const NbhdIn& v, std::vector<Entry>& out) {
+void keys_of_query(const NbhdGeom& g, const index_t i[3], const NbhdIn& k, const NbhdIn& v, std::vector<NbhdEntry>& out) {
   out.clear();
   for (index_t o0 = 0; o0 < g.window[0]; ++o0) {
     const index_t e0 = key_of(g, 0, i[0], o0);
@@ -62,7 +62,7 @@ void keys_of_query(const NbhdGeom& g, const index_t i[3], const NbhdIn& k, const
 /// Queries that see key (e0, e1, e2) (none if the key is not valid): spatial element offsets
 /// into q and dout, and the linear query index (for lse / delta), in offset order.
 void queries_of_key(const NbhdGeom& g, const index_t e[3], const NbhdIn& q, const NbhdIn& dout,
-                    std::vector<Entry>& out) {
+                    std::vector<NbhdEntry>& out) {
   out.clear();
   for (int d = 0; d < 3; ++d)
     if (e[d] < g.valid_lo[d] || e[d] >= g.valid_hi[d]) return;
@@ -114,7 +114,7 @@ void forward_t(const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdOut out, voi
   const bool par = rows * g.H * wvol * (g.D + g.Dv) > 65536;
 #pragma omp parallel if (par)
   {
-    std::vector<Entry> keys;
+    std::vector<NbhdEntry> keys;
     std::vector<double> s(static_cast<std::size_t>(wvol)), acc(static_cast<std::size_t>(g.Dv));
 #pragma omp for schedule(static)
     for (index_t r = 0; r < rows; ++r) {
@@ -185,7 +185,7 @@ void backward_t(const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdIn out, Nbh
   if (dQ) {
 #pragma omp parallel if (par)
     {
-      std::vector<Entry> keys;
+      std::vector<NbhdEntry> keys;
       std::vector<double> acc(static_cast<std::size_t>(g.D));
 #pragma omp for schedule(static)
       for (index_t r = 0; r < qrows; ++r) {
@@ -201,7 +201,7 @@ void backward_t(const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdIn out, Nbh
           const double lse = static_cast<double>(L[r * g.H + h]);
           const double dl = delta[static_cast<std::size_t>(r * g.H + h)];
           if (lse != kNegInf) {
-            for (const Entry& e : keys) {
+            for (const NbhdEntry& e : keys) {
               const T* kp = K + b * k.sb + h * k.sh + e.a;
               const T* vp = V + b * v.sb + h * v.sh + e.b;
               const double p = std::exp(g.scale * dot(qp, kp, g.D) - lse);
@@ -217,7 +217,7 @@ void backward_t(const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdIn out, Nbh
   if (dK || dV) {
 #pragma omp parallel if (par)
     {
-      std::vector<Entry> qs;
+      std::vector<NbhdEntry> qs;
       std::vector<double> ak(static_cast<std::size_t>(g.D)), av(static_cast<std::size_t>(g.Dv));
 #pragma omp for schedule(static)
       for (index_t r = 0; r < krows; ++r) {
@@ -230,7 +230,7 @@ void backward_t(const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdIn out, Nbh
           const T* vp = V + b * v.sb + e[0] * v.ss[0] + e[1] * v.ss[1] + e[2] * v.ss[2] + h * v.sh;
           std::fill(ak.begin(), ak.end(), 0.0);
           std::fill(av.begin(), av.end(), 0.0);
-          for (const Entry& x : qs) {
+          for (const NbhdEntry& x : qs) {
             const index_t row = (b * nqt + x.lin) * g.H + h;
             const double lse = static_cast<double>(L[row]);
             if (lse == kNegInf) continue;

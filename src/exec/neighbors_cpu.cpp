@@ -39,13 +39,13 @@ inline T sqdist(const T* a, const T* b, int D) {
 }
 
 template <class T>
-struct Entry {
+struct KnnEntry {
   T d;
   index_t i;
 };
 /// (d2, index) order; a padded entry (index < 0) sorts after every real one.
 template <class T>
-inline bool before(const Entry<T>& a, const Entry<T>& b) {
+inline bool before(const KnnEntry<T>& a, const KnnEntry<T>& b) {
   if (a.i < 0 || b.i < 0) return b.i < 0 && a.i >= 0;
   return a.d < b.d || (a.d == b.d && a.i < b.i);
 }
@@ -62,7 +62,7 @@ inline T inflate(T w) {
 
 /// (d2, index) order of two real entries.
 template <class T>
-inline bool less_real(const Entry<T>& a, const Entry<T>& b) {
+inline bool less_real(const KnnEntry<T>& a, const KnnEntry<T>& b) {
   return a.d < b.d || (a.d == b.d && a.i < b.i);
 }
 
@@ -74,7 +74,7 @@ template <class T>
 struct TopK {
   static constexpr std::size_t kSortedCap = 64;
   using DistanceType = T;
-  std::vector<Entry<T>> buf;
+  std::vector<KnnEntry<T>> buf;
   std::size_t cap = 1;
   T r2 = std::numeric_limits<T>::infinity();
   T bound = std::numeric_limits<T>::infinity();  // inflated pruning bound
@@ -90,7 +90,7 @@ struct TopK {
   void consider(index_t j) {
     const T d = sqdist(q, s + j * D, D);
     if (!(d <= r2)) return;
-    const Entry<T> e{d, j};
+    const KnnEntry<T> e{d, j};
     if (cap <= kSortedCap) {
       std::size_t n = buf.size();
       if (n == cap) {
@@ -108,7 +108,7 @@ struct TopK {
       if (n == cap) bound = inflate(std::min(buf[n - 1].d, r2));
       return;
     }
-    const auto cmp = [](const Entry<T>& a, const Entry<T>& b) { return less_real(a, b); };
+    const auto cmp = [](const KnnEntry<T>& a, const KnnEntry<T>& b) { return less_real(a, b); };
     if (buf.size() < cap) {
       buf.push_back(e);
       std::push_heap(buf.begin(), buf.end(), cmp);
@@ -133,7 +133,7 @@ struct TopK {
   /// Sorted output row of width cap (padded), returns the valid count.
   index_t write(index_t* idx, T* d2, index_t offset) {
     if (cap > kSortedCap)
-      std::sort_heap(buf.begin(), buf.end(), [](const Entry<T>& a, const Entry<T>& b) { return less_real(a, b); });
+      std::sort_heap(buf.begin(), buf.end(), [](const KnnEntry<T>& a, const KnnEntry<T>& b) { return less_real(a, b); });
     const std::size_t n = buf.size();
     for (std::size_t c = 0; c < n; ++c) {
       idx[c] = buf[c].i + offset;
@@ -261,7 +261,7 @@ void merge_t(const NeighborMergeGeometry& g, index_t* idx, T* d2, index_t* count
   const index_t w = g.width;
 #pragma omp parallel if (g.n_query * w > 65536)
   {
-    std::vector<Entry<T>> row(static_cast<std::size_t>(w));
+    std::vector<KnnEntry<T>> row(static_cast<std::size_t>(w));
 #pragma omp for
     for (index_t i = 0; i < g.n_query; ++i) {
       index_t* ai = idx + i * w;
@@ -271,7 +271,7 @@ void merge_t(const NeighborMergeGeometry& g, index_t* idx, T* d2, index_t* count
       index_t a = 0, b = 0;
       for (index_t o = 0; o < w; ++o) {
         const bool va = a < w && ai[a] >= 0, vb = b < w && bi[b] >= 0;
-        if (va && (!vb || !before(Entry<T>{bd[b], bi[b]}, Entry<T>{ad[a], ai[a]}))) {
+        if (va && (!vb || !before(KnnEntry<T>{bd[b], bi[b]}, KnnEntry<T>{ad[a], ai[a]}))) {
           row[static_cast<std::size_t>(o)] = {ad[a], ai[a]};
           ++a;
         } else if (vb) {

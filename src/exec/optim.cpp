@@ -15,7 +15,7 @@ SHARD_KEEP_CPU_TABLE(optim);
 namespace {
 
 /// The table for the context's device (operand `b` must be on it, of a supported dtype).
-const OptimKernels& table(const Block& b, const char* op, const ExecContext& ctx) {
+const OptimKernels& optim_table(const Block& b, const char* op, const ExecContext& ctx) {
   return detail::front_table<OptimKernels>(op, b.dtype, b.device, ctx);
 }
 void check_state(const Block& s, const Block& w, DType dt, const char* op, const char* what) {
@@ -39,7 +39,7 @@ void sgd_update(const Block& w, const Block& g, const Block& buf, const SgdParam
   check_state(g, w, w.dtype, op, "gradient");
   if (p.momentum > 0) check_state(buf, w, w.dtype, op, "momentum buffer");
   if (w.numel() == 0) return;
-  table(w, op, ctx).sgd(w.dtype, w.numel(), w.data, g.data, p.momentum > 0 ? buf.data : nullptr, p, ctx);
+  optim_table(w, op, ctx).sgd(w.dtype, w.numel(), w.data, g.data, p.momentum > 0 ? buf.data : nullptr, p, ctx);
 }
 
 void adam_update(const Block& w, const Block& g, const Block& m, const Block& v, const AdamParams& p,
@@ -51,7 +51,7 @@ void adam_update(const Block& w, const Block& g, const Block& m, const Block& v,
   check_state(m, w, DType::f64, op, "first moment");
   check_state(v, w, DType::f64, op, "second moment");
   if (w.numel() == 0) return;
-  table(w, op, ctx).adam(w.dtype, w.numel(), w.data, g.data, static_cast<double*>(m.data),
+  optim_table(w, op, ctx).adam(w.dtype, w.numel(), w.data, g.data, static_cast<double*>(m.data),
                            static_cast<double*>(v.data), p, ctx);
 }
 

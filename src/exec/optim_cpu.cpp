@@ -7,7 +7,7 @@
 namespace shard::exec {
 namespace {
 
-template <class F> void by_dtype(DType dt, F&& f) {
+template <class F> void optim_by_dtype(DType dt, F&& f) {
   if (dt == DType::f64) f(double{});
   else f(float{});
 }
@@ -15,7 +15,7 @@ template <class F> void by_dtype(DType dt, F&& f) {
 struct CpuOptim final : OptimKernels {
   void sgd(DType dt, index_t n, void* wp, const void* gp, void* bufp, const SgdParams& o,
            ExecContext&) const override {
-    by_dtype(dt, [&](auto tag) {
+    optim_by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
       T* w = static_cast<T*>(wp);
       const T* g = static_cast<const T*>(gp);
@@ -35,7 +35,7 @@ struct CpuOptim final : OptimKernels {
   }
   void adam(DType dt, index_t n, void* wp, const void* gp, double* m_, double* v_, const AdamParams& o,
             ExecContext&) const override {
-    by_dtype(dt, [&](auto tag) {
+    optim_by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
       T* w = static_cast<T*>(wp);
       const T* g = static_cast<const T*>(gp);

@@ -44,7 +44,7 @@ void check_flat(const Block& x, const Block& out, const char* op, const char* wh
               x.strides_vec());
 }
 /// The table for the context's device (the result `out` must be on it).
-const PointwiseKernels& table(const Block& out, const char* op, const ExecContext& ctx) {
+const PointwiseKernels& pointwise_table(const Block& out, const char* op, const ExecContext& ctx) {
   if (!detail::is_low_precision(out.dtype)) return detail::front_table<PointwiseKernels>(op, out.dtype, out.device, ctx);
   SHARD_CHECK(ctx.device() == out.device, op, "operands on different devices: data on {} but the execution context on {}",
               out.device, ctx.device());
@@ -53,7 +53,7 @@ const PointwiseKernels& table(const Block& out, const char* op, const ExecContex
 /// True when `out`'s table computes its bf16/f16 dtype natively (PointwiseKernels::native_low_precision)
 /// and `contiguous` holds: the front then skips the f32 working copies.
 bool native_lp(const Block& out, bool contiguous, const char* op, const ExecContext& ctx) {
-  return contiguous && table(out, op, ctx).native_low_precision();
+  return contiguous && pointwise_table(out, op, ctx).native_low_precision();
 }
 
 }  // namespace
@@ -97,15 +97,15 @@ void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext
     check_operand(x, y, name, "input");
     if (y.numel() == 0) return;
     shard::detail::bump_version(y.owner);
-    if (table(y, name, ctx).unary_strided(op, alpha, x, y, ctx)) return;
+    if (pointwise_table(y, name, ctx).unary_strided(op, alpha, x, y, ctx)) return;
     const Block xc = detail::materialize(x, ctx);
-    table(y, name, ctx).unary(op, alpha, y.dtype, y.numel(), xc.data, y.data, ctx);
+    pointwise_table(y, name, ctx).unary(op, alpha, y.dtype, y.numel(), xc.data, y.data, ctx);
     return;
   }
   check_flat(x, y, name, "input");
   if (y.numel() == 0) return;
   shard::detail::bump_version(y.owner);  // in-place writes (y may alias x) are seen by saved tensors
-  table(y, name, ctx).unary(op, alpha, y.dtype, y.numel(), x.data, y.data, ctx);
+  pointwise_table(y, name, ctx).unary(op, alpha, y.dtype, y.numel(), x.data, y.data, ctx);
 }
 
 void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy, const Block& dx,
@@ -132,18 +132,18 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
     check_operand(y, dx, name, "output");
     check_operand(dy, dx, name, "output gradient");
     if (dx.numel() == 0) return;
-    if (table(dx, name, ctx).unary_backward_strided(op, alpha, x, y, dy, dx, ctx)) return;
+    if (pointwise_table(dx, name, ctx).unary_backward_strided(op, alpha, x, y, dy, dx, ctx)) return;
     const Block xc = x.is_contiguous() ? x : detail::materialize(x, ctx);
     const Block yc = y.is_contiguous() ? y : detail::materialize(y, ctx);
     const Block gc = dy.is_contiguous() ? dy : detail::materialize(dy, ctx);
-    table(dx, name, ctx).unary_backward(op, alpha, dx.dtype, dx.numel(), xc.data, yc.data, gc.data, dx.data, ctx);
+    pointwise_table(dx, name, ctx).unary_backward(op, alpha, dx.dtype, dx.numel(), xc.data, yc.data, gc.data, dx.data, ctx);
     return;
   }
   check_flat(x, dx, name, "input");
   check_flat(y, dx, name, "output");
   check_flat(dy, dx, name, "output gradient");
   if (dx.numel() == 0) return;
-  table(dx, name, ctx).unary_backward(op, alpha, dx.dtype, dx.numel(), x.data, y.data, dy.data, dx.data, ctx);
+  pointwise_table(dx, name, ctx).unary_backward(op, alpha, dx.dtype, dx.numel(), x.data, y.data, dy.data, dx.data, ctx);
 }
 
 void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
@@ -168,7 +168,7 @@ void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecC
   check_operand(b, out, name, "rhs");
   if (out.numel() == 0) return;
   shard::detail::bump_version(out.owner);
-  table(out, name, ctx).binary(op, out, a, b, ctx);
+  pointwise_table(out, name, ctx).binary(op, out, a, b, ctx);
 }
 
 void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Block& out, ExecContext& ctx) {
@@ -193,7 +193,7 @@ void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Bloc
   check_operand(a, out, name, "lhs");
   check_operand(b, out, name, "rhs");
   if (out.numel() == 0) return;
-  table(out, name, ctx).div_rhs_backward(out, g, a, b, ctx);
+  pointwise_table(out, name, ctx).div_rhs_backward(out, g, a, b, ctx);
 }
 
 void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext& ctx) {
@@ -221,7 +221,7 @@ void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext
                 "view shape {} != gradient shape {}", dst_view.shape_vec(), g.shape_vec());
   if (dst.numel() == 0) return;
   shard::detail::bump_version(dst.owner);
-  table(dst, name, ctx).sum_to(dst, dst_view, g, ctx);
+  pointwise_table(dst, name, ctx).sum_to(dst, dst_view, g, ctx);
 }
 
 void convert(const Block& src, const Block& dst, ExecContext& ctx) {

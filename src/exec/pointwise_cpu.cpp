@@ -41,7 +41,7 @@ template <class F> void dispatch_binary(BinaryOp op, F&& f) {
     case BinaryOp::div: f(std::integral_constant<int, pw::b_div>{}); break;
   }
 }
-template <class F> void by_dtype(DType dt, F&& f) {
+template <class F> void pw_by_dtype(DType dt, F&& f) {
   if (dt == DType::f64) f(double{});
   else f(float{});
 }
@@ -324,7 +324,7 @@ struct CpuPointwise final : PointwiseKernels {
           unary_loop<float, decltype(k)::value>(len, static_cast<float>(alpha), in[0], out);
         });
       });
-    by_dtype(dt, [&](auto t) {
+    pw_by_dtype(dt, [&](auto t) {
       using T = decltype(t);
       dispatch_unary(op, [&](auto k) {
         unary_loop<T, decltype(k)::value>(n, static_cast<T>(alpha), static_cast<const T*>(x), static_cast<T*>(y));
@@ -339,7 +339,7 @@ struct CpuPointwise final : PointwiseKernels {
           unary_bwd_loop<float, decltype(k)::value>(len, static_cast<float>(alpha), in[0], in[1], in[2], out);
         });
       });
-    by_dtype(dt, [&](auto t) {
+    pw_by_dtype(dt, [&](auto t) {
       using T = decltype(t);
       dispatch_unary(op, [&](auto k) {
         unary_bwd_loop<T, decltype(k)::value>(n, static_cast<T>(alpha), static_cast<const T*>(x),
@@ -348,7 +348,7 @@ struct CpuPointwise final : PointwiseKernels {
     });
   }
   bool unary_strided(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext&) const override {
-    by_dtype(y.dtype, [&](auto t) {
+    pw_by_dtype(y.dtype, [&](auto t) {
       using T = decltype(t);
       dispatch_unary(op, [&](auto k) { unary_strided_loop<T, decltype(k)::value>(x, y, static_cast<T>(alpha)); });
     });
@@ -356,7 +356,7 @@ struct CpuPointwise final : PointwiseKernels {
   }
   bool unary_backward_strided(UnaryOp op, double alpha, const Block& x, const Block& y, const Block& dy,
                               const Block& dx, ExecContext&) const override {
-    by_dtype(dx.dtype, [&](auto t) {
+    pw_by_dtype(dx.dtype, [&](auto t) {
       using T = decltype(t);
       dispatch_unary(op, [&](auto k) {
         unary_bwd_strided_loop<T, decltype(k)::value>(x, y, dy, dx, static_cast<T>(alpha));
@@ -380,7 +380,7 @@ struct CpuPointwise final : PointwiseKernels {
           });
         });
       });
-    by_dtype(out.dtype, [&](auto t) {
+    pw_by_dtype(out.dtype, [&](auto t) {
       using T = decltype(t);
       dispatch_binary(op, [&](auto k) {
         zip_broadcast<T>(out, a, b, [](T x, T y) { return pw::binary_fwd<decltype(k)::value, T>(x, y); });
@@ -395,7 +395,7 @@ struct CpuPointwise final : PointwiseKernels {
           return S(pw::div_rhs_grad<float>(static_cast<float>(gg), static_cast<float>(x), static_cast<float>(y)));
         });
       });
-    by_dtype(out.dtype, [&](auto t) {
+    pw_by_dtype(out.dtype, [&](auto t) {
       using T = decltype(t);
       zip3_broadcast<T>(out, g, a, b, [](T gg, T x, T y) { return pw::div_rhs_grad<T>(gg, x, y); });
     });

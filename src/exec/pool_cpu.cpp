@@ -19,7 +19,7 @@ using storage::from_double;
 using storage::to_double;
 using storage::to_work;
 
-index_t vol(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
+index_t pool_vol(const std::array<index_t, 3>& e) { return e[0] * e[1] * e[2]; }
 
 /// Window [lo, hi) of output o in one dim, clipped to the input, and its unclipped extent.
 struct Window {
@@ -45,8 +45,8 @@ inline double padded_count(const PoolGeometry& g, index_t o0, index_t o1, index_
 
 template <class T>
 void avg_forward(const PoolGeometry& g, const T* x, T* y) {
-  const index_t pin = vol(g.in), pout = vol(g.out), rows = g.planes * g.out[0] * g.out[1];
-  const double full = static_cast<double>(vol(g.kernel));
+  const index_t pin = pool_vol(g.in), pout = pool_vol(g.out), rows = g.planes * g.out[0] * g.out[1];
+  const double full = static_cast<double>(pool_vol(g.kernel));
   const bool clip = clips_divisor(g);
 #pragma omp parallel for schedule(static) if (g.planes * pout > (1 << 14))
   for (index_t r = 0; r < rows; ++r) {
@@ -81,8 +81,8 @@ inline Window covering(const PoolGeometry& g, int d, index_t i) {
 template <class T>
 void avg_backward(const PoolGeometry& g, const T* gy, T* gx) {
   // Gather form: every input cell sums gy / divisor over the windows covering it (race-free).
-  const index_t pin = vol(g.in), pout = vol(g.out), rows = g.planes * g.in[0] * g.in[1];
-  const double full = static_cast<double>(vol(g.kernel));
+  const index_t pin = pool_vol(g.in), pout = pool_vol(g.out), rows = g.planes * g.in[0] * g.in[1];
+  const double full = static_cast<double>(pool_vol(g.kernel));
   const bool clip = clips_divisor(g);
   auto count = [&](int d, index_t o) {
     const Window w = window(g, d, o);
@@ -113,7 +113,7 @@ void avg_backward(const PoolGeometry& g, const T* gy, T* gx) {
 
 template <class T>
 void max_forward(const PoolGeometry& g, const T* x, T* y, std::int64_t* idx) {
-  const index_t pin = vol(g.in), pout = vol(g.out), rows = g.planes * g.out[0] * g.out[1];
+  const index_t pin = pool_vol(g.in), pout = pool_vol(g.out), rows = g.planes * g.out[0] * g.out[1];
 #pragma omp parallel for schedule(static) if (g.planes * pout > (1 << 14))
   for (index_t r = 0; r < rows; ++r) {
     const index_t pl = r / (g.out[0] * g.out[1]), o0 = (r / g.out[1]) % g.out[0], o1 = r % g.out[1];
@@ -146,7 +146,7 @@ void max_forward(const PoolGeometry& g, const T* x, T* y, std::int64_t* idx) {
 template <class T>
 void max_backward(const PoolGeometry& g, const T* gy, const std::int64_t* idx, T* gx) {
   using W = storage::work_t<T>;
-  const index_t pin = vol(g.in), pout = vol(g.out);
+  const index_t pin = pool_vol(g.in), pout = pool_vol(g.out);
   bool bad = false;
 #pragma omp parallel reduction(|| : bad) if (g.planes > 1 && g.planes * pout > (1 << 14))
   {

@@ -17,7 +17,7 @@ SHARD_KEEP_CPU_TABLE(reduce);
 namespace {
 
 /// The table for the context's device (operand `b` must be on it, of a supported dtype).
-const ReduceKernels& table(const Block& b, const char* op, const ExecContext& ctx) {
+const ReduceKernels& reduce_table(const Block& b, const char* op, const ExecContext& ctx) {
   return detail::front_table<ReduceKernels>(op, b.dtype, b.device, ctx);
 }
 void check_main(const Block& x, const char* op, const char* what) {
@@ -73,7 +73,7 @@ void reduce_sum(const Block& x, const Block& out, double scale, ExecContext& ctx
   const char* op = "sum";
   check_like(out, x, x.dtype, op, "result");
   check_keepdim(x, out, op, "result");
-  const auto& tab = table(x, op, ctx);
+  const auto& tab = reduce_table(x, op, ctx);
   const Block xr = reduced_input(x, tab, op, ctx);
   if (out.numel() == 0) return;
   tab.reduce_sum(xr, out, scale, ctx);
@@ -89,7 +89,7 @@ void reduce_max(const Block& x, const Block& out, ExecContext& ctx) {
   const char* op = "max";
   check_like(out, x, x.dtype, op, "result");
   check_keepdim(x, out, op, "result");
-  const auto& tab = table(x, op, ctx);
+  const auto& tab = reduce_table(x, op, ctx);
   const Block xr = reduced_input(x, tab, op, ctx);
   if (out.numel() == 0) return;
   tab.reduce_max(xr, out, ctx);
@@ -107,7 +107,7 @@ void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext
   check_like(g, gx, gx.dtype, op, "gradient");
   check_keepdim(gx, g, op, "gradient");
   if (gx.numel() == 0) return;
-  table(gx, op, ctx).broadcast_scaled(g, gx, scale, ctx);
+  reduce_table(gx, op, ctx).broadcast_scaled(g, gx, scale, ctx);
 }
 void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "reduce", "max_ties", &ctx);
@@ -122,7 +122,7 @@ void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext& ct
   check_like(ties, x, DType::f64, op, "tie counts");
   check_keepdim(x, m, op, "maximum");
   check_same_shape(m, ties, op, "tie counts");
-  const auto& tab = table(x, op, ctx);
+  const auto& tab = reduce_table(x, op, ctx);
   const Block xr = reduced_input(x, tab, op, ctx);
   if (m.numel() == 0) return;
   tab.max_ties(xr, m, ties, ctx);
@@ -147,7 +147,7 @@ void max_backward(const Block& x, const Block& m, const Block& g, const Block& t
   SHARD_CHECK(gx.shape_vec() == x.shape_vec(), op, "input gradient has shape {}, expected {}", gx.shape_vec(),
               x.shape_vec());
   if (x.numel() == 0) return;
-  const auto& tab = table(x, op, ctx);
+  const auto& tab = reduce_table(x, op, ctx);
   tab.max_backward(reduced_input(x, tab, op, ctx), m, g, ties, gx, ctx);
 }
 
@@ -160,7 +160,7 @@ double sum_all(const Block& x, ExecContext& ctx) {
   }
   check_main(x, "sum", "input");
   if (x.numel() == 0) return 0;
-  return table(x, "sum", ctx).global_sum(0, x.dtype, x.numel(), x.data, nullptr, ctx);
+  return reduce_table(x, "sum", ctx).global_sum(0, x.dtype, x.numel(), x.data, nullptr, ctx);
 }
 double dot(const Block& a, const Block& b, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "reduce", "dot", &ctx);
@@ -173,7 +173,7 @@ double dot(const Block& a, const Block& b, ExecContext& ctx) {
   check_like(b, a, a.dtype, "dot", "rhs");
   check_same_shape(a, b, "dot", "rhs");
   if (a.numel() == 0) return 0;
-  return table(a, "dot", ctx).global_sum(1, a.dtype, a.numel(), a.data, b.data, ctx);
+  return reduce_table(a, "dot", ctx).global_sum(1, a.dtype, a.numel(), a.data, b.data, ctx);
 }
 double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "reduce", "sq_diff_sum", &ctx);
@@ -188,16 +188,16 @@ double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
     check_strided(b, a, a.dtype, "mse_loss", "target");
     if (a.numel() == 0) return 0;
     double s = 0;
-    if (table(a, "mse_loss", ctx).sq_diff_sum_strided(a, b, s, ctx)) return s;
+    if (reduce_table(a, "mse_loss", ctx).sq_diff_sum_strided(a, b, s, ctx)) return s;
     const Block ac = a.is_contiguous() ? a : detail::materialize(a, ctx);
     const Block bc = b.is_contiguous() ? b : detail::materialize(b, ctx);
-    return table(a, "mse_loss", ctx).global_sum(2, a.dtype, a.numel(), ac.data, bc.data, ctx);
+    return reduce_table(a, "mse_loss", ctx).global_sum(2, a.dtype, a.numel(), ac.data, bc.data, ctx);
   }
   check_main(a, "mse_loss", "pred");
   check_like(b, a, a.dtype, "mse_loss", "target");
   check_same_shape(a, b, "mse_loss", "target");
   if (a.numel() == 0) return 0;
-  return table(a, "mse_loss", ctx).global_sum(2, a.dtype, a.numel(), a.data, b.data, ctx);
+  return reduce_table(a, "mse_loss", ctx).global_sum(2, a.dtype, a.numel(), a.data, b.data, ctx);
 }
 
 void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
@@ -219,10 +219,10 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
       check_same_shape(p, gt, op, "target gradient");
     }
     if (p.numel() == 0) return;
-    if (table(p, op, ctx).mse_backward_strided(scale, p, t, gp, gt, ctx)) return;
+    if (reduce_table(p, op, ctx).mse_backward_strided(scale, p, t, gp, gt, ctx)) return;
     const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
     const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
-    table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), pc.data, tc.data, gp.data, gt.data, ctx);
+    reduce_table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), pc.data, tc.data, gp.data, gt.data, ctx);
     return;
   }
   check_main(p, op, "pred");
@@ -235,7 +235,7 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
     check_same_shape(p, gt, op, "target gradient");
   }
   if (p.numel() == 0) return;
-  table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
+  reduce_table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
 }
 void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_sums", &ctx);
@@ -252,10 +252,10 @@ void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_s
     SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
                 "{} elements do not split into {} samples", p.numel(), samples);
     if (samples == 0) return;
-    if (table(p, op, ctx).rel_l2_sums_strided(p, t, samples, host_sums, ctx)) return;
+    if (reduce_table(p, op, ctx).rel_l2_sums_strided(p, t, samples, host_sums, ctx)) return;
     const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
     const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
-    table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_sums, ctx);
+    reduce_table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_sums, ctx);
     return;
   }
   check_main(p, op, "pred");
@@ -264,7 +264,7 @@ void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_s
   SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
               "{} elements do not split into {} samples", p.numel(), samples);
   if (samples == 0) return;
-  table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, p.data, t.data, host_sums, ctx);
+  reduce_table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, p.data, t.data, host_sums, ctx);
 }
 void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
                      const Block& gt, ExecContext& ctx) {
@@ -286,10 +286,10 @@ void rel_l2_backward(const Block& p, const Block& t, index_t samples, const doub
     SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
                 "{} elements do not split into {} samples", p.numel(), samples);
     if (samples == 0) return;
-    if (table(p, op, ctx).rel_l2_backward_strided(p, t, samples, host_coef, gp, gt, ctx)) return;
+    if (reduce_table(p, op, ctx).rel_l2_backward_strided(p, t, samples, host_coef, gp, gt, ctx)) return;
     const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
     const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
-    table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_coef, gp.data,
+    reduce_table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_coef, gp.data,
                                         gt.data, ctx);
     return;
   }
@@ -303,7 +303,7 @@ void rel_l2_backward(const Block& p, const Block& t, index_t samples, const doub
   SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
               "{} elements do not split into {} samples", p.numel(), samples);
   if (samples == 0) return;
-  table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, p.data, t.data, host_coef, gp.data,
+  reduce_table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, p.data, t.data, host_coef, gp.data,
                                       gt.data, ctx);
 }
 

@@ -11,9 +11,9 @@
 namespace shard::exec {
 namespace {
 
-constexpr index_t kParallelMin = index_t{1} << 16;
+constexpr index_t kReduceParallelMin = index_t{1} << 16;
 
-template <class F> void by_dtype(DType dt, F&& f) {
+template <class F> void reduce_by_dtype(DType dt, F&& f) {
   if (dt == DType::f64) f(double{});
   else f(float{});
 }
@@ -120,7 +120,7 @@ bool sum_rows_in_lanes(const Block& x, const Block::Extents& st, const T* px, st
 struct CpuReduce final : ReduceKernels {
   bool takes_strided_input() const override { return true; }
   void reduce_sum(const Block& x, const Block& out, double scale, ExecContext&) const override {
-    by_dtype(x.dtype, [&](auto tag) {
+    reduce_by_dtype(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* px = static_cast<const T*>(x.data);
       std::vector<double> acc(static_cast<std::size_t>(out.numel()), 0.0);
@@ -132,7 +132,7 @@ struct CpuReduce final : ReduceKernels {
     });
   }
   void reduce_max(const Block& x, const Block& out, ExecContext&) const override {
-    by_dtype(x.dtype, [&](auto tag) {
+    reduce_by_dtype(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* px = static_cast<const T*>(x.data);
       T* po = static_cast<T*>(out.data);
@@ -141,7 +141,7 @@ struct CpuReduce final : ReduceKernels {
     });
   }
   void broadcast_scaled(const Block& g, const Block& gx, double scale, ExecContext&) const override {
-    by_dtype(g.dtype, [&](auto tag) {
+    reduce_by_dtype(g.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T f = static_cast<T>(scale);
       const T* pg = static_cast<const T*>(g.data);
@@ -150,7 +150,7 @@ struct CpuReduce final : ReduceKernels {
     });
   }
   void max_ties(const Block& x, const Block& m, const Block& ties, ExecContext&) const override {
-    by_dtype(x.dtype, [&](auto tag) {
+    reduce_by_dtype(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* px = static_cast<const T*>(x.data);
       const T* pm = static_cast<const T*>(m.data);
@@ -163,7 +163,7 @@ struct CpuReduce final : ReduceKernels {
   }
   void max_backward(const Block& x, const Block& m, const Block& g, const Block& ties, const Block& gx,
                     ExecContext&) const override {
-    by_dtype(x.dtype, [&](auto tag) {
+    reduce_by_dtype(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* px = static_cast<const T*>(x.data);
       const T* pm = static_cast<const T*>(m.data);
@@ -177,19 +177,19 @@ struct CpuReduce final : ReduceKernels {
   }
   double global_sum(int kind, DType dt, index_t n, const void* a, const void* b, ExecContext&) const override {
     double s = 0;
-    by_dtype(dt, [&](auto tag) {
+    reduce_by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(a);
       const T* y = static_cast<const T*>(b);
       double acc = 0;
       if (kind == 0) {
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kParallelMin)
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kReduceParallelMin)
         for (index_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]);
       } else if (kind == 1) {
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kParallelMin)
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kReduceParallelMin)
         for (index_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(y[i]);
       } else {
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kParallelMin)
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > kReduceParallelMin)
         for (index_t i = 0; i < n; ++i) {
           const double d = static_cast<double>(x[i]) - static_cast<double>(y[i]);
           acc += d * d;
@@ -201,17 +201,17 @@ struct CpuReduce final : ReduceKernels {
   }
   void mse_backward(double scale, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
                     ExecContext&) const override {
-    by_dtype(dt, [&](auto tag) {
+    reduce_by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
       const T c = static_cast<T>(scale);
       const T* pp = static_cast<const T*>(p);
       const T* pt = static_cast<const T*>(t);
       T* o = static_cast<T*>(gp);
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+#pragma omp parallel for simd schedule(static) if (n > kReduceParallelMin)
       for (index_t i = 0; i < n; ++i) o[i] = c * (pp[i] - pt[i]);
       if (gt) {
         T* ot = static_cast<T*>(gt);
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+#pragma omp parallel for simd schedule(static) if (n > kReduceParallelMin)
         for (index_t i = 0; i < n; ++i) ot[i] = -o[i];
       }
     });
@@ -221,11 +221,11 @@ struct CpuReduce final : ReduceKernels {
     const index_t inner = detail::row_extent(a), rows = inner ? a.numel() / inner : 0;
     const index_t sa = detail::row_step(a), sb = detail::row_step(b);
     double acc = 0;
-    by_dtype(a.dtype, [&](auto tag) {
+    reduce_by_dtype(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* pa = static_cast<const T*>(a.data);
       const T* pb = static_cast<const T*>(b.data);
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (rows * inner > kParallelMin)
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (rows * inner > kReduceParallelMin)
       for (index_t r = 0; r < rows; ++r) {
         const T* x = pa + row_offset(a, r);
         const T* y = pb + row_offset(b, r);
@@ -253,14 +253,14 @@ struct CpuReduce final : ReduceKernels {
     using detail::row_offset;
     const index_t inner = detail::row_extent(p), rows = inner ? p.numel() / inner : 0;
     const index_t sp = detail::row_step(p), st = detail::row_step(t);
-    by_dtype(p.dtype, [&](auto tag) {
+    reduce_by_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T c = static_cast<T>(scale);
       const T* pp = static_cast<const T*>(p.data);
       const T* pt = static_cast<const T*>(t.data);
       T* o = static_cast<T*>(gp.data);
       T* ot = static_cast<T*>(gt.data);
-#pragma omp parallel for schedule(static) if (rows * inner > kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * inner > kReduceParallelMin)
       for (index_t r = 0; r < rows; ++r) {
         const T* x = pp + row_offset(p, r);
         const T* y = pt + row_offset(t, r);
@@ -286,7 +286,7 @@ struct CpuReduce final : ReduceKernels {
     const index_t inner = detail::row_extent(p), rows = inner ? p.numel() / inner : 0;
     if (p.rank < 2 || rows % samples != 0) return false;
     const index_t per = rows / samples, sp = detail::row_step(p), st = detail::row_step(t);
-    by_dtype(p.dtype, [&](auto tag) {
+    reduce_by_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
       for (index_t s = 0; s < samples; ++s) {
         double a = 0, b = 0;
@@ -310,7 +310,7 @@ struct CpuReduce final : ReduceKernels {
     const index_t inner = detail::row_extent(p), rows = inner ? p.numel() / inner : 0;
     if (p.rank < 2 || rows % samples != 0) return false;
     const index_t per = rows / samples, sp = detail::row_step(p), st = detail::row_step(t);
-    by_dtype(p.dtype, [&](auto tag) {
+    reduce_by_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
       for (index_t r = 0; r < rows; ++r) {
         const double cp = coef[2 * (r / per)], ct = coef[2 * (r / per) + 1];
@@ -329,7 +329,7 @@ struct CpuReduce final : ReduceKernels {
   }
   void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* sums,
                    ExecContext&) const override {
-    by_dtype(dt, [&](auto tag) {
+    reduce_by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
       for (index_t s = 0; s < samples; ++s) {
         double a = 0, b = 0;
@@ -347,7 +347,7 @@ struct CpuReduce final : ReduceKernels {
   }
   void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t, const double* coef,
                        void* gp, void* gt, ExecContext&) const override {
-    by_dtype(dt, [&](auto tag) {
+    reduce_by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
       for (index_t s = 0; s < samples; ++s) {
         const double cp = coef[2 * s], ct = coef[2 * s + 1];

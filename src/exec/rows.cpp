@@ -13,7 +13,7 @@ SHARD_KEEP_CPU_TABLE(rows);
 
 namespace {
 
-void check_matrix(const char* op, const char* what, const Block& b, DType dt, index_t rows, index_t width,
+void check_rows_matrix(const char* op, const char* what, const Block& b, DType dt, index_t rows, index_t width,
                   const ExecContext& ctx) {
   const bool shape_ok = (b.rank == 2 && b.shape[0] == rows && b.shape[1] == width) ||
                         (b.rank == 1 && width == 1 && b.shape[0] == rows);
@@ -26,7 +26,7 @@ void check_geometry(const char* op, const RowsGeometry& g) {
               g.n_src, g.n_index, g.width);
 }
 
-const RowsKernels& table(const char* op, const ExecContext& ctx) {
+const RowsKernels& rows_table(const char* op, const ExecContext& ctx) {
   return kernels_for<RowsKernels>(ctx.device(), op);
 }
 
@@ -36,10 +36,10 @@ void rows_gather(const RowsGeometry& g, const Block& src, const Block& index, co
   SHARD_PROFILE_SCOPE("op", "rows", "gather", &ctx);
   const char* op = "rows_gather";
   check_geometry(op, g);
-  check_matrix(op, "src", src, src.dtype, g.n_src, g.width, ctx);
-  check_matrix(op, "dst", dst, src.dtype, g.n_index, g.width, ctx);
-  check_matrix(op, "index", index, DType::i64, g.n_index, 1, ctx);
-  const auto& t = table(op, ctx);
+  check_rows_matrix(op, "src", src, src.dtype, g.n_src, g.width, ctx);
+  check_rows_matrix(op, "dst", dst, src.dtype, g.n_index, g.width, ctx);
+  check_rows_matrix(op, "index", index, DType::i64, g.n_index, 1, ctx);
+  const auto& t = rows_table(op, ctx);
   if (g.n_index == 0 || g.width == 0) return;
   shard::detail::bump_version(dst.owner);
   t.gather(src.element_bytes(), g, src.data, static_cast<const index_t*>(index.data), dst.data, ctx);
@@ -53,10 +53,10 @@ void rows_scatter_add(const RowsGeometry& g, const Block& src, const Block& inde
   DType dt = dst.dtype;
   SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || dt == DType::i64 || dt == DType::c64 || dt == DType::c128, op,
               "dtype {} not supported (f32, f64, i64, c64, c128)", dt);
-  check_matrix(op, "src", src, dt, g.n_index, g.width, ctx);
-  check_matrix(op, "dst", dst, dt, g.n_src, g.width, ctx);
-  check_matrix(op, "index", index, DType::i64, g.n_index, 1, ctx);
-  const auto& t = table(op, ctx);
+  check_rows_matrix(op, "src", src, dt, g.n_index, g.width, ctx);
+  check_rows_matrix(op, "dst", dst, dt, g.n_src, g.width, ctx);
+  check_rows_matrix(op, "index", index, DType::i64, g.n_index, 1, ctx);
+  const auto& t = rows_table(op, ctx);
   if (g.n_index == 0 || g.width == 0) return;
   RowsGeometry gg = g;
   if (dt == DType::c64 || dt == DType::c128) {

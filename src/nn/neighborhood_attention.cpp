@@ -126,7 +126,7 @@ Block kernel_operand(const Block& t, ExecContext& ctx) {
   return c;
 }
 
-Block empty_like(const Block& b) { return Block::allocate(b.dtype, b.device, b.shape.data(), b.rank); }
+Block nbhd_empty_like(const Block& b) { return Block::allocate(b.dtype, b.device, b.shape.data(), b.rank); }
 
 }  // namespace
 
@@ -154,10 +154,10 @@ NbhdGrads neighborhood_attention_backward(const NbhdPlan& p, const DistSpec& ks,
                                           const NbhdSaved& saved, const Block& out, const Block& lse, const Block& dout,
                                           bool need_dq, bool need_dk, bool need_dv, ExecContext& ctx) {
   NbhdGrads d;
-  if (need_dq) d.dq = empty_like(saved.q);
-  if (need_dk) d.dk = empty_like(saved.kx);
+  if (need_dq) d.dq = nbhd_empty_like(saved.q);
+  if (need_dk) d.dk = nbhd_empty_like(saved.kx);
   if (need_dv) {
-    d.dv = empty_like(saved.vx);
+    d.dv = nbhd_empty_like(saved.vx);
   }
   auto kernel = [&](const Block* a, const Block* b, const Block* c) {
     exec::nbhd_attention_backward(p.geom, saved.q, saved.kx, saved.vx, out, dout, lse, a, b, c, ctx);

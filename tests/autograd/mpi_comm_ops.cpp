@@ -12,6 +12,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_autograd_mpi_comm_ops {
+
 using namespace shard;
 using autograd::Var;
 using Catch::Matchers::ContainsSubstring;
@@ -321,3 +323,5 @@ TEST_CASE("a stencil node on the halo plan is one node; bad halos and bad gradie
     CHECK_THAT(error_of([&] { L.backward(); }), ContainsSubstring("gradient of the extended block has shape"));
   });
 }
+
+}  // namespace st_autograd_mpi_comm_ops

@@ -10,6 +10,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_autograd_mpi_redistribute_grad {
+
 using namespace shard;
 using autograd::Var;
 using shard::test::for_each_comm_size;
@@ -190,3 +192,5 @@ TEST_CASE("autograd::redistribute on 2-D meshes: every pair of placements", "[au
       },
       2);
 }
+
+}  // namespace st_autograd_mpi_redistribute_grad

@@ -12,6 +12,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_autograd_mpi_saved_versions {
+
 using namespace shard;
 using autograd::Var;
 using Catch::Matchers::ContainsSubstring;
@@ -121,3 +123,5 @@ TEST_CASE("user views are snapshotted by default: overwriting them after forward
     }
   });
 }
+
+}  // namespace st_autograd_mpi_saved_versions

@@ -11,6 +11,8 @@
 #include <shardtensor/exec/box.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_autograd_test_saved_versions {
+
 using namespace shard;
 using autograd::Var;
 using V4 = Var<double, 4>;
@@ -175,3 +177,5 @@ TEST_CASE("a modified output saved by its op is refused too", "[autograd][versio
   y.value().local().fill(1.0);
   CHECK_THROWS_WITH(loss.backward(), ContainsSubstring("modified in place"));
 }
+
+}  // namespace st_autograd_test_saved_versions

@@ -4,6 +4,8 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_autograd_test_tape {
+
 using namespace shard;
 using autograd::Var;
 using V1 = Var<double, 1>;
@@ -89,3 +91,5 @@ TEST_CASE("a leaf loss receives the seed gradient", "[autograd]") {
   s.backward();
   CHECK(s.grad().local()(0) == 1.0);
 }
+
+}  // namespace st_autograd_test_tape

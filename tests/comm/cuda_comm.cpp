@@ -10,6 +10,8 @@
 
 #include "comm/collective_suite.hpp"
 
+namespace st_comm_cuda_comm {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -74,3 +76,5 @@ TEST_CASE("make_device_comm at one rank: NCCL, and errors for a bad device", "[c
   CHECK_THROWS_WITH(make_device_comm(base, Device::cuda(bad)), ContainsSubstring("make_device_comm"));
   CHECK(make_device_comm(base, Device::cpu()) == base);
 }
+
+}  // namespace st_comm_cuda_comm

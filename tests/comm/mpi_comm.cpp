@@ -8,6 +8,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_comm_mpi_comm {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -327,3 +329,5 @@ TEST_CASE("a point-to-point message of another size than expected is a shard::Er
       },
       2);
 }
+
+}  // namespace st_comm_mpi_comm

@@ -12,6 +12,8 @@
 #include "comm/collective_suite.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_comm_mpi_cuda_comm {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -87,3 +89,5 @@ TEST_CASE("ranks sharing a GPU: fallback, or shard::Error on every rank when it 
     c->barrier();
   });
 }
+
+}  // namespace st_comm_mpi_cuda_comm

@@ -13,6 +13,8 @@
 #include "comm/fake_device_runtime.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_comm_mpi_device_staging {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -189,3 +191,5 @@ TEST_CASE("make_device_comm: ranks sharing a GPU fall back to the host communica
     c->barrier();
   });
 }
+
+}  // namespace st_comm_mpi_device_staging

@@ -8,6 +8,8 @@
 #include "comm/collective_suite.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_comm_mpi_watchdog {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -82,3 +84,5 @@ TEST_CASE("watchdog: a timeout set after the mesh exists reaches its sub-communi
     CHECK(grand->timeout() == 0.0);
   });
 }
+
+}  // namespace st_comm_mpi_watchdog

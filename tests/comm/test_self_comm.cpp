@@ -5,6 +5,8 @@
 #include <numeric>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_comm_test_self_comm {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -117,3 +119,5 @@ TEST_CASE("SelfComm errors name the op", "[comm][self][errors]") {
   CHECK_THROWS_WITH(c.check_all(false, "myop", "bad thing"),
                     ContainsSubstring("myop") && ContainsSubstring("bad thing") && ContainsSubstring("rank 0 of 1"));
 }
+
+}  // namespace st_comm_test_self_comm

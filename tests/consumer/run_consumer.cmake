@@ -7,7 +7,8 @@
 #                     with the CUDA toolkit hidden (no nvcc on PATH, CUDAToolkit_ROOT at an empty
 #                     directory, the toolkit's prefixes ignored); check that neither the program nor
 #                     libshardtensor.so needs a CUDA library (readelf -d) and run it
-#   -DMODE=subdir   : build the consumer with add_subdirectory(SOURCE_DIR)
+#   -DMODE=subdir   : build the consumer with add_subdirectory(SOURCE_DIR); the library as one unity
+#                     TU (fastest at -O0, and it proves the library's private names do not collide)
 # Other inputs: SOURCE_DIR WORK_DIR GENERATOR BUILD_TYPE CXX_COMPILER ENABLE_MPI ENABLE_CUDA
 # ENABLE_NCCL CUDA_ARCHITECTURES JOBS MPIEXEC MPIEXEC_NUMPROC_FLAG MPIEXEC_FLAGS (space-separated) NP
 # PREFIX (cpu_only) CUDA_ROOTS (cpu_only: toolkit directories to hide, ;-separated) INSTALL_FROM
@@ -186,7 +187,8 @@ elseif(MODE STREQUAL "cpu_only")
        -DCMAKE_PREFIX_PATH=${PREFIX})
 elseif(MODE STREQUAL "subdir")
   step("configure consumer" ${CMAKE_COMMAND} -S "${_consumer_src}" -B "${WORK_DIR}/consumer-build" ${_common}
-       ${_feature_flags} ${_launcher} -DSHARDTENSOR_CONSUMER_MODE=subdir -DSHARDTENSOR_SOURCE_DIR=${SOURCE_DIR})
+       ${_feature_flags} ${_launcher} -DSHARDTENSOR_CONSUMER_MODE=subdir -DSHARDTENSOR_SOURCE_DIR=${SOURCE_DIR}
+       -DSHARDTENSOR_UNITY_BUILD=ON -DSHARDTENSOR_UNITY_BATCH_SIZE=0)
 else()
   message(FATAL_ERROR "run_consumer.cmake: MODE must be package or subdir, not '${MODE}'")
 endif()

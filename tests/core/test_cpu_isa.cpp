@@ -10,6 +10,8 @@
 #include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/core/error.hpp"
 
+namespace st_core_test_cpu_isa {
+
 using namespace shard;
 
 TEST_CASE("cpu_isa parses the three levels and refuses anything else", "[core][isa]") {
@@ -89,3 +91,5 @@ TEST_CASE("cpu_bf16 is the requested unit capped at the CPU's, else the automati
     CHECK(now == hw);
   }
 }
+
+}  // namespace st_core_test_cpu_isa

@@ -6,6 +6,8 @@
 #include <limits>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_core_test_dtype {
+
 using namespace shard;
 
 static_assert(dtype_size(DType::f32) == 4 && dtype_size(DType::f64) == 8 && dtype_size(DType::bf16) == 2 &&
@@ -116,3 +118,5 @@ TEST_CASE("bf16: round trips and round-to-nearest-even", "[core][dtype][bf16]") 
     CHECK(std::abs(y - x) <= std::ldexp(std::abs(x), -8));
   }
 }
+
+}  // namespace st_core_test_dtype

@@ -5,6 +5,8 @@
 
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_core_test_error {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 using Catch::Matchers::StartsWith;
@@ -50,3 +52,5 @@ TEST_CASE("device tags", "[core][device]") {
   CHECK_FALSE(Device::cuda(0) == Device::cuda(1));
   if (!cuda_compiled()) CHECK(cuda_device_count() == 0);
 }
+
+}  // namespace st_core_test_error

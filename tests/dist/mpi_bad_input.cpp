@@ -6,6 +6,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_bad_input {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -175,3 +177,5 @@ TEST_CASE("other bad input: distribute root out of range, mismatched meshes", "[
     check_in_step(comm);
   });
 }
+
+}  // namespace st_dist_mpi_bad_input

@@ -16,6 +16,8 @@
 #include "support/mpi_harness.hpp"
 #include "support/tolerance.hpp"
 
+namespace st_dist_mpi_cheap_checks {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -172,3 +174,5 @@ TEST_CASE("cheap checks ride on the collectives the ops make anyway", "[consiste
       },
       2);
 }
+
+}  // namespace st_dist_mpi_cheap_checks

@@ -16,6 +16,8 @@
 #include "dist/counting_comm.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_collective_check {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -275,3 +277,5 @@ TEST_CASE("consistency: the mode costs one allgather per checked call, nothing w
     check_in_step(comm);
   });
 }
+
+}  // namespace st_dist_mpi_collective_check

@@ -11,6 +11,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_complex {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -193,3 +195,5 @@ TEST_CASE("complex halo exchange and adjoint equal those of the real and imagina
     }
   });
 }
+
+}  // namespace st_dist_mpi_complex

@@ -8,6 +8,8 @@
 #include "dist/counting_comm.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_dist_tensor {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -307,3 +309,5 @@ TEST_CASE("redistribute_plan and counted communication per transition", "[dist][
       },
       4, 4);
 }
+
+}  // namespace st_dist_mpi_dist_tensor

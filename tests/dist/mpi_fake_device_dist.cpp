@@ -17,6 +17,8 @@
 #include "support/fake_cuda_backend.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_fake_device_dist {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -367,3 +369,5 @@ TEST_CASE("fake device: halo exchange and adjoint, every boundary mode, equal th
     }
   });
 }
+
+}  // namespace st_dist_mpi_fake_device_dist

@@ -9,6 +9,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_fill_ghosts {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 using shard::test::error_of;
@@ -171,3 +173,5 @@ TEST_CASE("fill_ghosts refuses a wrongly shaped ghosted array on every rank", "[
     CHECK_THAT(err2, ContainsSubstring("fill_ghosts"));
   });
 }
+
+}  // namespace st_dist_mpi_fill_ghosts

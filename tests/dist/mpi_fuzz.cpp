@@ -23,6 +23,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_dist_mpi_fuzz {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -317,3 +319,5 @@ TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool: righ
                 static_cast<unsigned long long>(seed), stats[1], stats[2]);
   CHECK(ran > 0);
 }
+
+}  // namespace st_dist_mpi_fuzz

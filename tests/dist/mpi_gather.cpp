@@ -10,6 +10,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_gather {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -165,3 +167,5 @@ TEST_CASE("gather_to keeps non-root memory O(local); bad roots are refused on ev
     CHECK_THROWS_AS((DistTensor<double, 2>::scatter_from(g, p, mesh, {Shard(0)})), shard::Error);
   });
 }
+
+}  // namespace st_dist_mpi_gather

@@ -10,6 +10,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_halo {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 using shard::test::error_of;
@@ -329,3 +331,5 @@ TEST_CASE("bad halos throw shard::Error on every rank, before any communication"
           0.0);
   });
 }
+
+}  // namespace st_dist_mpi_halo

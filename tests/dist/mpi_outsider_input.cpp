@@ -13,6 +13,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_outsider_input {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -121,3 +123,5 @@ TEST_CASE("window ops refuse parameters whose derived extents would overflow int
     CHECK_NOTHROW(F::sum(y).backward());
   });
 }
+
+}  // namespace st_dist_mpi_outsider_input

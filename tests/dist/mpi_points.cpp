@@ -16,6 +16,8 @@
 #include "shardtensor/exec/neighbors.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_points {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -454,3 +456,5 @@ TEST_CASE("neighbour queries refuse bad input on every rank", "[points][errors][
     in_step();
   });
 }
+
+}  // namespace st_dist_mpi_points

@@ -10,6 +10,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_redistribute {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -298,3 +300,5 @@ TEST_CASE("redistribute: tensors of rank 0, 1 and 3", "[dist][redistribute][mpi]
     }
   });
 }
+
+}  // namespace st_dist_mpi_redistribute

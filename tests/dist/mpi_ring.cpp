@@ -8,6 +8,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_ring {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -131,3 +133,5 @@ TEST_CASE("ring_shift of a sharded tensor delivers the previous rank's block", "
     CHECK(max_rel_diff(back, full.narrow(0, bn.lo[0], bn.len[0]).contiguous()) == 0.0);
   });
 }
+
+}  // namespace st_dist_mpi_ring

@@ -14,6 +14,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_dist_mpi_row_exchange {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -224,3 +226,5 @@ TEST_CASE("check_in_partition names the rank and the count, on every rank", "[po
                ContainsSubstring("rank 0: ") && ContainsSubstring("NaN"));
   });
 }
+
+}  // namespace st_dist_mpi_row_exchange

@@ -4,6 +4,8 @@
 
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_dist_test_dist_spec {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -99,3 +101,5 @@ TEST_CASE("local redistribution of a large strided user view (the multithreaded 
   CHECK(max_rel_diff(moved.local(), interior) == 0.0);
   CHECK(max_rel_diff(moved.redistribute({Partial(ReduceOp::max)}).full_tensor(), interior) == 0.0);
 }
+
+}  // namespace st_dist_test_dist_spec

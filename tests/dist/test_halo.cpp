@@ -6,6 +6,8 @@
 #include <shardtensor/dist/halo.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
+namespace st_dist_test_halo {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -77,3 +79,5 @@ TEST_CASE("a zero halo is a copy; rank-1 and float work; validation messages", "
   CHECK(halo_exchange(empty, HaloSpec::symmetric({0}, Boundary::zero)).numel() == 0);
   CHECK_THROWS_AS(halo_exchange(empty, HaloSpec::symmetric({1}, Boundary::replicate)), shard::Error);
 }
+
+}  // namespace st_dist_test_halo

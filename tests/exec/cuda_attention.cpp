@@ -16,6 +16,8 @@
 #include "shardtensor/exec/attention.hpp"
 #include "support/attention_reference.hpp"
 
+namespace st_exec_cuda_attention {
+
 using namespace shard;
 
 namespace {
@@ -282,3 +284,5 @@ TEST_CASE("CUDA attention merge equals the whole, and oversized head dims are er
                                           lb<float>(d0, L.p, 4), gpu),
                   Error);
 }
+
+}  // namespace st_exec_cuda_attention

@@ -13,6 +13,8 @@
 
 #include "exec/device_runtime.hpp"
 
+namespace st_exec_cuda_device_runtime {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -136,3 +138,5 @@ TEST_CASE("cuBLAS: loaded on the first GEMM on a GPU and not at start-up", "[cud
   for (int i = 0; i < 4; ++i) CHECK(c[i] == want[i]);
   CHECK(mapped("libcublas"));
 }
+
+}  // namespace st_exec_cuda_device_runtime

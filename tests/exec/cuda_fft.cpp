@@ -16,6 +16,8 @@
 #include "exec/device_runtime.hpp"
 #include "shardtensor/exec/fft.hpp"
 
+namespace st_exec_cuda_fft {
+
 using namespace shard;
 using exec::FftGeometry;
 using exec::FftKind;
@@ -195,3 +197,5 @@ TEST_CASE("CUDA fft: a context on its own stream", "[cuda][exec][fft]") {
   }
   rt.destroy_stream(st, 0);
 }
+
+}  // namespace st_exec_cuda_fft

@@ -20,6 +20,8 @@
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/exec/gemm.hpp"
 
+namespace st_exec_cuda_lowp_libraries {
+
 using namespace shard;
 
 namespace {
@@ -173,3 +175,5 @@ TEMPLATE_TEST_CASE("cuda conv: bf16 / f16 storage through cuDNN with f32 accumul
     CHECK(rw <= 1.0);
   }
 }
+
+}  // namespace st_exec_cuda_lowp_libraries

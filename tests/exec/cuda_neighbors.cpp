@@ -14,6 +14,8 @@
 #include "shardtensor/exec/neighbors.hpp"
 #include "shardtensor/exec/tensor_block.hpp"
 
+namespace st_exec_cuda_neighbors {
+
 using namespace shard;
 using exec::KnnGeometry;
 using exec::NeighborMergeGeometry;
@@ -120,3 +122,5 @@ TEMPLATE_TEST_CASE("CUDA neighbors: merging two shards' radius lists equals the 
   require_same(merged_gpu, merged_cpu, true);
   require_same(merged_gpu, whole, true);
 }
+
+}  // namespace st_exec_cuda_neighbors

@@ -14,6 +14,8 @@
 #include "shardtensor/exec/rows.hpp"
 #include "shardtensor/exec/tensor_block.hpp"
 
+namespace st_exec_cuda_rows {
+
 using namespace shard;
 using exec::RowsGeometry;
 
@@ -97,3 +99,5 @@ TEST_CASE("CUDA rows: scatter-add equals the CPU table exactly (exact sums)", "[
   scatter_case<std::int64_t>(50, 2000, 4, 12u);
   scatter_case<std::complex<float>>(64, 1000, 2, 13u);
 }
+
+}  // namespace st_exec_cuda_rows

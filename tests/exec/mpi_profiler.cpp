@@ -8,6 +8,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_exec_mpi_profiler {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -101,3 +103,5 @@ TEST_CASE("profiler: a redistribute row holds the collective it runs", "[profile
     CHECK(y.local().numel() == 48);
   });
 }
+
+}  // namespace st_exec_mpi_profiler

@@ -17,6 +17,8 @@
 #include "shardtensor/exec/attention.hpp"
 #include "support/attention_reference.hpp"
 
+namespace st_exec_test_attention_kernel {
+
 using namespace shard;
 
 namespace {
@@ -454,3 +456,5 @@ TEST_CASE("blocked CPU attention kernel on 1 and 2 threads equals the reference"
   }
   omp_set_num_threads(saved);
 }
+
+}  // namespace st_exec_test_attention_kernel

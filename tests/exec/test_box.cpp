@@ -13,6 +13,8 @@
 #include <shardtensor/tensor/memory.hpp>
 #include <vector>
 
+namespace st_exec_test_box {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -225,3 +227,5 @@ TEST_CASE("box engine on CUDA matches the CPU engine (skipped without a GPU)", "
     CHECK(same);
   }
 }
+
+}  // namespace st_exec_test_box

@@ -14,6 +14,8 @@
 // this file (plain C++, no CUDA headers).
 #include "../../src/cuda/conv_algo_select.hpp"
 
+namespace st_exec_test_conv_algo_select {
+
 namespace cs = shard::exec::conv_select;
 
 namespace {
@@ -109,3 +111,5 @@ TEST_CASE("conv algo select: the fastest candidate that fits and is allowed", "[
   REQUIRE(c);
   CHECK(c->algo == 5);
 }
+
+}  // namespace st_exec_test_conv_algo_select

@@ -25,6 +25,8 @@
 #include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/shardtensor.hpp"
 
+namespace st_exec_test_conv_bf16_native {
+
 using namespace shard;
 
 namespace {
@@ -212,3 +214,5 @@ TEST_CASE("conv bf16 on the CPU's bf16 unit: NaN and infinity propagate like the
   CHECK(nonfinite > 0);
   CHECK(mismatched == 0);
 }
+
+}  // namespace st_exec_test_conv_bf16_native

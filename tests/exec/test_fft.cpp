@@ -14,6 +14,8 @@
 #include <shardtensor/core/error.hpp>
 #include <shardtensor/exec/fft.hpp>
 
+namespace st_exec_test_fft {
+
 using namespace shard;
 using exec::FftGeometry;
 using exec::FftKind;
@@ -207,3 +209,5 @@ TEST_CASE("fft of an empty block does nothing, and bad input is a shard::Error",
   view.shape[1] = 2;  // a non-contiguous view (row stride 4)
   fails({FftKind::c2c, false, strided, {1}, 1.0}, view, empty_block<C>(strided));
 }
+
+}  // namespace st_exec_test_fft

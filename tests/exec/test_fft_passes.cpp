@@ -17,6 +17,8 @@
 
 #include "cuda/fft_passes.hpp"
 
+namespace st_exec_test_fft_passes {
+
 using namespace shard;
 using exec::FftGeometry;
 using exec::FftKind;
@@ -229,3 +231,5 @@ TEST_CASE("fft_passes: a 1-D c2r ignores the imaginary parts of the zero and Nyq
     CHECK(max_rel(static_cast<const double*>(got.data), static_cast<const double*>(ref.data), nr) < 1e-12);
   }
 }
+
+}  // namespace st_exec_test_fft_passes

@@ -17,6 +17,8 @@
 #include <shardtensor/core/error.hpp>
 #include <shardtensor/exec/neighbors.hpp>
 
+namespace st_exec_test_neighbors {
+
 using namespace shard;
 using exec::KnnGeometry;
 using exec::NeighborMergeGeometry;
@@ -314,3 +316,5 @@ TEST_CASE("neighbors: bad input is a shard::Error", "[exec][neighbors]") {
   CHECK_THROWS_AS(exec::neighbors_merge(NeighborMergeGeometry{nq, 0}, idx, d2, nullptr, idx, d2, nullptr, ctx),
                   shard::Error);
 }
+
+}  // namespace st_exec_test_neighbors

@@ -16,6 +16,8 @@
 #include "shardtensor/exec/pointwise.hpp"
 #include "support/lowp_compare.hpp"
 
+namespace st_exec_test_pointwise_lp {
+
 using namespace shard;
 using exec::BinaryOp;
 using exec::UnaryOp;
@@ -185,3 +187,5 @@ TEST_CASE("pointwise: mixed storage dtypes are still refused on the native route
   CHECK_THROWS_WITH(exec::unary(UnaryOp::exp, 0, as_block(x), as_block(shorter), ctx),
                     Catch::Matchers::ContainsSubstring("exp"));
 }
+
+}  // namespace st_exec_test_pointwise_lp

@@ -21,6 +21,8 @@
 #include "shardtensor/shardtensor.hpp"
 #include "support/lowp_compare.hpp"
 
+namespace st_exec_test_pool_resize_lp {
+
 using namespace shard;
 using shard::test::differing;
 using shard::test::widened;
@@ -271,3 +273,5 @@ TEST_CASE("pool / resize: bf16 in place allocates no f32 working copies; mixed d
   CHECK_THROWS_WITH(exec::max_pool_forward(g, as_block(x), as_block(yf), as_block(idx), ctx),
                     Catch::Matchers::ContainsSubstring("max_pool_forward"));
 }
+
+}  // namespace st_exec_test_pool_resize_lp

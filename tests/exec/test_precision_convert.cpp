@@ -15,6 +15,8 @@
 #include "shardtensor/shardtensor.hpp"
 #include "shardtensor/exec/pointwise.hpp"
 
+namespace st_exec_test_precision_convert {
+
 using namespace shard;
 
 namespace {
@@ -128,3 +130,5 @@ TEST_CASE("precision: exec::convert over every dtype pair on the CPU", "[precisi
   CHECK_THROWS_WITH(exec::convert(as_block(b), as_block(small), ctx),
                     Catch::Matchers::ContainsSubstring("element count"));
 }
+
+}  // namespace st_exec_test_precision_convert

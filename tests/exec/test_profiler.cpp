@@ -12,13 +12,15 @@
 #include <shardtensor/nn/layers.hpp>
 #include <shardtensor/shardtensor.hpp>
 
-using namespace shard;
-using Catch::Matchers::ContainsSubstring;
-
 // The store's raw totals (exported by libshardtensor; private header src/exec/profiler_store.hpp).
 namespace shard::profile::detail {
 std::vector<ProfileRow> snapshot(bool wait);
 }
+
+namespace st_exec_test_profiler {
+
+using namespace shard;
+using Catch::Matchers::ContainsSubstring;
 
 namespace {
 DeviceMesh self_mesh() { return DeviceMesh(std::make_shared<SelfComm>()); }
@@ -202,3 +204,5 @@ TEST_CASE("profiler: user scopes, the table's columns, and SHARDTENSOR_PROFILE's
   CHECK_THROWS_AS(parse_profile_env("garbage"), shard::Error);
   CHECK_THROWS_WITH(parse_profile_env("yes please"), ContainsSubstring("SHARDTENSOR_PROFILE"));
 }
+
+}  // namespace st_exec_test_profiler

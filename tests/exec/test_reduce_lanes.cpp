@@ -18,6 +18,8 @@
 #include "shardtensor/exec/reduce.hpp"
 #include "shardtensor/shardtensor.hpp"
 
+namespace st_exec_test_reduce_lanes {
+
 using namespace shard;
 
 namespace {
@@ -130,3 +132,5 @@ TEMPLATE_TEST_CASE("reduce_sum in double lanes: strided equals contiguous bitwis
     CHECK(worst <= 1.0);
   }
 }
+
+}  // namespace st_exec_test_reduce_lanes

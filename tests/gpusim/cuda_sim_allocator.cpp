@@ -9,6 +9,8 @@
 
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_allocator {
+
 using namespace gpusim;
 
 namespace {
@@ -118,3 +120,5 @@ TEST_CASE("gpusim allocator: a destroyed stream's freed blocks go to every strea
   }
   rt().destroy_stream(ct.stream(), 0);
 }
+
+}  // namespace st_gpusim_cuda_sim_allocator

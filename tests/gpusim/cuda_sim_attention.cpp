@@ -6,6 +6,8 @@
 #include "exec/attention_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_attention {
+
 using namespace gpusim;
 using exec::AttentionKernels;
 
@@ -93,3 +95,5 @@ TEST_CASE("gpusim attention: forward, backward (dq, dk, dv), lse merge", "[gpusi
     attn_case<float>(c, seed += 10);
   }
 }
+
+}  // namespace st_gpusim_cuda_sim_attention

@@ -7,6 +7,8 @@
 #include "exec/tensor_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_box_elementwise {
+
 using namespace gpusim;
 using exec::BoxKernels;
 
@@ -125,3 +127,5 @@ TEST_CASE("gpusim elementwise: Tensor device kernels (axpby, mul, sum, fill, str
   SECTION("f32") { tensor_ops_case<float>(); }
   SECTION("f64") { tensor_ops_case<double>(); }
 }
+
+}  // namespace st_gpusim_cuda_sim_box_elementwise

@@ -13,6 +13,8 @@
 #include "exec/neighbors_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_neighbors {
+
 using namespace gpusim;
 using exec::KnnGeometry;
 using exec::NeighborMergeGeometry;
@@ -244,3 +246,5 @@ TEMPLATE_TEST_CASE("gpusim neighbors: NaN coordinates are refused as on the CPU"
                     shard::Error);
   }
 }
+
+}  // namespace st_gpusim_cuda_sim_neighbors

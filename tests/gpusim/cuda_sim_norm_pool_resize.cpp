@@ -8,6 +8,8 @@
 #include "exec/resize_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_norm_pool_resize {
+
 using namespace gpusim;
 
 namespace {
@@ -163,3 +165,5 @@ TEST_CASE("gpusim resize: nearest and linear, forward and backward", "[gpusim][r
     resize_case<double>(m);
   }
 }
+
+}  // namespace st_gpusim_cuda_sim_norm_pool_resize

@@ -11,6 +11,8 @@
 #include "kernels_api/conv.hpp"
 #include "kernels_api/gemm.hpp"
 
+namespace st_gpusim_cuda_sim_optim_conv {
+
 using namespace gpusim;
 
 namespace {
@@ -136,3 +138,5 @@ TEST_CASE("gpusim conv kernels: bias add, bias gradient, shifted copy", "[gpusim
   SECTION("f32") { conv_kernels_case<float>(); }
   SECTION("f64") { conv_kernels_case<double>(); }
 }
+
+}  // namespace st_gpusim_cuda_sim_optim_conv

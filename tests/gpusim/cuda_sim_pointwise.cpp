@@ -4,6 +4,8 @@
 #include "exec/pointwise_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_pointwise {
+
 using namespace gpusim;
 using exec::PointwiseKernels;
 using exec::BinaryOp;
@@ -90,3 +92,5 @@ TEST_CASE("gpusim pointwise: binary with broadcasting, div_rhs_backward, sum_to"
   SECTION("f32") { binary_broadcast<float>(); }
   SECTION("f64") { binary_broadcast<double>(); }
 }
+
+}  // namespace st_gpusim_cuda_sim_pointwise

@@ -27,6 +27,8 @@
 #include "shardtensor/exec/pool.hpp"
 #include "shardtensor/exec/resize.hpp"
 
+namespace st_gpusim_cuda_sim_precision {
+
 using namespace gpusim;
 
 namespace {
@@ -740,3 +742,5 @@ TEMPLATE_TEST_CASE("gpusim precision: sum_to on bf16 / f16 storage on CUDA", "[g
     CHECK(shard::test::differing(d, dw) == 0);
   }
 }
+
+}  // namespace st_gpusim_cuda_sim_precision

@@ -4,6 +4,8 @@
 #include "exec/reduce_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_reduce {
+
 using namespace gpusim;
 using exec::ReduceKernels;
 
@@ -68,3 +70,5 @@ TEST_CASE("gpusim reduce: sums, max, ties, global sums, mse, rel_l2", "[gpusim][
   SECTION("f32") { reductions<float>(); }
   SECTION("f64") { reductions<double>(); }
 }
+
+}  // namespace st_gpusim_cuda_sim_reduce

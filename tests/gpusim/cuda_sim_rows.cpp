@@ -10,6 +10,8 @@
 #include "exec/rows_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_rows {
+
 using namespace gpusim;
 using exec::RowsGeometry;
 using exec::RowsKernels;
@@ -107,3 +109,5 @@ TEST_CASE("gpusim rows: scatter-add (atomics) equals the CPU table", "[gpusim][r
     scatter_case<std::int64_t>(64, 0, 9, false, 312u);
   }
 }
+
+}  // namespace st_gpusim_cuda_sim_rows

@@ -5,6 +5,8 @@
 #include "exec/spectral_kernels.hpp"
 #include "gpusim_support.hpp"
 
+namespace st_gpusim_cuda_sim_spectral {
+
 using namespace gpusim;
 using exec::SpectralKernels;
 
@@ -60,3 +62,5 @@ TEST_CASE("gpusim spectral: FNO channel mix forward and gradients", "[gpusim][sp
     spectral<double>(3, 2, 1, 9, 22u);
   }
 }
+
+}  // namespace st_gpusim_cuda_sim_spectral

@@ -11,6 +11,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_gpusim_mpi_cuda_sim_dist {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -68,3 +70,5 @@ TEST_CASE("gpusim MPI: halo exchange, redistribute, ring shift of device tensors
     dist_case<float>(comm);
   });
 }
+
+}  // namespace st_gpusim_mpi_cuda_sim_dist

@@ -17,6 +17,8 @@
 
 #include "io/io_test_util.hpp"
 
+namespace st_io_mpi_checkpoint {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -354,3 +356,5 @@ TEST_CASE("checkpoints of a sharded parameter with empty blocks on some ranks", 
   });
   remove_shared_tmpdir(dir);
 }
+
+}  // namespace st_io_mpi_checkpoint

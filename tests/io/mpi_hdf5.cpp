@@ -12,6 +12,8 @@
 
 #include "io/io_test_util.hpp"
 
+namespace st_io_mpi_hdf5 {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -202,3 +204,5 @@ TEST_CASE("HDF5 reads with the wrong dtype, rank or shape are refused on every r
   });
   remove_shared_tmpdir(dir);
 }
+
+}  // namespace st_io_mpi_hdf5

@@ -13,10 +13,13 @@
 #include <thread>
 #include <unistd.h>
 
+extern char** environ;  // POSIX; declared at global scope
+
+namespace st_io_test_checkpoint_kill {
+
 using namespace shard;
 namespace F = shard::nn::functional;
 
-extern char** environ;
 
 namespace {
 DeviceMesh self_mesh() { return DeviceMesh(std::make_shared<SelfComm>(), {1}); }
@@ -103,3 +106,5 @@ TEST_CASE("a writer killed mid-write leaves the previous checkpoint intact", "[i
   CHECK(mid_write >= 1);
   std::filesystem::remove(path);
 }
+
+}  // namespace st_io_test_checkpoint_kill

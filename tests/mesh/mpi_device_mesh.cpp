@@ -4,6 +4,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_mesh_mpi_device_mesh {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -105,3 +107,5 @@ TEST_CASE("DeviceMesh: names, world(), shared copies", "[mesh][mpi][world]") {
   CHECK(w.ndim() == 1);
   CHECK(w.comm()->backend() == "mpi");
 }
+
+}  // namespace st_mesh_mpi_device_mesh

@@ -10,6 +10,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_mesh_mpi_many_dim_mesh {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -172,3 +174,5 @@ TEST_CASE("DeviceMesh with 33 and 40 dims: conv + max_pool forward and gradients
     }
   });
 }
+
+}  // namespace st_mesh_mpi_many_dim_mesh

@@ -7,6 +7,8 @@
 
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_mesh_test_device_mesh {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -87,3 +89,5 @@ TEST_CASE("DeviceMesh: concurrent first uses of dims_comm make one communicator 
     }
   }
 }
+
+}  // namespace st_mesh_test_device_mesh

@@ -3,6 +3,8 @@
 
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_mesh_test_placement {
+
 using namespace shard;
 
 static_assert(Shard(1).is_shard(1) && !Shard(1).is_shard(0));
@@ -44,3 +46,5 @@ TEST_CASE("Placement and ReduceOp print with fmt", "[mesh][placement]") {
   CHECK(fmt::format("{}", ReduceOp::max) == "max");
   CHECK(fmt::format("{:>5}", ReduceOp::sum) == "  sum");
 }
+
+}  // namespace st_mesh_test_placement

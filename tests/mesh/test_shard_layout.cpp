@@ -5,6 +5,8 @@
 
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_mesh_test_shard_layout {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -101,3 +103,5 @@ TEST_CASE("from_sizes / balanced / owner reject bad input with a message naming 
 TEST_CASE("ShardLayout prints with fmt", "[mesh][layout]") {
   CHECK(fmt::format("{}", ShardLayout::balanced(9, 4)) == "ShardLayout(extent=9, sizes=[3, 2, 2, 2])");
 }
+
+}  // namespace st_mesh_test_shard_layout

@@ -10,6 +10,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_cuda_neighborhood_attention {
+
 using namespace shard;
 namespace F = shard::nn::functional;
 using autograd::Var;
@@ -118,3 +120,5 @@ TEST_CASE("CUDA neighbourhood attention in bf16 matches fp32 on the host", "[cud
   CHECK(num / den <= 1e-2);
   CHECK(max_rel_diff(lg.to(Device::cpu()), lh) <= 1e-5);
 }
+
+}  // namespace st_nn_cuda_neighborhood_attention

@@ -10,6 +10,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_cuda_norm_pool {
+
 using namespace shard;
 namespace F = shard::nn::functional;
 using autograd::Var;
@@ -239,3 +241,5 @@ TEMPLATE_TEST_CASE("CUDA GEMM front: transposes, strided batches, alpha and beta
       check_same(cg, c, "strided batched gemm");
     }
 }
+
+}  // namespace st_nn_cuda_norm_pool

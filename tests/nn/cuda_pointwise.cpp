@@ -11,6 +11,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_cuda_pointwise {
+
 using namespace shard;
 using autograd::Var;
 
@@ -267,3 +269,5 @@ TEST_CASE("CUDA pointwise: operands on different devices are refused with a clea
   CHECK_THROWS_AS(F::mse_loss(a.gpu, b.cpu), Error);
   CHECK_THROWS_AS(F::concat({a.cpu, b.gpu}), Error);
 }
+
+}  // namespace st_nn_cuda_pointwise

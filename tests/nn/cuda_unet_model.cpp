@@ -9,6 +9,8 @@
 #include <shardtensor/exec/context.hpp>
 #include <shardtensor/nn/unet.hpp>
 
+namespace st_nn_cuda_unet_model {
+
 using namespace shard;
 using namespace shard::nn;
 using namespace shard::test;
@@ -56,3 +58,5 @@ TEMPLATE_TEST_CASE("CUDA whole model: tiny 3-D U-Net equals the CPU", "[cuda][nn
                 .activation = Activation::gelu};
   check_unet_on_gpu<TestType, 3>(o, Shape<5>{2, 1, 8, 6, 5});
 }
+
+}  // namespace st_nn_cuda_unet_model

@@ -17,6 +17,8 @@
 #include "support/fake_cuda_backend.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_complex_ops {
+
 using namespace shard;
 using namespace shard::test;
 using autograd::Var;
@@ -388,3 +390,5 @@ TEST_CASE("complex ops on a device tensor: a clear error, not a crash (fake CUDA
     CHECK_THAT(error_of([&] { (void)sum(a); }), ContainsSubstring("complex on CUDA not implemented"));
   });
 }
+
+}  // namespace st_nn_mpi_complex_ops

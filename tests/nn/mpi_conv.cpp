@@ -11,6 +11,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_conv {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -272,3 +274,5 @@ TEST_CASE("conv refuses bad input on every rank", "[nn][conv][errors][mpi]") {
     CHECK(v == comm->size());
   });
 }
+
+}  // namespace st_nn_mpi_conv

@@ -23,6 +23,8 @@
 #include "support/fake_cuda_backend.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_fake_device_model {
+
 using namespace shard;
 using namespace shard::nn;
 using namespace shard::test;
@@ -172,3 +174,5 @@ TEST_CASE("fake device: conv operands on different devices are refused on every 
                       ContainsSubstring("conv_transpose2d") && ContainsSubstring("bias"));
   });
 }
+
+}  // namespace st_nn_mpi_fake_device_model

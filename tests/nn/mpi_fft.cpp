@@ -18,6 +18,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_fft {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -430,3 +432,5 @@ TEST_CASE("a sharded 1-D signal: gather, transform, slice back (the only plan wi
     });
   }
 }
+
+}  // namespace st_nn_mpi_fft

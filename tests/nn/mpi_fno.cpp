@@ -15,6 +15,8 @@
 #include "nn/functional_oracle.hpp"
 #include "nn/module_oracle.hpp"
 
+namespace st_nn_mpi_fno {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -177,3 +179,5 @@ TEST_CASE("every transform: finite differences (fp64)", "[nn][fft][fd][mpi]") {
   fn::check_fd_sharded<4>(c2c_body<double>({1, 1, 4, 4}, true, FftNorm::backward, {2, 2}), {1, 1, 4, 4});
   fn::check_fd_sharded<4>(r2c_c2r_body<double>({1, 1, 4, 5}, FftNorm::forward), {1, 1, 4, 5});
 }
+
+}  // namespace st_nn_mpi_fno

@@ -26,6 +26,8 @@
 #include "dist/counting_comm.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_ghost_reuse {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 using shard::test::CountingComm;
@@ -495,3 +497,5 @@ TEST_CASE("ghost declarations are checked on every rank", "[nn][ghost_reuse][err
     CHECK_THAT(error_of([&] { plain.mark_ghosts_valid(); }), ContainsSubstring("no ghost layers"));
   });
 }
+
+}  // namespace st_nn_mpi_ghost_reuse

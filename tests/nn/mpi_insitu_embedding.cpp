@@ -19,6 +19,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_insitu_embedding {
+
 using namespace shard;
 using autograd::Var;
 using shard::test::for_each_comm_size;
@@ -155,3 +157,5 @@ TEMPLATE_TEST_CASE("in-situ surrogate on strided views of ghosted user arrays eq
       }
   });
 }
+
+}  // namespace st_nn_mpi_insitu_embedding

@@ -9,6 +9,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_layout {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -80,3 +82,5 @@ TEST_CASE("layout ops keep shard sizes and refuse bad input on every rank", "[nn
     CHECK(x.grad().spec() == x.value().spec());
   });
 }
+
+}  // namespace st_nn_mpi_layout

@@ -8,6 +8,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_linear_concat {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -90,3 +92,5 @@ TEST_CASE("sharded channel mixing and concat refuse bad input on every rank", "[
     CHECK_NOTHROW(F::sum(y).backward());
   });
 }
+
+}  // namespace st_nn_mpi_linear_concat

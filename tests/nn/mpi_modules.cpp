@@ -9,6 +9,8 @@
 #include "nn/module_oracle.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_modules {
+
 using namespace shard;
 using namespace shard::nn;
 using namespace shard::test;
@@ -188,3 +190,5 @@ TEST_CASE("modules refuse mismatched channel counts on every rank", "[nn][module
     CHECK(x4.has_grad());
   });
 }
+
+}  // namespace st_nn_mpi_modules

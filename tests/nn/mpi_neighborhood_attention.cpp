@@ -12,6 +12,8 @@
 #include "nn/functional_oracle.hpp"
 #include "nn/nbhd_reference.hpp"
 
+namespace st_nn_mpi_neighborhood_attention {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -170,3 +172,5 @@ TEST_CASE("neighbourhood attention refuses bad input on every rank", "[attention
     CHECK(one == P);
   });
 }
+
+}  // namespace st_nn_mpi_neighborhood_attention

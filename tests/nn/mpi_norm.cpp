@@ -9,6 +9,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_norm {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -78,3 +80,5 @@ TEST_CASE("sharded norms refuse bad input on every rank", "[nn][norm][errors][mp
     CHECK_NOTHROW(F::sum(y).backward());
   });
 }
+
+}  // namespace st_nn_mpi_norm

@@ -12,6 +12,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_odd_meshes {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -241,3 +243,5 @@ TEMPLATE_TEST_CASE("odd meshes: ring and neighbourhood attention on a 2-D token 
   check_layouts<TestType>(attention_body<TestType>(s), [&](int P) { return odd_layouts<5>(P, s, 1, 2, 0); },
                           attn_tol<TestType>());
 }
+
+}  // namespace st_nn_mpi_odd_meshes

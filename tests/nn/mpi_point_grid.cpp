@@ -19,6 +19,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_point_grid {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -465,3 +467,5 @@ TEST_CASE("point <-> grid ops refuse bad input on every rank", "[nn][point_grid]
     CHECK(one == P);
   });
 }
+
+}  // namespace st_nn_mpi_point_grid

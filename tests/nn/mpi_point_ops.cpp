@@ -26,6 +26,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_point_ops {
+
 using namespace shard;
 using namespace shard::test;
 using Catch::Matchers::ContainsSubstring;
@@ -443,3 +445,5 @@ TEST_CASE("point ops refuse bad input on every rank", "[point_ops][errors]") {
     }
   });
 }
+
+}  // namespace st_nn_mpi_point_ops

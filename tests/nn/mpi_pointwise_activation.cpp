@@ -8,6 +8,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_pointwise_activation {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -104,3 +106,5 @@ TEST_CASE("sharded pointwise ops refuse bad operands on every rank", "[nn][point
     CHECK_THROWS_AS(F::gelu(part), shard::Error);  // Partial input to a nonlinear op
   });
 }
+
+}  // namespace st_nn_mpi_pointwise_activation

@@ -12,6 +12,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_pool_upsample {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -288,3 +290,5 @@ TEST_CASE("pooling and upsampling refuse bad input on every rank", "[nn][pool][u
     CHECK(v == comm->size());
   });
 }
+
+}  // namespace st_nn_mpi_pool_upsample

@@ -17,6 +17,8 @@
 #include "nn/module_oracle.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_precision {
+
 using namespace shard;
 using namespace shard::nn;
 using namespace shard::test;
@@ -114,3 +116,5 @@ TEST_CASE("mixed precision: the loss scaler skips an overflowing step on every r
     CHECK_THROWS_WITH(tiny.step(opt), Catch::Matchers::ContainsSubstring("collapsed"));
   });
 }
+
+}  // namespace st_nn_mpi_precision

@@ -8,6 +8,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_reduction_loss {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -103,3 +105,5 @@ TEST_CASE("sharded reductions and losses refuse bad input on every rank", "[nn][
     CHECK_NOTHROW(l.backward());
   });
 }
+
+}  // namespace st_nn_mpi_reduction_loss

@@ -11,6 +11,8 @@
 #define SHARD_FN_ORACLE_MPI
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_mpi_ring_attention {
+
 using namespace shard;
 using namespace shard::test;
 using fn::Body;
@@ -330,3 +332,5 @@ TEST_CASE("ring and ulysses attention refuse bad input on every rank", "[nn][att
     CHECK_NOTHROW(F::sum(y).backward());
   });
 }
+
+}  // namespace st_nn_mpi_ring_attention

@@ -12,6 +12,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_ring_attention_memory {
+
 using namespace shard;
 using namespace shard::test;
 
@@ -49,3 +51,5 @@ TEST_CASE("ring attention's per-rank memory is a fixed number of local blocks (O
     CHECK(blocks >= 4.0);  // out, dout, dq and the gradients of q, k, v at the least: the count is real
   });
 }
+
+}  // namespace st_nn_mpi_ring_attention_memory

@@ -15,6 +15,8 @@
 
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_strided_views {
+
 using namespace shard;
 using autograd::Var;
 using shard::test::for_each_comm_size;
@@ -334,3 +336,5 @@ TEMPLATE_TEST_CASE("neighbourhood attention on strided q, k, v interior views eq
     }
   });
 }
+
+}  // namespace st_nn_mpi_strided_views

@@ -15,6 +15,8 @@
 #include "nn/module_oracle.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_unet_model {
+
 using namespace shard;
 using namespace shard::nn;
 using namespace shard::test;
@@ -166,3 +168,5 @@ TEST_CASE("U-Net refuses bad input on every rank", "[nn][unet][errors][mpi]") {
     CHECK(good.has_grad());
   });
 }
+
+}  // namespace st_nn_mpi_unet_model

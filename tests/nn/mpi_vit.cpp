@@ -17,6 +17,8 @@
 #include "nn/module_oracle.hpp"
 #include "support/mpi_harness.hpp"
 
+namespace st_nn_mpi_vit {
+
 using namespace shard;
 using namespace shard::nn;
 using namespace shard::test;
@@ -221,3 +223,5 @@ TEST_CASE("ViT and MultiheadAttention refuse bad input on every rank", "[nn][vit
     CHECK_NOTHROW(F::mean(net(ok)).backward());  // still works afterwards
   });
 }
+
+}  // namespace st_nn_mpi_vit

@@ -19,6 +19,8 @@
 #include "shardtensor/nn/unet.hpp"
 #include "shardtensor/shardtensor.hpp"
 
+namespace st_nn_test_autocast {
+
 using namespace shard;
 namespace F = shard::nn::functional;
 using autograd::Var;
@@ -261,3 +263,5 @@ TEST_CASE("autocast: an f32 U-Net trains under Autocast(bf16) with f32 gradients
     CHECK(std::fabs(std::sqrt(gbf[i]) - std::sqrt(g32[i])) <= 5e-2 * std::sqrt(g32[i]) + 1e-6);
   }
 }
+
+}  // namespace st_nn_test_autocast

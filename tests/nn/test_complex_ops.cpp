@@ -11,6 +11,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_test_complex_ops {
+
 using namespace shard;
 using autograd::Var;
 using Catch::Matchers::ContainsSubstring;
@@ -286,3 +288,5 @@ TEST_CASE("tensor ops on complex tensors (host)", "[tensor][complex]") {
   CHECK(std::abs(sum(xf) - std::complex<double>(xf.data()[0]) - std::complex<double>(xf.data()[1]) -
                  std::complex<double>(xf.data()[2]) - std::complex<double>(xf.data()[3])) < 1e-6);
 }
+
+}  // namespace st_nn_test_complex_ops

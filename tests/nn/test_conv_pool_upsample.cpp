@@ -7,6 +7,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_test_conv_pool_upsample {
+
 using namespace shard;
 using shard::nn::functional::ConvOptions;
 using autograd::Var;
@@ -468,3 +470,5 @@ TEMPLATE_TEST_CASE("interpolate: PyTorch's maps (scales, sizes, align_corners, b
   check_close(F::upsample(x, ResizeMode::cubic, {2, 3}).local().contiguous(),
               interpolate(x.local(), O2{.mode = ResizeMode::cubic, .scale_factor = {2.0, 3.0}}));
 }
+
+}  // namespace st_nn_test_conv_pool_upsample

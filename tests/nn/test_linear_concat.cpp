@@ -7,6 +7,8 @@
 
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_test_linear_concat {
+
 using namespace shard;
 using shard::test::fn::Body;
 using shard::test::fn::Ctx;
@@ -109,3 +111,5 @@ TEST_CASE("channel mixing and concat refuse bad input", "[nn][linear][concat][er
   CHECK_THROWS_AS(F::concat(xs2, xs2, 2), shard::Error);       // along a sharded dim
   CHECK_THROWS_AS(F::concat(std::vector<V>{}), shard::Error);
 }
+
+}  // namespace st_nn_test_linear_concat

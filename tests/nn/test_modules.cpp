@@ -12,6 +12,8 @@
 #include <shardtensor/nn/layers.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_test_modules {
+
 using namespace shard;
 using namespace shard::nn;
 
@@ -182,3 +184,5 @@ TEST_CASE("ResidualBlock computes act(norm(conv(act(norm(conv(x))))) + skip(x))"
     for (index_t i = 0; i < got.numel(); ++i) CHECK(got.data()[i] == want.data()[i]);
   }
 }
+
+}  // namespace st_nn_test_modules

@@ -13,6 +13,8 @@
 #include "nn/nbhd_reference.hpp"
 #include "support/tolerance.hpp"
 
+namespace st_nn_test_neighborhood_attention {
+
 using namespace shard;
 using namespace shard::test;
 using autograd::Var;
@@ -220,3 +222,5 @@ TEST_CASE("neighbourhood attention on the CPU is bitwise independent of the thre
     CHECK(std::memcmp(a[i].data(), c[i].data(), sizeof(float) * static_cast<std::size_t>(a[i].numel())) == 0);
   }
 }
+
+}  // namespace st_nn_test_neighborhood_attention

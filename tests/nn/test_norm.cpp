@@ -7,6 +7,8 @@
 
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_test_norm {
+
 using namespace shard;
 using shard::test::fn::Body;
 using shard::test::fn::Ctx;
@@ -157,3 +159,5 @@ TEST_CASE("norms refuse bad input", "[nn][norm][errors]") {
   CHECK_THROWS_AS(F::instance_norm(x, w3), shard::Error);
   CHECK_THROWS_AS(F::layer_norm(x, w4, std::nullopt, 1e-5, -1), shard::Error);  // last dim has 3, not 4
 }
+
+}  // namespace st_nn_test_norm

@@ -8,6 +8,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_test_point_grid {
+
 using namespace shard;
 
 namespace {
@@ -94,3 +96,5 @@ TEST_CASE("points_to_grid aggregates points near cell centres", "[nn][point_grid
     CHECK(std::abs(f.grad().local()(3, 0) - 1.0) < 1e-12);  // 0.5 + 0.5
   }
 }
+
+}  // namespace st_nn_test_point_grid

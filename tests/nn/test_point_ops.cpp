@@ -8,6 +8,8 @@
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_nn_test_point_ops {
+
 using namespace shard;
 using autograd::Var;
 
@@ -154,3 +156,5 @@ TEST_CASE("gather_neighbors: features of another dtype than the coordinates; pla
   CHECK(nb.gather_plan != plan);
   CHECK(y2.local().data()[0] == 20);
 }
+
+}  // namespace st_nn_test_point_ops

@@ -7,6 +7,8 @@
 
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_test_pointwise_activation {
+
 using namespace shard;
 using shard::test::fn::Body;
 using shard::test::fn::Ctx;
@@ -133,3 +135,5 @@ TEST_CASE("pointwise ops refuse bad operands", "[nn][pointwise][errors]") {
     CHECK(std::string(e.what()).find("add") != std::string::npos);
   }
 }
+
+}  // namespace st_nn_test_pointwise_activation

@@ -23,6 +23,8 @@
 #include "shardtensor/nn/fno.hpp"
 #include "shardtensor/nn/layers.hpp"
 
+namespace st_nn_test_precision_ops {
+
 using namespace shard;
 namespace F = shard::nn::functional;
 using autograd::Var;
@@ -531,3 +533,5 @@ TEMPLATE_TEST_CASE("precision: compute copies of parameters are converted once p
   CHECK(static_cast<float>(w2.value().local().data()[0]) ==
         static_cast<float>(static_cast<L>(p.weight().value().local().data()[0])));
 }
+
+}  // namespace st_nn_test_precision_ops

@@ -7,6 +7,8 @@
 
 #include "nn/functional_oracle.hpp"
 
+namespace st_nn_test_reduction_loss {
+
 using namespace shard;
 using shard::test::fn::Body;
 using shard::test::fn::Ctx;
@@ -140,3 +142,5 @@ TEST_CASE("reductions and losses refuse bad input", "[nn][reduction][loss][error
   l.backward();
   CHECK_THROWS_AS(l.backward(), shard::Error);  // the graph was freed
 }
+
+}  // namespace st_nn_test_reduction_loss

@@ -19,6 +19,8 @@
 #include <shardtensor/exec/tensor_block.hpp>
 #include <shardtensor/nn/functional.hpp>
 
+namespace st_nn_test_strided_views {
+
 using namespace shard;
 using autograd::Var;
 
@@ -685,3 +687,5 @@ TEMPLATE_TEST_CASE("neighbourhood attention reads strided q, k, v in place and e
   INFO("q " << qbytes << " B, neighbourhood attention forward +" << rise << " B");
   CHECK(rise < qbytes + qbytes / 4);  // out (q's size) and lse (1/16); a copy of q, k, v adds 3 x qbytes
 }
+
+}  // namespace st_nn_test_strided_views

@@ -9,6 +9,8 @@
 #include <unistd.h>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_optim_test_optimizer {
+
 using namespace shard;
 using autograd::Var;
 
@@ -217,3 +219,5 @@ TEST_CASE("Module::save is atomic and load refuses truncated, corrupted or exten
   CHECK_THROWS_AS(t1.save("/nonexistent/dir/x.bin"), Error);
   std::remove(path.c_str());
 }
+
+}  // namespace st_optim_test_optimizer

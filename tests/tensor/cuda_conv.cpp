@@ -9,6 +9,8 @@
 
 #include "tensor/test_conv_reference.hpp"
 
+namespace st_tensor_cuda_conv {
+
 using namespace shard;
 using shard::nn::functional::ConvOptions;
 
@@ -163,3 +165,5 @@ TEST_CASE("cuDNN conv: operands on different devices give shard::Error naming th
   auto b = shard::test::random_tensor<float, 1>({3}, 3);
   CHECK_THROWS_AS(conv_forward(x.to(Device::cuda(0)), w.to(Device::cuda(0)), b, p), Error);
 }
+
+}  // namespace st_tensor_cuda_conv

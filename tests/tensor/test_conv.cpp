@@ -9,6 +9,8 @@
 
 #include "tensor/test_conv_reference.hpp"
 
+namespace st_tensor_test_conv {
+
 using namespace shard;
 using shard::nn::functional::ConvOptions;
 using shard::test::random_tensor;
@@ -307,3 +309,5 @@ TEST_CASE("conv: bad input gives shard::Error naming the shapes", "[conv][errors
   CHECK_THROWS_AS(conv_backward_weight(x, random_tensor<double, 4>({1, 8, 4, 5}, 4), {3, 3}, p), Error);
   CHECK_THROWS_AS(conv_backward_weight(random_tensor<double, 4>({2, 4, 5, 5}, 4), y, {3, 3}, p), Error);  // batch
 }
+
+}  // namespace st_tensor_test_conv

@@ -12,6 +12,8 @@
 
 #include "tensor/test_conv_reference.hpp"
 
+namespace st_tensor_test_conv_blocks {
+
 using namespace shard;
 using shard::nn::functional::ConvOptions;
 using shard::test::random_tensor;
@@ -95,3 +97,5 @@ TEST_CASE("conv on halo-extended blocks reproduces the global conv and its gradi
     });
   }
 }
+
+}  // namespace st_tensor_test_conv_blocks

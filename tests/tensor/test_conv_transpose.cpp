@@ -8,6 +8,8 @@
 
 #include "tensor/test_conv_reference.hpp"
 
+namespace st_tensor_test_conv_transpose {
+
 using namespace shard;
 using shard::nn::functional::ConvOptions;
 using shard::test::random_tensor;
@@ -165,3 +167,5 @@ TEST_CASE("conv_transpose: bad input", "[conv][errors]") {
   CHECK_THROWS_AS(conv_transpose_backward_input(y, w, {9, 3}, p), Error);
   CHECK_THROWS_AS(conv_transpose_backward_weight(random_tensor<double, 4>({2, 4, 3, 3}, 5), y, {3, 3}, p), Error);
 }
+
+}  // namespace st_tensor_test_conv_transpose

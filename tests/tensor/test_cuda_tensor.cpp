@@ -8,6 +8,8 @@
 
 #include <string>
 
+namespace st_tensor_test_cuda_tensor {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -98,3 +100,5 @@ TEST_CASE("CUDA tensors: device memory counters follow allocations", "[cuda]") {
   auto a = Tensor<float, 1>::full({1 << 20}, 2.0f, Device::cuda(0));
   CHECK(sum(a) == 2.0 * (1 << 20));
 }
+
+}  // namespace st_tensor_test_cuda_tensor

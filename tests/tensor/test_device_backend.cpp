@@ -6,6 +6,8 @@
 #include <shardtensor/exec/context.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_tensor_test_device_backend {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -35,3 +37,5 @@ TEST_CASE("without shardtensor::cuda: a CUDA tensor is refused, naming op, devic
   // Nothing was counted as device memory by the failed attempts.
   CHECK(memory_stats(DeviceKind::cuda).current_bytes == 0);
 }
+
+}  // namespace st_tensor_test_device_backend

@@ -13,6 +13,8 @@
 #include <shardtensor/exec/blas.hpp>
 #include <shardtensor/tensor/ops.hpp>
 
+namespace st_tensor_test_exec_norm_pool {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -108,3 +110,5 @@ TEST_CASE("kernel-family fronts refuse mismatched devices, a missing CUDA backen
     CHECK_THROWS_AS(exec::gemm({}, xg, xg, xg, gpu_ctx), Error);
   }
 }
+
+}  // namespace st_tensor_test_exec_norm_pool

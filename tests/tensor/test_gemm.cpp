@@ -10,6 +10,8 @@
 
 #include "tensor/test_conv_reference.hpp"
 
+namespace st_tensor_test_gemm {
+
 using namespace shard;
 using shard::test::random_tensor;
 
@@ -88,3 +90,5 @@ TEST_CASE("BLAS kernels match the CPU (no generic fallback core on AVX2/AVX-512 
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr && __builtin_cpu_supports("avx2") && core != "unknown")
     CHECK(core != "Prescott");
 }
+
+}  // namespace st_tensor_test_gemm

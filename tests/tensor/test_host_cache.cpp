@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_tensor_test_host_cache {
+
 using namespace shard;
 
 TEST_CASE("large host blocks are recycled through the cache", "[tensor][memory]") {
@@ -51,3 +53,5 @@ TEST_CASE("small host blocks bypass the cache", "[tensor][memory]") {
   { auto t = Tensor<double, 2>::zeros({64, 64}); }  // 32 KiB
   CHECK(memory_stats().cached_bytes == 0);
 }
+
+}  // namespace st_tensor_test_host_cache

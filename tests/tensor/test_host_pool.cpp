@@ -14,6 +14,8 @@
 #include <shardtensor/nn/unet.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_tensor_test_host_pool {
+
 using namespace shard;
 
 TEST_CASE("medium host blocks are reused without new OS mappings", "[tensor][memory][pool]") {
@@ -129,3 +131,5 @@ TEST_CASE("a steady-state U-Net training step makes no new OS mappings", "[tenso
   CHECK(s1.os_maps == s0.os_maps);     // ... but only from cached blocks
   CHECK(s1.os_unmaps == s0.os_unmaps);
 }
+
+}  // namespace st_tensor_test_host_pool

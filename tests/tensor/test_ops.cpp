@@ -7,6 +7,8 @@
 #include <cmath>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_tensor_test_ops {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -106,3 +108,5 @@ TEST_CASE("ops reject mismatched shapes with messages naming the op", "[tensor][
   CHECK_THROWS_WITH(map_into(a, b, [](double x) { return x; }), ContainsSubstring("map"));
   CHECK_THROWS_WITH(zip_into(a, a, b, [](double x, double y) { return x + y; }), ContainsSubstring("zip"));
 }
+
+}  // namespace st_tensor_test_ops

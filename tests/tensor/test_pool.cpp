@@ -10,6 +10,8 @@
 
 #include "tensor/test_conv_reference.hpp"
 
+namespace st_tensor_test_pool {
+
 using namespace shard;
 using shard::test::random_tensor;
 using shard::test::rel_err;
@@ -204,3 +206,5 @@ TEST_CASE("pool: bad input", "[pool][errors]") {
   CHECK_THROWS_AS(max_pool_backward(r.values, r.indices, {4, 4}, PoolParams<2>{.kernel = {2, 2}}), Error);
   CHECK_THROWS_AS(avg_pool_backward(r.values, {6, 4}, PoolParams<2>{.kernel = {2, 2}}), Error);
 }
+
+}  // namespace st_tensor_test_pool

@@ -10,6 +10,8 @@
 
 #include "tensor/test_conv_reference.hpp"
 
+namespace st_tensor_test_resize {
+
 using namespace shard;
 using shard::test::random_tensor;
 using shard::test::rel_err;
@@ -184,3 +186,5 @@ TEST_CASE("resize: bad input", "[resize][errors]") {
   CHECK_THROWS_AS(resize_input_range(ResizeMode::linear, 2, 4, 6, 3), Error);
   CHECK_THROWS_AS(upsample_backward(x, ResizeMode::nearest, Shape<1>{2}, {4}), Error);  // gy extent != 8
 }
+
+}  // namespace st_tensor_test_resize

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_tensor_test_tensor {
+
 using namespace shard;
 using Catch::Matchers::ContainsSubstring;
 
@@ -225,3 +227,5 @@ TEST_CASE("allocation counters track owning tensors", "[tensor][memory]") {
   CHECK(process_peak_rss_bytes() > 0);
   CHECK(memory_stats(DeviceKind::cuda).current_bytes == 0);
 }
+
+}  // namespace st_tensor_test_tensor

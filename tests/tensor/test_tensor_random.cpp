@@ -6,6 +6,8 @@
 #include <cmath>
 #include <shardtensor/shardtensor.hpp>
 
+namespace st_tensor_test_tensor_random {
+
 using namespace shard;
 
 TEMPLATE_TEST_CASE("fill_random: whole tensor == tensor assembled from boxes at offsets", "[tensor][random]", float,
@@ -80,3 +82,5 @@ TEST_CASE("fill_random: seeds differ, same seed repeats, large fills run multith
   for (index_t i = 0; i < n; ++i)
     if (!std::isfinite(g(i))) FAIL("non-finite normal sample at " << i);
 }
+
+}  // namespace st_tensor_test_tensor_random
