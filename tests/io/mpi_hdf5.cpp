@@ -2,7 +2,9 @@
 // other (1-4 ranks, 1-D and 2-D meshes, uneven and empty shards, Replicate and Partial
 // placements, f32/f64/c128). Oracle: the full tensor from the seed (DistTensor::random gives the
 // same global tensor at every rank count). Mismatched dtype/shape/rank, missing datasets and
-// non-HDF5 files are refused with shard::Error on every rank.
+// non-HDF5 files are refused with shard::Error on every rank. Region I/O (create_dataset,
+// write_region, read_region: chunked time series written piecewise, read as windows with type
+// conversion) against the same oracle.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -201,6 +203,64 @@ TEST_CASE("HDF5 reads with the wrong dtype, rank or shape are refused on every r
     if (comm->rank() == 0) std::ofstream(dir + "/junk" + std::to_string(p) + ".h5") << "not an HDF5 file\n";
     comm->barrier();
     CHECK_THROWS_AS(io::H5File(dir + "/junk" + std::to_string(p) + ".h5", comm, io::H5File::Mode::read), shard::Error);
+  });
+  remove_shared_tmpdir(dir);
+}
+
+TEST_CASE("HDF5 chunked datasets written and read by regions (time series)", "[io][hdf5][region][mpi]") {
+  if (!io::hdf5_available()) SKIP("built without HDF5");
+  const std::string dir = shared_tmpdir("h5region");
+  const Shape<4> piece{2, 2, 9, 7};  // 2 frames of [2, 9, 7]; the dataset holds 6 frames
+  // Oracle: the pieces' full tensors (DistTensor::random is the same at every rank count).
+  auto full = Tensor<double, 4>::zeros({6, 2, 9, 7});
+  {
+    DeviceMesh one(std::make_shared<SelfComm>(), {1});
+    for (index_t t0 = 0; t0 < 6; t0 += 2) {
+      const auto x = DistTensor<double, 4>::random(piece, one, {Replicate()}, 300 + t0).full_tensor();
+      std::copy(x.data(), x.data() + x.numel(), full.data() + t0 * 2 * 9 * 7);
+    }
+  }
+  for_each_comm_size([&](CommPtr comm) {
+    const int p = comm->size();
+    // Written by frame pairs on one layout (uneven shards of y), chunked one frame at a time.
+    const std::string path = fmt::format("{}/r{}.h5", dir, p);
+    {
+      io::H5File f(path, comm, io::H5File::Mode::create);
+      io::create_dataset<double>(f, "series/radar", {6, 2, 9, 7}, {1, 2, 4, 4});
+      CHECK(io::dataset_shape(f, "series/radar") == std::vector<index_t>{6, 2, 9, 7});
+      DeviceMesh mesh(comm, p == 4 ? std::vector<int>{2, 2} : std::vector<int>{p});
+      const std::vector<Placement> pl = p == 4 ? std::vector<Placement>{Shard(2), Shard(3)} : std::vector<Placement>{Shard(2)};
+      for (index_t t0 = 0; t0 < 6; t0 += 2)
+        io::write_region(f, "series/radar", DistTensor<double, 4>::random(piece, mesh, pl, 300 + t0), {t0, 0, 0, 0});
+      CHECK_THAT(error_of([&] { io::create_dataset<double>(f, "series/radar", {1}); }), ContainsSubstring("already exists"));
+      CHECK_THAT(error_of([&] {
+                   io::write_region(f, "series/radar", DistTensor<double, 4>::random(piece, mesh, pl, 1), {5, 0, 0, 0});
+                 }),
+                 ContainsSubstring("outside dataset"));
+      f.close();
+    }
+    // Read back windows at this size on other layouts, converted to f32 by HDF5.
+    io::H5File f(path, comm, io::H5File::Mode::read);
+    const std::vector<index_t> origin{1, 1, 2, 1}, ext{4, 1, 5, 6};
+    for (const auto& pl : {std::vector<Placement>{Shard(3)}, std::vector<Placement>{Shard(0)}, std::vector<Placement>{Replicate()}}) {
+      DeviceMesh mesh(comm, {p});
+      auto x = io::read_region<float, 4>(f, "series/radar", mesh, pl, origin, ext);
+      const auto got = x.full_tensor();
+      bool same = true;
+      for (index_t t = 0; t < 4; ++t)
+        for (index_t i = 0; i < 5; ++i)
+          for (index_t j = 0; j < 6; ++j)
+            same = same && got(t, 0, i, j) == static_cast<float>(full(t + 1, 1, i + 2, j + 1));
+      CHECK(same);
+    }
+    DeviceMesh mesh(comm, {p});
+    CHECK_THAT(error_of([&] { io::read_region<float, 4>(f, "series/radar", mesh, {Shard(2)}, {3, 0, 0, 0}, {4, 2, 9, 7}); }),
+               ContainsSubstring("outside dataset"));
+    CHECK_THAT(error_of([&] { io::dataset_shape(f, "series/none"); }), ContainsSubstring("no dataset"));
+    // A region dataset has no checksum: the whole-tensor read says so.
+    CHECK_THAT(error_of([&] { io::read<double, 4>(f, "series/radar", mesh, {Shard(2)}); }),
+               ContainsSubstring("no shard_checksum"));
+    f.close();
   });
   remove_shared_tmpdir(dir);
 }
