@@ -121,4 +121,6 @@ TEST_CASE("CUDA neighbourhood attention in bf16 matches fp32 on the host", "[cud
   CHECK(max_rel_diff(lg.to(Device::cpu()), lh) <= 1e-5);
 }
 
+#undef SHARD_REQUIRE_GPU  // file-local: unity builds put several test files in one TU
+
 }  // namespace st_nn_cuda_neighborhood_attention

@@ -176,6 +176,68 @@ TEMPLATE_TEST_CASE("CUDA nearest/linear upsampling matches the CPU in 1-3 dims (
   run(Shape<5>{1, 2, 3, 4, 5}, Shape<3>{2, 2, 3});
 }
 
+TEMPLATE_TEST_CASE("CUDA ceil_mode pooling and interpolate (non-integer scales, sizes, align_corners, bicubic) match "
+                   "the CPU (forward and gradient)",
+                   "[cuda][pool][upsample][interpolate]", float, double) {
+  SHARD_REQUIRE_GPU();
+  using T = TestType;
+  auto fwd_bwd = [](auto& xh, auto& xg, auto op, const char* what) {
+    INFO(what);
+    auto yh = op(xh);
+    auto yg = op(xg);
+    REQUIRE(yg.local().shape() == yh.local().shape());
+    check_same(yg.local(), yh.local(), "forward");
+    backward_with_seed(yh, 42);
+    backward_with_seed(yg, 42);
+    check_same(xg.grad().local(), xh.grad().local(), "input gradient");
+  };
+  // ceil_mode pooling (the last window partly outside, both avg divisors, max).
+  for (bool count_pad : {true, false}) {
+    PoolParams<2> p;
+    p.kernel = {3, 2};
+    p.stride = {2, 2};
+    p.pad_lo = {1, 0};
+    p.pad_hi = {1, 1};
+    p.ceil_mode = true;
+    p.count_include_pad = count_pad;
+    for (bool is_max : {false, true}) {
+      auto [xh, xg] = leaf_pair<T, 4>({2, 3, 8, 7}, 41);
+      fwd_bwd(xh, xg, [&](const auto& x) { return is_max ? F::max_pool(x, p) : F::avg_pool(x, p); },
+              is_max ? "max ceil_mode" : (count_pad ? "avg ceil_mode, pad counted" : "avg ceil_mode, pad not counted"));
+    }
+  }
+  // interpolate: every mode with a scale factor, an explicit size, and align_corners.
+  for (ResizeMode mode : {ResizeMode::nearest, ResizeMode::linear, ResizeMode::cubic}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      if (variant == 2 && mode == ResizeMode::nearest) continue;  // align_corners: linear / cubic only
+      InterpolateOptions<2> o;
+      o.mode = mode;
+      if (variant == 0) o.scale_factor = {1.5, 0.75};
+      else o.size = {9, 4};
+      o.align_corners = variant == 2;
+      auto [xh, xg] = leaf_pair<T, 4>({2, 2, 6, 7}, 43);
+      fwd_bwd(xh, xg, [&](const auto& x) { return F::interpolate(x, o); },
+              variant == 0 ? "scale factors 1.5 x 0.75" : (variant == 1 ? "size 9 x 4" : "size 9 x 4, align_corners"));
+    }
+  }
+  // 1-D and 3-D linear with non-integer scales.
+  {
+    InterpolateOptions<1> o;
+    o.mode = ResizeMode::linear;
+    o.scale_factor = {2.5};
+    auto [xh, xg] = leaf_pair<T, 3>({2, 3, 7}, 44);
+    fwd_bwd(xh, xg, [&](const auto& x) { return F::interpolate(x, o); }, "1-D linear x2.5");
+  }
+  {
+    InterpolateOptions<3> o;
+    o.mode = ResizeMode::linear;
+    o.size = {5, 3, 7};
+    o.align_corners = true;
+    auto [xh, xg] = leaf_pair<T, 5>({1, 2, 3, 4, 5}, 45);
+    fwd_bwd(xh, xg, [&](const auto& x) { return F::interpolate(x, o); }, "3-D trilinear size 5x3x7, align_corners");
+  }
+}
+
 TEMPLATE_TEST_CASE("CUDA linear and channel_linear match the CPU (cuBLAS, TF32 off)", "[cuda][linear]", float,
                    double) {
   SHARD_REQUIRE_GPU();
@@ -241,5 +303,7 @@ TEMPLATE_TEST_CASE("CUDA GEMM front: transposes, strided batches, alpha and beta
       check_same(cg, c, "strided batched gemm");
     }
 }
+
+#undef SHARD_REQUIRE_GPU  // file-local: unity builds put several test files in one TU
 
 }  // namespace st_nn_cuda_norm_pool

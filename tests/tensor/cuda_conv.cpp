@@ -166,4 +166,6 @@ TEST_CASE("cuDNN conv: operands on different devices give shard::Error naming th
   CHECK_THROWS_AS(conv_forward(x.to(Device::cuda(0)), w.to(Device::cuda(0)), b, p), Error);
 }
 
+#undef SHARD_REQUIRE_GPU  // file-local: unity builds put several test files in one TU
+
 }  // namespace st_tensor_cuda_conv
