@@ -428,15 +428,9 @@ DatasetInfo dataset_info(const H5File& f, const std::string& name) {
   return info;
 }
 
-void write_dataset(H5File& f, const std::string& name, const DistSpec& spec, const Block& local) {
-  auto& comm = *f.comm();
-  std::string err;
-  if (spec.mesh().size() != comm.size())
-    err = fmt::format("the tensor's mesh has {} ranks, the file '{}' is open on {}", spec.mesh().size(), f.path(),
-                      comm.size());
-  comm.check_all(err.empty(), "io::write", err);
-  // Partials reduced first (allreduce, O(local)); the writer replica writes its box.
-  const shard::DistSpec np = shard::detail::without_partials(spec);
+/// This rank's block on the host, contiguous, with Partial placements reduced (np: spec without
+/// partials): what a writer replica writes.
+static Block host_without_partials(const shard::DistSpec& spec, const shard::DistSpec& np, const Block& local) {
   Block host = local;
   if (!host.device.is_cpu() || !host.is_contiguous()) {
     host = Block::allocate(local.dtype, Device::cpu(), local.shape.data(), local.rank);
@@ -450,6 +444,19 @@ void write_dataset(H5File& f, const std::string& name, const DistSpec& spec, con
       host = c;
     }
   }
+  return host;
+}
+
+void write_dataset(H5File& f, const std::string& name, const DistSpec& spec, const Block& local) {
+  auto& comm = *f.comm();
+  std::string err;
+  if (spec.mesh().size() != comm.size())
+    err = fmt::format("the tensor's mesh has {} ranks, the file '{}' is open on {}", spec.mesh().size(), f.path(),
+                      comm.size());
+  comm.check_all(err.empty(), "io::write", err);
+  // Partials reduced first (allreduce, O(local)); the writer replica writes its box.
+  const shard::DistSpec np = shard::detail::without_partials(spec);
+  const Block host = host_without_partials(spec, np, local);
   const bool writes = shard::detail::is_box_writer(np, spec.mesh().comm()->rank());
   write_core(f, name, local.dtype, spec.global_shape(), writes, np.local_box(), host.data,
              fmt::format("[{}]", fmt::join(spec.placements(), ", ")),
@@ -596,19 +603,7 @@ void write_region(H5File& f, const std::string& name, const DistSpec& spec, cons
                       dtype_name(local.dtype));
   f.comm()->check_all(err.empty(), "io::write_region", err);
   const shard::DistSpec np = shard::detail::without_partials(spec);
-  Block host = local;
-  if (!host.device.is_cpu() || !host.is_contiguous()) {
-    host = Block::allocate(local.dtype, Device::cpu(), local.shape.data(), local.rank);
-    exec::box_copy(host, local);
-  }
-  if (spec.has_partial()) {
-    host = shard::detail::redistribute(spec, host, np);
-    if (!host.is_contiguous()) {
-      Block c = Block::allocate(host.dtype, Device::cpu(), host.shape.data(), host.rank);
-      exec::box_copy(c, host);
-      host = c;
-    }
-  }
+  const Block host = host_without_partials(spec, np, local);
   const bool writes = shard::detail::is_box_writer(np, spec.mesh().comm()->rank());
   region_transfer(f, name, local.dtype, writes, np.local_box(), origin, host.data, true, "io::write_region");
 }
