@@ -13,6 +13,10 @@ set -uo pipefail
 A=${1:?old build dir}
 B=${2:?new build dir}
 ROUNDS=${3:-3}
+for _d in "$A" "$B"; do
+  bash "$(dirname "$0")/need_bench.sh" "$_d" bench_conv_local bench_conv_dist bench_redistribute bench_attention \
+    bench_ring_attention bench_norm_pool || exit 1
+done
 LOG=${LOG:-$(mktemp --suffix=.compare.log)}
 MPI="mpiexec --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader -n 2 -x OMP_NUM_THREADS=1"
 export OMP_NUM_THREADS=1

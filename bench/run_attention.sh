@@ -13,6 +13,7 @@
 # memory as measured for one head (the 8-head batched peak is quadratic: see the 4k row).
 set -euo pipefail
 BUILD=${1:-build}
+bash "$(dirname "$0")/need_bench.sh" "$BUILD" bench_attention
 ROUNDS=${ROUNDS:-3}
 NS=${NS:-"4096 16384"}
 TORCH_PER_HEAD_FROM=${TORCH_PER_HEAD_FROM:-16384}

@@ -11,7 +11,7 @@ reps=${REPS:-10}
 py=${PYTHON:-python3}
 ns=${NS:-"4096 16384"}
 bin=$build/bench/bench_attention_gpu
-[[ -x $bin ]] || { echo "missing $bin: cmake --build $build --target bench_attention_gpu" >&2; exit 1; }
+bash "$here/need_bench.sh" "$build" bench_attention_gpu
 log=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 date -u +"%Y-%m-%d %H:%M UTC"

@@ -10,7 +10,7 @@ build=${1:-${BUILD_DIR:-$here/../build}}
 reps=${REPS:-10}
 py=${PYTHON:-python3}
 bin=$build/bench/bench_conv_gpu
-[[ -x $bin ]] || { echo "missing $bin: cmake --build $build --target bench_conv_gpu" >&2; exit 1; }
+bash "$here/need_bench.sh" "$build" bench_conv_gpu
 log=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 date -u +"%Y-%m-%d %H:%M UTC"

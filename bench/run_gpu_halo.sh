@@ -10,7 +10,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 NP="${NP:-2}" REPS="${REPS:-20}"
 BIN="$BUILD_DIR/bench/bench_halo_gpu"
-[ -x "$BIN" ] || { echo "run_gpu_halo: $BIN not built (cmake --build $BUILD_DIR --target bench_halo_gpu)" >&2; exit 1; }
+bash "$(dirname "${BASH_SOURCE[0]}")/need_bench.sh" "$BUILD_DIR" bench_halo_gpu
 MPIRUN=(mpiexec -n "$NP")
 [ "$(id -u)" -eq 0 ] && MPIRUN=(mpiexec --allow-run-as-root -n "$NP")
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true

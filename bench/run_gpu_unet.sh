@@ -16,6 +16,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 GRID="${GRID:-1024}" WIDTH="${WIDTH:-32}" DEPTH="${DEPTH:-3}" BATCH="${BATCH:-4}" STEPS="${STEPS:-20}"
 WARMUP="${WARMUP:-3}" PY="${PYTHON:-python3}"
 EX="$BUILD_DIR/examples/unet_surrogate"
+bash "$ROOT/bench/need_bench.sh" --timed "$BUILD_DIR" unet_surrogate
 [ -x "$EX" ] || { echo "run_gpu_unet: $EX not built"; exit 1; }
 MPIRUN="mpiexec -n 1"
 [ "$(id -u)" -eq 0 ] && MPIRUN="mpiexec --allow-run-as-root -n 1"

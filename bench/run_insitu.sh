@@ -10,6 +10,7 @@ set -euo pipefail
 BUILD=${1:-build}; NP=${2:-3}; REPEATS=${3:-5}; shift 3 || true
 ARGS=("$@"); [ ${#ARGS[@]} -eq 0 ] && ARGS=(--nx 512 --ny 382 --steps 200 --every 10)
 EXE="$BUILD/examples/insitu_advection"
+bash "$(dirname "$0")/need_bench.sh" --timed "$BUILD" insitu_advection
 MPI=(mpiexec --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader -n "$NP")
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 med() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }

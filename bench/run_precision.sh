@@ -7,6 +7,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD_DIR:-$here/../build}
+bash "$here/need_bench.sh" --timed "$build" unet_surrogate vit_surrogate
 np=${NP:-2}
 rounds=${ROUNDS:-3}
 steps=${STEPS:-30}

@@ -147,6 +147,11 @@ class StepTimer {
     const std::string mem = fmt::format("peak/rank: rss {:.1f} MiB, tensors {:.1f} MiB{}", v[2], v[3],
                                         dev_.is_cuda() ? fmt::format(", gpu {:.1f} MiB (steady state {:.1f} MiB)", v[4], v[5])
                                                        : std::string());
+#ifdef SHARDTENSOR_EXAMPLE_OPT_FLAGS
+    // README command (b)'s build (examples/CMakeLists.txt): the host side is not at -O3.
+    std::printf("note: this example was compiled with SHARDTENSOR_EXAMPLE_OPT_FLAGS=%s (a test build): "
+                "do not report its timings\n", SHARDTENSOR_EXAMPLE_OPT_FLAGS);
+#endif
     if (steps_ == 0) {
       std::printf("steady state: no step run; %s\n", mem.c_str());
     } else if (timed_ == 0) {

@@ -13,7 +13,11 @@ if [ "$EXAMPLE" = "$MAIN_EXAMPLE" ]; then EXAMPLE_ARGS="${EXAMPLE_ARGS-$MAIN_EXA
 NP="${NP:-4}"                        # MPI ranks
 
 setup_deps
-configure
+# The example at the build type's flags (-O3), also where command (b) compiled the examples at -O1
+# in the same build dir (SHARDTENSOR_EXAMPLE_OPT_FLAGS, examples/CMakeLists.txt). CMAKE_ARGS may say otherwise.
+opt=()
+[[ "$CMAKE_ARGS" == *SHARDTENSOR_EXAMPLE_OPT_FLAGS* ]] || opt=(-DSHARDTENSOR_EXAMPLE_OPT_FLAGS=)
+configure "${opt[@]}"
 build "$EXAMPLE"
 log "run: mpiexec -n $NP $EXAMPLE $EXAMPLE_ARGS"
 # shellcheck disable=SC2086
