@@ -1,22 +1,28 @@
-// Local attention kernel on the GPU (kernels/attention.cu through exec::attention_forward /
-// attention_backward) for comparison with torch.nn.functional.scaled_dot_product_attention
-// (bench/torch_attention_gpu.py; bench/run_gpu_attention.sh runs both). Issue 7, benchmark 5.
+// Local attention kernel on the GPU (exec::attention_forward / attention_backward: cuDNN's fused
+// attention for bf16 / f16 where src/cuda/attention_cudnn_select.hpp admits the call, our own
+// kernels/attention.cu otherwise) for comparison with torch.nn.functional.scaled_dot_product_attention
+// (bench/torch_attention_gpu.py; bench/run_gpu_attention.sh runs both). Issues 7 (benchmark 5) and 32.
 //
-//   build/bench/bench_attention_gpu [--n 4096] [--heads 8] [--dim 64] [--reps 10] [--dtype f32|bf16]
+//   build/bench/bench_attention_gpu [--n 4096[,16384...]] [--heads 8] [--dim 64[,128...]] [--reps 10]
+//                                   [--dtype f32|bf16] [--tag own]
 //
-// B = 1, operands token-major [1, N, H, D] on cuda:0, forward then backward (dq, dk, dv). Prints
-// "RESULT attn_<dtype>_N<n> fwd_ms <f> bwd_ms <b> total_ms <t> peak_mib <m>" (medians after one
-// warm-up; peak = the allocator's device high-water mark over the timed steps). Without a CUDA
-// device it prints SKIP and exits 0.
+// B = 1, operands token-major [1, N, H, D] on cuda:0, forward then backward (dq, dk, dv), for every
+// (n, dim) pair of the lists. Prints per case "RESULT attn_<dtype><tag>_N<n>_D<d> fwd_ms <f> bwd_ms <b>
+// total_ms <t> peak_mib <m> cudnn <0|1>" (medians after one warm-up; peak = the allocator's device
+// high-water mark over the timed steps; cudnn: the warm-up step ran on cuDNN, read from the
+// profiler's kernel/attention_cudnn rows). SHARDTENSOR_CUDNN_ATTENTION=0 with --tag own gives the
+// own-kernel row of the same case. Without a CUDA device it prints SKIP and exits 0.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <shardtensor/shardtensor.hpp>
 #include <shardtensor/exec/attention.hpp>
+#include <shardtensor/exec/profiler.hpp>
 
 using namespace shard;
 
@@ -41,8 +47,27 @@ Tensor<T, 1> device_random(index_t n, unsigned seed, Device dev) {
   }
 }
 
+/// Comma-separated integers.
+std::vector<index_t> list_of(const std::string& s) {
+  std::vector<index_t> r;
+  std::size_t at = 0;
+  while (at <= s.size()) {
+    const std::size_t e = std::min(s.find(',', at), s.size());
+    if (e > at) r.push_back(std::stol(s.substr(at, e - at)));
+    at = e + 1;
+  }
+  return r;
+}
+
+/// True when the profiler saw the cuDNN attention kernel run.
+bool saw_cudnn(const Profiler& prof) {
+  for (const auto& row : prof.rows())
+    if (row.name == "attention_cudnn" && row.calls > 0) return true;
+  return false;
+}
+
 template <class T>
-void run(index_t N, index_t H, index_t D, int reps, ExecContext& ctx) {
+void run(index_t N, index_t H, index_t D, int reps, const std::string& tag, ExecContext& ctx) {
   const Device dev = ctx.device();
   const index_t n = N * H * D;
   auto q = device_random<T>(n, 1, dev), k = device_random<T>(n, 2, dev), v = device_random<T>(n, 3, dev),
@@ -61,7 +86,10 @@ void run(index_t N, index_t H, index_t D, int reps, ExecContext& ctx) {
   ctx.synchronize();
   reset_peak_memory(DeviceKind::cuda);
   std::vector<double> fwd, bwd, tot;
+  bool cudnn = false;
   for (int r = 0; r < reps + 1; ++r) {
+    std::optional<Profiler> prof;  // the warm-up step only: which kernel ran
+    if (r == 0) prof.emplace();
     ctx.synchronize();
     const double t0 = now_ms();
     exec::attention_forward(g, m, in(q), in(k), in(v), nullptr, in(out), lse_b, ctx);
@@ -70,6 +98,10 @@ void run(index_t N, index_t H, index_t D, int reps, ExecContext& ctx) {
     exec::attention_backward(g, m, in(q), in(k), in(v), nullptr, in(out), in(dout), lse_b, &bdq, &bdk, &bdv, ctx);
     ctx.synchronize();
     const double t2 = now_ms();
+    if (prof) {
+      cudnn = saw_cudnn(*prof);
+      prof.reset();
+    }
     if (r > 0) {
       fwd.push_back(t1 - t0);
       bwd.push_back(t2 - t1);
@@ -77,27 +109,30 @@ void run(index_t N, index_t H, index_t D, int reps, ExecContext& ctx) {
     }
   }
   const double peak = static_cast<double>(memory_stats(DeviceKind::cuda).peak_bytes) / (1024.0 * 1024.0);
-  const char* name = std::is_same_v<T, float> ? "f32" : "bf16";
+  const std::string name = std::string(std::is_same_v<T, float> ? "f32" : "bf16") + tag;
   const double flops = 12.0 * static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(D * H);
-  std::printf("ours %s N=%ld H=%ld D=%ld: fwd %.3f ms  bwd %.3f ms  total %.3f ms  (%.1f TFLOP/s, 12 N^2 D H)  "
+  std::printf("ours %s N=%ld H=%ld D=%ld (%s): fwd %.3f ms  bwd %.3f ms  total %.3f ms  (%.1f TFLOP/s, 12 N^2 D H)  "
               "device peak %.0f MiB\n",
-              name, static_cast<long>(N), static_cast<long>(H), static_cast<long>(D), median(fwd), median(bwd),
-              median(tot), flops / median(tot) * 1e-9, peak);
-  std::printf("RESULT attn_%s_N%ld fwd_ms %.3f bwd_ms %.3f total_ms %.3f peak_mib %.0f\n", name, static_cast<long>(N),
-              median(fwd), median(bwd), median(tot), peak);
+              name.c_str(), static_cast<long>(N), static_cast<long>(H), static_cast<long>(D),
+              cudnn ? "cuDNN SDPA" : "own kernels", median(fwd), median(bwd), median(tot),
+              flops / median(tot) * 1e-9, peak);
+  std::printf("RESULT attn_%s_N%ld_D%ld fwd_ms %.3f bwd_ms %.3f total_ms %.3f peak_mib %.0f cudnn %d\n", name.c_str(),
+              static_cast<long>(N), static_cast<long>(D), median(fwd), median(bwd), median(tot), peak, cudnn ? 1 : 0);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  index_t N = 4096, H = 8, D = 64;
+  std::vector<index_t> Ns{4096}, Ds{64};
+  index_t H = 8;
   int reps = 10;
-  std::string dt = "f32";
+  std::string dt = "f32", tag;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--n") N = std::stol(v);
+    if (a == "--n") Ns = list_of(v);
     else if (a == "--heads") H = std::stol(v);
-    else if (a == "--dim") D = std::stol(v);
+    else if (a == "--dim") Ds = list_of(v);
+    else if (a == "--tag") tag = v;
     else if (a == "--reps") reps = std::stoi(v);
     else if (a == "--dtype") dt = v;
     else {
@@ -111,9 +146,12 @@ int main(int argc, char** argv) {
   }
   ExecContext ctx(Device::cuda(0));
   ContextGuard guard(ctx);
-  if (dt == "bf16")
-    run<bf16>(N, H, D, reps, ctx);
-  else
-    run<float>(N, H, D, reps, ctx);
+  for (const index_t N : Ns)
+    for (const index_t D : Ds) {
+      if (dt == "bf16")
+        run<bf16>(N, H, D, reps, tag, ctx);
+      else
+        run<float>(N, H, D, reps, tag, ctx);
+    }
   return 0;
 }

@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
 # GPU local attention vs torch.nn.functional.scaled_dot_product_attention (issue 7, benchmark 5;
-# target: ours >= 0.8x torch's speed, fp32 and bf16). One command on a GPU machine:
-#   bench/run_gpu_attention.sh [BUILD_DIR=build] [REPS=10] [PYTHON=python3] [NS="4096 16384"]
-# Alternates ours / torch (two rounds) per case and prints per case the best median of each side,
-# the speed ratio torch_time / our_time and both device memory high-water marks.
+# issue 32 item 1: bf16 on cuDNN's fused attention, targets torch/ours >= 0.9 forward + backward and
+# >= 1.0 forward alone). One command on a GPU machine:
+#   bench/run_gpu_attention.sh [BUILD_DIR=build] [REPS=10] [PYTHON=python3] [NS="4096 16384"] [DIMS="64 128"]
+#                              [DTYPES="f32 bf16"] [ROUNDS=2]
+# Per round and dtype: ours (one process over every N x D case), for bf16 also ours with
+# SHARDTENSOR_CUDNN_ATTENTION=0 (the own kernels: case bf16own), then torch. Prints per case the
+# best median of each side over the rounds, which kernel ours ran (cuDNN SDPA or own), the speed
+# ratios torch_time / our_time (forward + backward, and forward alone) and both device memory
+# high-water marks, then one "ratio" line per case.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-${BUILD_DIR:-$here/../build}}
 reps=${REPS:-10}
 py=${PYTHON:-python3}
 ns=${NS:-"4096 16384"}
+dims=${DIMS:-"64 128"}
+dtypes=${DTYPES:-"f32 bf16"}
+rounds=${ROUNDS:-2}
 bin=$build/bench/bench_attention_gpu
 bash "$here/need_bench.sh" "$build" bench_attention_gpu
 log=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 date -u +"%Y-%m-%d %H:%M UTC"
-for round in 1 2; do
-  for dt in f32 bf16; do
-    for n in $ns; do
-      "$bin" --n "$n" --dtype "$dt" --reps "$reps" | tee -a "$log/ours.txt"
-      "$py" "$here/torch_attention_gpu.py" --n "$n" --dtype "$dt" --reps "$reps" | tee -a "$log/torch.txt"
-    done
+ncsv=$(echo $ns | tr ' ' ','); dcsv=$(echo $dims | tr ' ' ',')
+for round in $(seq "$rounds"); do
+  for dt in $dtypes; do
+    "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" | tee -a "$log/ours.txt"
+    if [[ $dt == bf16 ]]; then
+      SHARDTENSOR_CUDNN_ATTENTION=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag own |
+        tee -a "$log/ours.txt"
+    fi
+    "$py" "$here/torch_attention_gpu.py" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" | tee -a "$log/torch.txt"
   done
 done
 python3 - "$log/ours.txt" "$log/torch.txt" <<'PY'
@@ -36,11 +47,18 @@ def parse(path):
             best[name] = kv
     return best
 ours, torch = parse(sys.argv[1]), parse(sys.argv[2])
-print(f"{'case':22s} {'ours ms':>10s} {'torch ms':>10s} {'torch/ours':>10s} {'ours MiB':>9s} {'torch MiB':>9s}")
+print(f"{'case':24s} {'kernel':6s} {'ours ms':>9s} {'torch ms':>9s} {'torch/ours':>10s} {'fwd ours':>9s} "
+      f"{'fwd torch':>9s} {'fwd t/o':>8s} {'ours MiB':>9s} {'torch MiB':>9s}")
+lines = []
 for name in ours:
-    o, t = ours[name], torch.get(name)
+    o = ours[name]
+    t = torch.get(name.replace("bf16own", "bf16"))  # the own-kernel row against the same torch case
     if t is None:
         continue
-    print(f"{name:22s} {o['total_ms']:10.3f} {t['total_ms']:10.3f} {t['total_ms'] / o['total_ms']:10.2f} "
-          f"{o['peak_mib']:9.0f} {t['peak_mib']:9.0f}")
+    kern = "cudnn" if o.get("cudnn", 0) else "own"
+    r, rf = t["total_ms"] / o["total_ms"], t["fwd_ms"] / o["fwd_ms"]
+    print(f"{name:24s} {kern:6s} {o['total_ms']:9.3f} {t['total_ms']:9.3f} {r:10.2f} {o['fwd_ms']:9.3f} "
+          f"{t['fwd_ms']:9.3f} {rf:8.2f} {o['peak_mib']:9.0f} {t['peak_mib']:9.0f}")
+    lines.append(f"ratio {name} ({kern}): torch/ours fwd+bwd {r:.2f}, fwd {rf:.2f}")
+print("\n".join(lines))
 PY

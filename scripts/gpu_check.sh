@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's checks, in phases that each fit one device call (<= 600 s) and leave their
 # work in the checkout for the next call (docs/building.md, "The GPU machine"):
-#   gpu_check.sh build   unpack the offline bundle (.deps, carried) with setup.sh --from,
+#   gpu_check.sh build   unpack the offline bundle (.deps, carried; with .deps/cudnn-frontend for
+#                        cuDNN attention, issue 32) with setup.sh --from,
 #                        configure (CUDA on, sm_90) and build the CUDA targets only: the two GPU
 #                        test binaries, the GPU benchmarks, unet_surrogate. Incremental: run it
 #                        again if it ran out of time.
@@ -202,11 +203,18 @@ phase_build() {
   [ $have_nccl = 0 ] && nccl=(-DSHARDTENSOR_ENABLE_NCCL=OFF)
   conf=("${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$NVCC" -DSHARDTENSOR_ENABLE_CUDA=ON
         -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DSHARDTENSOR_CONSUMER_TESTS=OFF "${nccl[@]}" "${launch[@]}")
+  # cudnn-frontend (issue 32: bf16/f16 attention on cuDNN SDPA): ../shared does not travel to the
+  # device; copy it into the carried bundle (cp -r ../shared/third_party/cudnn-frontend .deps/).
+  local fe="${CUDNN_FRONTEND_DIR:-$DEPS_DIR/cudnn-frontend/include}"
+  [ -f "$fe/cudnn_frontend.h" ] && conf+=(-DSHARDTENSOR_CUDNN_FRONTEND_DIR="$fe")
   # shellcheck disable=SC2206
   [ -n "${CMAKE_ARGS:-}" ] && conf+=($CMAKE_ARGS)
   [ "${FRESH:-0}" = 1 ] && rm -rf "$B"
   if [ -f "$B/CMakeCache.txt" ] && [ -f "$STATE" ] && grep -qx "MPI=$MPI" "$STATE"; then
     note "build dir $B already configured ($(cat "$STATE")): building incrementally (FRESH=1 to start over)"
+    if [ -f "$fe/cudnn_frontend.h" ] && ! grep -qx "SHARDTENSOR_CUDNN_FRONTEND_DIR:PATH=$fe" "$B/CMakeCache.txt"; then
+      step "configure (cudnn-frontend)" "$OUT/configure.log" 120 cmake "$B" -DSHARDTENSOR_CUDNN_FRONTEND_DIR="$fe" || return 1
+    fi
   else
     rm -rf "$B"
     if ! step configure "$OUT/configure.log" 180 cmake -S "$ROOT" -B "$B" "${conf[@]}" -DSHARDTENSOR_ENABLE_MPI="$MPI"; then
@@ -215,6 +223,12 @@ phase_build() {
       step "configure (MPI off)" "$OUT/configure.log" 180 cmake -S "$ROOT" -B "$B" "${conf[@]}" -DSHARDTENSOR_ENABLE_MPI=OFF || return 1
     fi
     echo "MPI=$MPI" > "$STATE"
+  fi
+  local fed; fed=$(sed -n 's/^SHARDTENSOR_CUDNN_FRONTEND_DIR:PATH=//p' "$B/CMakeCache.txt" 2>/dev/null)
+  if [ -n "$fed" ] && [ -f "$fed/cudnn_frontend.h" ]; then
+    note "cuDNN attention: on (cudnn-frontend $fed)"
+  else
+    note "cuDNN attention: OFF (no cudnn-frontend: cp -r ../shared/third_party/cudnn-frontend .deps/ and carry .deps)"
   fi
   local targets=() t keep=()
   for t in "${CUDA_TEST_TARGETS[@]}" "${BENCH_TARGETS[@]}"; do
@@ -243,6 +257,11 @@ phase_test() {
   if [ "${SERIAL:-1}" = 1 ]; then
     step "cuda tests" "$log" "$TEST_TIMEOUT" "$B/tests/shardtensor_cuda_tests" --colour-mode none
     note "   $(grep -E '^(test cases|All tests passed)' "$log" | tail -1)"
+    # issue 32: the [cudnn][attention] cases must have run cuDNN's SDPA, not the fallback
+    if gpu_visible && grep -q "built without cudnn-frontend" "$log"; then
+      RESULTS+=("cudnn attention: FAIL (built without cudnn-frontend: carry .deps/cudnn-frontend, build again)")
+    fi
+    grep -E "^shardtensor: cuDNN attention" "$log" | sort -u | head -20 | while read -r l; do note "   $l"; done
   fi
   if [ -x "$cm" ]; then
     for np in $NPS; do   # ranks share the one GPU: device communication falls back to MPI

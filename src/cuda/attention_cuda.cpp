@@ -1,6 +1,9 @@
 // CUDA implementation of the attention kernel family (kernels/attention.cu behind
 // src/kernels_api/attention.hpp), registered for DeviceKind::cuda when shardtensor::cuda is linked.
 // f32, f64, bf16 and f16 (float accumulation, float lse); head dims up to 256.
+// bf16 / f16 forward and backward go to cuDNN's fused attention first (src/cuda/attention_cudnn.cpp;
+// which calls qualify: src/cuda/attention_cudnn_select.hpp); what it declines runs here.
+#include "cuda/attention_cudnn.hpp"
 #include "cuda/family_util.hpp"
 #include "exec/attention_kernels.hpp"
 #include "kernels_api/attention.hpp"
@@ -29,6 +32,7 @@ struct CudaAttention final : AttentionKernels {
                ExecContext& ctx) const override {
     const char* op = "attention_forward (cuda)";
     check_geom(g, op);
+    if (cudnn_attention::try_forward(dt, g, q, k, v, m, out, lse, ctx)) return;
     const auto s = cuda_glue::enter(ctx, op);
     check(ka::forward(code(dt), geom(g), in(q), in(k), in(v), mask(m), outp(out), lse, s), op);
   }
@@ -36,6 +40,7 @@ struct CudaAttention final : AttentionKernels {
                 const AttnMask& m, AttnOut dq, AttnOut dk, AttnOut dv, ExecContext& ctx) const override {
     const char* op = "attention_backward (cuda)";
     check_geom(g, op);
+    if (cudnn_attention::try_backward(dt, g, q, k, v, out, dout, lse, m, dq, dk, dv, ctx)) return;
     const auto s = cuda_glue::enter(ctx, op);
     cuda_glue::Scratch<char> delta(ka::backward_scratch_bytes(code(dt), geom(g)), s, op);
     check(ka::backward(code(dt), geom(g), in(q), in(k), in(v), in(out), in(dout), lse, mask(m), outp(dq), outp(dk),
