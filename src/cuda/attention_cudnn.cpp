@@ -41,6 +41,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <dlfcn.h>
+
 #include <cudnn_frontend.h>
 
 #include "kernels_api/box.hpp"
@@ -89,6 +91,16 @@ bool try_backward(DType, const AttnGeom&, AttnIn, AttnIn, AttnIn, AttnIn, AttnIn
 }
 
 #else
+
+}  // namespace shard::exec::cudnn_attention (reopened below)
+
+// Defined by the user of cudnn-frontend's dynamic-loading mode (cudnn_frontend_shim.h declares
+// it); set once by cudnn_library_handle() before the first graph is built.
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}  // namespace cudnn_frontend
+
+namespace shard::exec::cudnn_attention {
 
 namespace {
 
@@ -240,9 +252,26 @@ void apply_mask(Attributes& a, const sel::MaskPlan& m) {
   }
 }
 
+/// The frontend's dynamic-loading mode (CMakeLists.txt) calls cuDNN through this handle: the
+/// libcudnn this library links, found without loading anything new (RTLD_NOLOAD), else opened.
+/// Null when neither works; build() then refuses every graph and attention runs on the own kernels.
+void* cudnn_library_handle() {
+  static void* const handle = [] {
+    void* h = dlopen(SHARDTENSOR_CUDNN_SONAME, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) h = dlopen(SHARDTENSOR_CUDNN_SONAME, RTLD_NOW);
+    cudnn_frontend::cudnn_dlhandle = h;
+    return h;
+  }();
+  return handle;
+}
+
 /// Builds the graph of `k` with handle h: the built entry, or one holding cuDNN's refusal.
 Entry build(const sel::GraphKey& k, cudnnHandle_t h) {
   Entry e;
+  if (!cudnn_library_handle()) {
+    e.reason = std::string("dlopen(" SHARDTENSOR_CUDNN_SONAME ") failed for cudnn-frontend's dynamic loading");
+    return e;
+  }
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(io_type(k.dt))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
