@@ -54,7 +54,7 @@ configure() {
   if [[ "$CMAKE_ARGS" != *CMAKE_CUDA_ARCHITECTURES* ]] && ! gpu_visible; then
     extra+=(-DCMAKE_CUDA_ARCHITECTURES="${CPU_ONLY_CUDA_ARCH:-90-virtual}")
   fi
-  log "configure: $BUILD_DIR $CMAKE_ARGS ${launch[*]} ${extra[*]}"
+  log "configure: $BUILD_DIR $CMAKE_ARGS ${launch[*]} ${extra[*]} $*"
   # shellcheck disable=SC2086
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launch[@]}" "${extra[@]}" $CMAKE_ARGS "$@"
 }
