@@ -43,8 +43,8 @@
 #include "exec/conv_kernels.hpp"
 #include "kernels_api/conv.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/context.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 // The legacy convolution API is deprecated in cuDNN 9 but complete (Nd, groups, dilation,
 // Find/Get algorithm search); the graph API would add nothing these ops need.

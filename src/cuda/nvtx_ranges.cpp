@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::cuda_glue {
 namespace {

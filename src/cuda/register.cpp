@@ -4,7 +4,7 @@
 // the CUDA device runtime and kernel families with the core's registry (src/exec/registry.hpp).
 // A program linked by hand with --as-needed can keep the library by referencing this symbol
 // (e.g. calling it once); it reports whether the backend registered its device runtime.
-#include "exec/registry.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 extern "C" {
 /// 1 when the CUDA backend's device runtime is registered (always, once this library is loaded).

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "exec/device_runtime.hpp"
-#include "exec/registry.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace gpusim {
 using namespace shard;

@@ -36,9 +36,9 @@
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/conv.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/functional/conv_options.hpp"
 #include "shardtensor/tensor/tensor.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard {
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "exec/profiler_store.hpp"
+#include "runtime/profiler_store.hpp"
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
 #if SHARDTENSOR_HAS_MPI

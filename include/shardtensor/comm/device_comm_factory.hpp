@@ -2,8 +2,8 @@
 // DeviceCommFactory (KernelFamily::comm): how make_device_comm() gets a device communicator
 // (NCCL) from the CUDA backend without the core library linking it. shardtensor::cuda registers
 // one for DeviceKind::cuda (src/cuda/nccl_comm.cpp).
-#include "exec/registry.hpp"
 #include "shardtensor/comm/communicator.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

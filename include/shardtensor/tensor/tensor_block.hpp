@@ -1,7 +1,7 @@
 #pragma once
 /// \file tensor_block.hpp
 /// Conversions between the typed Tensor<T, R> and the type-erased Block (no copies).
-#include "shardtensor/exec/block.hpp"
+#include "shardtensor/runtime/block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {

@@ -16,10 +16,10 @@
 #include <string>
 #include <tuple>
 
-#include "exec/device_runtime.hpp"
-#include "exec/profiler_store.hpp"
+#include "runtime/profiler_store.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 
 namespace shard::profile {
 namespace detail {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
 #include "shardtensor/exec/pointwise.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec::detail {
 

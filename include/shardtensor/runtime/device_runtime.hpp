@@ -4,8 +4,8 @@
 // a CUDA header. All calls take the device index explicitly and set it themselves.
 #include <cstddef>
 
-#include "exec/registry.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

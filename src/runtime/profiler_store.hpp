@@ -3,7 +3,7 @@
 // environment handling (src/exec/profiler_report.cpp). Private to the runtime layer.
 #include <vector>
 
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::profile::detail {
 
