@@ -507,7 +507,7 @@ struct CudaConvKernels final : ConvKernels {
 
 const CudaConvKernels g_cuda_conv;
 
-/// Registers the CUDA table when shardtensor::cuda is linked (see src/exec/registry.hpp).
+/// Registers the CUDA table when shardtensor::cuda is linked (see include/shardtensor/runtime/registry.hpp).
 struct Registrar {
   Registrar() { register_family(DeviceKind::cuda, KernelFamily::conv, &g_cuda_conv); }
 } const g_registrar;

@@ -1,4 +1,4 @@
-// The profiler's store and scopes (include/shardtensor/exec/profiler.hpp). Part of the runtime
+// The profiler's store and scopes (include/shardtensor/runtime/profiler.hpp). Part of the runtime
 // layer (beside the registry and the device runtime it times with); the table, the environment
 // and the exit report are in profiler_report.cpp.
 //

@@ -1,5 +1,5 @@
 // The profiler's table, shard::Profiler, SHARDTENSOR_PROFILE and the table printed at exit
-// (include/shardtensor/exec/profiler.hpp; the store is profiler.cpp).
+// (include/shardtensor/runtime/profiler.hpp; the store is profiler.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>

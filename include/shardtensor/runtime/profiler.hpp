@@ -116,7 +116,7 @@ class Scope {
   void* ev0_ = nullptr;
 };
 
-/// Allocator traffic (src/tensor/memory.cpp, the host pool's mmap, the CUDA runtime's cudaMalloc).
+/// Allocator traffic (src/runtime/memory.cpp, the host pool's mmap, the CUDA runtime's cudaMalloc).
 /// `where`: "cpu" or "cuda"; `what`: "request", "os_map", "cudaMalloc".
 void note_alloc(Site& site, std::uint64_t bytes) noexcept;
 inline void count_alloc(Site& site, std::uint64_t bytes) noexcept {
