@@ -1,4 +1,4 @@
-// The profiler's cost (exec/profiler.hpp): a profiled scope while profiling is off (one relaxed
+// The profiler's cost (runtime/profiler.hpp): a profiled scope while profiling is off (one relaxed
 // atomic load and a branch), while it collects (two steady_clock reads and four relaxed atomic
 // adds), and a real front (box_zero of 64 floats) off and on. docs/performance.md, "Profiling".
 #include <benchmark/benchmark.h>

@@ -2,7 +2,7 @@
 #include <cstdint>
 
 #include "shardtensor/autograd/variable.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::autograd {
 namespace {

@@ -9,9 +9,9 @@
 #include "shardtensor/core/error.hpp"
 
 #include <fmt/ranges.h>
-#include "comm/payload_bytes.hpp"
-#include "exec/device_runtime.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/comm/payload_bytes.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 #if SHARDTENSOR_HAS_MPI
 #include "shardtensor/comm/mpi_comm.hpp"
 #endif

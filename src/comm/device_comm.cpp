@@ -11,10 +11,10 @@
 #include <cstring>
 #include <map>
 
-#include "comm/device_comm_factory.hpp"
-#include "exec/device_runtime.hpp"
+#include "shardtensor/comm/device_comm_factory.hpp"
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 #if SHARDTENSOR_HAS_MPI
 #include "shardtensor/comm/mpi_comm.hpp"
 #endif

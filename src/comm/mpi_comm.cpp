@@ -17,10 +17,10 @@
 #endif
 #endif
 
-#include "comm/payload_bytes.hpp"
-#include "exec/device_runtime.hpp"
+#include "shardtensor/comm/payload_bytes.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard {
 namespace {

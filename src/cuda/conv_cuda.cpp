@@ -43,8 +43,8 @@
 #include "exec/conv_kernels.hpp"
 #include "kernels_api/conv.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/context.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 // The legacy convolution API is deprecated in cuDNN 9 but complete (Nd, groups, dilation,
 // Find/Get algorithm search); the graph API would add nothing these ops need.
@@ -507,7 +507,7 @@ struct CudaConvKernels final : ConvKernels {
 
 const CudaConvKernels g_cuda_conv;
 
-/// Registers the CUDA table when shardtensor::cuda is linked (see src/exec/registry.hpp).
+/// Registers the CUDA table when shardtensor::cuda is linked (see include/shardtensor/runtime/registry.hpp).
 struct Registrar {
   Registrar() { register_family(DeviceKind::cuda, KernelFamily::conv, &g_cuda_conv); }
 } const g_registrar;

@@ -9,7 +9,7 @@
 
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec::cuda_glue {
 

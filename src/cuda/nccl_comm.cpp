@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/payload_bytes.hpp"
-#include "comm/device_comm_factory.hpp"
-#include "exec/device_runtime.hpp"
+#include "shardtensor/comm/payload_bytes.hpp"
+#include "shardtensor/comm/device_comm_factory.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard {
 namespace {

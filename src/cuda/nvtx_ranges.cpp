@@ -1,4 +1,4 @@
-// NVTX ranges for the profiler's scopes (include/shardtensor/exec/profiler.hpp), installed when
+// NVTX ranges for the profiler's scopes (include/shardtensor/runtime/profiler.hpp), installed when
 // shardtensor::cuda is loaded. NVTX3 is header-only (the toolkit's nvtx3/nvToolsExt.h; it needs
 // dlopen, never libcuda or libcudart), so this file is the only place that includes it and a
 // build without CUDA has no NVTX at all.
@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::cuda_glue {
 namespace {

@@ -29,9 +29,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 namespace {

@@ -2,10 +2,10 @@
 // mul, sum) call the launchers in kernels/elementwise.cu (through the firewall header
 // src/kernels_api.hpp) on the calling thread's current stream for the device. The launchers
 // synchronise that stream before returning.
-#include "exec/device_runtime.hpp"
 #include "exec/tensor_kernels.hpp"
 #include "kernels_api.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 
 #include <cuda_runtime.h>
 

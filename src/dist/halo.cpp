@@ -7,7 +7,7 @@
 #include "halo_plan.hpp"
 #include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard {
 

@@ -25,7 +25,7 @@
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/points.hpp"
 #include "shardtensor/dist/ring.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard {
 

@@ -10,7 +10,7 @@
 #include "plan_cache.hpp"
 #include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/exec/box.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::detail {
 

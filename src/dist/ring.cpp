@@ -6,9 +6,9 @@
 
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/dist/consistency.hpp"
-#include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/box.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard {
 

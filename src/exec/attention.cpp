@@ -7,9 +7,9 @@
 
 #include "exec/attention_kernels.hpp"
 #include "exec/front_util.hpp"
-#include "exec/precision.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/exec/precision.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

@@ -1,8 +1,8 @@
 #pragma once
 // Attention kernel family (private interface; see include/shardtensor/exec/attention.hpp for the
 // contract). Sizes and dtypes are checked by the front.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/attention.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

@@ -5,9 +5,9 @@
 #include <array>
 
 #include "exec/box_kernels.hpp"
-#include "shardtensor/tensor/memory.hpp"
-#include "exec/device_runtime.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/memory.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

@@ -5,9 +5,9 @@
 // with equal shapes and dtypes and at least one element.
 //   CPU:  src/exec/box_cpu.cpp  (registered for DeviceKind::cpu)
 //   CUDA: kernels/box.cu + src/cuda/box_cuda.cpp  (registered for DeviceKind::cuda)
-#include "exec/registry.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

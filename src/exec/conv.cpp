@@ -5,10 +5,10 @@
 #include "shardtensor/exec/conv.hpp"
 
 #include "exec/conv_kernels.hpp"
-#include "exec/precision.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/exec/box.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/exec/precision.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

@@ -19,7 +19,7 @@
 #include "shardtensor/core/dtype.hpp"
 #include "kernels_api/convert_ops.hpp"
 #include "shardtensor/exec/conv.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard::detail::conv_engine {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/exec/blas.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard {
 namespace detail::conv_engine {

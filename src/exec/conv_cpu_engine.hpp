@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::detail::conv_engine {
 

@@ -9,9 +9,9 @@
 // (f32 or f64, or bf16 / f16 where takes_storage says so); the front has checked shapes, devices and dtypes. Work is ordered on ctx's
 // stream; the CPU implementation reads ctx.settings() (conv_kernel, conv_threading,
 // conv_column_budget), the CUDA one deterministic, allow_tf32 and ctx.workspace().
-#include "exec/registry.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/exec/conv.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

@@ -6,8 +6,8 @@
 #include "exec/fft_kernels.hpp"
 #include "exec/front_util.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/tensor/memory.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/memory.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

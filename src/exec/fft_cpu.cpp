@@ -16,7 +16,7 @@
 
 #include "exec/fft_kernels.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard::exec {
 namespace {

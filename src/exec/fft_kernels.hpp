@@ -2,8 +2,8 @@
 // The fft kernel family's interface (private): src/exec/fft_cpu.cpp (DeviceKind::cpu, FFTW3) and
 // src/cuda/fft_cuda.cpp (DeviceKind::cuda, cuFFT).
 // The front has checked the geometry, dtypes, shapes and device; blocks are contiguous.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/fft.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

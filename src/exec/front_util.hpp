@@ -2,11 +2,11 @@
 // Shared checks of the kernel-family fronts: every operand on the context's device with the
 // front's dtype (f32 or f64; bf16 off the CPU for the attention families) and the geometry's
 // shape; the family table for the context's device.
-#include "exec/registry.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec::detail {
 

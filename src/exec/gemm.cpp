@@ -5,9 +5,9 @@
 #include <climits>
 
 #include "exec/front_util.hpp"
-#include "exec/precision.hpp"
+#include "shardtensor/exec/precision.hpp"
 #include "exec/gemm_kernels.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

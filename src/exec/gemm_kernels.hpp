@@ -1,8 +1,8 @@
 #pragma once
 // GEMM kernel family (private interface; see include/shardtensor/exec/gemm.hpp for the contract).
 // Sizes are checked by the front.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/gemm.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

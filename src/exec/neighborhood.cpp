@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "exec/front_util.hpp"
-#include "exec/precision.hpp"
+#include "shardtensor/exec/precision.hpp"
 #include "exec/neighborhood_kernels.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

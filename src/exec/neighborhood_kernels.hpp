@@ -2,8 +2,8 @@
 // Neighbourhood-attention kernel family (private interface; see
 // include/shardtensor/exec/neighborhood.hpp for the contract). Sizes and dtypes are checked by
 // the front.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/neighborhood.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

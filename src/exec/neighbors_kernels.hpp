@@ -3,8 +3,8 @@
 // (DeviceKind::cpu) and src/cuda/neighbors_cuda.cpp (DeviceKind::cuda; NeighborMethod ignored).
 // The front has checked dtypes, shapes, devices and the geometry; blocks are contiguous; `dt` is
 // the points' dtype (f32 or f64); n_query > 0.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/neighbors.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

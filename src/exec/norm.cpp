@@ -2,10 +2,10 @@
 #include "shardtensor/exec/norm.hpp"
 
 #include "exec/front_util.hpp"
-#include "exec/precision.hpp"
+#include "shardtensor/exec/precision.hpp"
 #include "exec/norm_kernels.hpp"
 #include "exec/strided_rows.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

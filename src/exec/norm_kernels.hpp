@@ -1,8 +1,8 @@
 #pragma once
 // Norm kernel family (private interface; see include/shardtensor/exec/norm.hpp for the contract).
 // Device pointers for tensor data, host pointers for the statistics.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/norm.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

@@ -4,7 +4,7 @@
 #include "exec/front_util.hpp"
 #include "exec/optim_kernels.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

@@ -1,8 +1,8 @@
 #pragma once
 // The optim kernel family's interface (private): src/exec/optim_cpu.cpp (DeviceKind::cpu) and
 // src/cuda/optim_cuda.cpp (DeviceKind::cuda). Pointers are contiguous, n elements, one device.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/optim.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

@@ -3,12 +3,12 @@
 #include "shardtensor/exec/pointwise.hpp"
 
 #include "exec/front_util.hpp"
-#include "exec/precision.hpp"
+#include "shardtensor/exec/precision.hpp"
 #include "exec/pointwise_kernels.hpp"
 #include "exec/strided_rows.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

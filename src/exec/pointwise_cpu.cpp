@@ -12,12 +12,12 @@
 #endif
 
 #include "exec/pointwise_kernels.hpp"
-#include "exec/precision.hpp"
 #include "exec/storage_cpu.hpp"
 #include "exec/strided_rows.hpp"
 #include "kernels_api/pointwise_ops.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/exec/precision.hpp"
 
 namespace shard::exec {
 namespace {

@@ -2,8 +2,8 @@
 // The pointwise kernel family's interface (private): implemented by src/exec/pointwise_cpu.cpp
 // (DeviceKind::cpu) and src/cuda/pointwise_cuda.cpp (DeviceKind::cuda). The front
 // (src/exec/pointwise.cpp) checks devices, dtypes and shapes before calling a table.
-#include "exec/registry.hpp"
 #include "shardtensor/exec/pointwise.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

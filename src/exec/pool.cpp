@@ -6,8 +6,8 @@
 
 #include "exec/front_util.hpp"
 #include "exec/pool_kernels.hpp"
-#include "exec/precision.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/exec/precision.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Pool kernel family (private interface; see include/shardtensor/exec/pool.hpp for the contract).
-#include "exec/registry.hpp"
 #include "shardtensor/exec/pool.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

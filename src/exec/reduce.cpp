@@ -2,11 +2,11 @@
 #include "shardtensor/exec/reduce.hpp"
 
 #include "exec/front_util.hpp"
-#include "exec/precision.hpp"
 #include "exec/reduce_kernels.hpp"
 #include "exec/strided_rows.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/exec/precision.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

@@ -3,8 +3,8 @@
 // src/cuda/reduce_cuda.cpp (DeviceKind::cuda). The front (src/exec/reduce.cpp) checks devices,
 // dtypes and shapes; tables see contiguous blocks of one dtype (f32/f64) on one device, except
 // in the *_strided entry points (strided operands read in place, CPU).
-#include "exec/registry.hpp"
 #include "shardtensor/exec/reduce.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

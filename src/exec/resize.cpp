@@ -5,10 +5,10 @@
 #include "shardtensor/exec/resize.hpp"
 
 #include "exec/front_util.hpp"
-#include "exec/precision.hpp"
 #include "exec/resize_kernels.hpp"
 #include "exec/strided_rows.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/exec/precision.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

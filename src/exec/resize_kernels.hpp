@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "exec/registry.hpp"
 #include "shardtensor/exec/resize.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

@@ -4,8 +4,8 @@
 
 #include "exec/front_util.hpp"
 #include "exec/rows_kernels.hpp"
-#include "shardtensor/tensor/memory.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/memory.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 

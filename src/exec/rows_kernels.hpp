@@ -2,8 +2,8 @@
 // The row kernel family's interface (private): src/exec/rows_cpu.cpp (DeviceKind::cpu) and the
 // CUDA table. The front has checked dtypes, shapes and devices; blocks are contiguous;
 // n_index > 0 and width > 0. Index entries are -1 or valid rows (the CPU table re-checks).
-#include "exec/registry.hpp"
 #include "shardtensor/exec/rows.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

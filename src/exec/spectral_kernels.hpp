@@ -2,8 +2,8 @@
 // The spectral kernel family's interface (private): src/exec/spectral_cpu.cpp (DeviceKind::cpu)
 // and src/cuda/spectral_cuda.cpp. The front has checked dtypes, shapes, devices; blocks are
 // contiguous; `real` is the precision (f32 for c64, f64 for c128).
-#include "exec/registry.hpp"
 #include "shardtensor/exec/spectral.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

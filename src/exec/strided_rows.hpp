@@ -4,9 +4,9 @@
 // steps by b.strides[R - 1]. The CPU tables read strided views (e.g. the interior of a user's
 // halo-padded array) this way, in place; a table without strided entry points gets a contiguous
 // copy from the front (materialize).
-#include "shardtensor/exec/block.hpp"
 #include "shardtensor/exec/box.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec::detail {
 

@@ -2,10 +2,10 @@
 // TensorDeviceKernels: the device side of Tensor's own entry points (tensor.hpp / ops.hpp:
 // strided copy between views, fill, axpby, mul, sum) for non-host devices. The host side is
 // inline in the headers; shardtensor::cuda implements this table (src/cuda/tensor_ops_cuda.cpp)
-// and the core's src/tensor/device_ops.cpp dispatches to it through the registry.
-#include "exec/registry.hpp"
+// and the front src/exec/tensor.cpp dispatches to it through the registry.
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

@@ -12,7 +12,7 @@
 //                           laid out like the parameter, so it loads at any rank count / mesh
 //   state/ints              i64[k]; state/bytes/<i> u8
 // Every dataset carries its checksum (io/hdf5.cpp), verified when it is read.
-#include "core/fsync.hpp"
+#include "shardtensor/core/fsync.hpp"
 #include "shardtensor/io/checkpoint.hpp"
 
 #include <fcntl.h>
@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "shardtensor/core/hash.hpp"
 #include "shardtensor/exec/box.hpp"

@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "exec/precision.hpp"
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/exec/gemm.hpp"
+#include "shardtensor/exec/precision.hpp"
 #include "shardtensor/nn/functional/linear.hpp"
 
 namespace shard::nn::functional::detail {

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/fsync.hpp"
+#include <fmt/format.h>
+
+#include "shardtensor/core/fsync.hpp"
 #include "shardtensor/core/hash.hpp"
 #include "shardtensor/nn/module.hpp"
 

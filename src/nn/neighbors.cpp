@@ -14,7 +14,7 @@
 
 #include "shardtensor/exec/box.hpp"
 #include "shardtensor/exec/rows.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard::nn::functional::detail {
 

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 
 namespace shard::test {
 

@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "exec/device_runtime.hpp"
 #include "shardtensor/exec/attention.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 #include "support/attention_reference.hpp"
 
 namespace st_exec_cuda_attention {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/device_runtime.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 
 namespace st_exec_cuda_device_runtime {
 

@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "exec/device_runtime.hpp"
 #include "shardtensor/exec/fft.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 
 namespace st_exec_cuda_fft {
 

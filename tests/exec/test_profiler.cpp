@@ -1,4 +1,4 @@
-// The in-library profiler (exec/profiler.hpp) on the CPU: structure and totals of its table, not
+// The in-library profiler (runtime/profiler.hpp) on the CPU: structure and totals of its table, not
 // timings. A small model step (two convs, a group norm, an mse loss, backward, SGD) under a
 // shard::Profiler, exact call counts where the schedule fixes them, collective payload bytes,
 // allocator rows, nesting, reset, the disabled state and SHARDTENSOR_PROFILE's parser.
@@ -12,7 +12,7 @@
 #include <shardtensor/nn/layers.hpp>
 #include <shardtensor/shardtensor.hpp>
 
-// The store's raw totals (exported by libshardtensor; private header src/exec/profiler_store.hpp).
+// The store's raw totals (exported by libshardtensor; private header src/runtime/profiler_store.hpp).
 namespace shard::profile::detail {
 std::vector<ProfileRow> snapshot(bool wait);
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Helpers of the CUDA-vs-CPU kernel tests in tests/gpusim/ (the GPU simulator lane, ctest label
 // gpusim; see scripts/gpusim.sh). Each test calls one kernel family's CUDA table and its CPU table
-// directly through the registry (exec/registry.hpp, exec/<family>_kernels.hpp) on the same small
+// directly through the registry (runtime/registry.hpp, exec/<family>_kernels.hpp) on the same small
 // inputs and compares the results. They run on a real GPU too, and skip when no device is visible.
 #include <catch2/catch_test_macros.hpp>
 #include <shardtensor/shardtensor.hpp>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "exec/device_runtime.hpp"
-#include "exec/registry.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace gpusim {
 using namespace shard;

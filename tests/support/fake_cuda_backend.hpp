@@ -19,8 +19,8 @@
 #include <stdexcept>
 
 #include "../comm/fake_device_runtime.hpp"
-#include "exec/registry.hpp"
 #include "exec/tensor_kernels.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::test {
 

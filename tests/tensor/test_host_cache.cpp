@@ -1,4 +1,4 @@
-// The host block cache behind allocate_bytes (src/tensor/memory.cpp): large freed blocks are
+// The host block cache behind allocate_bytes (src/runtime/memory.cpp): large freed blocks are
 // reused for requests of the same size, never while still owned, and are not counted as in use.
 #include <catch2/catch_test_macros.hpp>
 

@@ -22,7 +22,7 @@
 
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
 #include "shardtensor/comm/reduce_op.hpp"
 
 namespace shard {

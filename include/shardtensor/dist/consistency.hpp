@@ -31,7 +31,7 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/hash.hpp"
 #include "shardtensor/dist/dist_spec.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::detail {
 

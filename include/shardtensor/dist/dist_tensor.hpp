@@ -11,8 +11,8 @@
 #include "shardtensor/dist/gather.hpp"
 #include "shardtensor/dist/redistribute.hpp"
 #include "shardtensor/exec/box.hpp"
-#include "shardtensor/exec/context.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
 
 namespace shard {

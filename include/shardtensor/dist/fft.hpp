@@ -46,9 +46,9 @@
 
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
 #include "shardtensor/exec/fft.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard {
 

@@ -4,7 +4,7 @@
 /// the root only and O(local) on every other rank (no full_tensor() on every rank). Type-erased
 /// core; the typed fronts are DistTensor::gather_to / DistTensor::scatter_from.
 #include "shardtensor/dist/dist_spec.hpp"
-#include "shardtensor/exec/block.hpp"
+#include "shardtensor/runtime/block.hpp"
 
 namespace shard::detail {
 

@@ -41,7 +41,7 @@
 
 #include "shardtensor/dist/boundary.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard {
 

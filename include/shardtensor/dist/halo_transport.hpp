@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "shardtensor/dist/halo.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard {
 

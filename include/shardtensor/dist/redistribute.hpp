@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "shardtensor/dist/dist_spec.hpp"
-#include "shardtensor/exec/block.hpp"
+#include "shardtensor/runtime/block.hpp"
 
 namespace shard::detail {
 

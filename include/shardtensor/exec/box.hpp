@@ -4,8 +4,8 @@
 /// device. A box is a Block::slice; every function takes any strides. Dispatch goes by the
 /// blocks' device to the `box` kernel family (CPU: src/exec/box_cpu.cpp; CUDA: kernels/box.cu).
 /// Every dtype moves (including c64/c128); `add` needs an arithmetic dtype.
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

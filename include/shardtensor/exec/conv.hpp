@@ -11,8 +11,8 @@
 #include <array>
 
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard {
 

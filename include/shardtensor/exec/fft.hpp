@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

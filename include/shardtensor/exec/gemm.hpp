@@ -6,8 +6,8 @@
 /// ExecSettings::allow_tf32 is set). Host-pointer code (the CPU conv engine) may keep calling
 /// shard::gemm of exec/blas.hpp directly.
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard {
 

@@ -34,8 +34,8 @@
 #include "shardtensor/core/device.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

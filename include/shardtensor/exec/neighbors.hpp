@@ -24,8 +24,8 @@
 ///    indices), so lists of disjoint shards merge into the unsharded answer.
 /// NaN coordinates are refused (shard::Error from the tables; the front never reads data).
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

@@ -4,8 +4,8 @@
 /// momentum / Nesterov / weight decay, Adam, AdamW), on the parameter's device (CPU:
 /// src/exec/optim_cpu.cpp; CUDA: kernels/optim.cu). Parameter, gradient and state are
 /// contiguous blocks with one element count on one device.
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

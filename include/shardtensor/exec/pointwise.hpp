@@ -5,8 +5,8 @@
 /// goes by the blocks' device (CPU: src/exec/pointwise_cpu.cpp; CUDA: kernels/pointwise.cu).
 /// Every function checks that its blocks share one device and one dtype (f32 or f64) and throws
 /// shard::Error naming the op otherwise. Nothing here allocates on the host heap.
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

@@ -8,8 +8,8 @@
 /// max_ties / max_backward may be strided (any strides): the CPU table reads it in place, in
 /// element order (bitwise the result of a contiguous copy); other tables get a contiguous copy. Results returned as `double` are on the host (the
 /// call waits for the device).
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

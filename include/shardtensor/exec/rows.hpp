@@ -15,8 +15,8 @@
 ///    order (deterministic); the CUDA table uses atomics (the order of additions to one row, and
 ///    so the last bits of a float sum, may vary between runs when an index repeats).
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

@@ -7,8 +7,8 @@
 ///   backward: gx[b, i, k] = sum_o gy[b, o, k] * conj(w[i, o, k])
 ///             gw[i, o, k] = sum_b conj(x[b, i, k]) * gy[b, o, k]
 /// (PyTorch's convention for complex gradients: dL/dRe + i dL/dIm.)
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "shardtensor/exec/optim.hpp"
-#include "shardtensor/exec/profiler.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/parameter.hpp"
+#include "shardtensor/runtime/profiler.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard::optim {
 

@@ -10,7 +10,7 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard {
 

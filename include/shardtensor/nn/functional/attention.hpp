@@ -51,10 +51,10 @@
 #include <vector>
 
 #include "shardtensor/autograd/comm_ops.hpp"
-#include "shardtensor/exec/context.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/functional/autocast.hpp"
 #include "shardtensor/nn/functional/common.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard::nn::functional {
 

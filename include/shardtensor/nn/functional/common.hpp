@@ -25,8 +25,8 @@
 #include "shardtensor/autograd/comm_ops.hpp"
 #include "shardtensor/autograd/variable.hpp"
 #include "shardtensor/dist/dist_tensor.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::nn::functional {
 

@@ -14,7 +14,7 @@
 /// (pad 0) and the other the global padding. Output extent per spatial dim:
 ///   out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1   (must be >= 1).
 ///
-/// CPU implementation (see ConvKernel in exec/context.hpp): every stride-1 gather — the stride-1 forward conv and weight
+/// CPU implementation (see ConvKernel in runtime/context.hpp): every stride-1 gather — the stride-1 forward conv and weight
 /// gradient, every input gradient (computed one stride phase at a time: for stride s, the input
 /// positions with the same residue mod s share one sub-kernel, so it is a stride-1 gather with
 /// no multiply-by-zero work and no atomics) and the transposed conv — runs on a direct
@@ -36,9 +36,9 @@
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/conv.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/functional/conv_options.hpp"
 #include "shardtensor/tensor/tensor.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard {
 

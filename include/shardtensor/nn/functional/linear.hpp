@@ -17,7 +17,7 @@
 
 #include "shardtensor/nn/functional/autocast.hpp"
 #include "shardtensor/nn/functional/common.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard::nn::functional {
 

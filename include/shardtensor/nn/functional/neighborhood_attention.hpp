@@ -44,9 +44,9 @@
 #include "shardtensor/autograd/comm_ops.hpp"
 #include "shardtensor/dist/halo.hpp"
 #include "shardtensor/exec/neighborhood.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/functional/autocast.hpp"
 #include "shardtensor/nn/functional/common.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard::nn::functional {
 

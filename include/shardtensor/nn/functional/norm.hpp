@@ -23,8 +23,8 @@
 #include <type_traits>
 
 #include "shardtensor/exec/norm.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/nn/functional/common.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard::nn::functional {
 

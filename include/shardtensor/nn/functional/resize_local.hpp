@@ -30,8 +30,8 @@
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/exec/resize.hpp"
-#include "shardtensor/exec/tensor_block.hpp"
 #include "shardtensor/tensor/tensor.hpp"
+#include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard {
 

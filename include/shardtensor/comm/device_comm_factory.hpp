@@ -1,9 +1,12 @@
 #pragma once
+/// \file device_comm_factory.hpp
+/// The device-communicator factory interface (public so that the NCCL backend in src/cuda
+/// implements it without including comm's private headers; users need it only for a backend).
 // DeviceCommFactory (KernelFamily::comm): how make_device_comm() gets a device communicator
 // (NCCL) from the CUDA backend without the core library linking it. shardtensor::cuda registers
 // one for DeviceKind::cuda (src/cuda/nccl_comm.cpp).
-#include "exec/registry.hpp"
 #include "shardtensor/comm/communicator.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 

@@ -1,4 +1,4 @@
-// The profiler's store and scopes (include/shardtensor/exec/profiler.hpp). Part of the runtime
+// The profiler's store and scopes (include/shardtensor/runtime/profiler.hpp). Part of the runtime
 // layer (beside the registry and the device runtime it times with); the table, the environment
 // and the exit report are in profiler_report.cpp.
 //
@@ -16,10 +16,10 @@
 #include <string>
 #include <tuple>
 
-#include "exec/device_runtime.hpp"
-#include "exec/profiler_store.hpp"
+#include "runtime/profiler_store.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 
 namespace shard::profile {
 namespace detail {

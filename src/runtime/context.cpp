@@ -1,12 +1,12 @@
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 #include <array>
 #include <cstdlib>
 #include <cstring>
 
-#include "exec/device_runtime.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard {
 

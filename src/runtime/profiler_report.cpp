@@ -1,5 +1,5 @@
 // The profiler's table, shard::Profiler, SHARDTENSOR_PROFILE and the table printed at exit
-// (include/shardtensor/exec/profiler.hpp; the store is profiler.cpp).
+// (include/shardtensor/runtime/profiler.hpp; the store is profiler.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "exec/profiler_store.hpp"
+#include "runtime/profiler_store.hpp"
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
 #if SHARDTENSOR_HAS_MPI

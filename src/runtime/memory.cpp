@@ -1,4 +1,4 @@
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -10,10 +10,10 @@
 #include <typeinfo>
 #include <vector>
 
-#include "exec/device_runtime.hpp"
 #include "shardtensor/config.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 #include "small_block_pool.hpp"
 
 namespace shard {

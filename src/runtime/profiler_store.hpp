@@ -1,9 +1,9 @@
 #pragma once
-// The profiler's process-wide store (src/exec/profiler.cpp), shared with the table and the
-// environment handling (src/exec/profiler_report.cpp). Private to the runtime layer.
+// The profiler's process-wide store (src/runtime/profiler.cpp), shared with the table and the
+// environment handling (src/runtime/profiler_report.cpp). Private to the runtime layer.
 #include <vector>
 
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::profile::detail {
 

@@ -1,11 +1,14 @@
 #pragma once
+/// \file device_runtime.hpp
+/// The device runtime interface of the runtime layer (public: comm's device staging and the CUDA
+/// backend use it; users need it only to plug in a backend).
 // DeviceRuntime: the services of a device runtime the core library calls through the registry
 // (KernelFamily::runtime). shardtensor::cuda implements it with cudart; the core never includes
 // a CUDA header. All calls take the device index explicitly and set it themselves.
 #include <cstddef>
 
-#include "exec/registry.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 namespace shard::exec {
 
@@ -59,7 +62,7 @@ struct DeviceRuntime {
   virtual void synchronize_event(void* ev) const = 0;                ///< host waits for ev
   virtual bool query_event(void* ev) const = 0;                      ///< true when complete
 
-  /// Timing events for the profiler (exec/profiler.hpp): an event that records a timestamp, or
+  /// Timing events for the profiler (runtime/profiler.hpp): an event that records a timestamp, or
   /// null when the runtime cannot time (the default). Destroyed with destroy_event.
   virtual void* create_timing_event(int device) const {
     (void)device;
@@ -91,7 +94,7 @@ struct DeviceRuntime {
 
 /// The stream of the calling thread's current context for `dev` when one has been made current
 /// or created (current_context / ContextGuard), else the default stream; never creates a context
-/// and never throws (src/exec/context.cpp). Device memory is allocated and freed on it.
+/// and never throws (src/runtime/context.cpp). Device memory is allocated and freed on it.
 Stream current_stream_if_any(Device dev) noexcept;
 
 /// The CUDA runtime when shardtensor::cuda is linked; throws naming `op` otherwise.

@@ -1,6 +1,6 @@
-#include "shardtensor/exec/block.hpp"
+#include "shardtensor/runtime/block.hpp"
 
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard {
 

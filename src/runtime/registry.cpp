@@ -1,4 +1,4 @@
-#include "exec/registry.hpp"
+#include "shardtensor/runtime/registry.hpp"
 
 #include <array>
 #include <atomic>

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "shardtensor/exec/profiler.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::detail {
 namespace {

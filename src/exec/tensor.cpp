@@ -1,9 +1,11 @@
-// Tensor's device entry points (tensor.hpp / ops.hpp call them for non-host tensors). They look
-// up the device's TensorDeviceKernels table in the registry: shardtensor::cuda registers the
-// CUDA one; without it (or in a build without CUDA) the lookup throws a shard::Error naming the
-// op and the device.
-#include "exec/precision.hpp"
+// The front of the `tensor` kernel family: Tensor's device entry points (declared in
+// tensor/ops.hpp; tensor.hpp / ops.hpp call them for non-host tensors). They look up the device's
+// TensorDeviceKernels table (exec/tensor_kernels.hpp) in the registry: shardtensor::cuda registers
+// the CUDA one; without it (or in a build without CUDA) the lookup throws a shard::Error naming the
+// op and the device. Here in exec/, not in tensor/, because the bf16/f16 route takes the f32
+// working copies of exec/precision.hpp, which convert through the pointwise family.
 #include "exec/tensor_kernels.hpp"
+#include "shardtensor/exec/precision.hpp"
 #include "shardtensor/tensor/ops.hpp"
 
 namespace shard::detail {

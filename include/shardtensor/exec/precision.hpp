@@ -1,5 +1,9 @@
 #pragma once
-// Mixed precision at the kernel-family fronts (private). bf16 and f16 are storage dtypes: a front
+/// \file precision.hpp
+/// f32 working copies of bf16/f16 operands (namespace detail: for the exec fronts and the op
+/// schedules in src/nn, not for users; public only so that nn/ does not include exec's private
+/// headers).
+// Mixed precision at the kernel-family fronts. bf16 and f16 are storage dtypes: a front
 // whose table computes in f32 only takes f32 working copies of its bf16/f16 operands here, calls
 // the f32 table, and converts its results back, so every such family accepts bf16/f16 tensors
 // with f32 arithmetic and f32 accumulation (docs/architecture.md, "Mixed precision"). The copies
@@ -14,9 +18,9 @@
 #include <vector>
 
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/block.hpp"
-#include "shardtensor/exec/context.hpp"
 #include "shardtensor/exec/pointwise.hpp"
+#include "shardtensor/runtime/block.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec::detail {
 

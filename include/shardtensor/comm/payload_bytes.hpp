@@ -1,4 +1,7 @@
 #pragma once
+/// \file payload_bytes.hpp
+/// Payload bytes of a v-collective (namespace comm_detail; public so that NcclComm in src/cuda
+/// shares it).
 // Payload bytes of a v-collective for the profiler's comm rows (SHARD_PROFILE_COMM in the
 // Communicator backends: SelfComm, MpiComm, NcclComm).
 #include <cstddef>

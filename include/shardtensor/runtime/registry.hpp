@@ -1,5 +1,8 @@
 #pragma once
-// The device-backend registry (private to the project; the CUDA library includes it too).
+/// \file registry.hpp
+/// The device-backend registry of the runtime layer. Public (namespace shard::exec) because the
+/// layers above it (exec's families, comm's device-communicator factory) and the CUDA backend all
+/// register or look up tables through it; users need it only to plug in a backend of their own.
 //
 // Every kernel family has one interface (an abstract struct with a static `id`), a CPU
 // implementation compiled into libshardtensor, and a CUDA implementation compiled into
