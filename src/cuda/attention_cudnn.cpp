@@ -47,8 +47,8 @@
 
 #include "kernels_api/box.hpp"
 #include "shardtensor/core/error.hpp"
-#include "shardtensor/exec/profiler.hpp"
-#include "shardtensor/tensor/memory.hpp"
+#include "shardtensor/runtime/profiler.hpp"
+#include "shardtensor/runtime/memory.hpp"
 #endif
 
 namespace shard::exec::cudnn_attention {

@@ -8,7 +8,7 @@
 
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/exec/attention.hpp"
-#include "shardtensor/exec/context.hpp"
+#include "shardtensor/runtime/context.hpp"
 
 namespace shard::exec::cudnn_attention {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "cuda/attention_cudnn.hpp"
-#include "exec/device_runtime.hpp"
+#include "shardtensor/runtime/device_runtime.hpp"
 #include "shardtensor/exec/attention.hpp"
 #include "support/attention_reference.hpp"
 
