@@ -17,7 +17,7 @@
 //    SDPA graph cache thread-local for the same reason. A shape cuDNN refuses (validate,
 //    check_support, build_plans, or a failed execute) is cached as unsupported, written once to
 //    stderr with the reason, and runs on the own kernels from then on; nothing here throws.
-//  * workspace: from the caching allocator for the call alone, as conv's CallWorkspace.
+//  * workspace: from the caching allocator for the call alone (cuda_glue::CallWorkspace, as conv).
 //  * SHARDTENSOR_CUDNN_ATTENTION=0 (read once) turns the path off; profiler rows
 //    kernel/attention_cudnn (forward, backward) and kernel/attention_cudnn_build time it.
 // Built without cudnn-frontend (no SHARDTENSOR_HAVE_CUDNN_FRONTEND) this file is the stub that
@@ -45,6 +45,7 @@
 
 #include <cudnn_frontend.h>
 
+#include "cuda/family_util.hpp"
 #include "kernels_api/box.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/runtime/profiler.hpp"
@@ -342,33 +343,6 @@ const Entry& entry_for(ThreadState& st, const sel::GraphKey& k, cudnnHandle_t h,
   return st.cache.emplace(k, std::move(e)).first->second;
 }
 
-/// Memory from the caching allocator for one call, tagged with ctx's stream (conv_cuda.cpp's
-/// CallWorkspace: ctx is current while the block is taken and while it is given back, so it is
-/// reused only by work queued after this call's). Null for 0 bytes.
-class CallMemory {
- public:
-  CallMemory(std::size_t bytes, ExecContext& ctx) : ctx_(ctx) {
-    if (bytes == 0) return;
-    const ContextGuard guard(ctx_);
-    mem_ = allocate_bytes(bytes, ctx_.device());
-  }
-  ~CallMemory() {
-    if (!mem_) return;
-    try {
-      const ContextGuard guard(ctx_);
-      mem_.reset();
-    } catch (...) {
-      mem_.reset();
-    }
-  }
-  CallMemory(const CallMemory&) = delete;
-  CallMemory& operator=(const CallMemory&) = delete;
-  char* get() const { return static_cast<char*>(mem_.get()); }
-
- private:
-  ExecContext& ctx_;
-  std::shared_ptr<void> mem_;
-};
 
 sel::Operand operand_of(const void* p, index_t sb, index_t sh, index_t sn) {
   return {sb, sh, sn, reinterpret_cast<std::uintptr_t>(p)};
@@ -424,7 +398,7 @@ const Entry* prepare(const sel::Problem& p, ExecContext& ctx, cudnnHandle_t& h, 
 /// Runs a built entry; false (logged once, the key marked refused) when cuDNN fails to launch.
 bool execute(const Entry& e, cudnnHandle_t h, std::unordered_map<std::int64_t, void*>& pack, ExecContext& ctx,
              const sel::GraphKey& key, std::string& why) {
-  const CallMemory ws(static_cast<std::size_t>(e.workspace), ctx);
+  const cuda_glue::CallWorkspace ws(static_cast<std::size_t>(e.workspace), ctx);
   fe::error_t st;
   try {
     st = e.graph->execute(h, pack, ws.get());
@@ -490,8 +464,8 @@ bool try_backward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, Att
   const auto aligned = [](std::size_t b) { return (b + 255) / 256 * 256; };
   const std::size_t nq = aligned(static_cast<std::size_t>(g.B * g.H * g.Nq * g.D) * esz);
   const std::size_t nk = aligned(static_cast<std::size_t>(g.B * g.H * g.Nk * g.D) * esz);
-  const CallMemory scratch(nq + 2 * nk, ctx);
-  char* sq = scratch.get();
+  const cuda_glue::CallWorkspace scratch(nq + 2 * nk, ctx);
+  char* sq = static_cast<char*>(scratch.get());
   char* sk = sq + nq;
   char* sv = sk + nk;
   std::unordered_map<std::int64_t, void*> pack = {

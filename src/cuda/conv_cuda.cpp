@@ -337,33 +337,8 @@ Choice choose(Pass pass, DType dt, const ConvGeometry& g, const Mapping& m, Desc
   return c;
 }
 
-/// The algorithm's workspace for one call, from the caching allocator, tagged with ctx's stream
-/// (the allocator orders a block by the thread's current context's stream: ctx is made current
-/// while the block is taken and while it is given back). Null for 0 bytes.
-class CallWorkspace {
- public:
-  CallWorkspace(std::size_t bytes, ExecContext& ctx) : ctx_(ctx) {
-    if (bytes == 0) return;
-    const ContextGuard guard(ctx_);
-    mem_ = allocate_bytes(bytes, ctx_.device());
-  }
-  ~CallWorkspace() {
-    if (!mem_) return;
-    try {
-      const ContextGuard guard(ctx_);
-      mem_.reset();  // parked on ctx's stream: reused only by work queued after this call's
-    } catch (...) {
-      mem_.reset();
-    }
-  }
-  CallWorkspace(const CallWorkspace&) = delete;
-  CallWorkspace& operator=(const CallWorkspace&) = delete;
-  void* get() const { return mem_.get(); }
-
- private:
-  ExecContext& ctx_;
-  std::shared_ptr<void> mem_;
-};
+/// The algorithm's workspace for one call: cuda_glue::CallWorkspace (family_util.hpp).
+using cuda_glue::CallWorkspace;
 
 constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }

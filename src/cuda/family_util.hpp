@@ -6,10 +6,12 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <memory>
 
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/memory.hpp"
 
 namespace shard::exec::cuda_glue {
 
@@ -91,5 +93,34 @@ inline void download(double* dst, const double* src, std::size_t n, cudaStream_t
   check(static_cast<int>(cudaStreamSynchronize(s)), op);
 }
 
+
+/// Memory for one call from the caching allocator, tagged with ctx's stream: ctx is made current
+/// while the block is taken and while it is given back (the allocator orders a block by the
+/// thread's current context's stream), so the block is reused only by work queued after this
+/// call's. Null for 0 bytes. Used for cuDNN workspaces and scratch (conv, fused attention).
+class CallWorkspace {
+ public:
+  CallWorkspace(std::size_t bytes, ExecContext& ctx) : ctx_(ctx) {
+    if (bytes == 0) return;
+    const ContextGuard guard(ctx_);
+    mem_ = allocate_bytes(bytes, ctx_.device());
+  }
+  ~CallWorkspace() {
+    if (!mem_) return;
+    try {
+      const ContextGuard guard(ctx_);
+      mem_.reset();  // parked on ctx's stream: reused only by work queued after this call's
+    } catch (...) {
+      mem_.reset();
+    }
+  }
+  CallWorkspace(const CallWorkspace&) = delete;
+  CallWorkspace& operator=(const CallWorkspace&) = delete;
+  void* get() const { return mem_.get(); }
+
+ private:
+  ExecContext& ctx_;
+  std::shared_ptr<void> mem_;
+};
 
 }  // namespace shard::exec::cuda_glue
