@@ -22,6 +22,7 @@
 # Uses BUILD_DIR / MPIEXEC_FLAGS like scripts/run_tests.sh (scripts/common.sh); SKIP_BUILD=1 runs
 # the existing binary.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+need_plots
 GRID="${GRID:-192}"
 STEPS="${STEPS:-30}"
 MODEL="${MODEL:---width 16 --depth 3}"
@@ -107,5 +108,5 @@ echo "# big 1 ${big1[*]}" >> "$LOG"
   awk -v c="$CAP_MIB" -v t="${big4[0]}" -v r="${big4[1]}" -v s="${big4[2]}" 'BEGIN { printf "| 4 | 2x2 | %.1f | %.1f | %s | %.3f |\n", t, r, (r <= c) ? "yes" : "**no**", s }'
 } > "$MD"
 cat "$MD"
-gnuplot -e "outdir='$OUTDIR'" "$ROOT/bench/plot_nowcast_referee.gp"
+command -v gnuplot >/dev/null && gnuplot -e "outdir='$OUTDIR'" "$ROOT/bench/plot_nowcast_referee.gp"
 log "wrote $DAT, $MD, $OUTDIR/nowcast_referee.png"

@@ -7,6 +7,7 @@
 #   NP=4 N=8192 REPS=30 bench/run_redistribute.sh
 # Uses BUILD_DIR / JOBS / CMAKE_ARGS / MPIEXEC_FLAGS like scripts/run_tests.sh (scripts/common.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+need_plots
 NP="${NP:-2}"
 N="${N:-4096}"
 REPS="${REPS:-60}"

@@ -22,6 +22,7 @@
 # Uses BUILD_DIR / JOBS / CMAKE_ARGS / MPIEXEC_FLAGS like scripts/run_tests.sh (scripts/common.sh);
 # SKIP_BUILD=1 runs the existing binary; TABLES_ONLY=1 only redoes the tables and plots from the log.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+need_plots
 RESS="${RESS-128 256 512 1024}"  # set but empty: latency only
 FORMS="${FORMS:-ring neighborhood}"
 LAT_RES="${LAT_RES:-1024}"

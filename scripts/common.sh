@@ -26,6 +26,12 @@ setup_deps() {
   bash "$ROOT/scripts/setup.sh"
 }
 
+# The bench scripts that draw plots install gnuplot on demand (scripts/setup.sh leaves it out
+# unless SETUP_WITH_PLOTS=1: the README commands do not need it).
+need_plots() {
+  command -v gnuplot >/dev/null 2>&1 || SETUP_WITH_PLOTS=1 bash "$ROOT/scripts/setup.sh" ||
+    echo "note: gnuplot could not be installed; the plots are skipped" >&2
+}
 # True when an NVIDIA GPU is visible (nvidia-smi lists one).
 gpu_visible() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
 
