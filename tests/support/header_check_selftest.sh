@@ -22,10 +22,15 @@ cat > "$work/include/shardtensor/st_selftest_good.hpp" <<'H'
 #include <vector>
 inline std::vector<int> st_selftest_g() { return {1, 2}; }
 H
-for h in missing warns good; do
+# A forwarder of the good header is not compiled (it is made only of includes of checked
+# headers); a forwarder of a header outside the checked set is compiled, and fails with it.
+printf '#pragma once\n// forwarder\n#include \"shardtensor/st_selftest_good.hpp\"  // quoted\n' > "$work/include/shardtensor/st_selftest_fwd.hpp"
+cp "$work/include/shardtensor/st_selftest_missing.hpp" "$work/include/shardtensor/st_selftest_unchecked.hpp"
+printf '#pragma once\n#include <shardtensor/st_selftest_unchecked.hpp>\n' > "$work/include/shardtensor/st_selftest_fwd_bad.hpp"
+for h in missing warns good fwd fwd_bad; do
   printf '// selftest\n#include <shardtensor/st_selftest_%s.hpp>\n' "$h" > "$work/tus/st_selftest_$h.cpp"
 done
-cp "$work/tus/st_selftest_good.cpp" "$work/good_tus/"
+cp "$work/tus/st_selftest_good.cpp" "$work/tus/st_selftest_fwd.cpp" "$work/good_tus/"
 # The build's flags with the planted tree first on the include path.
 { head -1 "$flags_file"; echo "-I$work/include"; tail -n +2 "$flags_file"; } > "$work/flags.txt"
 fail=0
@@ -35,8 +40,12 @@ grep -q "st_selftest_missing.hpp> does not compile on its own" <<< "$out" ||
   { echo "selftest: the missing include was not reported:"; echo "$out"; fail=1; }
 grep -q "warnings in <shardtensor/st_selftest_warns.hpp>" <<< "$out" ||
   { echo "selftest: the warning was not reported:"; echo "$out"; fail=1; }
-grep -q "st_selftest_good" <<< "$out" && { echo "selftest: the good header was reported:"; echo "$out"; fail=1; }
+grep -q "st_selftest_fwd_bad.hpp> does not compile on its own" <<< "$out" ||
+  { echo "selftest: the forwarder of an unchecked broken header was not reported:"; echo "$out"; fail=1; }
+grep -q "st_selftest_good\|st_selftest_fwd.hpp" <<< "$out" && { echo "selftest: the good header or its forwarder was reported:"; echo "$out"; fail=1; }
 out=$(bash "$here/header_check.sh" "$work/flags.txt" "$work/good_tus" 2 "$work/include" 2>&1) ||
   { echo "selftest: the check failed a good header:"; echo "$out"; fail=1; }
-[ $fail = 0 ] && echo "header_check_selftest: a missing include and a warning fail the check; a good header passes"
+grep -q "; 1 made only of includes of checked headers" <<< "$out" ||
+  { echo "selftest: the forwarder of the good header was compiled:"; echo "$out"; fail=1; }
+[ $fail = 0 ] && echo "header_check_selftest: a missing include, a warning and a forwarder of an unchecked broken header fail the check; a good header and its forwarder pass"
 exit $fail
