@@ -24,7 +24,10 @@
 #                        ratio line, the two tables' top rows side by side (per step), then both
 #                        tables in full.
 #   gpu_check.sh list    (no GPU needed) the source check of `test` alone, against a build dir.
-#   gpu_check.sh all     build, test, profile, bench in one call (what fits in DEADLINE).
+#   gpu_check.sh examples  unet / vit / fno / pointcloud_surrogate with --device cuda at 1, 2 and 4
+#                        ranks sharing the GPU; each final_loss must agree with the example's
+#                        --device cpu run to EX_REL (1e-4) (issue 31's acceptance; ~1 min).
+#   gpu_check.sh all     build, test, examples, profile, bench in one call (what fits in DEADLINE).
 # Device calls (the machine is warm for only ~30 s after a call: issue the next at once):
 #   run(command="bash scripts/gpu_check.sh build", carry=[".deps"], timeout_s=600)
 #   run(command="bash scripts/gpu_check.sh test", timeout_s=600)
@@ -43,7 +46,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 PHASE="${1:-all}"
-case "$PHASE" in build|test|profile|bench|list|all) ;; *) echo "usage: $0 build|test|profile|bench|list|all" >&2; exit 2 ;; esac
+case "$PHASE" in build|test|examples|profile|bench|list|all) ;; *) echo "usage: $0 build|test|examples|profile|bench|list|all" >&2; exit 2 ;; esac
 OUT="${OUT:-$ROOT/gpu_check_out/$PHASE}"; mkdir -p "$OUT"
 W="${GPU_WORK:-$ROOT/build-gpu}"; mkdir -p "$W"
 B="${BUILD_DIR:-$W/build}"
@@ -67,7 +70,8 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=no
 MPIFLAGS=(--oversubscribe --bind-to none)
 [ "$(id -u)" -eq 0 ] && MPIFLAGS=(--allow-run-as-root "${MPIFLAGS[@]}")
 CUDA_TEST_TARGETS=(shardtensor_cuda_tests shardtensor_cuda_mpi_tests)
-BENCH_TARGETS=(bench_conv_gpu bench_attention_gpu bench_halo_gpu unet_surrogate)
+BENCH_TARGETS=(bench_conv_gpu bench_attention_gpu bench_halo_gpu unet_surrogate vit_surrogate fno_surrogate
+               pointcloud_surrogate)
 
 T0=$(date +%s)
 SUM="$OUT/summary.txt"; : > "$SUM"
@@ -279,6 +283,40 @@ phase_test() {
   fi
 }
 
+# The examples on the GPU (issue 31's acceptance): each trains with --device cuda at 1, 2 and 4
+# ranks sharing the GPU, and its final_loss must agree with the same example's --device cpu run at
+# 1 rank to EX_REL (fp32, TF32 off: the examples' default). Small sizes: a minute in all.
+EX_REL="${EX_REL:-1e-4}"
+example_runs() {  # the example's flags, one line per example: name|flags
+  cat <<'EXR'
+unet_surrogate|--steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10
+vit_surrogate|--steps 10 --seed 3 --log-every 5
+fno_surrogate|--steps 10 --seed 3 --log-every 5
+pointcloud_surrogate|--steps 20 --points 3000 --grid 8 --seed 1 --log-every 10
+EXR
+}
+phase_examples() {
+  deps_env || setup_deps || note "no deps prefix: MPI runs use the system's mpiexec, if any"
+  cuda_shim 1
+  local log="$OUT/examples.log" name flags exe ref loss np rel ok
+  while IFS='|' read -r name flags; do
+    exe="$B/examples/$name"
+    [ -x "$exe" ] || { note "no $exe: run 'gpu_check.sh build' first"; fail_note "example $name"; continue; }
+    # shellcheck disable=SC2086
+    step "example $name cpu np1" "$log" 120 mpiexec "${MPIFLAGS[@]}" -n 1 "$exe" $flags --device cpu || continue
+    ref=$(grep -o 'final_loss=[^ ]*' "$log" | tail -1 | cut -d= -f2)
+    for np in 1 2 4; do
+      # shellcheck disable=SC2086
+      step "example $name cuda np$np" "$log" 120 mpiexec "${MPIFLAGS[@]}" -n "$np" "$exe" $flags --device cuda || continue
+      loss=$(grep -o 'final_loss=[^ ]*' "$log" | tail -1 | cut -d= -f2)
+      rel=$(awk -v a="$loss" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.3g", (m > 0 ? d / m : d) }')
+      ok=$(awk -v r="$rel" -v t="$EX_REL" 'BEGIN { print (r <= t) ? "agrees" : "DIFFERS" }')
+      note "   $name np$np cuda final_loss=$loss, cpu np1 $ref: relative $rel ($ok, tolerance $EX_REL)"
+      [ "$ok" = agrees ] || RESULTS+=("example $name cuda np$np: FAIL (final_loss $loss vs cpu $ref, relative $rel)")
+    done
+  done < <(example_runs)
+}
+
 # The U-Net step of bench/run_gpu_unet.sh, profiled on both sides (see the header). The summary's
 # side-by-side view parses our table loosely: the first line naming a "calls" column is the
 # header, columns are split at runs of 2+ spaces or '|', the device-time column is the first whose
@@ -424,10 +462,11 @@ phase_bench() {
 case "$PHASE" in
   build) phase_build ;;
   test) phase_test ;;
+  examples) phase_examples ;;
   profile) phase_profile ;;
   bench) phase_bench ;;
   list) check_sources ;;
-  all) phase_build && phase_test; phase_profile; phase_bench ;;
+  all) phase_build && phase_test; phase_examples; phase_profile; phase_bench ;;
 esac
 
 # --- summary -------------------------------------------------------------------------------------
