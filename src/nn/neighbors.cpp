@@ -1,9 +1,9 @@
-// Schedules of the point-cloud ops (include/shardtensor/nn/functional/neighbors.hpp), on Blocks:
-//  - box routing: owners of the local points, one RowExchange (dist/points.hpp) to them;
-//  - the neighbour gather plan: the distinct support rows a rank's lists need, requested once
-//    each from their owners (alltoall of counts + alltoallv of the global indices), the owners'
-//    RowExchange of the requested rows, and the expansion map (q, k) -> received row that the
-//    rows family applies (rows_gather forward, rows_scatter_add backward);
+// Schedules of the point-cloud ops (include/shardtensor/nn/functional/neighbors.hpp), on Blocks,
+// over the point plans of dist/points.hpp (no communication is chosen or issued here):
+//  - box routing: detail::box_routing_plan (the owners and one RowExchange to them) as a
+//    PointRouting; apply = the exchange, backward = its adjoint_add;
+//  - the neighbour gather: detail::NeighborGatherPlan::forward / adjoint (requests, the owners'
+//    RowExchange and the rows-family expansion).
 // The per-entry maths (offsets, norms, distance weights, aggregation) is the points exec family
 // (exec/points.hpp), called from the header.
 #include "shardtensor/nn/functional/neighbors.hpp"
@@ -19,21 +19,10 @@
 namespace shard::nn::functional::detail {
 
 using shard::detail::NeighborGatherPlan;
-using shard::detail::RowExchange;
 
 namespace {
 
 std::string counts_str(const std::vector<index_t>& c) { return fmt::format("[{}]", fmt::join(c, ", ")); }
-
-/// A host i64 vector as a Block on ctx's device (a view on the host).
-Block index_block(const std::vector<index_t>& v, ExecContext& ctx) {
-  const index_t n = static_cast<index_t>(v.size());
-  Block host = Block::view(DType::i64, Device::cpu(), const_cast<index_t*>(v.data()), &n, 1);
-  if (ctx.device().is_cpu()) return host;
-  Block dev = Block::allocate(DType::i64, ctx.device(), &n, 1);
-  exec::box_copy(dev, host, ctx);
-  return dev;
-}
 
 index_t trailing(const Block& b) {
   index_t x = 1;
@@ -49,17 +38,6 @@ Block as_matrix(const Block& b, index_t rows) {
   return Block::view(b.dtype, b.device, b.data, shape, 2, nullptr, b.owner);
 }
 
-void check_real(const Block& b, const char* op, const char* what) {
-  SHARD_CHECK(b.dtype == DType::f32 || b.dtype == DType::f64, op, "{} must be f32 or f64, got {}", what, b.dtype);
-  SHARD_CHECK(b.device.is_cpu() && b.is_contiguous(), op, "{} must be a contiguous host block", what);
-}
-
-
-template <class F>
-void dispatch(DType dt, F&& f) {
-  if (dt == DType::f64) f(double{});
-  else f(float{});
-}
 
 }  // namespace
 
@@ -99,42 +77,8 @@ void check_neighbor_lists(const DistSpec& query, const DistSpec& support, const 
 // ------------------------------------------------------------------------------ routing
 
 PointRouting box_routing(const DistSpec& spec, const Block& pts, const BoxPartition& part, const char* op) {
-  check_point_set(spec, op, "points");
-  SHARD_CHECK(spec.mesh() == part.mesh(), op, "the points and the box partition live on different meshes: {}",
-              mesh_mismatch(spec.mesh(), part.mesh()));
-  const index_t D = spec.global_shape()[1];
-  SHARD_CHECK(D == part.dim(), op, "points have {} coordinates but the partition has {} dims", D, part.dim());
-  check_real(pts, op, "points");
-  const index_t n = spec.local_box().len[0];
-  SHARD_CHECK(pts.numel() == n * D, op, "points block {} does not match {}", pts.shape_vec(), spec);
-  const auto& comm = spec.mesh().comm();
-  const int P = comm->size();
-  std::vector<int> owner(static_cast<std::size_t>(n));
-  std::vector<double> p(static_cast<std::size_t>(D));
-  std::int64_t outside = 0;
-  dispatch(pts.dtype, [&](auto t) {
-    using T = decltype(t);
-    const T* x = static_cast<const T*>(pts.data);
-    for (index_t i = 0; i < n; ++i) {
-      for (index_t d = 0; d < D; ++d) p[static_cast<std::size_t>(d)] = static_cast<double>(x[i * D + d]);
-      const int o = part.owner(p.data());
-      owner[static_cast<std::size_t>(i)] = o;
-      if (o < 0) ++outside;
-    }
-  });
-  const auto all = comm->allgather_value(outside);
-  std::string bad;
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r] > 0) bad += fmt::format("{}rank {}: {} point(s)", bad.empty() ? "" : "; ", r, all[r]);
-  SHARD_CHECK(bad.empty(), op, "points outside the partition's domain (or NaN): {}", bad);
-  std::vector<index_t> offsets(static_cast<std::size_t>(P) + 1, 0), rows(static_cast<std::size_t>(n));
-  for (int o : owner) ++offsets[static_cast<std::size_t>(o) + 1];
-  for (int r = 0; r < P; ++r) offsets[static_cast<std::size_t>(r) + 1] += offsets[static_cast<std::size_t>(r)];
-  std::vector<index_t> fill(offsets.begin(), offsets.end() - 1);
-  for (index_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(fill[static_cast<std::size_t>(owner[static_cast<std::size_t>(i)])]++)] = i;
-  auto ex = std::make_shared<const RowExchange>(comm, n, std::move(offsets), std::move(rows));
-  const auto counts = comm->allgather_value(ex->n_recv());
-  return PointRouting{ex, spec, point_spec(spec.mesh(), counts, D)};
+  auto plan = shard::detail::box_routing_plan(spec, pts, part, op);
+  return PointRouting{std::move(plan.exchange), spec, std::move(plan.target)};
 }
 
 Block route_rows(const PointRouting& r, const Block& src, ExecContext& ctx) {
@@ -152,95 +96,14 @@ Block route_rows_adjoint(const PointRouting& r, const Block& g, ExecContext& ctx
 
 // ------------------------------------------------------------------------------ gather
 
-std::shared_ptr<const NeighborGatherPlan> neighbor_gather_plan(const DistSpec& support, const Block& indices,
-                                                               const char* op) {
-  SHARD_CHECK(indices.dtype == DType::i64 && indices.rank == 2 && indices.is_contiguous() && indices.device.is_cpu(),
-              op, "neighbour indices must be a contiguous host [n, K] i64 block");
-  const auto& comm = support.mesh().comm();
-  const int P = comm->size(), me = comm->rank();
-  const index_t Ns = support.global_shape()[0], nq = indices.shape[0], K = indices.shape[1];
-  std::vector<index_t> off(static_cast<std::size_t>(P) + 1);
-  for (int r = 0; r <= P; ++r) off[static_cast<std::size_t>(r)] = point_offset(support, r);
-  const auto* idx = static_cast<const index_t*>(indices.data);
-  std::vector<index_t> uniq;
-  uniq.reserve(static_cast<std::size_t>(nq * K));
-  std::int64_t bad = 0;
-  for (index_t i = 0; i < nq * K; ++i) {
-    const index_t e = idx[i];
-    if (e == -1) continue;
-    if (e < 0 || e >= Ns) ++bad;
-    else uniq.push_back(e);
-  }
-  const auto all = comm->allgather_value(bad);
-  std::string msg;
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r] > 0) msg += fmt::format("{}rank {}: {} index(es)", msg.empty() ? "" : "; ", r, all[r]);
-  SHARD_CHECK(msg.empty(), op, "neighbour indices outside [-1, {}) (the support set's size): {}", Ns, msg);
-  std::sort(uniq.begin(), uniq.end());
-  uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
-  // requests per owner (uniq is ascending, so grouped by owner in rank order)
-  std::vector<index_t> req(static_cast<std::size_t>(P), 0), req_off(static_cast<std::size_t>(P), 0);
-  for (index_t g : uniq) {
-    const auto o = static_cast<std::size_t>(std::upper_bound(off.begin(), off.end(), g) - off.begin() - 1);
-    ++req[o];
-  }
-  for (int r = 1; r < P; ++r)
-    req_off[static_cast<std::size_t>(r)] = req_off[static_cast<std::size_t>(r) - 1] + req[static_cast<std::size_t>(r) - 1];
-  std::vector<index_t> inc(static_cast<std::size_t>(P), 0);
-  comm->alltoall(req.data(), inc.data(), 1, DType::i64);
-  std::vector<index_t> inc_off(static_cast<std::size_t>(P) + 1, 0);
-  for (int r = 0; r < P; ++r)
-    inc_off[static_cast<std::size_t>(r) + 1] = inc_off[static_cast<std::size_t>(r)] + inc[static_cast<std::size_t>(r)];
-  std::vector<index_t> asked(static_cast<std::size_t>(inc_off.back()));
-  comm->alltoallv(uniq.data(), req, req_off, asked.data(), inc,
-                  std::span<const index_t>(inc_off).first(static_cast<std::size_t>(P)), DType::i64);
-  const index_t lo = off[static_cast<std::size_t>(me)];
-  for (auto& a : asked) a -= lo;  // global -> local row of this owner
-  auto plan = std::make_shared<NeighborGatherPlan>();
-  plan->support = support;
-  plan->n_query = nq;
-  plan->width = K;
-  const index_t n_local = off[static_cast<std::size_t>(me) + 1] - lo;
-  plan->exchange = std::make_shared<const RowExchange>(comm, n_local, std::move(inc_off), std::move(asked));
-  plan->expand.resize(static_cast<std::size_t>(nq * K));
-  for (index_t i = 0; i < nq * K; ++i) {
-    const index_t e = idx[i];
-    plan->expand[static_cast<std::size_t>(i)] =
-        e < 0 ? -1 : static_cast<index_t>(std::lower_bound(uniq.begin(), uniq.end(), e) - uniq.begin());
-  }
-  return plan;
-}
-
 void neighbor_gather_forward(const NeighborGatherPlan& p, const Block& features, const Block& dst, ExecContext& ctx) {
-  const char* op = "gather_neighbors";
-  const index_t C = trailing(features);
-  SHARD_CHECK(features.is_contiguous() && dst.is_contiguous() && dst.numel() == p.n_query * p.width * C, op,
-              "features {} / output {} do not match the plan ({} x {} entries)", features.shape_vec(), dst.shape_vec(),
-              p.n_query, p.width);
-  Block recv = p.exchange->forward(as_matrix(features, p.exchange->n_src()), ctx);  // [U, C]
-  const Block map = index_block(p.expand, ctx);
-  const index_t shape[2] = {p.n_query * p.width, C};
-  exec::rows_gather(exec::RowsGeometry{p.n_unique(), p.n_query * p.width, C}, recv, map,
-                    Block::view(dst.dtype, dst.device, dst.data, shape, 2, nullptr, dst.owner), ctx);
-  shard::detail::bump_version(dst.owner);
+  p.forward(features, dst, ctx);
 }
 
 Block neighbor_gather_backward(const NeighborGatherPlan& p, const Block& g, index_t n_support_local, ExecContext& ctx) {
-  SHARD_CHECK(g.rank == 3 && g.shape[0] == p.n_query && g.shape[1] == p.width, "gather_neighbors",
-              "gradient {} does not match the plan ({} x {} entries)", g.shape_vec(), p.n_query, p.width);
-  const index_t C = g.shape[2];
-  const index_t U = p.n_unique();
-  const index_t rshape[2] = {U, C}, fshape[2] = {n_support_local, C};
-  Block grecv = Block::allocate(g.dtype, ctx.device(), rshape, 2);
-  exec::box_zero(grecv, ctx);
-  const Block map = index_block(p.expand, ctx);
-  const index_t gshape[2] = {p.n_query * p.width, C};
-  exec::rows_scatter_add(exec::RowsGeometry{U, p.n_query * p.width, C},
-                         Block::view(g.dtype, g.device, g.data, gshape, 2, nullptr, g.owner), map, grecv, ctx);
-  Block gf = Block::allocate(g.dtype, ctx.device(), fshape, 2);
-  exec::box_zero(gf, ctx);
-  p.exchange->adjoint_add(grecv, gf, ctx);
-  return gf;
+  SHARD_CHECK(n_support_local == p.exchange->n_src(), "gather_neighbors",
+              "{} local support rows, but the plan was built for {}", n_support_local, p.exchange->n_src());
+  return p.adjoint(g, ctx);
 }
 
 }  // namespace shard::nn::functional::detail

@@ -47,25 +47,6 @@
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard {
-namespace detail {
-
-/// Which support rows a rank needs for one neighbour list, and how to expand them: the rows are
-/// requested once each from their owners (RowExchange run by the owners: send_rows = the
-/// requested local rows, per requester); the received matrix holds this rank's distinct valid
-/// indices in ascending global order, and `expand[q * width + k]` is the row of entry (q, k) in
-/// it (-1 for padding).
-struct NeighborGatherPlan {
-  DistSpec support;                        ///< the support set the lists index
-  std::weak_ptr<void> indices;             ///< the local index storage it was built from
-  index_t n_query = 0;                     ///< this rank's query rows
-  index_t width = 0;                       ///< entries per row (K)
-  std::shared_ptr<const RowExchange> exchange;  ///< owners -> requesters
-  std::vector<index_t> expand;             ///< [n_query * width]
-  index_t n_unique() const { return exchange->n_recv(); }
-};
-
-}  // namespace detail
-
 namespace nn::functional {
 
 // ------------------------------------------------------------------------------ options
@@ -119,8 +100,9 @@ void check_point_rows(const DistSpec& s, const DistSpec& rows, const char* op, c
 void check_neighbor_lists(const DistSpec& query, const DistSpec& support, const DistSpec& indices,
                           const DistSpec& counts, const char* op);
 
-/// Schedule of partition_by_box (src/nn/neighbors.cpp): checks (errors on every rank: mesh,
-/// D, points outside the domain or NaN), the owners, the row exchange and the routed layout.
+/// Schedule of partition_by_box (src/nn/neighbors.cpp): the routing plan of dist/points.hpp
+/// (`detail::box_routing_plan`: checks, errors on every rank for mesh, D, points outside the
+/// domain or NaN; the owners, the row exchange and the routed layout) as a PointRouting.
 /// `points`: this rank's rows, a contiguous host [n, D] f32 / f64 block. Collective.
 PointRouting box_routing(const DistSpec& points_spec, const Block& points, const BoxPartition& part, const char* op);
 /// Routed rows: a new contiguous [n_recv, C] block of src's dtype. Collective.
@@ -128,10 +110,6 @@ Block route_rows(const PointRouting& r, const Block& src, ExecContext& ctx);
 /// Adjoint of route_rows: a new [n_src, C] block, the gradients summed back onto their rows.
 Block route_rows_adjoint(const PointRouting& r, const Block& g, ExecContext& ctx);
 
-/// The gather plan of lists whose local indices are `indices` ([n_query, K] contiguous host
-/// i64). Errors on every rank for indices outside [-1, Ns). Collective.
-std::shared_ptr<const shard::detail::NeighborGatherPlan> neighbor_gather_plan(const DistSpec& support,
-                                                                              const Block& indices, const char* op);
 /// dst [n_query, K, C] (contiguous) = the gathered features; features [ns, C] contiguous. Collective.
 void neighbor_gather_forward(const shard::detail::NeighborGatherPlan& p, const Block& features, const Block& dst,
                              ExecContext& ctx);
@@ -159,7 +137,7 @@ std::shared_ptr<const shard::detail::NeighborGatherPlan> gather_plan_of(const Ne
       !p->indices.owner_before(nb.indices.local().storage()) && !nb.indices.local().storage().owner_before(p->indices))
     return p;
   const auto idx = host_contig(nb.indices.local());
-  auto plan = neighbor_gather_plan(nb.support, as_block(idx), op);
+  auto plan = shard::detail::neighbor_gather_plan(nb.support, as_block(idx), op);
   std::const_pointer_cast<shard::detail::NeighborGatherPlan>(plan)->indices = nb.indices.local().storage();
   nb.gather_plan = plan;
   return plan;
