@@ -9,6 +9,7 @@
 #include "shardtensor/exec/box.hpp"
 #include "shardtensor/exec/rows.hpp"
 #include "shardtensor/runtime/memory.hpp"
+#include "dist/point_util.hpp"
 
 namespace shard {
 
@@ -233,7 +234,8 @@ bool operator==(const BoxPartition& a, const BoxPartition& b) {
   return a.mesh_ == b.mesh_ && a.cuts_ == b.cuts_ && a.mesh_dims_ == b.mesh_dims_;
 }
 
-void check_in_partition(const DistSpec& spec, const Block& points, const BoxPartition& part, const char* op) {
+void detail::check_points_against(const DistSpec& spec, const Block& points, const BoxPartition& part,
+                                  const char* op) {
   check_point_set(spec, op, "points");
   SHARD_CHECK(spec.mesh() == part.mesh(), op, "the point set and the box partition live on different meshes: {}",
               mesh_mismatch(spec.mesh(), part.mesh()));
@@ -243,21 +245,37 @@ void check_in_partition(const DistSpec& spec, const Block& points, const BoxPart
               points.dtype);
   SHARD_CHECK(points.device.is_cpu(), op, "the partition check reads host points (got {})", points.device);
   const index_t n = spec.local_box().len[0];
-  SHARD_CHECK(points.is_contiguous() && points.numel() == n * D, op, "points block does not match {}", spec);
+  SHARD_CHECK(points.is_contiguous() && points.numel() == n * D, op, "points block {} does not match {}",
+              points.shape_vec(), spec);
+}
+
+void detail::agree_none_bad(const CommPtr& comm, std::int64_t bad, const char* op, const char* what,
+                            const char* unit) {
+  const auto all = comm->allgather_value(bad);
+  std::string msg;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r] > 0) msg += fmt::format("{}rank {}: {} {}", msg.empty() ? "" : "; ", r, all[r], unit);
+  SHARD_CHECK(msg.empty(), op, "{}: {}", what, msg);
+}
+
+Block detail::index_block(std::span<const index_t> v, ExecContext& ctx) {
+  const index_t n = static_cast<index_t>(v.size());
+  Block host = Block::view(DType::i64, Device::cpu(), const_cast<index_t*>(v.data()), &n, 1);
+  if (ctx.device().is_cpu()) return host;
+  Block dev = Block::allocate(DType::i64, ctx.device(), &n, 1);
+  exec::box_copy(dev, host, ctx);
+  return dev;
+}
+
+void check_in_partition(const DistSpec& spec, const Block& points, const BoxPartition& part, const char* op) {
+  detail::check_points_against(spec, points, part, op);
   const int me = spec.mesh().rank();
   std::int64_t outside = 0;
-  std::vector<double> p(static_cast<std::size_t>(D));
-  for (index_t i = 0; i < n; ++i) {
-    for (index_t d = 0; d < D; ++d)
-      p[static_cast<std::size_t>(d)] = points.dtype == DType::f32 ? static_cast<const float*>(points.data)[i * D + d]
-                                                                 : static_cast<const double*>(points.data)[i * D + d];
-    if (!part.contains(me, p.data())) ++outside;
-  }
-  const auto all = spec.mesh().comm()->allgather_value(outside);
-  std::string bad;
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r] > 0) bad += fmt::format("{}rank {}: {} point(s)", bad.empty() ? "" : "; ", r, all[r]);
-  SHARD_CHECK(bad.empty(), op, "points outside their rank's partition box (or NaN): {}", bad);
+  detail::for_each_point(points, spec.local_box().len[0], spec.global_shape()[1], [&](index_t, const double* p) {
+    if (!part.contains(me, p)) ++outside;
+  });
+  detail::agree_none_bad(spec.mesh().comm(), outside, op, "points outside their rank's partition box (or NaN)",
+                         "point(s)");
 }
 
 // ------------------------------------------------------------------------------ row exchange
@@ -299,15 +317,6 @@ index_t row_width(const char* op, const char* what, const Block& b, index_t rows
   SHARD_CHECK(b.shape[0] == rows, op, "{} has {} rows, expected {}", what, b.shape[0], rows);
   SHARD_CHECK(b.is_contiguous(), op, "{} must be contiguous", what);
   return b.rank == 2 ? b.shape[1] : 1;
-}
-
-Block index_block(std::span<const index_t> v, ExecContext& ctx) {
-  const index_t n = static_cast<index_t>(v.size());
-  Block host = Block::view(DType::i64, Device::cpu(), const_cast<index_t*>(v.data()), &n, 1);
-  if (ctx.device().is_cpu()) return host;
-  Block dev = Block::allocate(DType::i64, ctx.device(), &n, 1);
-  exec::box_copy(dev, host, ctx);
-  return dev;
 }
 
 std::vector<index_t> scaled(std::span<const index_t> v, index_t w) {

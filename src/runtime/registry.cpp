@@ -32,6 +32,7 @@ const char* family_name(KernelFamily f) {
     case KernelFamily::spectral: return "spectral";
     case KernelFamily::neighbors: return "neighbors";
     case KernelFamily::rows: return "rows";
+    case KernelFamily::points: return "points";
     case KernelFamily::count_: break;
   }
   return "?";

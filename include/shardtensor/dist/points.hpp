@@ -120,10 +120,6 @@ void check_in_partition(const DistSpec& points_spec, const Block& points, const 
 
 namespace detail {
 
-/// The gather plan of a neighbour list (defined in nn/functional/neighbors.hpp; cached on
-/// Neighbors by F::gather_neighbors).
-struct NeighborGatherPlan;
-
 // ------------------------------------------------------------------------------ row exchange
 
 /// A sparse exchange of rows over a communicator (see the file comment). Rows arrive grouped by
@@ -164,6 +160,51 @@ class RowExchange {
   index_t n_src_ = 0;
   std::vector<index_t> send_offsets_, send_rows_, send_counts_, recv_counts_, recv_offsets_;
 };
+
+// ------------------------------------------------------------------------------ point plans
+
+/// partition_by_box's routing plan: every local row of a point set goes to the rank of `part`
+/// whose box holds it (rows arrive ordered by source rank, then source row). Built from the
+/// points' coordinates: checks (every rank gets the same error: mesh, D, dtype, points outside
+/// the domain or NaN, naming each rank and its count), the owners, one RowExchange (one alltoall
+/// of counts) and one allgather of the routed counts. `points`: this rank's rows, a contiguous
+/// [n, D] f32 / f64 block readable on the host. Collective. Apply it with
+/// `exchange->forward` (any per-point tensor), adjoint `exchange->adjoint_add`.
+struct BoxRoutingPlan {
+  std::shared_ptr<const RowExchange> exchange;  ///< source rows -> their owners
+  DistSpec target;                              ///< [N, D] layout after routing
+};
+BoxRoutingPlan box_routing_plan(const DistSpec& points_spec, const Block& points, const BoxPartition& part,
+                                const char* op);
+
+/// The gather plan of a neighbour list (F::gather_neighbors; built on the first gather and cached
+/// on the Neighbors object): which support rows a rank needs, requested once each from their
+/// owners (one alltoall of request counts + one alltoallv of the requested global indices), the
+/// owners' RowExchange of those rows (send_rows = the requested local rows, per requester), and
+/// the expansion (q, k) -> received row that the rows family applies. The received matrix holds
+/// this rank's distinct valid indices in ascending global order; `expand[q * width + k]` is the
+/// row of entry (q, k) in it (-1 for padding).
+struct NeighborGatherPlan {
+  DistSpec support;                             ///< the support set the lists index
+  std::weak_ptr<void> indices;                  ///< the local index storage it was built from
+  index_t n_query = 0;                          ///< this rank's query rows
+  index_t width = 0;                            ///< entries per row (K)
+  std::shared_ptr<const RowExchange> exchange;  ///< owners -> requesters
+  std::vector<index_t> expand;                  ///< [n_query * width]
+  index_t n_unique() const { return exchange->n_recv(); }
+
+  /// dst [n_query, width, C] (contiguous) = features[indices] (zeros for padding); features
+  /// [n_support_local, C] contiguous, both on ctx's device. Collective (one alltoallv).
+  void forward(const Block& features, const Block& dst, ExecContext& ctx) const;
+  /// The adjoint: a new [n_support_local, C] block, the gradients g [n_query, width, C] summed
+  /// onto the support rows they were gathered from (on their owners). Collective.
+  Block adjoint(const Block& g, ExecContext& ctx) const;
+};
+
+/// The gather plan of lists whose local indices are `indices` ([n_query, K] contiguous host
+/// i64) over `support`. Errors on every rank for indices outside [-1, Ns). Collective.
+std::shared_ptr<const NeighborGatherPlan> neighbor_gather_plan(const DistSpec& support, const Block& indices,
+                                                               const char* op);
 
 }  // namespace detail
 

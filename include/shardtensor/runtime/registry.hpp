@@ -38,6 +38,7 @@ enum class KernelFamily : int {
   spectral,   ///< per-mode channel mixing of a spectrum (the FNO multiply)
   neighbors,  ///< local kNN / radius point search and neighbour-list merge
   rows,       ///< gather rows by index / scatter-add rows (sparse exchanges, neighbour gathers)
+  points,     ///< point-cloud per-entry maths on neighbour lists, point <-> grid scatter / interpolation
   count_
 };
 

@@ -33,8 +33,9 @@
 ///
 /// Recipe: checks, spec algebra and the tape nodes here; the schedules on Blocks in
 /// src/nn/neighbors.cpp (routing and gather plans over dist/'s RowExchange, the rows family for
-/// the data movement). The per-entry maths (offsets, norms, weights, aggregation) is a host loop
-/// in src/nn/neighbors.cpp (no exec family yet): on a CUDA context these ops throw shard::Error.
+/// the data movement). The per-entry maths (offsets, norms, weights, aggregation) has no
+/// communication: the templates below call the points exec family (exec/points.hpp) directly,
+/// on the device of the values.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -42,51 +43,26 @@
 #include <vector>
 
 #include "shardtensor/dist/points.hpp"
+#include "shardtensor/exec/points.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 
 namespace shard {
-namespace detail {
-
-/// Which support rows a rank needs for one neighbour list, and how to expand them: the rows are
-/// requested once each from their owners (RowExchange run by the owners: send_rows = the
-/// requested local rows, per requester); the received matrix holds this rank's distinct valid
-/// indices in ascending global order, and `expand[q * width + k]` is the row of entry (q, k) in
-/// it (-1 for padding).
-struct NeighborGatherPlan {
-  DistSpec support;                        ///< the support set the lists index
-  std::weak_ptr<void> indices;             ///< the local index storage it was built from
-  index_t n_query = 0;                     ///< this rank's query rows
-  index_t width = 0;                       ///< entries per row (K)
-  std::shared_ptr<const RowExchange> exchange;  ///< owners -> requesters
-  std::vector<index_t> expand;             ///< [n_query * width]
-  index_t n_unique() const { return exchange->n_recv(); }
-};
-
-}  // namespace detail
-
 namespace nn::functional {
 
 // ------------------------------------------------------------------------------ options
 
-/// The reduction of F::aggregate over the valid entries of each neighbour row.
-enum class AggregateReduce : unsigned char { sum, mean, max };
+/// The reduction of F::aggregate over the valid entries of each neighbour row (the points
+/// family's enum: sum, mean, max).
+using AggregateReduce = exec::PointAggregate;
 
 struct AggregateOptions {
   AggregateReduce reduce = AggregateReduce::sum;
 };
 
-/// The weight of a neighbour as a function of its distance d (F::distance_weights).
-struct WeightFn {
-  enum class Kind : unsigned char { inverse_distance, gaussian, linear };
-  Kind kind = Kind::inverse_distance;
-  double param = 1e-8;  ///< eps, sigma or radius
-  /// 1 / (d + eps), eps > 0.
-  static WeightFn inverse_distance(double eps = 1e-8) { return {Kind::inverse_distance, eps}; }
-  /// exp(-d^2 / (2 sigma^2)), sigma > 0.
-  static WeightFn gaussian(double sigma) { return {Kind::gaussian, sigma}; }
-  /// max(0, 1 - d / radius), radius > 0 (gradient 0 from d >= radius on).
-  static WeightFn linear(double radius) { return {Kind::linear, radius}; }
-};
+/// The weight of a neighbour as a function of its distance d (F::distance_weights; the points
+/// family's type): WeightFn::inverse_distance(eps) = 1 / (d + eps), WeightFn::gaussian(sigma) =
+/// exp(-d^2 / (2 sigma^2)), WeightFn::linear(radius) = max(0, 1 - d / radius).
+using WeightFn = exec::PointWeightFn;
 
 // ------------------------------------------------------------------------------ routing
 
@@ -124,8 +100,9 @@ void check_point_rows(const DistSpec& s, const DistSpec& rows, const char* op, c
 void check_neighbor_lists(const DistSpec& query, const DistSpec& support, const DistSpec& indices,
                           const DistSpec& counts, const char* op);
 
-/// Schedule of partition_by_box (src/nn/neighbors.cpp): checks (errors on every rank: mesh,
-/// D, points outside the domain or NaN), the owners, the row exchange and the routed layout.
+/// Schedule of partition_by_box (src/nn/neighbors.cpp): the routing plan of dist/points.hpp
+/// (`detail::box_routing_plan`: checks, errors on every rank for mesh, D, points outside the
+/// domain or NaN; the owners, the row exchange and the routed layout) as a PointRouting.
 /// `points`: this rank's rows, a contiguous host [n, D] f32 / f64 block. Collective.
 PointRouting box_routing(const DistSpec& points_spec, const Block& points, const BoxPartition& part, const char* op);
 /// Routed rows: a new contiguous [n_recv, C] block of src's dtype. Collective.
@@ -133,10 +110,6 @@ Block route_rows(const PointRouting& r, const Block& src, ExecContext& ctx);
 /// Adjoint of route_rows: a new [n_src, C] block, the gradients summed back onto their rows.
 Block route_rows_adjoint(const PointRouting& r, const Block& g, ExecContext& ctx);
 
-/// The gather plan of lists whose local indices are `indices` ([n_query, K] contiguous host
-/// i64). Errors on every rank for indices outside [-1, Ns). Collective.
-std::shared_ptr<const shard::detail::NeighborGatherPlan> neighbor_gather_plan(const DistSpec& support,
-                                                                              const Block& indices, const char* op);
 /// dst [n_query, K, C] (contiguous) = the gathered features; features [ns, C] contiguous. Collective.
 void neighbor_gather_forward(const shard::detail::NeighborGatherPlan& p, const Block& features, const Block& dst,
                              ExecContext& ctx);
@@ -144,37 +117,16 @@ void neighbor_gather_forward(const shard::detail::NeighborGatherPlan& p, const B
 Block neighbor_gather_backward(const shard::detail::NeighborGatherPlan& p, const Block& g, index_t n_support_local,
                                ExecContext& ctx);
 
-// Per-entry maths on contiguous host blocks (f32 / f64; idx / counts i64). Local.
-/// out [n, K, D] = idx >= 0 ? gathered - query : 0.
-void neighbor_offsets_forward(const Block& gathered, const Block& query, const Block& idx, const Block& out);
-/// g_gathered [n, K, D] = idx >= 0 ? g : 0; g_query [n, D] = -sum over valid k of g (either may be null).
-void neighbor_offsets_backward(const Block& g, const Block& idx, const Block* g_gathered, const Block* g_query);
-/// out [n, K] = |offsets[n, K, :]|.
-void neighbor_norm_forward(const Block& offsets, const Block& out);
-/// g_offsets [n, K, D] = g * offsets / dist (0 where dist == 0).
-void neighbor_norm_backward(const Block& offsets, const Block& dist, const Block& g, const Block& g_offsets);
-/// out [n, K] = f(dist) for k < counts[q], else 0.
-void distance_weights_forward(const WeightFn& f, const Block& dist, const Block& counts, const Block& out);
-/// g_dist [n, K] = g f'(dist) for k < counts[q], else 0.
-void distance_weights_backward(const WeightFn& f, const Block& dist, const Block& counts, const Block& g,
-                               const Block& g_dist);
-/// out [n, C]; argmax [n, C] i64 (max only, else ignored; -1 for an empty row). weights may be null.
-void aggregate_forward(AggregateReduce reduce, const Block& values, const Block* weights, const Block& counts,
-                       const Block& out, const Block& argmax);
-/// g_values [n, K, C] and g_weights [n, K] (each may be null) from g [n, C].
-void aggregate_backward(AggregateReduce reduce, const Block& values, const Block* weights, const Block& counts,
-                        const Block& argmax, const Block& g, const Block* g_values, const Block* g_weights);
-
 /// The host, contiguous form of a local block (a view when it already is one).
 template <class U, int R>
 Tensor<U, R> host_contig(const Tensor<U, R>& t) {
   return t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
 }
 
-/// Throws unless the per-entry maths can run on `dev` (host only for now).
-inline void check_host(Device dev, const char* op) {
-  SHARD_CHECK(dev.is_cpu(), op, "the per-entry point maths runs on the host only (got {}): not implemented on {}",
-              dev, dev);
+/// The contiguous form of a local block on `dev` (a view when it already is one).
+template <class U, int R>
+Tensor<U, R> on_device(const Tensor<U, R>& t, Device dev) {
+  return t.device() == dev ? t.contiguous() : t.to(dev);
 }
 
 /// The gather plan of `nb`, built (collectively) on first use and cached on it.
@@ -185,7 +137,7 @@ std::shared_ptr<const shard::detail::NeighborGatherPlan> gather_plan_of(const Ne
       !p->indices.owner_before(nb.indices.local().storage()) && !nb.indices.local().storage().owner_before(p->indices))
     return p;
   const auto idx = host_contig(nb.indices.local());
-  auto plan = neighbor_gather_plan(nb.support, as_block(idx), op);
+  auto plan = shard::detail::neighbor_gather_plan(nb.support, as_block(idx), op);
   std::const_pointer_cast<shard::detail::NeighborGatherPlan>(plan)->indices = nb.indices.local().storage();
   nb.gather_plan = plan;
   return plan;
@@ -291,24 +243,26 @@ Var<T, 3> neighbor_offsets(const Var<T, 2>& query, const Var<T, 2>& support, con
   SHARD_CHECK(support.value().spec().global_shape()[1] == D, op, "query has {} coordinates but support has {}", D,
               support.value().spec().global_shape()[1]);
   const Device dev = query.value().device();
-  detail::check_host(dev, op);
   auto G = gather_neighbors(support, nb);
   const DistSpec ys = G.value().spec();
-  const auto idx = detail::host_contig(nb.indices.local());
+  const auto idx = detail::on_device(nb.indices.local(), dev);
   const auto ql = query.local().contiguous();
+  const exec::PointListGeometry geo{ql.shape()[0], nb.width(), D};
   auto y = Tensor<T, 3>::empty(G.local().shape(), dev);
-  detail::neighbor_offsets_forward(as_block(G.local()), as_block(ql), as_block(idx), as_block(y));
+  exec::points_offsets_forward(geo, as_block(G.local()), as_block(ql), as_block(idx), as_block(y),
+                               current_context(dev));
   return Var<T, 3>::make(DistTensor<T, 3>(ys, y), op, {G.ref(), query.ref()},
-                         [G, query, qs, ys, idx](const DistTensor<T, 3>& g) {
+                         [G, query, qs, ys, idx, geo, dev](const DistTensor<T, 3>& g) {
                            const auto gl = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve).local().contiguous();
                            std::optional<Tensor<T, 3>> gG;
                            std::optional<Tensor<T, 2>> gq;
                            Block bG, bq;
-                           if (G.requires_grad()) bG = as_block(gG.emplace(Tensor<T, 3>::empty(gl.shape())));
+                           if (G.requires_grad()) bG = as_block(gG.emplace(Tensor<T, 3>::empty(gl.shape(), dev)));
                            if (query.requires_grad())
-                             bq = as_block(gq.emplace(Tensor<T, 2>::empty(DistTensor<T, 2>::from_vec(qs.local_box().len))));
-                           detail::neighbor_offsets_backward(as_block(gl), as_block(idx), gG ? &bG : nullptr,
-                                                             gq ? &bq : nullptr);
+                             bq = as_block(gq.emplace(
+                                 Tensor<T, 2>::empty(DistTensor<T, 2>::from_vec(qs.local_box().len), dev)));
+                           exec::points_offsets_backward(geo, as_block(gl), as_block(idx), gG ? &bG : nullptr,
+                                                         gq ? &bq : nullptr, current_context(dev));
                            if (gG) G.accumulate_grad(DistTensor<T, 3>(ys, *gG));
                            if (gq) query.accumulate_grad(DistTensor<T, 2>(qs, *gq));
                          });
@@ -322,12 +276,15 @@ Var<T, 2> neighbor_distance(const Var<T, 2>& query, const Var<T, 2>& support, co
   const DistSpec os = off.value().spec();
   const DistSpec ys = point_rows_spec(nb.query, {nb.width()});
   const auto& ol = off.local();
-  auto y = Tensor<T, 2>::empty({ol.shape()[0], ol.shape()[1]});
-  detail::neighbor_norm_forward(as_block(ol), as_block(y));
-  return Var<T, 2>::make(DistTensor<T, 2>(ys, y), op, {off.ref()}, [off, os, ys, y](const DistTensor<T, 2>& g) {
+  const Device dev = ol.device();
+  const exec::PointListGeometry geo{ol.shape()[0], ol.shape()[1], ol.shape()[2]};
+  auto y = Tensor<T, 2>::empty({ol.shape()[0], ol.shape()[1]}, dev);
+  exec::points_norm_forward(geo, as_block(ol), as_block(y), current_context(dev));
+  return Var<T, 2>::make(DistTensor<T, 2>(ys, y), op, {off.ref()}, [off, os, ys, y, geo, dev](const DistTensor<T, 2>& g) {
     const auto gl = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve).local().contiguous();
-    auto go = Tensor<T, 3>::empty(off.local().shape());
-    detail::neighbor_norm_backward(as_block(off.local()), as_block(y), as_block(gl), as_block(go));
+    auto go = Tensor<T, 3>::empty(off.local().shape(), dev);
+    exec::points_norm_backward(geo, as_block(off.local()), as_block(y), as_block(gl), as_block(go),
+                               current_context(dev));
     off.accumulate_grad(DistTensor<T, 3>(os, go));
   });
 }
@@ -346,16 +303,17 @@ Var<T, 2> distance_weights(const Var<T, 2>& distance, const Neighbors<T>& nb, co
   SHARD_CHECK(ds.global_shape()[1] == nb.width(), op, "distance has {} entries per row but the lists have {}",
               ds.global_shape()[1], nb.width());
   const Device dev = distance.value().device();
-  detail::check_host(dev, op);
   const auto dl = distance.local().contiguous();
-  const auto cnt = detail::host_contig(nb.counts.local());
-  auto y = Tensor<T, 2>::empty(dl.shape());
-  detail::distance_weights_forward(f, as_block(dl), as_block(cnt), as_block(y));
+  const auto cnt = detail::on_device(nb.counts.local(), dev);
+  const exec::PointListGeometry geo{dl.shape()[0], dl.shape()[1], 1};
+  auto y = Tensor<T, 2>::empty(dl.shape(), dev);
+  exec::points_weights_forward(geo, f, as_block(dl), as_block(cnt), as_block(y), current_context(dev));
   return Var<T, 2>::make(DistTensor<T, 2>(ds, y), op, {distance.ref()},
-                         [distance, ds, dl, cnt, f](const DistTensor<T, 2>& g) {
+                         [distance, ds, dl, cnt, f, geo, dev](const DistTensor<T, 2>& g) {
                            const auto gl = autograd::gradient_as(ds, g, autograd::PartialGrad::resolve).local().contiguous();
-                           auto gd = Tensor<T, 2>::empty(dl.shape());
-                           detail::distance_weights_backward(f, as_block(dl), as_block(cnt), as_block(gl), as_block(gd));
+                           auto gd = Tensor<T, 2>::empty(dl.shape(), dev);
+                           exec::points_weights_backward(geo, f, as_block(dl), as_block(cnt), as_block(gl), as_block(gd),
+                                                         current_context(dev));
                            distance.accumulate_grad(DistTensor<T, 2>(ds, gd));
                          });
 }
@@ -380,31 +338,32 @@ Var<U, 2> aggregate_impl(const Var<U, 3>& values, const Neighbors<T>& nb, Aggreg
                 ws.global_shape()[1], K);
   }
   const Device dev = values.value().device();
-  detail::check_host(dev, op);
   const auto vl = values.local().contiguous();
   std::optional<Tensor<U, 2>> wl;
   Block bw;
   if (weights) bw = as_block(wl.emplace(weights->local().contiguous()));
-  const auto cnt = detail::host_contig(nb.counts.local());
+  const auto cnt = detail::on_device(nb.counts.local(), dev);
   const DistSpec ys = point_rows_spec(nb.query, {C});
   const index_t n = vl.shape()[0];
-  auto y = Tensor<U, 2>::empty({n, C});
-  auto am = Tensor<std::int64_t, 2>::empty({opts.reduce == AggregateReduce::max ? n : 0, C});
-  detail::aggregate_forward(opts.reduce, as_block(vl), wl ? &bw : nullptr, as_block(cnt), as_block(y), as_block(am));
+  const exec::PointListGeometry geo{n, K, C};
+  auto y = Tensor<U, 2>::empty({n, C}, dev);
+  auto am = Tensor<std::int64_t, 2>::empty({opts.reduce == AggregateReduce::max ? n : 0, C}, dev);
+  exec::points_aggregate_forward(geo, opts.reduce, as_block(vl), wl ? &bw : nullptr, as_block(cnt), as_block(y),
+                                 as_block(am), current_context(dev));
   autograd::VarRef wref = weights ? weights->ref() : autograd::VarRef{};
   std::optional<Var<U, 2>> wv = weights;
   return Var<U, 2>::make(
       DistTensor<U, 2>(ys, y), op, {values.ref(), wref},
-      [values, wv, vs, ws, ys, vl, wl, cnt, am, reduce = opts.reduce](const DistTensor<U, 2>& g) {
+      [values, wv, vs, ws, ys, vl, wl, cnt, am, geo, dev, reduce = opts.reduce](const DistTensor<U, 2>& g) {
         const auto gl = autograd::gradient_as(ys, g, autograd::PartialGrad::resolve).local().contiguous();
         std::optional<Tensor<U, 3>> gv;
         std::optional<Tensor<U, 2>> gw;
         Block bgv, bgw, bw2;
-        if (values.requires_grad()) bgv = as_block(gv.emplace(Tensor<U, 3>::empty(vl.shape())));
-        if (wv && wv->requires_grad()) bgw = as_block(gw.emplace(Tensor<U, 2>::empty(wl->shape())));
+        if (values.requires_grad()) bgv = as_block(gv.emplace(Tensor<U, 3>::empty(vl.shape(), dev)));
+        if (wv && wv->requires_grad()) bgw = as_block(gw.emplace(Tensor<U, 2>::empty(wl->shape(), dev)));
         if (wl) bw2 = as_block(*wl);
-        detail::aggregate_backward(reduce, as_block(vl), wl ? &bw2 : nullptr, as_block(cnt), as_block(am),
-                                   as_block(gl), gv ? &bgv : nullptr, gw ? &bgw : nullptr);
+        exec::points_aggregate_backward(geo, reduce, as_block(vl), wl ? &bw2 : nullptr, as_block(cnt), as_block(am),
+                                        as_block(gl), gv ? &bgv : nullptr, gw ? &bgw : nullptr, current_context(dev));
         if (gv) values.accumulate_grad(DistTensor<U, 3>(vs, *gv));
         if (gw) wv->accumulate_grad(DistTensor<U, 2>(ws, *gw));
       });

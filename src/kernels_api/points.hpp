@@ -1,0 +1,46 @@
+#pragma once
+// Kernel firewall for the points family (kernels/points.cu): plain C++17. Every array is
+// contiguous row-major as in include/shardtensor/exec/points.hpp; `f64` selects double (1) or
+// float (0) elements; indices and counts are std::int64_t (counts are clamped to [0, k]; an
+// argmax outside [0, k) is skipped). Launchers queue work on `stream` and return a cudaError_t
+// as int (0: success), never synchronising. The grid scatters add into f64 blocks with atomics
+// (the order of the additions into one cell, and so the last bits, may vary between runs).
+#include <cstdint>
+
+#include "kernels_api/points_ops.hpp"
+
+namespace shard::kernels {
+
+int points_offsets_forward(int f64, pts_idx n, pts_idx k, pts_idx D, const void* gathered, const void* query,
+                           const pts_idx* indices, void* out, void* stream);
+int points_offsets_backward(int f64, pts_idx n, pts_idx k, pts_idx D, const void* grad, const pts_idx* indices,
+                            void* g_gathered, void* g_query, void* stream);
+int points_norm_forward(int f64, pts_idx nk, pts_idx D, const void* offsets, void* out, void* stream);
+int points_norm_backward(int f64, pts_idx nk, pts_idx D, const void* offsets, const void* dist, const void* grad,
+                         void* g_offsets, void* stream);
+/// kind: PtsWeight. grad == null: forward (out = f(dist)); else out = grad f'(dist).
+int points_weights(int f64, pts_idx n, pts_idx k, int kind, double param, const void* dist, const pts_idx* counts,
+                   const void* grad, void* out, void* stream);
+/// reduce: PtsAggregate; weights may be null; argmax written for pts_max only.
+int points_aggregate_forward(int f64, pts_idx n, pts_idx k, pts_idx C, int reduce, const void* values,
+                             const void* weights, const pts_idx* counts, void* out, pts_idx* argmax, void* stream);
+/// g_values / g_weights may be null (each written whole when not).
+int points_aggregate_backward(int f64, pts_idx n, pts_idx k, pts_idx C, int reduce, const void* values,
+                              const void* weights, const pts_idx* counts, const pts_idx* argmax, const void* grad,
+                              void* g_values, void* g_weights, void* stream);
+
+int points_grid_interp(int f64, const PtsGrid& g, const void* ext, const void* points, void* out, void* stream);
+int points_grid_interp_grad_points(int f64, const PtsGrid& g, const void* ext, const void* points, const void* grad,
+                                   void* gpoints, void* stream);
+int points_grid_interp_scatter(int f64, const PtsGrid& g, const void* points, const void* grad, double* gext,
+                               void* stream);
+int points_grid_splat(int f64, const PtsGrid& g, const void* points, const void* features, int with_weight,
+                      double* ext, void* stream);
+/// gfeatures / gpoints may be null.
+int points_grid_splat_backward(int f64, const PtsGrid& g, const double* cellg, const void* points,
+                               const void* features, int with_weight, void* gfeatures, void* gpoints, void* stream);
+int points_grid_mean(pts_idx channels, pts_idx cells, double* sums, void* stream);
+int points_grid_mean_backward(pts_idx channels, pts_idx cells, const double* q, int with_weight, double* cellg,
+                              void* stream);
+
+}  // namespace shard::kernels

@@ -1,0 +1,172 @@
+#pragma once
+// The per-point maths of the points family (include/shardtensor/exec/points.hpp), shared by the
+// CPU table (src/exec/points_cpu.cpp) and the CUDA kernels (kernels/points.cu), so both devices
+// evaluate the same formulas in the same order: distance weights and their derivative, the
+// multilinear interpolation stencil of a point in an extended grid block, and the walk over the
+// cells within a radius of a point. Plain C++17 (host and device), double arithmetic.
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SHARD_PTS_HD __host__ __device__ __forceinline__
+#else
+#define SHARD_PTS_HD inline
+#endif
+
+namespace shard::kernels {
+
+using pts_idx = std::int64_t;
+
+/// Weight kinds (exec::PointWeightFn::Kind order).
+enum PtsWeight : int { pts_inverse_distance = 0, pts_gaussian = 1, pts_linear = 2 };
+/// Aggregations (exec::PointAggregate order).
+enum PtsAggregate : int { pts_sum = 0, pts_mean = 1, pts_max = 2 };
+
+/// f(d) and f'(d) of a distance weight.
+SHARD_PTS_HD void pts_weight_of(int kind, double param, double d, double& w, double& dw) {
+  if (kind == pts_inverse_distance) {
+    const double a = 1.0 / (d + param);
+    w = a;
+    dw = -a * a;
+  } else if (kind == pts_gaussian) {
+    const double s2 = param * param;
+    w = exp(-d * d / (2 * s2));
+    dw = -d / s2 * w;
+  } else {
+    w = d < param ? 1.0 - d / param : 0.0;
+    dw = d < param ? -1.0 / param : 0.0;
+  }
+}
+
+/// A rank's part of a point <-> grid op (exec::PointGridGeometry) with the element strides of the
+/// extended block it reads or writes: sc per channel, s[d] per spatial dim.
+struct PtsGrid {
+  int dims = 0;
+  pts_idx channels = 0, points = 0;
+  pts_idx global[3] = {0, 0, 0}, offset[3] = {0, 0, 0}, len[3] = {0, 0, 0}, ghost[3] = {0, 0, 0};
+  double lo[3] = {0, 0, 0}, h[3] = {1, 1, 1};
+  double radius = 0;
+  int linear = 0;
+  pts_idx sc = 0, s[3] = {0, 0, 0};
+  SHARD_PTS_HD pts_idx ext(int d) const { return len[d] + 2 * ghost[d]; }
+  SHARD_PTS_HD pts_idx cell(const pts_idx* i) const {
+    pts_idx o = 0;
+    for (int d = 0; d < dims; ++d) o += i[d] * s[d];
+    return o;
+  }
+};
+
+/// The 2^D corners of a point's interpolation stencil in the extended block.
+struct PtsCorners {
+  int n = 0;
+  pts_idx cell[8];   ///< offsets (without the channel)
+  double w[8];       ///< multilinear weights
+  double dw[8][3];   ///< d w / d x_d
+};
+
+/// The stencil of point p (D coordinates, read as double by the caller).
+SHARD_PTS_HD void pts_corners(const PtsGrid& g, const double* p, PtsCorners& c) {
+  const int D = g.dims;
+  pts_idx e0[3] = {0, 0, 0};
+  double t[3] = {0, 0, 0};
+  bool clamped[3] = {false, false, false};  // both corners are the edge cell: flat along d
+  for (int d = 0; d < D; ++d) {
+    const double x = (p[d] - g.lo[d]) / g.h[d] - 0.5;
+    const double f = floor(x);
+    pts_idx e = static_cast<pts_idx>(f) - (g.offset[d] - g.ghost[d]);
+    double tt = x - f;
+    // The partition check keeps e in [0, ext - 2]; guard against the last bit of rounding.
+    if (e < 0) {
+      e = 0;
+      tt = 0;
+    }
+    if (e > g.ext(d) - 2) {
+      e = g.ext(d) - 2;
+      tt = 1;
+    }
+    e0[d] = e;
+    t[d] = tt;
+    const pts_idx i0 = e + g.offset[d] - g.ghost[d];  // global index of the lower corner
+    clamped[d] = i0 < 0 || i0 + 1 > g.global[d] - 1;
+  }
+  c.n = 1 << D;
+  for (int k = 0; k < c.n; ++k) {
+    pts_idx idx[3] = {0, 0, 0};
+    double w = 1;
+    double wd[3] = {1, 1, 1};  // product of the other dims' weights
+    for (int d = 0; d < D; ++d) {
+      const bool up = (k >> d) & 1;
+      idx[d] = e0[d] + (up ? 1 : 0);
+      const double wdim = up ? t[d] : 1 - t[d];
+      for (int e = 0; e < D; ++e)
+        if (e != d) wd[e] *= wdim;
+      w *= wdim;
+    }
+    c.cell[k] = g.cell(idx);
+    c.w[k] = w;
+    for (int d = 0; d < D; ++d) {
+      const bool up = (k >> d) & 1;
+      c.dw[k][d] = clamped[d] ? 0.0 : wd[d] * (up ? 1.0 : -1.0) / g.h[d];
+    }
+  }
+}
+
+/// The range of cells [a[d], b[d]] of the extended block (global indices, inside the domain) that
+/// may lie within g.radius of p; false when empty.
+SHARD_PTS_HD bool pts_cell_range(const PtsGrid& g, const double* p, pts_idx* a, pts_idx* b) {
+  const double r = g.radius;
+  for (int d = 0; d < g.dims; ++d) {
+    const double c = (p[d] - g.lo[d]) / g.h[d] - 0.5, rh = r / g.h[d];
+    pts_idx first = g.offset[d] - g.ghost[d];
+    if (first < 0) first = 0;
+    pts_idx last = g.offset[d] + g.len[d] - 1 + g.ghost[d];
+    if (last > g.global[d] - 1) last = g.global[d] - 1;
+    const pts_idx lo = static_cast<pts_idx>(ceil(c - rh)) - 1, hi = static_cast<pts_idx>(floor(c + rh)) + 1;
+    a[d] = lo > first ? lo : first;
+    b[d] = hi < last ? hi : last;
+    if (a[d] > b[d]) return false;
+  }
+  return true;
+}
+
+/// For global cell i (in the range above) of point p: whether it is within the radius with a
+/// positive weight, its offset in the extended block, its weight and d w / d p.
+SHARD_PTS_HD bool pts_cell_weight(const PtsGrid& g, const double* p, const pts_idx* i, pts_idx& cell, double& w,
+                                  double* dw) {
+  const int D = g.dims;
+  const double r = g.radius;
+  double d2 = 0;
+  double diff[3] = {0, 0, 0};
+  for (int d = 0; d < D; ++d) {
+    diff[d] = p[d] - (g.lo[d] + (static_cast<double>(i[d]) + 0.5) * g.h[d]);
+    d2 += diff[d] * diff[d];
+  }
+  if (!(d2 <= r * r)) return false;
+  w = 1;
+  for (int d = 0; d < 3; ++d) dw[d] = 0;
+  if (g.linear) {
+    const double dist = sqrt(d2);
+    w = 1 - dist / r;
+    if (dist > 0)
+      for (int d = 0; d < D; ++d) dw[d] = -diff[d] / (dist * r);
+  }
+  if (!(w > 0)) return false;
+  pts_idx e[3] = {0, 0, 0};
+  for (int d = 0; d < D; ++d) e[d] = i[d] - (g.offset[d] - g.ghost[d]);
+  cell = g.cell(e);
+  return true;
+}
+
+/// Advances the row-major multi-index i over [a, b]; false after the last.
+SHARD_PTS_HD bool pts_next_cell(int D, const pts_idx* a, const pts_idx* b, pts_idx* i) {
+  int d = D - 1;
+  while (d >= 0 && i[d] == b[d]) {
+    i[d] = a[d];
+    --d;
+  }
+  if (d < 0) return false;
+  ++i[d];
+  return true;
+}
+
+}  // namespace shard::kernels
