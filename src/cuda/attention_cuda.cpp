@@ -28,6 +28,8 @@ void check_geom(const AttnGeom& g, const char* op) {
 }
 
 struct CudaAttention final : AttentionKernels {
+  // bf16 / f16 natively, every pass (cuDNN's fused attention or our kernels; float accumulation).
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void forward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, const AttnMask& m, AttnOut out, void* lse,
                ExecContext& ctx) const override {
     const char* op = "attention_forward (cuda)";

@@ -37,6 +37,8 @@ kernels::BoxAddType add_type(DType dt) {
 }
 
 struct CudaBoxKernels final : BoxKernels {
+  // bf16 / f16 boxes are copied, filled and accumulated (one rounding per element) in place.
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void copy(const Block& dst, const Block& src, ExecContext& ctx) const override {
     set_device(dst, "box_copy");
     check(kernels::box_copy_launch(static_cast<int>(dst.element_bytes()), dst.rank, dst.shape.data(), dst.data,

@@ -21,7 +21,7 @@
 //    the next one;
 //  * one cuDNN handle per thread and device, set to the context's stream.
 // Bias add and bias gradient are kernels/conv.cu kernels (fixed-order reduction in double).
-// bf16 / f16 (takes_storage): the descriptors carry the storage type and an f32 compute type, so
+// bf16 / f16 (native_storage: every pass): the descriptors carry the storage type and an f32 compute type, so
 // cuDNN reads and writes bf16 / f16 and accumulates in f32 (tensor cores); the helper kernels are
 // templated on the storage type. No f32 working copies.
 #include <cuda_runtime.h>
@@ -376,9 +376,7 @@ const void* padded_input(DType dt, const ConvGeometry& g, const Mapping& m, cons
 struct CudaConvKernels final : ConvKernels {
   // bf16 / f16: cuDNN reads and writes the storage type and accumulates in f32 (compute_type),
   // the helper kernels are templated on it; no f32 working copies.
-  bool takes_storage(DType dt, PassKind, const ConvGeometry&, const ExecContext&) const override {
-    return dt == DType::bf16 || dt == DType::f16;
-  }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                ExecContext& ctx) const override {
     const char* op = "conv_forward";

@@ -162,7 +162,7 @@ cublasOperation_t op_of(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS
 struct CudaGemm final : GemmKernels {
   // bf16 / f16: cuBLAS reads and writes the storage type (tensor cores, f32 accumulation); the
   // epilogues are templated on it (kernels/gemm.cu).
-  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and m, n.
   void gemm_strided_batched(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t kk, double alpha,
                             const void* a, index_t lda, index_t stride_a, const void* b, index_t ldb, index_t stride_b,

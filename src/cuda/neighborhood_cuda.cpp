@@ -41,6 +41,8 @@ void check_head_dims(const NbhdGeom& g, const char* op) {
 }
 
 struct CudaNbhdAttention final : NbhdAttentionKernels {
+  // bf16 / f16 natively, forward and backward (fp32 accumulation).
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void forward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn kk, NbhdIn v, NbhdOut out, void* lse,
                ExecContext& ctx) const override {
     const char* op = "nbhd_attention_forward (cuda)";

@@ -19,7 +19,7 @@ k::Geom geom(const NormGeom& g) { return {static_cast<int>(g.kind), g.A, g.C, g.
 struct CudaNorm final : NormKernels {
   // bf16 / f16 read and written in place by the kernels (templated on the storage type), as on
   // the CPU: no whole-tensor f32 copies.
-  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out,
             ExecContext& ctx) const override {
     const char* op = "norm_sums (cuda)";

@@ -17,7 +17,7 @@ using cuda_glue::DeviceScope;
 
 
 struct CudaPointwise final : PointwiseKernels {
-  bool native_low_precision() const override { return true; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext& ctx) const override {
     DeviceScope scope(ctx, op_name(op));
     check_rc(kernels::pw_unary(storage_code(dt), static_cast<int>(op), alpha, n, x, y, ctx.stream().handle),

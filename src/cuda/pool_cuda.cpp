@@ -28,7 +28,7 @@ k::Geom geom(const PoolGeometry& g) {
 }
 
 struct CudaPool final : PoolKernels {
-  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void avg_forward(DType dt, const PoolGeometry& g, const void* x, void* y, ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "avg_pool_forward (cuda)");
     check(k::avg_forward(cuda_glue::storage_code(dt), geom(g), x, y, s), "avg_pool_forward (cuda)");

@@ -31,7 +31,7 @@ k::Geom geom(const ResizeGeometry& g) {
 int mode_code(ResizeMode m) { return m == ResizeMode::cubic ? 2 : m == ResizeMode::linear ? 1 : 0; }
 
 struct CudaResize final : ResizeKernels {
-  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                ExecContext& ctx) const override {
     const auto s = cuda_glue::enter(ctx, "resize_forward (cuda)");

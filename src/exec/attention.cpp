@@ -105,12 +105,17 @@ void check_samples(const char* op, const AttnGeom& g, std::initializer_list<cons
       SHARD_CHECK(b->rank >= 1 && b->shape[0] == g.B, op, "operand of shape {} does not hold the geometry's {} samples",
                   b->shape_vec(), g.B);
 }
+/// True when ctx's attention table computes `pass` on dt itself (detail::native_storage: the CUDA
+/// table for bf16 / f16, not the CPU one); false: the front takes f32 working copies.
+bool native(DType dt, KernelPass pass, const ExecContext& ctx, const char* op) {
+  return detail::native_storage(kernels_for<AttentionKernels>(ctx.device(), op), dt, pass, ctx);
+}
 /// Samples per chunk when a bf16 / f16 call's f32 working copies go sample by sample (the largest
 /// [H, N, D] operand of one sample near detail::kF32Chunk elements) with
 /// ExecSettings::native_low_precision; 0: one call on whole-tensor copies. Each sample's rows are
 /// computed on their own, so the chunks give the same results.
 index_t attention_chunk(const AttnGeom& g, const ExecContext& ctx) {
-  // CPU only: on CUDA bf16 and f16 are native (no working copies).
+  // CPU only: measured there (the CUDA table computes bf16 and f16 natively, so no working copies).
   if (!ctx.device().is_cpu() || !ctx.settings().native_low_precision || g.B <= 1) return 0;
   const index_t per = g.H * std::max(g.Nq, g.Nk) * std::max(g.D, g.Dv);
   const index_t nb = std::max<index_t>(1, detail::kF32Chunk / std::max<index_t>(1, per));
@@ -122,7 +127,7 @@ index_t attention_chunk(const AttnGeom& g, const ExecContext& ctx) {
 void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, const Block& k, const Block& v,
                        const Block* bias, const Block& out, const Block& lse, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "attention", "forward", &ctx);
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
+  if (!native(q.dtype, KernelPass::forward, ctx, "attention_forward")) {  // f32 working copies
     detail::F32Work::check_same("attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype, bias ? bias->dtype : q.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
       check_geom("attention_forward", g);
@@ -151,7 +156,7 @@ void attention_forward(const AttnGeom& g, const AttnMask& m, const Block& q, con
   check_operand(op, "v", v, dt, ctx, {g.B, g.H, g.Nk, g.Dv});
   check_operand(op, "out", out, dt, ctx, {g.B, g.H, g.Nq, g.Dv});
   check_lse(op, "lse", lse, dt, g, ctx);
-  const auto& t = detail::front_table<AttentionKernels>(op, dt, ctx, true);
+  const auto& t = detail::storage_table<AttentionKernels>(op, dt, KernelPass::forward, ctx.device(), ctx);
   const AttnMask mb = with_bias(op, m, bias, dt, g, ctx);
   if (empty_rows(g)) return;
   t.forward(dt, g, in_of(q), in_of(k), in_of(v), mb, out_of(&out), lse.data, ctx);
@@ -161,7 +166,7 @@ void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, co
                         const Block* bias, const Block& out, const Block& dout, const Block& lse, const Block* dq,
                         const Block* dk, const Block* dv, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "attention", "backward", &ctx);
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
+  if (!native(q.dtype, KernelPass::backward_data, ctx, "attention_backward")) {  // f32 working copies
     detail::F32Work::check_same("attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
       check_geom("attention_backward", g);
@@ -198,7 +203,7 @@ void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, co
   if (dq) check_operand(op, "dq", *dq, dt, ctx, {g.B, g.H, g.Nq, g.D});
   if (dk) check_operand(op, "dk", *dk, dt, ctx, {g.B, g.H, g.Nk, g.D});
   if (dv) check_operand(op, "dv", *dv, dt, ctx, {g.B, g.H, g.Nk, g.Dv});
-  const auto& t = detail::front_table<AttentionKernels>(op, dt, ctx, true);
+  const auto& t = detail::storage_table<AttentionKernels>(op, dt, KernelPass::backward_data, ctx.device(), ctx);
   const AttnMask mb = with_bias(op, m, bias, dt, g, ctx);
   if (empty_rows(g) || g.Nk == 0) return;
   t.backward(dt, g, in_of(q), in_of(k), in_of(v), in_of(out), in_of(dout), lse.data, mb, out_of(dq), out_of(dk),
@@ -208,7 +213,7 @@ void attention_backward(const AttnGeom& g, const AttnMask& m, const Block& q, co
 void attention_merge(const AttnGeom& g, const Block& out, const Block& lse, const Block& out_b, const Block& lse_b,
                      ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "attention", "merge", &ctx);
-  if (detail::attention_needs_f32_work(out.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
+  if (!native(out.dtype, KernelPass::forward, ctx, "attention_merge")) {  // f32 working copies
     detail::F32Work::check_same("attention_merge", {out.dtype, out_b.dtype});
     if (const index_t nb = attention_chunk(g, ctx)) {
       check_geom("attention_merge", g);
@@ -234,7 +239,7 @@ void attention_merge(const AttnGeom& g, const Block& out, const Block& lse, cons
   check_operand(op, "out_b", out_b, dt, ctx, {g.B, g.H, g.Nq, g.Dv});
   check_lse(op, "lse", lse, dt, g, ctx);
   check_lse(op, "lse_b", lse_b, dt, g, ctx);
-  const auto& t = detail::front_table<AttentionKernels>(op, dt, ctx, true);
+  const auto& t = detail::storage_table<AttentionKernels>(op, dt, KernelPass::forward, ctx.device(), ctx);
   if (empty_rows(g)) return;
   t.merge(dt, g, out_of(&out), lse.data, in_of(out_b), lse_b.data, ctx);
 }

@@ -3,10 +3,11 @@
 // contract). Sizes and dtypes are checked by the front.
 #include "shardtensor/exec/attention.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct AttentionKernels {
+struct AttentionKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::attention;
   virtual ~AttentionKernels() = default;
   virtual void forward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, const AttnMask& m, AttnOut out,

@@ -99,6 +99,8 @@ bool all_zero(const void* value, std::size_t es) {
 }
 
 struct CpuBoxKernels final : BoxKernels {
+  // bf16 / f16 boxes are copied, filled and accumulated (one rounding per element) in place.
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void copy(const Block& dst, const Block& src, ExecContext&) const override {
     const BoxShape b = shape_of(dst, &src);
     const auto es = static_cast<index_t>(dst.element_bytes());

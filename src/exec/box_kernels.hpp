@@ -8,11 +8,12 @@
 #include "shardtensor/runtime/block.hpp"
 #include "shardtensor/runtime/context.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
 /// One backend's box kernels. Strides may be negative; dst and src must not overlap.
-struct BoxKernels {
+struct BoxKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::box;
   virtual ~BoxKernels() = default;
   /// dst = src.

@@ -1,10 +1,12 @@
 // Front of the conv kernel family (exec/conv.hpp): operand checks (dtype, every block on
 // ctx.device(), contiguity, sizes against the geometry), then the table of ctx.device(). bf16 /
-// f16 operands go to the table as they are where it takes them (ConvKernels::takes_storage: the
-// CPU direct path), else through f32 working copies (exec/precision.hpp).
+// f16 operands go to the table as they are where it takes them (KernelTable::native_storage,
+// asked through detail::native_storage with the geometry: the CPU direct path, cuDNN), else
+// through f32 working copies (exec/precision.hpp).
 #include "shardtensor/exec/conv.hpp"
 
 #include "exec/conv_kernels.hpp"
+#include "exec/front_util.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/exec/box.hpp"
 #include "shardtensor/exec/precision.hpp"
@@ -40,7 +42,7 @@ void check_geometry(const char* op, const ConvGeometry& g) {
 /// Every operand: same dtype (f32/f64) as the first, on ctx.device(), contiguous, `numel` elements.
 void check_operand(const char* op, const char* name, const Block& b, index_t numel, const Block& first,
                    const ExecContext& ctx) {
-  // bf16 / f16 reach here only when the table takes them (ConvKernels::takes_storage).
+  // bf16 / f16 reach here only when the table computes them natively (detail::native_storage).
   SHARD_CHECK(b.dtype == DType::f32 || b.dtype == DType::f64 || detail::is_low_precision(b.dtype), op,
               "{} has dtype {} (conv supports f32, f64, bf16, f16)", name, b.dtype);
   SHARD_CHECK(b.dtype == first.dtype, op, "{} has dtype {} but the first operand has {}", name, b.dtype, first.dtype);
@@ -96,7 +98,7 @@ void conv_forward(const ConvGeometry& g, const Block& x, const Block& w, const B
   if (detail::F32Work::needed(x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {x.dtype, w.dtype, (bias ? bias->dtype : x.dtype), y.dtype});
     check_geometry(op, g);
-    if (!conv_table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::forward, g, ctx)) {  // f32 working copies
+    if (!detail::native_storage(conv_table(ctx, op), x.dtype, KernelPass::forward, ctx, &g)) {  // f32 working copies
       detail::F32Work f(ctx);
       conv_forward(g, f.in(x), f.in(w), f.in(bias), f.out(y), ctx);
       return f.finish();
@@ -119,7 +121,7 @@ void conv_backward_input(const ConvGeometry& g, const Block& gy, const Block& w,
   if (detail::F32Work::needed(gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {gy.dtype, w.dtype, (bias ? bias->dtype : gy.dtype), gx.dtype});
     check_geometry(op, g);
-    if (!conv_table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_input, g, ctx)) {  // f32 working copies
+    if (!detail::native_storage(conv_table(ctx, op), gy.dtype, KernelPass::backward_data, ctx, &g)) {  // f32 copies
       detail::F32Work f(ctx);
       conv_backward_input(g, f.in(gy), f.in(w), f.in(bias), f.out(gx), ctx);
       return f.finish();
@@ -139,7 +141,7 @@ void conv_backward_weight(const ConvGeometry& g, const Block& x, const Block& gy
   if (detail::F32Work::needed(x.dtype, gy.dtype, gw.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {x.dtype, gy.dtype, gw.dtype});
     check_geometry(op, g);
-    if (!conv_table(ctx, op).takes_storage(x.dtype, ConvKernels::PassKind::backward_weight, g, ctx)) {  // f32 working copies
+    if (!detail::native_storage(conv_table(ctx, op), x.dtype, KernelPass::backward_weight, ctx, &g)) {  // f32 copies
       detail::F32Work f(ctx);
       conv_backward_weight(g, f.in(x), f.in(gy), f.out(gw), ctx);
       return f.finish();
@@ -159,7 +161,7 @@ void conv_backward_bias(const Block& gy, const Block& gb, ExecContext& ctx) {
   const char* op = "conv_backward_bias";
   if (detail::F32Work::needed(gy.dtype, gb.dtype)) {  // bf16 / f16 storage
     detail::F32Work::check_same(op, {gy.dtype, gb.dtype});
-    if (!conv_table(ctx, op).takes_storage(gy.dtype, ConvKernels::PassKind::backward_bias, ConvGeometry{}, ctx)) {
+    if (!detail::native_storage(conv_table(ctx, op), gy.dtype, KernelPass::backward_bias, ctx)) {
       detail::F32Work f(ctx);  // f32 working copies
       conv_backward_bias(f.in(gy), f.out(gb), ctx);
       return f.finish();

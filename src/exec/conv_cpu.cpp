@@ -122,7 +122,7 @@ void backward_input(const ConvGeometry& g, const EngineSettings& cfg, const T* g
   }
 }
 
-// ---- bf16 / f16 storage (takes_storage): the direct path widens x / gy as it fills its blocks and
+// ---- bf16 / f16 storage (native_storage): the direct path widens x / gy as it fills its blocks and
 // rounds y once; weights and bias (small) are widened here. Bit-identical to the f32 working-copy
 // route of the front: same plan, same micro-kernels, same rounding.
 
@@ -256,10 +256,10 @@ void by_storage(DType dt, F&& f) {
 /// The CPU table: today's engine behind the family interface.
 struct CpuConvKernels final : ConvKernels {
   bool takes_input_strides() const override { return true; }
-  bool takes_storage(DType dt, PassKind pass, const ConvGeometry& g, const ExecContext& ctx) const override {
-    if (dt != DType::bf16 && dt != DType::f16) return false;
-    if (pass == PassKind::backward_bias) return true;
-    return storage_applies(g, engine_settings(ctx, "conv"));
+  bool native_storage(const StorageQuery& q) const override {
+    if (q.dtype != DType::bf16 && q.dtype != DType::f16) return false;
+    if (q.pass == KernelPass::backward_bias) return true;
+    return q.conv && storage_applies(*q.conv, engine_settings(q.ctx, "conv"));
   }
   void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                ExecContext& ctx) const override {

@@ -17,7 +17,7 @@
 #include "conv_cpu_engine.hpp"
 #include "shardtensor/core/cpu_isa.hpp"
 #include "shardtensor/core/dtype.hpp"
-#include "kernels_api/convert_ops.hpp"
+#include "shardtensor/core/storage_bits.hpp"
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/runtime/memory.hpp"
 

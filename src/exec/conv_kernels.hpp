@@ -6,30 +6,28 @@
 //
 // Every pointer is a contiguous N, C, spatial array (except x where takes_input_strides(): then
 // g.x_strides may describe a view with unit innermost stride) on the context's device, of dtype `dt`
-// (f32 or f64, or bf16 / f16 where takes_storage says so); the front has checked shapes, devices and dtypes. Work is ordered on ctx's
+// (f32 or f64, or bf16 / f16 where native_storage says so); the front has checked shapes, devices and dtypes. Work is ordered on ctx's
 // stream; the CPU implementation reads ctx.settings() (conv_kernel, conv_threading,
 // conv_column_budget), the CUDA one deterministic, allow_tf32 and ctx.workspace().
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/exec/conv.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct ConvKernels {
+struct ConvKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::conv;
   virtual ~ConvKernels() = default;
 
   /// True when forward and backward_weight read x through g.x_strides (innermost stride 1);
   /// otherwise the front hands them a contiguous x (and g.x_strides all zero).
   virtual bool takes_input_strides() const { return false; }
-  /// The passes of one conv, for takes_storage.
-  enum class PassKind : unsigned char { forward, backward_input, backward_weight, backward_bias };
-  /// True when the table runs this pass itself with bf16 / f16 operands `dt` (every operand in
-  /// `dt`, f32 arithmetic and accumulation, results rounded once). Otherwise the front makes f32
-  /// working copies (exec/precision.hpp) and calls the table in f32.
-  virtual bool takes_storage(DType /*dt*/, PassKind /*pass*/, const ConvGeometry& /*g*/, const ExecContext& /*ctx*/) const {
-    return false;
-  }
+  // native_storage (KernelTable), asked with the conv's geometry (StorageQuery::conv; null for
+  // backward_bias): forward (KernelPass::forward), backward_input (backward_data), backward_weight
+  // (backward_weight) and backward_bias (backward_bias) with every operand in bf16 / f16, f32
+  // arithmetic and accumulation, results rounded once. CUDA: always; CPU: the bias gradient always,
+  // the others where the direct path applies (stride 1, a direct-path ISA level and kernel).
   /// y = conv(x, w) (+ bias[Cout]).
   virtual void forward(DType dt, const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                        ExecContext& ctx) const = 0;

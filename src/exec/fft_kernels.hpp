@@ -4,10 +4,11 @@
 // The front has checked the geometry, dtypes, shapes and device; blocks are contiguous.
 #include "shardtensor/exec/fft.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct FftKernels {
+struct FftKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::fft;
   virtual ~FftKernels() = default;
   /// `real` is the precision (f32 or f64); in/out as the front documents (out unscaled when

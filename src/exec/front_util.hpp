@@ -1,12 +1,14 @@
 #pragma once
 // Shared checks of the kernel-family fronts: every operand on the context's device with the
-// front's dtype (f32 or f64; bf16 off the CPU for the attention families) and the geometry's
-// shape; the family table for the context's device.
+// front's dtype (f32 or f64; bf16 / f16 where the table computes them natively) and the
+// geometry's shape; the family table for the context's device; the precision decision.
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/runtime/block.hpp"
 #include "shardtensor/runtime/context.hpp"
+#include "shardtensor/exec/precision.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec::detail {
 
@@ -19,30 +21,27 @@ const Family& front_table(const char* op, DType dt, Device dev, const ExecContex
   return kernels_for<Family>(dev, op);
 }
 
-/// front_table for the families whose tables may take bf16 / f16 in place: `dt` is f32, f64, or
-/// a storage dtype the device's table takes (Family::takes_storage).
+/// The precision decision of every front (the one place it is made; exec::native_storage asks
+/// it for callers above exec): true when table `t` computes `pass` itself on operands stored in
+/// `dt`. f32 / f64 (and the non-float dtypes, which the tables check themselves) always; bf16 /
+/// f16 when the table says so (KernelTable::native_storage), else the front widens them to f32
+/// working copies (F32Work) and narrows the results back.
+inline bool native_storage(const KernelTable& t, DType dt, KernelPass pass, const ExecContext& ctx,
+                           const ConvGeometry* conv = nullptr) {
+  return !is_low_precision(dt) || t.native_storage(StorageQuery{dt, pass, ctx, conv});
+}
+
+/// front_table for operands that reach the table in their own dtype: `dt` is f32, f64, or a
+/// storage dtype the device's table computes natively for `pass` (native_storage above).
 template <class Family>
-const Family& storage_table(const char* op, DType dt, Device dev, const ExecContext& ctx) {
+const Family& storage_table(const char* op, DType dt, KernelPass pass, Device dev, const ExecContext& ctx) {
   SHARD_CHECK(ctx.device() == dev, op, "operands on different devices: data on {} but the execution context on {}", dev,
               ctx.device());
   const Family& t = kernels_for<Family>(dev, op);
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || ((dt == DType::bf16 || dt == DType::f16) && t.takes_storage(dt)),
-              op, "dtype {} not supported on {} (f32, f64{})", dt, dev,
-              t.takes_storage(DType::bf16) ? ", bf16, f16" : "");
+  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 || (is_low_precision(dt) && native_storage(t, dt, pass, ctx)), op,
+              "dtype {} not supported on {} (f32, f64{})", dt, dev,
+              native_storage(t, DType::bf16, pass, ctx) ? ", bf16, f16" : "");
   return t;
-}
-
-/// The family table for ctx's device, after checking that `dt` is f32 or f64, or bf16 / f16 off
-/// the CPU when `lowp_off_cpu` (the attention families). The caller has checked that every operand
-/// is on ctx.device().
-template <class Family>
-const Family& front_table(const char* op, DType dt, const ExecContext& ctx, bool lowp_off_cpu) {
-  const Device dev = ctx.device();
-  SHARD_CHECK(dt == DType::f32 || dt == DType::f64 ||
-                  (lowp_off_cpu && (dt == DType::bf16 || dt == DType::f16) && !dev.is_cpu()),
-              op, "dtype {} not supported on {} ({})", dt, dev,
-              lowp_off_cpu ? "f32 and f64; bf16 and f16 on CUDA" : "f32 and f64");
-  return kernels_for<Family>(dev, op);
 }
 
 /// One operand of a Block front: on the context's device, of dtype `dt`; with numel >= 0 also

@@ -42,16 +42,14 @@ Matrix matrix(const char* op, const char* what, const Block& b) {
   return m;
 }
 
-/// True when the table of ctx's device computes the bf16 / f16 dtype dt itself.
-bool storage_native(DType dt, const ExecContext& ctx) {
-  return kernels_for<GemmKernels>(ctx.device(), "gemm").takes_storage(dt);
+/// True when the table of ctx's device computes `pass` on the dtype dt itself (detail::native_storage).
+bool storage_native(DType dt, KernelPass pass, const ExecContext& ctx) {
+  return detail::native_storage(kernels_for<GemmKernels>(ctx.device(), "gemm"), dt, pass, ctx);
 }
-/// The table for ctx's device after checking dt: f32, f64, or bf16 / f16 where the table takes them.
-const GemmKernels& gemm_table(const char* op, DType dt, const ExecContext& ctx) {
+/// The table for ctx's device after checking dt: f32, f64, or bf16 / f16 where the table computes them.
+const GemmKernels& gemm_table(const char* op, DType dt, KernelPass pass, const ExecContext& ctx) {
   if (!detail::is_low_precision(dt)) return detail::front_table<GemmKernels>(op, dt, ctx.device(), ctx);
-  const GemmKernels& t = kernels_for<GemmKernels>(ctx.device(), op);
-  SHARD_CHECK(t.takes_storage(dt), op, "dtype {} not supported on {} (f32, f64)", dt, ctx.device());
-  return t;
+  return detail::storage_table<GemmKernels>(op, dt, pass, ctx.device(), ctx);
 }
 
 }  // namespace
@@ -60,7 +58,7 @@ void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c,
   SHARD_PROFILE_SCOPE("op", "gemm", "", &ctx);
   if (detail::F32Work::needed(a.dtype, b.dtype, c.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("gemm", {a.dtype, b.dtype, c.dtype});
-    if (!storage_native(c.dtype, ctx)) {
+    if (!storage_native(c.dtype, KernelPass::forward, ctx)) {
       detail::F32Work f(ctx);
       gemm(g, f.in(a), f.in(b), f.out(c, g.beta != 0.0), ctx);
       return f.finish();
@@ -71,7 +69,7 @@ void gemm(const GemmGeometry& g, const Block& a, const Block& b, const Block& c,
   detail::check_block(op, "A", a, dt, -1, ctx);
   detail::check_block(op, "B", b, dt, -1, ctx);
   detail::check_block(op, "C", c, dt, -1, ctx);
-  const auto& t = gemm_table(op, dt, ctx);
+  const auto& t = gemm_table(op, dt, KernelPass::forward, ctx);
   const Matrix A = matrix(op, "A", a), B = matrix(op, "B", b), C = matrix(op, "C", c);
   const index_t m = C.rows, n = C.cols, k = g.ta == Trans::no ? A.cols : A.rows;
   const index_t am = g.ta == Trans::no ? A.rows : A.cols;
@@ -94,7 +92,7 @@ void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecCont
   SHARD_PROFILE_SCOPE("op", "gemm", "add_bias", &ctx);
   if (detail::F32Work::needed(bias.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("add_bias", {bias.dtype, y.dtype});
-    if (!storage_native(y.dtype, ctx)) {
+    if (!storage_native(y.dtype, KernelPass::forward, ctx)) {
       detail::F32Work f(ctx);
       add_bias(g, f.in(bias), f.out(y, true), ctx);
       return f.finish();
@@ -104,7 +102,7 @@ void add_bias(const BiasGeometry& g, const Block& bias, const Block& y, ExecCont
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "bias", bias, y.dtype, g.channels, ctx);
   detail::check_block(op, "output", y, y.dtype, g.A * g.channels * g.S, ctx);
-  const auto& t = gemm_table(op, y.dtype, ctx);
+  const auto& t = gemm_table(op, y.dtype, KernelPass::forward, ctx);
   if (g.A * g.channels * g.S > 0) t.add_bias(y.dtype, g.A, g.channels, g.S, bias.data, y.data, ctx);
 }
 
@@ -112,7 +110,7 @@ void bias_grad(const BiasGeometry& g, const Block& gy, const Block& db, ExecCont
   SHARD_PROFILE_SCOPE("op", "gemm", "bias_grad", &ctx);
   if (detail::F32Work::needed(gy.dtype, db.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("bias_grad", {gy.dtype, db.dtype});
-    if (!storage_native(db.dtype, ctx)) {
+    if (!storage_native(db.dtype, KernelPass::backward_bias, ctx)) {
       detail::F32Work f(ctx);
       bias_grad(g, f.in(gy), f.out(db), ctx);
       return f.finish();
@@ -122,7 +120,7 @@ void bias_grad(const BiasGeometry& g, const Block& gy, const Block& db, ExecCont
   SHARD_CHECK(g.A >= 0 && g.channels >= 0 && g.S >= 0, op, "negative extent A={} C={} S={}", g.A, g.channels, g.S);
   detail::check_block(op, "gradient", gy, db.dtype, g.A * g.channels * g.S, ctx);
   detail::check_block(op, "bias gradient", db, db.dtype, g.channels, ctx);
-  const auto& t = gemm_table(op, db.dtype, ctx);
+  const auto& t = gemm_table(op, db.dtype, KernelPass::backward_bias, ctx);
   if (g.channels > 0) t.bias_grad(db.dtype, g.A, g.channels, g.S, gy.data, db.data, ctx);
 }
 

@@ -3,16 +3,16 @@
 // Sizes are checked by the front.
 #include "shardtensor/exec/gemm.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct GemmKernels {
+struct GemmKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::gemm;
   virtual ~GemmKernels() = default;
-  /// True when gemm_strided_batched, add_bias and bias_grad take bf16 / f16 operands of dtype dt
-  /// themselves (f32 arithmetic and accumulation, each result rounded once; C read in dt when
-  /// beta != 0). Otherwise the front makes f32 working copies (exec/precision.hpp).
-  virtual bool takes_storage(DType /*dt*/) const { return false; }
+  // native_storage (KernelTable): gemm_strided_batched (KernelPass::forward), add_bias (forward) and
+  // bias_grad (backward_bias) take bf16 / f16 operands themselves (f32 arithmetic and
+  // accumulation, each result rounded once; C read in dt when beta != 0): CUDA yes, CPU no.
   virtual void gemm_strided_batched(DType dt, Trans ta, Trans tb, index_t m, index_t n, index_t k, double alpha,
                                     const void* a, index_t lda, index_t stride_a, const void* b, index_t ldb,
                                     index_t stride_b, double beta, void* c, index_t ldc, index_t stride_c,

@@ -93,7 +93,8 @@ NbhdOut nbhd_out_of(const Block* b) {
 void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, const Block& v, const Block& out,
                             const Block& lse, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "nbhd_attention", "forward", &ctx);
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
+  if (!detail::native_storage(kernels_for<NbhdAttentionKernels>(ctx.device(), "nbhd_attention_forward"), q.dtype,
+                              KernelPass::forward, ctx)) {  // bf16 / f16 the table widens: f32 working copies
     detail::F32Work::check_same("nbhd_attention_forward", {q.dtype, k.dtype, v.dtype, out.dtype});
     detail::F32Work f(ctx);
     nbhd_attention_forward(g, f.in(q), f.in(k), f.in(v), f.out(out), lse, ctx);
@@ -107,7 +108,7 @@ void nbhd_attention_forward(const NbhdGeom& g, const Block& q, const Block& k, c
   check_operand(op, "v", v, dt, ctx, g, g.nk, g.Dv);
   check_operand(op, "out", out, dt, ctx, g, g.nq, g.Dv);
   check_lse(op, lse, dt, ctx, g);
-  const auto& t = detail::front_table<NbhdAttentionKernels>(op, dt, ctx, true);
+  const auto& t = detail::storage_table<NbhdAttentionKernels>(op, dt, KernelPass::forward, ctx.device(), ctx);
   if (g.B * g.H * g.nq[0] * g.nq[1] * g.nq[2] == 0) return;
   t.forward(dt, g, nbhd_in_of(q), nbhd_in_of(k), nbhd_in_of(v), nbhd_out_of(&out), lse.data, ctx);
 }
@@ -116,7 +117,8 @@ void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, 
                              const Block& dout, const Block& lse, const Block* dq, const Block* dk, const Block* dv,
                              ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "nbhd_attention", "backward", &ctx);
-  if (detail::attention_needs_f32_work(q.dtype, ctx)) {  // bf16 / f16 on the CPU: f32 working copies
+  if (!detail::native_storage(kernels_for<NbhdAttentionKernels>(ctx.device(), "nbhd_attention_backward"), q.dtype,
+                              KernelPass::backward_data, ctx)) {  // f32 working copies
     detail::F32Work::check_same("nbhd_attention_backward", {q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype});
     detail::F32Work f(ctx);
     nbhd_attention_backward(g, f.in(q), f.in(k), f.in(v), f.in(out), f.in(dout), lse, f.out(dq), f.out(dk), f.out(dv),
@@ -135,7 +137,7 @@ void nbhd_attention_backward(const NbhdGeom& g, const Block& q, const Block& k, 
   if (dq) check_operand(op, "dq", *dq, dt, ctx, g, g.nq, g.D);
   if (dk) check_operand(op, "dk", *dk, dt, ctx, g, g.nk, g.D);
   if (dv) check_operand(op, "dv", *dv, dt, ctx, g, g.nk, g.Dv);
-  const auto& t = detail::front_table<NbhdAttentionKernels>(op, dt, ctx, true);
+  const auto& t = detail::storage_table<NbhdAttentionKernels>(op, dt, KernelPass::backward_data, ctx.device(), ctx);
   // No early return on an empty query block: dk and dv (the key block) are still overwritten.
   t.backward(dt, g, nbhd_in_of(q), nbhd_in_of(k), nbhd_in_of(v), nbhd_in_of(out), nbhd_in_of(dout), lse.data, nbhd_out_of(dq), nbhd_out_of(dk),
              nbhd_out_of(dv), ctx);

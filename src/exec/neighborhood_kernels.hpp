@@ -4,10 +4,11 @@
 // the front.
 #include "shardtensor/exec/neighborhood.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct NbhdAttentionKernels {
+struct NbhdAttentionKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::nbhd_attention;
   virtual ~NbhdAttentionKernels() = default;
   virtual void forward(DType dt, const NbhdGeom& g, NbhdIn q, NbhdIn k, NbhdIn v, NbhdOut out, void* lse,

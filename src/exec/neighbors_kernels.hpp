@@ -5,10 +5,11 @@
 // the points' dtype (f32 or f64); n_query > 0.
 #include "shardtensor/exec/neighbors.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct NeighborsKernels {
+struct NeighborsKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::neighbors;
   virtual ~NeighborsKernels() = default;
   virtual void knn(DType dt, const KnnGeometry& g, const void* query, const void* support, index_t* indices,

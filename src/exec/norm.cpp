@@ -53,18 +53,18 @@ Input input(const char* op, const NormKernels& tab, const NormGeom& g0, const Bl
 }
 
 /// The table after checking the dense [A, C, S] operands and the optional [C] parameter.
-const NormKernels& norm_table(const char* op, const NormGeom& g, const Block& x, const Block* dense, const char* what,
-                         const Block* w, const Block* b, const ExecContext& ctx) {
+const NormKernels& norm_table(const char* op, KernelPass pass, const NormGeom& g, const Block& x, const Block* dense,
+                              const char* what, const Block* w, const Block* b, const ExecContext& ctx) {
   if (dense) detail::check_block(op, what, *dense, x.dtype, g.A * g.C * g.S, ctx);
   if (w) detail::check_block(op, "weight", *w, x.dtype, g.C, ctx);
   if (b) detail::check_block(op, "bias", *b, x.dtype, g.C, ctx);
-  return detail::storage_table<NormKernels>(op, x.dtype, ctx.device(), ctx);
+  return detail::storage_table<NormKernels>(op, x.dtype, pass, ctx.device(), ctx);
 }
 const void* data(const Block* b) { return b ? b->data : nullptr; }
 
-/// True when the device's table takes bf16 / f16 operands of dtype dt as they are (the CPU table).
-bool norm_storage_native(DType dt, const ExecContext& ctx) {
-  return kernels_for<NormKernels>(ctx.device(), "norm").takes_storage(dt);
+/// True when the device's table computes `pass` on the dtype dt itself (detail::native_storage).
+bool norm_storage_native(DType dt, KernelPass pass, const ExecContext& ctx) {
+  return detail::native_storage(kernels_for<NormKernels>(ctx.device(), "norm"), dt, pass, ctx);
 }
 
 }  // namespace
@@ -73,14 +73,14 @@ void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* ou
   SHARD_PROFILE_SCOPE("op", "norm", "sums", &ctx);
   if (detail::F32Work::needed(x.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_sums", {x.dtype});
-    if (!norm_storage_native(x.dtype, ctx)) {
+    if (!norm_storage_native(x.dtype, KernelPass::forward, ctx)) {
       detail::F32Work f(ctx);
       norm_sums(g, f.in(x), mean, out, ctx);
       return f.finish();
     }
   }
   const char* op = "norm_sums";
-  const auto& tab = norm_table(op, g, x, nullptr, nullptr, nullptr, nullptr, ctx);
+  const auto& tab = norm_table(op, KernelPass::forward, g, x, nullptr, nullptr, nullptr, nullptr, ctx);
   const Input in = input(op, tab, g, x, ctx);
   tab.sums(x.dtype, in.g, in.x, mean, out, ctx);
 }
@@ -90,14 +90,14 @@ void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* 
   SHARD_PROFILE_SCOPE("op", "norm", "apply", &ctx);
   if (detail::F32Work::needed(x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_apply", {x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype});
-    if (!norm_storage_native(x.dtype, ctx)) {
+    if (!norm_storage_native(x.dtype, KernelPass::forward, ctx)) {
       detail::F32Work f(ctx);
       norm_apply(g, f.in(x), f.in(w), f.in(b), mean, invstd, f.out(y), ctx);
       return f.finish();
     }
   }
   const char* op = "norm_apply";
-  const auto& tab = norm_table(op, g, x, &y, "output", w, b, ctx);
+  const auto& tab = norm_table(op, KernelPass::forward, g, x, &y, "output", w, b, ctx);
   const Input in = input(op, tab, g, x, ctx);
   tab.apply(x.dtype, in.g, in.x, mean, invstd, data(w), data(b), y.data, ctx);
 }
@@ -107,14 +107,14 @@ void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, cons
   SHARD_PROFILE_SCOPE("op", "norm", "backward_sums", &ctx);
   if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_backward_sums", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype)});
-    if (!norm_storage_native(x.dtype, ctx)) {
+    if (!norm_storage_native(x.dtype, KernelPass::backward_data, ctx)) {
       detail::F32Work f(ctx);
       norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, dw, db, ctx);
       return f.finish();
     }
   }
   const char* op = "norm_backward_sums";
-  const auto& tab = norm_table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
+  const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, nullptr, ctx);
   const Input in = input(op, tab, g, x, ctx);
   tab.backward_sums(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), sg, sgx, dw, db, ctx);
 }
@@ -125,14 +125,14 @@ void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const 
   SHARD_PROFILE_SCOPE("op", "norm", "backward_dx", &ctx);
   if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("norm_backward_dx", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype});
-    if (!norm_storage_native(x.dtype, ctx)) {
+    if (!norm_storage_native(x.dtype, KernelPass::backward_data, ctx)) {
       detail::F32Work f(ctx);
       norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, inv_count, f.out(dx), ctx);
       return f.finish();
     }
   }
   const char* op = "norm_backward_dx";
-  const auto& tab = norm_table(op, g, x, &gy, "output gradient", w, nullptr, ctx);
+  const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, nullptr, ctx);
   detail::check_block(op, "input gradient", dx, x.dtype, g.A * g.C * g.S, ctx);
   const Input in = input(op, tab, g, x, ctx);
   tab.backward_dx(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), sg, sgx, inv_count, dx.data, ctx);
@@ -141,28 +141,28 @@ void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const 
 void load_f64(const Block& src, double* host, ExecContext& ctx) {
   if (detail::F32Work::needed(src.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("load_f64", {src.dtype});
-    if (!norm_storage_native(src.dtype, ctx)) {
+    if (!norm_storage_native(src.dtype, KernelPass::forward, ctx)) {
       detail::F32Work f(ctx);
       load_f64(f.in(src), host, ctx);
       return f.finish();
     }
   }
   detail::check_block("load_f64", "source", src, src.dtype, src.numel(), ctx);
-  const auto& tab = detail::storage_table<NormKernels>("load_f64", src.dtype, ctx.device(), ctx);
+  const auto& tab = detail::storage_table<NormKernels>("load_f64", src.dtype, KernelPass::forward, ctx.device(), ctx);
   if (src.numel() > 0) tab.load_f64(src.dtype, src.numel(), src.data, host, ctx);
 }
 
 void store_f64(const double* host, const Block& dst, ExecContext& ctx) {
   if (detail::F32Work::needed(dst.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("store_f64", {dst.dtype});
-    if (!norm_storage_native(dst.dtype, ctx)) {
+    if (!norm_storage_native(dst.dtype, KernelPass::forward, ctx)) {
       detail::F32Work f(ctx);
       store_f64(host, f.out(dst), ctx);
       return f.finish();
     }
   }
   detail::check_block("store_f64", "destination", dst, dst.dtype, dst.numel(), ctx);
-  const auto& tab = detail::storage_table<NormKernels>("store_f64", dst.dtype, ctx.device(), ctx);
+  const auto& tab = detail::storage_table<NormKernels>("store_f64", dst.dtype, KernelPass::forward, ctx.device(), ctx);
   if (dst.numel() > 0) tab.store_f64(dst.dtype, dst.numel(), host, dst.data, ctx);
 }
 

@@ -269,7 +269,7 @@ struct CpuNorm final : NormKernels {
   // bf16 / f16 read and written in place: the loops widen every element to double and round the
   // result once (double -> float -> storage, exactly what the f32 working-copy route computes), so
   // a bf16 norm needs no whole-tensor f32 copies.
-  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
   }

@@ -3,18 +3,19 @@
 // Device pointers for tensor data, host pointers for the statistics.
 #include "shardtensor/exec/norm.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct NormKernels {
+struct NormKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::norm;
   virtual ~NormKernels() = default;
   /// True when the table reads a strided x described by NormGeom::xrank/xshape/xstrides; else
   /// the front passes a contiguous copy (and xrank = 0).
   virtual bool takes_strided_input() const { return false; }
-  /// True when the table reads and writes bf16 / f16 operands `dt` itself (f64 arithmetic, like
-  /// its f32 path; results rounded once). Otherwise the front makes f32 working copies.
-  virtual bool takes_storage(DType /*dt*/) const { return false; }
+  // native_storage (KernelTable): the table reads and writes bf16 / f16 operands itself (f64
+  // arithmetic, like its f32 path; results rounded once), every pass (sums, apply, load / store:
+  // forward; backward sums, dx: backward_data). CPU and CUDA: yes.
   virtual void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out,
                     ExecContext& ctx) const = 0;
   virtual void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd,

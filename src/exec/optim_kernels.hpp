@@ -3,10 +3,11 @@
 // src/cuda/optim_cuda.cpp (DeviceKind::cuda). Pointers are contiguous, n elements, one device.
 #include "shardtensor/exec/optim.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct OptimKernels {
+struct OptimKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::optim;
   virtual ~OptimKernels() = default;
   /// buf may be null (momentum 0).

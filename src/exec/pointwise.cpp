@@ -50,10 +50,10 @@ const PointwiseKernels& pointwise_table(const Block& out, const char* op, const 
               out.device, ctx.device());
   return kernels_for<PointwiseKernels>(out.device, op);
 }
-/// True when `out`'s table computes its bf16/f16 dtype natively (PointwiseKernels::native_low_precision)
+/// True when `out`'s table computes `pass` on its bf16/f16 dtype natively (detail::native_storage)
 /// and `contiguous` holds: the front then skips the f32 working copies.
-bool native_lp(const Block& out, bool contiguous, const char* op, const ExecContext& ctx) {
-  return contiguous && pointwise_table(out, op, ctx).native_low_precision();
+bool native_lp(const Block& out, KernelPass pass, bool contiguous, const char* op, const ExecContext& ctx) {
+  return contiguous && detail::native_storage(pointwise_table(out, op, ctx), out.dtype, pass, ctx);
 }
 
 }  // namespace
@@ -80,7 +80,7 @@ void unary(UnaryOp op, double alpha, const Block& x, const Block& y, ExecContext
   SHARD_PROFILE_SCOPE("op", "pointwise", "unary", &ctx);
   if (detail::F32Work::needed(x.dtype, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype});
-    if (!native_lp(y, x.is_contiguous() && y.is_contiguous(), op_name(op), ctx)) {
+    if (!native_lp(y, KernelPass::forward, x.is_contiguous() && y.is_contiguous(), op_name(op), ctx)) {
       if (detail::chunked_f32<1, 1>(ctx, {&x}, {&y}, [&](const auto& in, const auto& out) {
             unary(op, alpha, in[0], out[0], ctx);
           }))
@@ -113,8 +113,8 @@ void unary_backward(UnaryOp op, double alpha, const Block& x, const Block& y, co
   SHARD_PROFILE_SCOPE("op", "pointwise", "unary_backward", &ctx);
   if (detail::F32Work::needed(x.dtype, y.dtype, dy.dtype, dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {x.dtype, y.dtype, dy.dtype, dx.dtype});
-    if (!native_lp(dx, x.is_contiguous() && y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous(), op_name(op),
-                   ctx)) {
+    if (!native_lp(dx, KernelPass::backward_data,
+                   x.is_contiguous() && y.is_contiguous() && dy.is_contiguous() && dx.is_contiguous(), op_name(op), ctx)) {
       if (detail::chunked_f32<3, 1>(ctx, {&x, &y, &dy}, {&dx}, [&](const auto& in, const auto& out) {
             unary_backward(op, alpha, in[0], in[1], in[2], out[0], ctx);
           }))
@@ -150,7 +150,7 @@ void binary(BinaryOp op, const Block& a, const Block& b, const Block& out, ExecC
   SHARD_PROFILE_SCOPE("op", "pointwise", "binary", &ctx);
   if (detail::F32Work::needed(a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same(op_name(op), {a.dtype, b.dtype, out.dtype});
-    if (!native_lp(out, out.is_contiguous(), op_name(op), ctx)) {
+    if (!native_lp(out, KernelPass::forward, out.is_contiguous(), op_name(op), ctx)) {
       if (a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
           detail::chunked_f32<2, 1>(ctx, {&a, &b}, {&out}, [&](const auto& in, const auto& o) {
             binary(op, in[0], in[1], o[0], ctx);
@@ -175,7 +175,7 @@ void div_rhs_backward(const Block& g, const Block& a, const Block& b, const Bloc
   SHARD_PROFILE_SCOPE("op", "pointwise", "div_rhs_backward", &ctx);
   if (detail::F32Work::needed(g.dtype, a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("div_rhs_backward", {g.dtype, a.dtype, b.dtype, out.dtype});
-    if (!native_lp(out, out.is_contiguous(), "div_backward", ctx)) {
+    if (!native_lp(out, KernelPass::backward_data, out.is_contiguous(), "div_backward", ctx)) {
       if (g.shape_vec() == out.shape_vec() && a.shape_vec() == out.shape_vec() && b.shape_vec() == out.shape_vec() &&
           detail::chunked_f32<3, 1>(ctx, {&g, &a, &b}, {&out}, [&](const auto& in, const auto& o) {
             div_rhs_backward(in[0], in[1], in[2], o[0], ctx);
@@ -201,7 +201,7 @@ void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext
   // bf16 / f16 storage: in place where the table computes it (native_lp), else f32 working copies.
   if (detail::F32Work::needed(g.dtype, dst.dtype)) {
     detail::F32Work::check_same("sum_to", {g.dtype, dst.dtype});
-    if (!native_lp(dst, g.is_contiguous() && dst.is_contiguous(), "sum_to", ctx)) {
+    if (!native_lp(dst, KernelPass::backward_data, g.is_contiguous() && dst.is_contiguous(), "sum_to", ctx)) {
       detail::F32Work f(ctx);
       const Block gw = f.in(g), dw = f.out(dst);  // view_of needs out(dst) first
       sum_to(gw, dw, f.view_of(dst_view, dst), ctx);

@@ -263,7 +263,7 @@ bool convert_f16_fast(DType from, DType to, index_t n, const void* x, void* y) {
 #endif
 }
 
-// ---- bf16 / f16 storage, computed natively (PointwiseKernels::native_low_precision). Contiguous
+// ---- bf16 / f16 storage, computed natively (KernelTable::native_storage). Contiguous
 // operands go tile by tile: kLpTile elements of each operand converted to f32 on the stack (the
 // conversions of convert() below), the f32 loop above, one rounding back per result. That is the
 // same f32 kernel on the same f32 values as the F32Work route, so bit for bit its results, while
@@ -316,7 +316,7 @@ template <class F> void by_float_dtype(DType dt, F&& f) {
 }
 
 struct CpuPointwise final : PointwiseKernels {
-  bool native_low_precision() const override { return true; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext&) const override {
     if (detail::is_low_precision(dt))
       return dispatch_unary(op, [&](auto k) {

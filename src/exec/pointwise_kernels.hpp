@@ -4,10 +4,11 @@
 // (src/exec/pointwise.cpp) checks devices, dtypes and shapes before calling a table.
 #include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct PointwiseKernels {
+struct PointwiseKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::pointwise;
   virtual ~PointwiseKernels() = default;
   /// y[i] = op(x[i]) for i < n (contiguous).
@@ -34,13 +35,13 @@ struct PointwiseKernels {
                                 ExecContext& ctx) const = 0;
   /// dst = 0; dst_view[idx] += g[idx] over g's (contiguous) shape; accumulation in double.
   virtual void sum_to(const Block& dst, const Block& dst_view, const Block& g, ExecContext& ctx) const = 0;
-  /// True when the table computes bf16/f16 storage itself: unary and unary_backward (flat forms),
-  /// binary and div_rhs_backward then take operands of one bf16 or f16 dtype, load them as f32,
-  /// compute in f32 and round each result once, and sum_to widens g exactly, sums in double and
-  /// rounds double -> float -> storage; each is bit for bit the f32 working-copy route
-  /// (exec/precision.hpp) without its f32 copies. The default (false) leaves bf16/f16 to that route;
-  /// the strided unary forms always take it.
-  virtual bool native_low_precision() const { return false; }
+  // native_storage (KernelTable): true when the table computes bf16/f16 storage itself: unary
+  // (forward) and unary_backward (backward_data) in their flat forms, binary (forward) and
+  // div_rhs_backward (backward_data) then take operands of one bf16 or f16 dtype, load them as f32,
+  // compute in f32 and round each result once, and sum_to (backward_data) widens g exactly, sums in
+  // double and rounds double -> float -> storage; each is bit for bit the f32 working-copy route
+  // (exec/precision.hpp) without its f32 copies. The default (false) leaves bf16/f16 to that route;
+  // the strided unary forms always take it. CPU and CUDA: yes.
   /// y[i] = (to) x[i] for i < n (contiguous; from, to among f32, f64, bf16, f16).
   virtual void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext& ctx) const = 0;
 };

@@ -1,6 +1,6 @@
 // CPU implementation of the pool kernel family (exec/pool.hpp): avg / max, forward / backward on
 // 3-D-viewed planes, for f32, f64 and the bf16 / f16 storage dtypes read and written in place
-// (takes_storage: values widen exactly, sums run in double or in the f32 route's float, each
+// (native_storage: values widen exactly, sums run in double or in the f32 route's float, each
 // result rounds once more to the storage type: bit for bit the f32 working-copy route).
 #include <omp.h>
 
@@ -173,7 +173,7 @@ void max_backward(const PoolGeometry& g, const T* gy, const std::int64_t* idx, T
 }
 
 struct CpuPool final : PoolKernels {
-  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void avg_forward(DType dt, const PoolGeometry& g, const void* x, void* y, ExecContext&) const override {
     SHARD_STORAGE_DISPATCH("avg_pool", dt, shard::exec::avg_forward<T>(g, static_cast<const T*>(x), static_cast<T*>(y)));
   }

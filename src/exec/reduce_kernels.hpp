@@ -5,10 +5,11 @@
 // in the *_strided entry points (strided operands read in place, CPU).
 #include "shardtensor/exec/reduce.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct ReduceKernels {
+struct ReduceKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::reduce;
   virtual ~ReduceKernels() = default;
   /// True when reduce_sum / reduce_max / max_ties / max_backward read a strided x (any strides,

@@ -1,5 +1,5 @@
 // Resize kernel family front: operand checks and device dispatch (see include/shardtensor/exec/resize.hpp).
-// bf16 / f16 go to the table as they are (ResizeKernels::takes_storage; both the CPU and the CUDA
+// bf16 / f16 go to the table as they are (KernelTable::native_storage; both the CPU and the CUDA
 // table compute them in place, bit for bit the f32 working-copy route); a table that does not take
 // them refuses them with the dtype named.
 #include "shardtensor/exec/resize.hpp"
@@ -31,7 +31,7 @@ void resize_forward(const ResizeGeometry& g0, const Block& x, const Block& y, Ex
   SHARD_CHECK(!dense || x.numel() == in_numel(g0), op, "input of shape {} does not hold {} planes of {}", x.shape_vec(),
               g0.planes, g0.in_len);
   detail::check_block(op, "output", y, dt, out_numel(g0), ctx);
-  const auto& k = detail::storage_table<ResizeKernels>(op, dt, ctx.device(), ctx);
+  const auto& k = detail::storage_table<ResizeKernels>(op, dt, KernelPass::forward, ctx.device(), ctx);
   if (ctx.device().is_cuda()) check_resize_geometry(op, g0.mode, g0);  // the CPU kernel checks as it builds its taps
   ResizeGeometry g = g0;
   g.x_strided = false;
@@ -62,7 +62,7 @@ void resize_backward(const ResizeGeometry& g, const Block& gy, const Block& gx, 
   if (detail::F32Work::needed(gy.dtype, gx.dtype)) detail::F32Work::check_same(op, {gy.dtype, gx.dtype});
   detail::check_block(op, "output gradient", gy, gy.dtype, out_numel(g), ctx);
   detail::check_block(op, "input gradient", gx, gy.dtype, in_numel(g), ctx);
-  const auto& k = detail::storage_table<ResizeKernels>(op, gy.dtype, ctx.device(), ctx);
+  const auto& k = detail::storage_table<ResizeKernels>(op, gy.dtype, KernelPass::backward_data, ctx.device(), ctx);
   if (ctx.device().is_cuda()) check_resize_geometry(op, g.mode, g);
   k.backward(gy.dtype, g.mode, g, gy.data, gx.data, ctx);
 }

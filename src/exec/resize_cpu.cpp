@@ -1,7 +1,7 @@
 // CPU implementation of the resize kernel family (exec/resize.hpp): nearest / (bi,tri)linear /
 // cubic resampling on blocks of a global grid (with resize_input_range and the geometry checks, shared
 // with the front), for f32, f64 and the bf16 / f16 storage dtypes read and written in place
-// (takes_storage: values widen exactly, the arithmetic is the f32 kernel's double arithmetic, each
+// (native_storage: values widen exactly, the arithmetic is the f32 kernel's double arithmetic, each
 // result rounds double -> float -> storage: bit for bit the f32 working-copy route).
 #include <omp.h>
 
@@ -257,7 +257,7 @@ void backward_impl(ResizeMode mode, const ResizeGeometry& g, const T* gy, T* gx)
 
 struct CpuResize final : ResizeKernels {
   bool takes_strided_input() const override { return true; }
-  bool takes_storage(DType dt) const override { return dt == DType::bf16 || dt == DType::f16; }
+  bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                ExecContext&) const override {
     SHARD_STORAGE_DISPATCH("resize_forward", dt, forward_impl<T>(mode, g, static_cast<const T*>(x), static_cast<T*>(y)));

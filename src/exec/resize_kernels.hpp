@@ -6,18 +6,18 @@
 
 #include "shardtensor/exec/resize.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct ResizeKernels {
+struct ResizeKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::resize;
   virtual ~ResizeKernels() = default;
   /// True when forward reads a strided x (ResizeGeometry::x_strided) in place; else the front
   /// passes a contiguous copy.
   virtual bool takes_strided_input() const { return false; }
-  /// True when the table reads and writes bf16 / f16 dtype `dt` in place, bit for bit the f32
-  /// working-copy route (exec/precision.hpp), which the front takes otherwise.
-  virtual bool takes_storage(DType /*dt*/) const { return false; }
+  // native_storage (KernelTable): the table reads and writes bf16 / f16 in place (forward and
+  // backward_data), bit for bit the f32 working-copy route (exec/precision.hpp). CPU and CUDA: yes.
   virtual void forward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* x, void* y,
                        ExecContext& ctx) const = 0;
   virtual void backward(DType dt, ResizeMode mode, const ResizeGeometry& g, const void* gy, void* gx,

@@ -4,10 +4,11 @@
 // n_index > 0 and width > 0. Index entries are -1 or valid rows (the CPU table re-checks).
 #include "shardtensor/exec/rows.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct RowsKernels {
+struct RowsKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::rows;
   virtual ~RowsKernels() = default;
   /// dst[i] = index[i] >= 0 ? src[index[i]] : 0; elements of `elem_bytes` bytes (1, 2, 4, 8 or 16).

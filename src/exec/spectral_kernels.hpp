@@ -4,10 +4,11 @@
 // contiguous; `real` is the precision (f32 for c64, f64 for c128).
 #include "shardtensor/exec/spectral.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct SpectralKernels {
+struct SpectralKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::spectral;
   virtual ~SpectralKernels() = default;
   virtual void forward(DType real, const SpectralGeometry& g, const void* x, const void* w, void* y,

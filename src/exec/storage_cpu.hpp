@@ -1,12 +1,12 @@
 #pragma once
 // CPU tables that read and write the bf16 / f16 storage dtypes in place (a family's
-// takes_storage): the element conversions they share, and a dtype switch over the four float
+// native_storage): the element conversions they share, and a dtype switch over the four float
 // storage types. Every bf16 / f16 value widens exactly; a result rounds double -> float ->
 // storage, the two roundings of the f32 working-copy route (exec/precision.hpp), so a kernel
 // that computes in double on the widened values gives bit for bit what that route gives.
 #include <type_traits>
 
-#include "kernels_api/convert_ops.hpp"
+#include "shardtensor/core/storage_bits.hpp"
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/error.hpp"
 
@@ -22,7 +22,7 @@ template <class T>
 using work_t = std::conditional_t<is_narrow_v<T>, float, T>;
 
 /// T -> float (exact for bf16 / f16; bf16 / f16 through the inline bit conversions of
-/// kernels_api/convert_ops.hpp, bit-identical to shard::bf16 / shard::f16's).
+/// core/storage_bits.hpp, the ones shard::bf16 / shard::f16 call).
 template <class T>
 inline float to_float(const T& v) {
   if constexpr (std::is_same_v<T, bf16>) return cvt::bf16_to_f32(v.bits);

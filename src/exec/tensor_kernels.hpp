@@ -6,10 +6,11 @@
 #include "shardtensor/core/dtype.hpp"
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct TensorDeviceKernels {
+struct TensorDeviceKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::tensor;
   virtual ~TensorDeviceKernels() = default;
 

@@ -110,14 +110,21 @@ exec::GemmGeometry accumulate(exec::GemmGeometry g) {
   return g;
 }
 
-/// bf16 / f16 channel mixing of a contiguous field (S > 1) on the CPU, with
-/// ExecSettings::native_low_precision: the op is a 1 x 1 conv over [A, cin, S], whose CPU table
-/// reads the storage dtype in place (AMX tiles for bf16), so no whole-tensor f32 copies of x, y or
-/// gy are made. nullopt when it does not apply (the GEMM route then runs on f32 working copies).
+/// True when the GEMMs of a bf16 / f16 channel mixing would run on whole-tensor f32 working
+/// copies: the gemm table of ctx's device does not compute the storage dtype itself (the CPU's;
+/// exec::native_storage, the one precision question), and ExecSettings::native_low_precision lets
+/// the schedule take a route that avoids them (mix_conv, token_chunk_rows).
+bool gemm_widens(const Block& x, const ExecContext& ctx) {
+  return exec::detail::is_low_precision(x.dtype) && ctx.settings().native_low_precision &&
+         !exec::native_storage(exec::KernelFamily::gemm, x.dtype, exec::KernelPass::forward, ctx, "linear");
+}
+
+/// bf16 / f16 channel mixing of a contiguous field (S > 1) where the GEMMs would widen
+/// (gemm_widens): the op is a 1 x 1 conv over [A, cin, S], whose CPU table reads the storage dtype
+/// in place (AMX tiles for bf16), so no whole-tensor f32 copies of x, y or gy are made. nullopt
+/// when it does not apply (the GEMM route then runs on f32 working copies).
 std::optional<ConvGeometry> mix_conv(const Block& x, int cdim, index_t cout, const ExecContext& ctx) {
-  if (!exec::detail::is_low_precision(x.dtype) || !ctx.device().is_cpu() || !ctx.settings().native_low_precision ||
-      !x.is_contiguous())
-    return std::nullopt;
+  if (!x.is_contiguous() || !gemm_widens(x, ctx)) return std::nullopt;
   const auto e = mix_extents(x, cdim);
   if (e.S <= 1 || e.A == 0) return std::nullopt;
   ConvGeometry g;
@@ -128,15 +135,13 @@ std::optional<ConvGeometry> mix_conv(const Block& x, int cdim, index_t cout, con
   g.in = g.out = {1, 1, e.S};
   return g;
 }
-/// Rows per chunk of the bf16 / f16 token route (S == 1, contiguous x, native_low_precision): the
+/// Rows per chunk of the bf16 / f16 token route (S == 1, contiguous x, gemm_widens): the
 /// GEMMs run on f32 working copies of row chunks of x, y and gy (about kF32Chunk elements each)
 /// instead of whole tensors; 0 when the route does not apply.
 index_t token_chunk_rows(const Block& x, int cdim, index_t cout, const ExecContext& ctx) {
-  // CPU only: measured and tested there; on CUDA the whole-tensor route stays (one cuBLAS GEMM)
-  // until the chunked one has run on a GPU.
-  if (!exec::detail::is_low_precision(x.dtype) || !ctx.device().is_cpu() || !ctx.settings().native_low_precision ||
-      !x.is_contiguous())
-    return 0;
+  // Where the GEMMs widen (the CPU: measured and tested there); where the gemm table computes the
+  // storage dtype (cuBLAS) the whole-tensor route stays until the chunked one has run on a GPU.
+  if (!x.is_contiguous() || !gemm_widens(x, ctx)) return 0;
   const auto e = mix_extents(x, cdim);
   if (e.S != 1) return 0;
   const index_t rows = std::max<index_t>(1, exec::detail::kF32Chunk / std::max<index_t>(1, std::max(e.channels, cout)));

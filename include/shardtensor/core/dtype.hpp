@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <type_traits>
 
+#include "shardtensor/core/storage_bits.hpp"
+
 namespace shard {
 
 /// Element type tag used by the type-erased layers (communication, kernels).
@@ -45,32 +47,21 @@ constexpr const char* dtype_name(DType dt) {
   return "?";
 }
 
-/// bfloat16 storage type (round-to-nearest-even conversion from float).
+/// bfloat16 storage type (round-to-nearest-even conversion from float: core/storage_bits.hpp).
 struct bf16 {
   std::uint16_t bits = 0;
   bf16() = default;
-  explicit bf16(float f) {
-    std::uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) { bits = 0x7fc0; return; }  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    bits = static_cast<std::uint16_t>(u >> 16);
-  }
-  explicit operator float() const {
-    std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
+  explicit bf16(float f) : bits(cvt::bf16_bits(f)) {}
+  explicit operator float() const { return cvt::bf16_to_f32(bits); }
   explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
 };
 
-/// IEEE half storage type (conversion handles normals, subnormals, inf and NaN).
+/// IEEE half storage type (conversion handles normals, subnormals, inf and NaN: core/storage_bits.hpp).
 struct f16 {
   std::uint16_t bits = 0;
   f16() = default;
-  explicit f16(float f);
-  explicit operator float() const;
+  explicit f16(float f) : bits(cvt::f16_bits(f)) {}
+  explicit operator float() const { return cvt::f16_to_f32(bits); }
   explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
 };
 

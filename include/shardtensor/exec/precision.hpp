@@ -9,10 +9,13 @@
 // with f32 arithmetic and f32 accumulation (docs/architecture.md, "Mixed precision"). The copies
 // live for one call: what a tape saves for backward stays in the storage dtype. A bf16 x bf16
 // product is exact in f32, so "convert, then the f32 kernel" IS bf16 compute with f32
-// accumulation; a table with native bf16 kernels (tensor cores, AVX-512 BF16) skips this.
+// accumulation; a table with native bf16 kernels (tensor cores, AVX-512 BF16) skips this. Which
+// route a front takes is decided in one place: exec::native_storage below, the question every
+// kernel table answers (src/exec/kernel_table.hpp).
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <initializer_list>
 #include <vector>
@@ -21,18 +24,39 @@
 #include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/runtime/block.hpp"
 #include "shardtensor/runtime/context.hpp"
+#include "shardtensor/runtime/registry.hpp"
+
+namespace shard {
+struct ConvGeometry;  // exec/conv.hpp
+}  // namespace shard
+
+namespace shard::exec {
+
+/// The passes of a kernel family, for the precision question. Every family maps its entry points
+/// onto these: forward (and the statistics / apply / copy passes of a forward), backward_data (the
+/// gradient of the data operand: dx, dq / dk / dv, an activation's backward), backward_weight (the
+/// gradient of a weight: conv's filter gradient) and backward_bias (a bias gradient).
+enum class KernelPass : unsigned char { forward, backward_data, backward_weight, backward_bias };
+
+/// THE precision decision of every op (docs/architecture.md, "The op recipe", step "precision"):
+/// true when the `family` table of ctx's device computes `pass` itself on operands stored in `dt`
+/// (f32 and f64: always; bf16 / f16: what the table answers, KernelTable::native_storage, for the
+/// problem `conv` where the family is conv). False: the front widens the operands to f32 working
+/// copies (detail::F32Work), computes in f32 and narrows the results back. Throws shard::Error
+/// naming `op` when no table of the family is registered for the device.
+bool native_storage(KernelFamily family, DType dt, KernelPass pass, const ExecContext& ctx, const char* op,
+                    const ConvGeometry* conv = nullptr);
+
+}  // namespace shard::exec
 
 namespace shard::exec::detail {
 
+/// Working blocks F32Work has made on this thread (inputs and outputs, whole or in chunks): a
+/// counter for tests that check a table's precision answer against what its front does.
+inline thread_local std::uint64_t t_f32_work_blocks = 0;
+
 /// True for the storage-only dtypes (bf16, f16).
 constexpr bool is_low_precision(DType dt) { return dt == DType::bf16 || dt == DType::f16; }
-
-/// The attention families' rule (local / ring / Ulysses attention and neighbourhood attention):
-/// their CUDA kernels are native in bf16 and f16 (float accumulation), so only bf16 / f16 on the
-/// CPU take f32 working copies.
-inline bool attention_needs_f32_work(DType dt, const ExecContext& ctx) {
-  return is_low_precision(dt) && ctx.device().is_cpu();
-}
 
 /// The number of elements a view with non-negative strides spans from its first element.
 inline index_t span_of(const Block& b) {
@@ -72,6 +96,7 @@ class F32Work {
   /// (stride-0 broadcasts and strided interiors keep their layout).
   Block in(const Block& b) {
     if (!is_low_precision(b.dtype)) return b;
+    ++t_f32_work_blocks;
     const index_t span = span_of(b);
     Block flat = Block::allocate(DType::f32, b.device, &span, 1);
     if (span > 0) convert(Block::view(b.dtype, b.device, b.data, &span, 1), flat, ctx_);
@@ -89,6 +114,7 @@ class F32Work {
   /// goes back whole, and the gaps survive because bf16/f16 -> f32 -> bf16/f16 is exact.
   Block out(const Block& b, bool read_first = false) {
     if (!is_low_precision(b.dtype)) return b;
+    ++t_f32_work_blocks;
     if (b.is_contiguous()) {
       Block w = Block::allocate(DType::f32, b.device, b.shape.data(), b.rank);
       if (read_first && b.numel() > 0) convert(b, w, ctx_);

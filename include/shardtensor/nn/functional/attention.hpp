@@ -202,12 +202,7 @@ Var<T, R> ring_attention(const Var<T, R>& q, const Var<T, R>& k, const Var<T, R>
                          const RingAttentionOptions& opts = {}) {
   static_assert(R >= 4, "ring_attention: q, k, v are [B, S..., H, Dh] (rank >= 4)");
   static_assert(is_float_type<T>, "ring_attention supports float, double, bf16 and f16");
-  if constexpr (std::is_same_v<T, float>)
-    if (shard::autocast_dtype() != DType::f32)
-      return detail::autocast_run([&](auto u) {
-        using U = decltype(u);
-        return ring_attention(cast<U>(q), cast<U>(k), cast<U>(v), opts);
-      });
+  if (auto y = detail::autocast([](const auto&... a) { return ring_attention(a...); }, q, k, v, opts)) return *y;
   const char* op = "ring_attention";
   detail::check_attention_devices(q, k, v, op);
   const auto p = detail::plan_attention(q.value().spec(), k.value().spec(), v.value().spec(), opts.scale, opts.causal,
@@ -222,12 +217,7 @@ Var<T, R> ulysses_attention(const Var<T, R>& q, const Var<T, R>& k, const Var<T,
                             const UlyssesOptions& opts = {}) {
   static_assert(R >= 4, "ulysses_attention: q, k, v are [B, S..., H, Dh] (rank >= 4)");
   static_assert(is_float_type<T>, "ulysses_attention supports float, double, bf16 and f16");
-  if constexpr (std::is_same_v<T, float>)
-    if (shard::autocast_dtype() != DType::f32)
-      return detail::autocast_run([&](auto u) {
-        using U = decltype(u);
-        return ulysses_attention(cast<U>(q), cast<U>(k), cast<U>(v), opts);
-      });
+  if (auto y = detail::autocast([](const auto&... a) { return ulysses_attention(a...); }, q, k, v, opts)) return *y;
   const char* op = "ulysses_attention";
   detail::check_attention_devices(q, k, v, op);
   const DistSpec& qs = q.value().spec();

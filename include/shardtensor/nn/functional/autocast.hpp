@@ -58,24 +58,46 @@ class Autocast {
 
 namespace shard::nn::functional::detail {
 
-/// Runs f(U{}) with U the policy's dtype (bf16 or f16), autocast off inside, and casts its Var
-/// result back to f32 on the tape. A family front calls it first thing, for f32 operands only:
-///   if constexpr (std::is_same_v<T, float>)
-///     if (shard::autocast_dtype() != DType::f32)
-///       return detail::autocast_run([&](auto u) { using U = decltype(u); return op(cast<U>(x), ...); });
-template <class Fn>
-auto autocast_run(Fn&& f) {
-  const DType dt = shard::autocast_dtype();
-  const shard::Autocast off(DType::f32);
-  if (dt == DType::bf16) return cast<float>(f(shard::bf16{}));
-  return cast<float>(f(shard::f16{}));
+template <class A> inline constexpr bool is_f32_var_v = false;
+template <int R> inline constexpr bool is_f32_var_v<Var<float, R>> = true;
+template <int R> inline constexpr bool is_f32_var_v<std::optional<Var<float, R>>> = true;
+
+/// An operand of an autocast op cast to U on the tape: a Var<float> or an optional one is cast,
+/// anything else (options, plans) passes through as it is.
+template <class U, class A>
+const A& autocast_operand(const A& a) {
+  return a;
+}
+template <class U, int R>
+Var<U, R> autocast_operand(const Var<float, R>& a) {
+  return cast<U>(a);
+}
+template <class U, int R>
+std::optional<Var<U, R>> autocast_operand(const std::optional<Var<float, R>>& a) {
+  if (!a) return std::nullopt;
+  return cast<U>(*a);
 }
 
-/// An optional operand cast to U on the tape.
-template <class U, class T, int R>
-std::optional<Var<U, R>> cast_optional(const std::optional<Var<T, R>>& b) {
-  if (!b) return std::nullopt;
-  return cast<U>(*b);
+/// The one point where shard::Autocast applies. Every autocast family front (conv,
+/// conv_transpose, linear, channel_linear, ring / Ulysses / neighbourhood attention) starts with
+///   if (auto y = detail::autocast([](const auto&... a) { return op(a...); }, x, w, b, opt)) return *y;
+/// With f32 operands inside an Autocast scope, this reads the policy's dtype (bf16 or f16), casts
+/// every Var operand to it on the tape, runs op there with autocast off, and returns its result cast
+/// back to f32 on the tape (gradients come back in f32). Otherwise (f64 / bf16 / f16 operands, or
+/// no scope) it returns nullopt and the front runs as it is. Only here is the policy read.
+template <class Op, class... Args>
+auto autocast(Op&& op, const Args&... args) {
+  using Y = decltype(op(args...));
+  std::optional<Y> r;
+  if constexpr ((is_f32_var_v<Args> || ...)) {
+    const DType dt = shard::autocast_dtype();
+    if (dt != DType::f32) {
+      const shard::Autocast off(DType::f32);
+      if (dt == DType::bf16) r.emplace(cast<float>(op(autocast_operand<shard::bf16>(args)...)));
+      else r.emplace(cast<float>(op(autocast_operand<shard::f16>(args)...)));
+    }
+  }
+  return r;
 }
 
 }  // namespace shard::nn::functional::detail

@@ -210,12 +210,7 @@ Var<T, R> conv(const Var<T, R>& input, const Var<T, R>& weight,
                const std::type_identity_t<std::optional<Var<T, 1>>>& bias, const ConvOptions<R - 2>& opt = {}) {
   constexpr int S = R - 2;
   static_assert(S >= 1 && S <= 3 && is_float_type<T>, "conv: 1-3 spatial dims, float, double, bf16 or f16");
-  if constexpr (std::is_same_v<T, float>)  // f32 operands under shard::Autocast: computed in its dtype
-    if (shard::autocast_dtype() != DType::f32)
-      return detail::autocast_run([&](auto u) {
-        using U = decltype(u);
-        return conv(cast<U>(input), cast<U>(weight), detail::cast_optional<U>(bias), opt);
-      });
+  if (auto y = detail::autocast([](const auto&... a) { return conv(a...); }, input, weight, bias, opt)) return *y;
   const char* op = S == 1 ? "conv1d" : S == 2 ? "conv2d" : "conv3d";
   if (shard::detail::checking_collectives(input.value().device())) [[unlikely]]
     detail::check_conv_call(op, input, weight, bias, opt);
@@ -293,12 +288,8 @@ Var<T, R> conv_transpose(const Var<T, R>& input, const Var<T, R>& weight,
                          const ConvTransposeOptions<R - 2>& opt = {}) {
   constexpr int S = R - 2;
   static_assert(S >= 1 && S <= 3 && is_float_type<T>, "conv_transpose: 1-3 spatial dims, float, double, bf16 or f16");
-  if constexpr (std::is_same_v<T, float>)
-    if (shard::autocast_dtype() != DType::f32)
-      return detail::autocast_run([&](auto u) {
-        using U = decltype(u);
-        return conv_transpose(cast<U>(input), cast<U>(weight), detail::cast_optional<U>(bias), opt);
-      });
+  if (auto y = detail::autocast([](const auto&... a) { return conv_transpose(a...); }, input, weight, bias, opt))
+    return *y;
   const char* op = S == 1 ? "conv_transpose1d" : S == 2 ? "conv_transpose2d" : "conv_transpose3d";
   if (shard::detail::checking_collectives(input.value().device())) [[unlikely]]
     detail::check_conv_call(op, input, weight, bias, opt);

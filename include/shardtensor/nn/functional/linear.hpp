@@ -117,12 +117,7 @@ template <class T, int R>
 Var<T, R> channel_linear(const Var<T, R>& x, const Var<T, 2>& weight,
                          const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt) {
   static_assert(R >= 2, "channel_linear needs N, C, ... inputs");
-  if constexpr (std::is_same_v<T, float>)
-    if (shard::autocast_dtype() != DType::f32)
-      return detail::autocast_run([&](auto u) {
-        using U = decltype(u);
-        return channel_linear(cast<U>(x), cast<U>(weight), detail::cast_optional<U>(bias));
-      });
+  if (auto y = detail::autocast([](const auto&... a) { return channel_linear(a...); }, x, weight, bias)) return *y;
   return detail::mix_channels(x, weight, bias, 1, "channel_linear");
 }
 
@@ -131,12 +126,7 @@ Var<T, R> channel_linear(const Var<T, R>& x, const Var<T, 2>& weight,
 template <class T, int R>
 Var<T, R> linear(const Var<T, R>& x, const Var<T, 2>& weight, const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt) {
   static_assert(R >= 1, "linear needs a rank >= 1 input");
-  if constexpr (std::is_same_v<T, float>)
-    if (shard::autocast_dtype() != DType::f32)
-      return detail::autocast_run([&](auto u) {
-        using U = decltype(u);
-        return linear(cast<U>(x), cast<U>(weight), detail::cast_optional<U>(bias));
-      });
+  if (auto y = detail::autocast([](const auto&... a) { return linear(a...); }, x, weight, bias)) return *y;
   return detail::mix_channels(x, weight, bias, R - 1, "linear");
 }
 

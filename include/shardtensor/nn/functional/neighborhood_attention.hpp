@@ -111,12 +111,8 @@ Var<T, R> neighborhood_attention(const Var<T, R>& q_in, const Var<T, R>& k_in, c
   constexpr int S = R - 3;
   static_assert(S >= 1 && S <= 3 && is_float_type<T>,
                 "neighborhood_attention: [B, S..., H, Dh] with 1-3 spatial dims, float, double, bf16 or f16");
-  if constexpr (std::is_same_v<T, float>)
-    if (shard::autocast_dtype() != DType::f32)
-      return detail::autocast_run([&](auto u) {
-        using U = decltype(u);
-        return neighborhood_attention(cast<U>(q_in), cast<U>(k_in), cast<U>(v_in), opt);
-      });
+  if (auto y = detail::autocast([](const auto&... a) { return neighborhood_attention(a...); }, q_in, k_in, v_in, opt))
+    return *y;
   const char* op = "neighborhood_attention";
   detail::check_nbhd_options(op, S, opt);
   SHARD_CHECK(q_in.value().device() == k_in.value().device() && q_in.value().device() == v_in.value().device(), op,
