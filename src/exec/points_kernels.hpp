@@ -6,12 +6,12 @@
 #include "kernels_api/points_ops.hpp"
 #include "shardtensor/exec/points.hpp"
 #include "shardtensor/runtime/registry.hpp"
+#include "exec/kernel_table.hpp"
 
 namespace shard::exec {
 
-struct PointsKernels {
+struct PointsKernels : KernelTable {
   static constexpr KernelFamily id = KernelFamily::points;
-  virtual ~PointsKernels() = default;
   // neighbour lists (exec/points.hpp); null output pointers are skipped
   virtual void offsets_forward(DType dt, const PointListGeometry& g, const void* gathered, const void* query,
                                const index_t* indices, void* out, ExecContext& ctx) const = 0;

@@ -13,6 +13,7 @@
 #include "exec/neighbors_kernels.hpp"
 #include "exec/norm_kernels.hpp"
 #include "exec/optim_kernels.hpp"
+#include "exec/points_kernels.hpp"
 #include "exec/pointwise_kernels.hpp"
 #include "exec/pool_kernels.hpp"
 #include "exec/reduce_kernels.hpp"
@@ -43,6 +44,7 @@ const KernelTable& table_of(KernelFamily family, Device dev, const char* op) {
     case KernelFamily::spectral: return kernels_for<SpectralKernels>(dev, op);
     case KernelFamily::neighbors: return kernels_for<NeighborsKernels>(dev, op);
     case KernelFamily::rows: return kernels_for<RowsKernels>(dev, op);
+    case KernelFamily::points: return kernels_for<PointsKernels>(dev, op);
     case KernelFamily::runtime:
     case KernelFamily::comm:
     case KernelFamily::count_: break;
