@@ -21,7 +21,10 @@
 //
 //   OMP_NUM_THREADS=1 mpiexec -n 4 build/bench/bench_dist_neighbors [--n 1000000] [--k 16]
 //       [--radius 0.01] [--max 32] [--reps 3] [--dist uniform|clustered|both] [--query knn|radius|both]
-//       [--only ring|halo] [--direct] [--warmup 1] [--dump points.f32] [--csv out.csv]
+//       [--only ring|halo] [--direct] [--warmup 1] [--dump points.f32] [--csv out.csv] [--device cpu|cuda]
+// --device cuda (issue 31; bench/run_gpu_knn.sh): the point sets live on GPU rank % ngpu, the clock
+// stops after the device context synchronizes, and peak_MiB is shardtensor's GPU memory (rss_MiB
+// stays the host process). Prints SKIP and exits 0 where a rank sees no GPU.
 // --dump writes the (first distribution's) points as raw little-endian float32 [N, 3] for
 // bench/torch_knn.py (PyTorch brute force on the same data).
 #include <mpi.h>
@@ -30,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -53,8 +57,8 @@ struct Stats {
 
 /// Sum over all queries of the last valid entry's distance (sqrt d2) and of the valid counts.
 void checksum(const Neighbors<float>& nb, const CommPtr& comm, double& dist, double& count) {
-  const auto idx = nb.dist2.local();
-  const auto cnt = nb.counts.local();
+  const auto idx = nb.dist2.local().to(Device::cpu());
+  const auto cnt = nb.counts.local().to(Device::cpu());
   const index_t rows = idx.shape()[0], w = idx.shape()[1];
   double s[2] = {0, 0};
   for (index_t i = 0; i < rows; ++i) {
@@ -68,14 +72,16 @@ void checksum(const Neighbors<float>& nb, const CommPtr& comm, double& dist, dou
 }
 
 template <class Fn>
-Stats run_variant(const CommPtr& comm, int reps, int warmup, Fn&& fn) {
+Stats run_variant(const CommPtr& comm, int reps, int warmup, Device dev, Fn&& fn) {
   Stats st;
   std::vector<double> times;
   for (int r = 1 - warmup; r <= reps; ++r) {
+    current_context(dev).synchronize();
     comm->barrier();
-    reset_peak_memory(DeviceKind::cpu);
+    reset_peak_memory(dev.kind);
     const double t0 = now_ms();
     Neighbors<float> nb = fn();
+    current_context(dev).synchronize();
     double t = now_ms() - t0;
     comm->allreduce(&t, &t, 1, DType::f64, ReduceOp::max);
     if (r <= 0) continue;  // warm-up
@@ -86,7 +92,7 @@ Stats run_variant(const CommPtr& comm, int reps, int warmup, Fn&& fn) {
       comm->allreduce(&e[1], &e[1], 1, DType::f64, ReduceOp::max);
       st.elements_sum = e[0];
       st.elements_max = e[1];
-      double m[2] = {mib(static_cast<double>(memory_stats(DeviceKind::cpu).peak_bytes)),
+      double m[2] = {mib(static_cast<double>(memory_stats(dev.kind).peak_bytes)),
                      mib(static_cast<double>(process_peak_rss_bytes()))};
       comm->allreduce(m, m, 2, DType::f64, ReduceOp::max);
       st.tensor_peak_mib = m[0];
@@ -121,6 +127,19 @@ int main(int argc, char** argv) {
     const std::string dump = arg_str(argc, argv, "--dump", "");
     const std::string csv = arg_str(argc, argv, "--csv", "");
     const bool direct_too = has_flag(argc, argv, "--direct") && P == 1;
+    const std::string device = arg_str(argc, argv, "--device", "cpu");
+    if (device != "cpu" && device != "cuda") throw std::runtime_error("--device must be cpu or cuda, got " + device);
+    Device dev = Device::cpu();
+    if (device == "cuda") {
+      int ngpu = cuda_device_count(), min_gpu = 0;
+      MPI_Allreduce(&ngpu, &min_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      if (min_gpu == 0) {
+        if (me == 0) std::printf("SKIP bench_dist_neighbors --device cuda: no GPU visible (or no CUDA backend)\n");
+        MPI_Finalize();
+        return 0;
+      }
+      dev = Device::cuda(me % ngpu);
+    }
     int px = P, py = 1;
     for (int a = 1; a * a <= P; ++a)
       if (P % a == 0) py = a, px = P / a;
@@ -128,9 +147,9 @@ int main(int argc, char** argv) {
     FILE* out = (!csv.empty() && me == 0) ? std::fopen(csv.c_str(), "a") : nullptr;
     if (me == 0) {
       std::printf("# bench_dist_neighbors: N=%lld, %d ranks (mesh %dx%d), k=%lld, radius=%g (max %lld), reps=%d, "
-                  "OMP_NUM_THREADS=%s, load %.2f\n",
+                  "device %s, OMP_NUM_THREADS=%s, load %.2f\n",
                   static_cast<long long>(n), P, px, py, static_cast<long long>(k), radius,
-                  static_cast<long long>(maxn), reps, std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "-",
+                  static_cast<long long>(maxn), reps, device.c_str(), std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "-",
                   load_average());
       std::printf("%-9s %-6s %-6s %10s %10s %10s %14s %14s %10s %10s %16s %12s\n", "dist", "query", "strat",
                   "median_ms", "min_ms", "max_ms", "sent_MB_sum", "sent_MB_max", "peak_MiB", "rss_MiB", "check_dist",
@@ -153,7 +172,7 @@ int main(int argc, char** argv) {
       const index_t off = (n * me) / P;
       auto ring_local = Tensor<float, 2>::empty({counts[static_cast<std::size_t>(me)], 3});
       std::copy(all.begin() + off * 3, all.begin() + (off + counts[static_cast<std::size_t>(me)]) * 3, ring_local.data());
-      DistTensor<float, 2> ring_pts(ring_spec, ring_local);
+      DistTensor<float, 2> ring_pts = DistTensor<float, 2>(ring_spec, ring_local).to(dev);
       // halo layout: box partition of the bounding box
       std::vector<double> lo(3, 1e30), hi(3, -1e30);
       for (index_t i = 0; i < n; ++i)
@@ -172,7 +191,7 @@ int main(int argc, char** argv) {
       }
       auto halo_local = Tensor<float, 2>::empty({hcounts[static_cast<std::size_t>(me)], 3});
       std::copy(mine.begin(), mine.end(), halo_local.data());
-      DistTensor<float, 2> halo_pts(point_spec(mesh, hcounts, 3), halo_local);
+      DistTensor<float, 2> halo_pts = DistTensor<float, 2>(point_spec(mesh, hcounts, 3), halo_local).to(dev);
       std::vector<float>().swap(mine);
       if (!direct_too) std::vector<float>().swap(all);
 
@@ -194,7 +213,7 @@ int main(int argc, char** argv) {
         if (only.empty() || only == "ring") {
           NeighborQueryOptions o;
           o.strategy = NeighborStrategy::ring;
-          report("ring", run_variant(world, reps, warmup, [&] {
+          report("ring", run_variant(world, reps, warmup, dev, [&] {
                    return knn_q ? knn(ring_pts, ring_pts, k, o) : radius_neighbors(ring_pts, ring_pts, radius, maxn, o);
                  }));
         }
@@ -202,7 +221,7 @@ int main(int argc, char** argv) {
           NeighborQueryOptions o;
           o.strategy = NeighborStrategy::spatial_halo;
           o.partition = &part;
-          report("halo", run_variant(world, reps, warmup, [&] {
+          report("halo", run_variant(world, reps, warmup, dev, [&] {
                    return knn_q ? knn(halo_pts, halo_pts, k, o) : radius_neighbors(halo_pts, halo_pts, radius, maxn, o);
                  }));
         }
