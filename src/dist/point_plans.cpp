@@ -31,7 +31,7 @@ BoxRoutingPlan box_routing_plan(const DistSpec& spec, const Block& pts, const Bo
     offsets[static_cast<std::size_t>(r) + 1] = offsets[static_cast<std::size_t>(r)] + counts_out[static_cast<std::size_t>(r)];
   Block rows = Block::allocate(DType::i64, ctx.device(), &n, 1);
   exec::points_bucket_rows(P, owner, index_block(offsets, ctx), rows, ctx);
-  auto ex = std::make_shared<const RowExchange>(comm, n, std::move(offsets), std::move(rows));
+  auto ex = std::make_shared<const RowExchange>(RowExchange::with_rows_block(comm, n, std::move(offsets), std::move(rows)));
   const auto counts = comm->allgather_value(ex->n_recv());
   return BoxRoutingPlan{ex, point_spec(spec.mesh(), counts, D)};
 }

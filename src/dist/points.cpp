@@ -315,15 +315,31 @@ namespace detail {
 RowExchange::RowExchange(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets, std::vector<index_t> send_rows)
     : comm_(std::move(comm)), n_src_(n_src), send_offsets_(std::move(send_offsets)), send_rows_(std::move(send_rows)) {
   const char* op = "RowExchange";
-  SHARD_CHECK(!send_offsets_.empty() && send_offsets_.back() == static_cast<index_t>(send_rows_.size()), op,
-              "send_offsets must end at the {} send rows", send_rows_.size());
+  SHARD_CHECK(comm_ != nullptr, op, "null communicator");
+  const int P = comm_->size();
+  SHARD_CHECK(static_cast<int>(send_offsets_.size()) == P + 1 && send_offsets_.front() == 0 &&
+                  send_offsets_.back() == static_cast<index_t>(send_rows_.size()),
+              op, "send_offsets must have {} entries from 0 to {} (got {})", P + 1, send_rows_.size(),
+              send_offsets_.size());
+  for (int p = 0; p < P; ++p)
+    SHARD_CHECK(send_offsets_[static_cast<std::size_t>(p) + 1] >= send_offsets_[static_cast<std::size_t>(p)], op,
+                "send_offsets must be ascending");
   for (index_t r : send_rows_) SHARD_CHECK(r >= 0 && r < n_src_, op, "send row {} outside [0, {})", r, n_src_);
   init(op);
 }
 
-RowExchange::RowExchange(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets, Block send_rows)
-    : comm_(std::move(comm)), n_src_(n_src), send_offsets_(std::move(send_offsets)),
-      send_rows_block_(std::move(send_rows)) {
+RowExchange RowExchange::with_rows_block(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets,
+                                         Block send_rows) {
+  RowExchange x;
+  x.comm_ = std::move(comm);
+  x.n_src_ = n_src;
+  x.send_offsets_ = std::move(send_offsets);
+  x.send_rows_block_ = std::move(send_rows);
+  x.init_rows_block();
+  return x;
+}
+
+void RowExchange::init_rows_block() {
   const char* op = "RowExchange";
   SHARD_CHECK(send_rows_block_.dtype == DType::i64 && send_rows_block_.rank == 1 && send_rows_block_.is_contiguous() &&
                   !send_offsets_.empty() && send_rows_block_.numel() == send_offsets_.back(),

@@ -136,7 +136,7 @@ class RowExchange {
   /// contexts forward / adjoint_add will run on (made there, e.g. by exec::points_bucket_rows, and
   /// trusted to lie in [0, n_src): it is not read on the host). send_rows() is then empty unless the
   /// block is a host block.
-  RowExchange(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets, Block send_rows);
+  static RowExchange with_rows_block(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets, Block send_rows);
 
   const CommPtr& comm() const { return comm_; }
   index_t n_src() const { return n_src_; }
@@ -163,6 +163,7 @@ class RowExchange {
 
  private:
   void init(const char* op);
+  void init_rows_block();
   /// The send rows as a block on ctx's device.
   Block rows_on(ExecContext& ctx) const;
 
