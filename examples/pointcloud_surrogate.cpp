@@ -56,6 +56,7 @@
 using namespace shard;
 namespace cli = examples::cli;
 namespace timing = examples::timing;
+namespace sur = examples::surrogate;
 namespace F = shard::nn::functional;
 using autograd::Var;
 using T = float;
