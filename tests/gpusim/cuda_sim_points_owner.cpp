@@ -57,6 +57,7 @@ void owner_case(index_t n, unsigned seed) {
 
 TEMPLATE_TEST_CASE("gpusim points: box owners, counts and bucketed rows equal the CPU table", "[gpusim][points]",
                    float, double) {
+  GPUSIM_REQUIRE_GPU();
   owner_case<TestType>(0, 1);
   owner_case<TestType>(5, 2);
   owner_case<TestType>(700, 3);  // several thread blocks
