@@ -51,10 +51,12 @@
 
 #include "cli_common.hpp"
 #include "step_timing.hpp"
+#include "surrogate_common.hpp"
 
 using namespace shard;
 namespace cli = examples::cli;
 namespace timing = examples::timing;
+namespace sur = examples::surrogate;
 namespace F = shard::nn::functional;
 using autograd::Var;
 using T = float;
@@ -134,9 +136,6 @@ void validate(Args& a, int P) {
   if (a.mesh.empty()) a.mesh = {P, 1};
   cli::check_mesh_ranks(a.mesh, 1, P, "--mesh");
   timing::check_warmup(a.warmup, a.common.steps, "--steps");
-  if (a.common.device != "cpu")
-    throw cli::UsageError("--device " + a.common.device +
-                          ": the point <-> grid ops run on the CPU only (no CUDA table yet); use --device cpu");
   // every U-Net level halves the grid: it must stay >= 1 cell
   const index_t g = a.common.grid;
   if ((g >> a.depth) < 1 || (g % (index_t{1} << a.depth)) != 0)
@@ -166,7 +165,7 @@ struct Cloud {
   std::optional<Neighbors<T>> nbrs;
 };
 
-Cloud make_cloud(const DeviceMesh& mesh, const BoxPartition& part, const Sphere& sp, index_t n, index_t k) {
+Cloud make_cloud(const DeviceMesh& mesh, const BoxPartition& part, const Sphere& sp, index_t n, index_t k, Device dev) {
   const int P = mesh.size(), r = mesh.rank();
   const index_t lo = n * r / P, hi = n * (r + 1) / P, m = hi - lo;
   std::vector<index_t> counts(static_cast<std::size_t>(P));
@@ -190,9 +189,9 @@ Cloud make_cloud(const DeviceMesh& mesh, const BoxPartition& part, const Sphere&
     cp.data()[k] = static_cast<T>(1.0 - 2.25 * (1.0 - un * un));
   }
   const DistSpec ps = point_spec(mesh, counts, 3);
-  DistTensor<T, 2> p(ps, pts);
-  DistTensor<T, 2> f(point_rows_spec(ps, {4}), feat);
-  DistTensor<T, 2> t(point_rows_spec(ps, {1}), cp);
+  DistTensor<T, 2> p(ps, pts.to(dev));
+  DistTensor<T, 2> f(point_rows_spec(ps, {4}), feat.to(dev));
+  DistTensor<T, 2> t(point_rows_spec(ps, {1}), cp.to(dev));
   auto routed = F::partition_by_box(p, part);
   Cloud c{routed.points, routed.routing.apply(f), routed.routing.apply(t), std::nullopt};
   if (k > 0) {
@@ -259,19 +258,21 @@ double mib(std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 /// and the validation loss.
 template <class U>
 int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const DistSpec& grid_spec,
-          const F::GridDomain& dom, const std::vector<Cloud>& train, const Cloud& val, double gen_s, bool print) {
+          const F::GridDomain& dom, const std::vector<Cloud>& train, const Cloud& val, double gen_s, bool print,
+          Device dev) {
   const int P = world.size();
   const index_t G = a.common.grid;
   PointSurrogate<U> model(mesh, a, grid_spec, dom);
+  model.to(dev);  // before the optimiser, whose state lives on the parameters' device
   optim::AdamW<T> opt(model.parameters(), {.lr = a.lr, .weight_decay = 1e-4});
   std::optional<optim::LossScaler> scaler;  // fp16 only: bf16 has f32's exponent range
   if constexpr (std::is_same_v<U, f16>) scaler.emplace();
   optim::CosineWarmup sched(a.lr, std::max(1, a.common.steps / 20), a.common.steps, a.lr * 0.05);
   if (print) {
-    std::printf("pointcloud_surrogate: %d ranks, mesh x=%d x y=%d, grid %ld^3 over [-1,1]^3, %ld points per sample "
+    std::printf("pointcloud_surrogate: device %s, %d ranks, mesh x=%d x y=%d, grid %ld^3 over [-1,1]^3, %ld points per sample "
                 "(%ld training spheres + 1 validation, generated and routed to their boxes in %.2f s), U-Net width "
                 "%ld depth %d, MLP hidden %ld, knn %ld, encoding radius %.2f cells, %ld parameters, precision %s\n",
-                P, a.mesh[0], a.mesh[1], static_cast<long>(G), static_cast<long>(a.points),
+                a.common.device.c_str(), P, a.mesh[0], a.mesh[1], static_cast<long>(G), static_cast<long>(a.points),
                 static_cast<long>(a.samples), gen_s, static_cast<long>(a.width), a.depth, static_cast<long>(a.hidden),
                 static_cast<long>(a.knn), a.radius_cells, static_cast<long>(model.num_parameters()),
                 a.precision.c_str());
@@ -282,7 +283,7 @@ int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const Dist
     const shard::Autocast ac(a.precision == "autocast-bf16" ? DType::bf16 : DType::f32);  // f32: no policy
     return F::mse_loss(model.forward(p, f, c.nbrs ? &*c.nbrs : nullptr), y);
   };
-  timing::StepTimer timer(Device::cpu(), a.common.steps, timing::resolve_warmup(a.warmup, a.common.steps));
+  timing::StepTimer timer(dev, a.common.steps, timing::resolve_warmup(a.warmup, a.common.steps));
   timer.profile_window(a.profile_window);
   const auto t_start = std::chrono::steady_clock::now();
   auto t_last = t_start;
@@ -303,12 +304,12 @@ int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const Dist
     if ((step + 1) % a.log_every == 0 || step + 1 == a.common.steps) {
       double loss_sum = 0;
       const int loss_n = static_cast<int>(pending.size());
-      for (const auto& l : pending) loss_sum += static_cast<double>(l.full_tensor().data()[0]);
+      for (const auto& l : pending) loss_sum += static_cast<double>(l.full_tensor().to(Device::cpu()).data()[0]);
       pending.clear();
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - t_last).count();
       t_last = now;
-      double mem[2] = {mib(memory_stats(DeviceKind::cpu).peak_bytes), mib(process_peak_rss_bytes())};
+      double mem[2] = {mib(memory_stats(dev.kind).peak_bytes), mib(process_peak_rss_bytes())};
       world.allreduce(mem, mem, 2, DType::f64, ReduceOp::max);
       if (print) {
         std::printf("step %5d  loss %.6e  lr %.2e  %.2f samples/s  %.3f Mpoints/s  peak/rank: tensors %.1f MiB, "
@@ -325,7 +326,7 @@ int train(const Args& a, Communicator& world, const DeviceMesh& mesh, const Dist
   double final_loss = 0;
   {
     autograd::NoGradGuard ng;
-    final_loss = static_cast<double>(loss_of(val).value().full_tensor().data()[0]);
+    final_loss = static_cast<double>(loss_of(val).value().full_tensor().to(Device::cpu()).data()[0]);
   }
   if (print) {
     std::printf("trained %d steps in %.2f s (%.3f s/step with the warm-up)\n", a.common.steps, train_s, train_s / a.common.steps);
@@ -350,21 +351,25 @@ int run(int argc, char** argv, bool& print) {
   if (const int rc = cli::parse(app, argc, argv, print); rc >= 0) return rc;
   const int P = world->size();
   validate(a, P);
+  // --device cuda: every rank stops with the same message when no GPU is usable; ranks sharing a
+  // GPU communicate through MPI (staged), others through NCCL (make_device_comm decides)
+  const Device dev = sur::pick_device(a.common.device, world, "pointcloud_surrogate");
   const index_t G = a.common.grid;
-  DeviceMesh mesh(world, {a.mesh[0], a.mesh[1]}, {"x", "y"});
+  const CommPtr comm = dev.is_cuda() ? make_device_comm(world, dev) : CommPtr(world);
+  DeviceMesh mesh(comm, {a.mesh[0], a.mesh[1]}, {"x", "y"});
   const DistSpec grid_spec(mesh, {Shard(2), Shard(3)}, {1, 4, G, G, G});
   const F::GridDomain dom{{-1.0, -1.0, -1.0}, {1.0, 1.0, 1.0}};
   const BoxPartition part = F::grid_partition(grid_spec, dom);
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Cloud> train_set;
-  for (index_t s = 0; s < a.samples; ++s) train_set.push_back(make_cloud(mesh, part, sphere_of(a.common.seed, s), a.points, a.knn));
-  const Cloud val = make_cloud(mesh, part, sphere_of(a.common.seed + 7919, 0), a.points, a.knn);
+  for (index_t s = 0; s < a.samples; ++s) train_set.push_back(make_cloud(mesh, part, sphere_of(a.common.seed, s), a.points, a.knn, dev));
+  const Cloud val = make_cloud(mesh, part, sphere_of(a.common.seed + 7919, 0), a.points, a.knn, dev);
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  if (a.precision == "bf16") return train<bf16>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print);
-  if (a.precision == "fp16") return train<f16>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print);
-  return train<T>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print);
+  if (a.precision == "bf16") return train<bf16>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print, dev);
+  if (a.precision == "fp16") return train<f16>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print, dev);
+  return train<T>(a, *world, mesh, grid_spec, dom, train_set, val, gen_s, print, dev);
 }
 
 int main(int argc, char** argv) {

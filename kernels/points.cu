@@ -143,13 +143,19 @@ __device__ __forceinline__ void load_point(const T* p, int D, double* x) {
   for (int d = 0; d < D; ++d) x[d] = static_cast<double>(p[d]);
 }
 
+/// The interpolation stencil of point i (the interpolation, its points' gradient and its scatter).
+template <class T>
+__device__ __forceinline__ void stencil_of(const PtsGrid& g, const T* p, idx i, PtsCorners& k) {
+  double x[3];
+  load_point(p + i * g.dims, g.dims, x);
+  pts_corners(g, x, k);
+}
+
 template <class T>
 __global__ void grid_interp_k(PtsGrid g, const T* v, const T* p, T* y) {
   SHARD_GRID_STRIDE(i, g.points) {
-    double x[3];
-    load_point(p + i * g.dims, g.dims, x);
     PtsCorners k;
-    pts_corners(g, x, k);
+    stencil_of(g, p, i, k);
     for (idx c = 0; c < g.channels; ++c) {
       double acc = 0;
       for (int j = 0; j < k.n; ++j) acc += k.w[j] * static_cast<double>(v[c * g.sc + k.cell[j]]);
@@ -161,10 +167,8 @@ __global__ void grid_interp_k(PtsGrid g, const T* v, const T* p, T* y) {
 template <class T>
 __global__ void grid_interp_gp_k(PtsGrid g, const T* v, const T* p, const T* gy, T* gx) {
   SHARD_GRID_STRIDE(i, g.points) {
-    double x[3];
-    load_point(p + i * g.dims, g.dims, x);
     PtsCorners k;
-    pts_corners(g, x, k);
+    stencil_of(g, p, i, k);
     double acc[3] = {0, 0, 0};
     for (int j = 0; j < k.n; ++j) {
       double s = 0;
@@ -179,10 +183,8 @@ __global__ void grid_interp_gp_k(PtsGrid g, const T* v, const T* p, const T* gy,
 template <class T>
 __global__ void grid_interp_scatter_k(PtsGrid g, const T* p, const T* gy, double* v) {
   SHARD_GRID_STRIDE(i, g.points) {
-    double x[3];
-    load_point(p + i * g.dims, g.dims, x);
     PtsCorners k;
-    pts_corners(g, x, k);
+    stencil_of(g, p, i, k);
     for (idx c = 0; c < g.channels; ++c)
       for (int j = 0; j < k.n; ++j)
         atomic_add_f64(v + c * g.sc + k.cell[j], k.w[j] * static_cast<double>(gy[i * g.channels + c]));
@@ -271,6 +273,25 @@ int by_type(int f64, Fn&& fn) {
   if (f64) fn(double{});
   else fn(float{});
   return last_error();
+}
+
+__global__ void owner_k(idx n, PtsPartition g, int f64, const void* p, idx* owner, unsigned long long* counts) {
+  SHARD_GRID_STRIDE(i, n) {
+    const idx o = f64 ? pts_owner(g, static_cast<const double*>(p) + i * g.dims)
+                      : pts_owner(g, static_cast<const float*>(p) + i * g.dims);
+    if (owner) owner[i] = o;
+    atomicAdd(counts + (o < 0 ? g.ranks : o), 1ull);
+  }
+}
+
+// One thread per rank walks the owners in row order: a stable bucketing without a scan (O(n) per
+// rank; the ranks run in parallel).
+__global__ void bucket_rows_k(idx n, int ranks, const idx* owner, const idx* offsets, idx* rows) {
+  SHARD_GRID_STRIDE(r, static_cast<idx>(ranks)) {
+    idx at = offsets[r];
+    for (idx i = 0; i < n; ++i)
+      if (owner[i] == r) rows[at++] = i;
+  }
 }
 
 }  // namespace
@@ -393,6 +414,23 @@ int points_grid_splat_backward(int f64, const PtsGrid& g, const double* cellg, c
         g, cellg, static_cast<const T*>(p), static_cast<const T*>(f), with_weight, static_cast<T*>(gf),
         static_cast<T*>(gp));
   });
+}
+
+int points_owner(int f64, idx n, const PtsPartition& part, const void* p, idx* owner, idx* counts, void* stream) {
+  static_assert(sizeof(idx) == sizeof(unsigned long long), "64-bit counts");
+  const cudaError_t rc =
+      cudaMemsetAsync(counts, 0, static_cast<std::size_t>(part.ranks + 1) * sizeof(idx), as_stream(stream));
+  if (rc != cudaSuccess) return static_cast<int>(rc);
+  if (n <= 0) return 0;
+  owner_k<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, part, f64, p, owner,
+                                                           reinterpret_cast<unsigned long long*>(counts));
+  return last_error();
+}
+
+int points_bucket_rows(idx n, int ranks, const idx* owner, const idx* offsets, idx* rows, void* stream) {
+  if (n <= 0 || ranks <= 0) return 0;
+  bucket_rows_k<<<grid_for(ranks), kThreads, 0, as_stream(stream)>>>(n, ranks, owner, offsets, rows);
+  return last_error();
 }
 
 int points_grid_mean(idx channels, idx cells, double* sums, void* stream) {

@@ -132,6 +132,18 @@ struct CudaPoints final : PointsKernels {
     check_rc(kernels::points_grid_mean_backward(channels, cells, q, with_weight ? 1 : 0, cellg, ctx.stream().handle),
              op, ctx);
   }
+  void owner(DType dt, index_t n, const kernels::PtsPartition& part, const void* points, index_t* own, index_t* counts,
+             ExecContext& ctx) const override {
+    const char* op = "points_owner";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::points_owner(is_f64(dt), n, part, points, own, counts, ctx.stream().handle), op, ctx);
+  }
+  void bucket_rows(index_t n, int ranks, const index_t* own, const index_t* offsets, index_t* rows,
+                   ExecContext& ctx) const override {
+    const char* op = "points_bucket_rows";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::points_bucket_rows(n, ranks, own, offsets, rows, ctx.stream().handle), op, ctx);
+  }
 };
 
 const CudaPoints g_cuda_points;

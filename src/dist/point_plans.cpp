@@ -7,6 +7,7 @@
 #include "dist/point_util.hpp"
 #include "shardtensor/dist/points.hpp"
 #include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/points.hpp"
 #include "shardtensor/exec/rows.hpp"
 #include "shardtensor/runtime/memory.hpp"
 
@@ -19,21 +20,18 @@ BoxRoutingPlan box_routing_plan(const DistSpec& spec, const Block& pts, const Bo
   const index_t n = spec.local_box().len[0], D = spec.global_shape()[1];
   const auto& comm = spec.mesh().comm();
   const int P = comm->size();
-  std::vector<int> owner(static_cast<std::size_t>(n));
-  std::int64_t outside = 0;
-  for_each_point(pts, n, D, [&](index_t i, const double* p) {
-    const int o = part.owner(p);
-    owner[static_cast<std::size_t>(i)] = o;
-    if (o < 0) ++outside;
-  });
-  agree_none_bad(comm, outside, op, "points outside the partition's domain (or NaN)", "point(s)");
-  std::vector<index_t> offsets(static_cast<std::size_t>(P) + 1, 0), rows(static_cast<std::size_t>(n));
-  for (int o : owner) ++offsets[static_cast<std::size_t>(o) + 1];
-  for (int r = 0; r < P; ++r) offsets[static_cast<std::size_t>(r) + 1] += offsets[static_cast<std::size_t>(r)];
-  std::vector<index_t> fill(offsets.begin(), offsets.end() - 1);
-  for (index_t i = 0; i < n; ++i)
-    rows[static_cast<std::size_t>(fill[static_cast<std::size_t>(owner[static_cast<std::size_t>(i)])]++)] = i;
-  auto ex = std::make_shared<const RowExchange>(comm, n, std::move(offsets), std::move(rows));
+  // owners and per-rank counts on the points' device; only the counts reach the host
+  ExecContext& ctx = current_context(pts.device);
+  Block owner = Block::allocate(DType::i64, ctx.device(), &n, 1);
+  const auto counts_out = point_owners(part, pts, &owner, ctx);
+  agree_none_bad(comm, counts_out[static_cast<std::size_t>(P)], op, "points outside the partition's domain (or NaN)",
+                 "point(s)");
+  std::vector<index_t> offsets(static_cast<std::size_t>(P) + 1, 0);
+  for (int r = 0; r < P; ++r)
+    offsets[static_cast<std::size_t>(r) + 1] = offsets[static_cast<std::size_t>(r)] + counts_out[static_cast<std::size_t>(r)];
+  Block rows = Block::allocate(DType::i64, ctx.device(), &n, 1);
+  exec::points_bucket_rows(P, owner, index_block(offsets, ctx), rows, ctx);
+  auto ex = std::make_shared<const RowExchange>(RowExchange::with_rows_block(comm, n, std::move(offsets), std::move(rows)));
   const auto counts = comm->allgather_value(ex->n_recv());
   return BoxRoutingPlan{ex, point_spec(spec.mesh(), counts, D)};
 }

@@ -25,6 +25,8 @@
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/points.hpp"
 #include "shardtensor/dist/ring.hpp"
+#include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/points.hpp"
 #include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard {
@@ -104,7 +106,8 @@ Tensor<T, 2> on_host(const Tensor<T, 2>& t) {
 // ------------------------------------------------------------------------------ checks
 
 /// Every precondition, on every rank, before the query's first collective: spec-only checks
-/// (the same outcome everywhere), then one allgather of per-rank flags (NaN coordinates, devices),
+/// (the same outcome everywhere), then one allgather of per-rank flags (points with a NaN
+/// coordinate, counted on the blocks' device; devices),
 /// then (spatial_halo) the partition checks, collective themselves. Returns the strategy to run.
 template <class T>
 NeighborStrategy check_query(const char* op, const DistTensor<T, 2>& query, const DistTensor<T, 2>& support,
@@ -135,11 +138,33 @@ NeighborStrategy check_query(const char* op, const DistTensor<T, 2>& query, cons
     std::int64_t nan_query = 0, nan_support = 0;
     std::int32_t query_dev = 0, support_dev = 0;  // DeviceKind * 65536 + index
   };
-  auto count_nan = [](const Tensor<T, 2>& t) {
-    const Tensor<T, 2> h = on_host(t);
-    std::int64_t n = 0;
-    for (index_t i = 0; i < h.numel(); ++i) n += std::isnan(h.data()[i]) ? 1 : 0;
-    return n;
+  // points with a NaN coordinate, counted on the blocks' device (exec::points_owner against a
+  // partition whose only box is all of R^D: only NaN falls outside); one count reaches the host
+  auto count_nan = [D](const Tensor<T, 2>& t) {
+    exec::PointBoxPartition all;
+    all.ranks = 1;
+    all.offsets.push_back(0);
+    for (index_t d = 0; d < D; ++d) {
+      all.cuts.push_back(-std::numeric_limits<double>::infinity());
+      all.cuts.push_back(std::numeric_limits<double>::infinity());
+      all.offsets.push_back(static_cast<index_t>(all.cuts.size()));
+      all.strides.push_back(0);
+    }
+    const Tensor<T, 2> c = t.contiguous();
+    if (D == 0 || c.shape()[0] == 0) return std::int64_t{0};
+    ExecContext& ctx = current_context(c.device());
+    index_t counts[2] = {0, 0};
+    const index_t two = 2;
+    const Block host = Block::view(DType::i64, Device::cpu(), counts, &two, 1);
+    if (ctx.device().is_cpu()) {
+      exec::points_owner(all, as_block(c), nullptr, host, ctx);
+    } else {
+      const Block dev = Block::allocate(DType::i64, ctx.device(), &two, 1);
+      exec::points_owner(all, as_block(c), nullptr, dev, ctx);
+      exec::box_copy(host, dev, ctx);
+      ctx.synchronize();
+    }
+    return static_cast<std::int64_t>(counts[1]);
   };
   auto dev_code = [](Device d) { return static_cast<std::int32_t>(d.kind) * 65536 + d.index; };
   Flags mine;
@@ -165,8 +190,9 @@ NeighborStrategy check_query(const char* op, const DistTensor<T, 2>& query, cons
               query.device(), support.device(), query.mesh().rank());
 
   if (strat == NeighborStrategy::spatial_halo) {
-    check_in_partition(query.spec(), as_block(on_host(query.local())), *opts.partition, op);
-    check_in_partition(support.spec(), as_block(on_host(support.local())), *opts.partition, op);
+    // owners on the blocks' device: only per-rank counts reach the host
+    check_in_partition(query.spec(), as_block(query.local().contiguous()), *opts.partition, op);
+    check_in_partition(support.spec(), as_block(support.local().contiguous()), *opts.partition, op);
   }
   return strat;
 }

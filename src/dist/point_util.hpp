@@ -4,28 +4,23 @@
 // the small helpers of the point plans.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "shardtensor/dist/points.hpp"
 
 namespace shard::detail {
 
 /// Spec-only and block checks (the same outcome on every rank for the spec part): `spec` is a
-/// point set on part's mesh with D == part.dim(); `points` a contiguous host [n, D] f32 / f64
-/// block of this rank's rows.
+/// point set on part's mesh with D == part.dim(); `points` a contiguous [n, D] f32 / f64
+/// block of this rank's rows, on any device.
 void check_points_against(const DistSpec& spec, const Block& points, const BoxPartition& part, const char* op);
 
-/// Calls fn(i, p) for every local row i with its coordinates p (D doubles).
-template <class Fn>
-void for_each_point(const Block& points, index_t n, index_t D, Fn&& fn) {
-  std::vector<double> p(static_cast<std::size_t>(D));
-  for (index_t i = 0; i < n; ++i) {
-    for (index_t d = 0; d < D; ++d)
-      p[static_cast<std::size_t>(d)] = points.dtype == DType::f32
-                                           ? static_cast<const float*>(points.data)[i * D + d]
-                                           : static_cast<const double*>(points.data)[i * D + d];
-    fn(i, p.data());
-  }
-}
+/// The owners of this rank's points under `part` (points: part.dim() coordinates per row, on
+/// ctx's device), on ctx's device through the points family (exec/points.hpp points_owner): writes
+/// `*owner` [n] (i64) when given and returns the per-rank counts with the outside / NaN count last
+/// (ranks + 1 values: the only bytes that reach the host).
+std::vector<index_t> point_owners(const BoxPartition& part, const Block& points, const Block* owner,
+                                  ExecContext& ctx);
 
 /// One allgather of every rank's count of bad items; throws on every rank when any is > 0, with
 /// `what` (e.g. "points outside the partition's domain (or NaN)") and "rank r: n <unit>" per rank.

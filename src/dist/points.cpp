@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "shardtensor/exec/box.hpp"
+#include "shardtensor/exec/points.hpp"
 #include "shardtensor/exec/rows.hpp"
 #include "shardtensor/runtime/memory.hpp"
 #include "dist/point_util.hpp"
@@ -243,7 +244,6 @@ void detail::check_points_against(const DistSpec& spec, const Block& points, con
   SHARD_CHECK(D == part.dim(), op, "points have {} coordinates but the partition has {} dims", D, part.dim());
   SHARD_CHECK(points.dtype == DType::f32 || points.dtype == DType::f64, op, "points must be f32 or f64, got {}",
               points.dtype);
-  SHARD_CHECK(points.device.is_cpu(), op, "the partition check reads host points (got {})", points.device);
   const index_t n = spec.local_box().len[0];
   SHARD_CHECK(points.is_contiguous() && points.numel() == n * D, op, "points block {} does not match {}",
               points.shape_vec(), spec);
@@ -267,13 +267,43 @@ Block detail::index_block(std::span<const index_t> v, ExecContext& ctx) {
   return dev;
 }
 
+std::vector<index_t> detail::point_owners(const BoxPartition& part, const Block& points, const Block* owner,
+                                          ExecContext& ctx) {
+  exec::PointBoxPartition flat;
+  flat.ranks = part.mesh().size();
+  const int D = part.dim();
+  std::vector<index_t> mesh_stride(static_cast<std::size_t>(part.mesh().ndim()), 1);
+  for (int m = part.mesh().ndim() - 2; m >= 0; --m)
+    mesh_stride[static_cast<std::size_t>(m)] = mesh_stride[static_cast<std::size_t>(m) + 1] * part.mesh().size(m + 1);
+  flat.offsets.push_back(0);
+  for (int d = 0; d < D; ++d) {
+    const auto& c = part.cuts()[static_cast<std::size_t>(d)];
+    flat.cuts.insert(flat.cuts.end(), c.begin(), c.end());
+    flat.offsets.push_back(static_cast<index_t>(flat.cuts.size()));
+    const int m = part.mesh_dims()[static_cast<std::size_t>(d)];
+    flat.strides.push_back(m < 0 ? 0 : mesh_stride[static_cast<std::size_t>(m)]);
+  }
+  const index_t nc = flat.ranks + 1;
+  std::vector<index_t> counts(static_cast<std::size_t>(nc));
+  const Block host = Block::view(DType::i64, Device::cpu(), counts.data(), &nc, 1);
+  const index_t n = points.numel() / D, shape[2] = {n, D};
+  const Block pts = Block::view(points.dtype, points.device, points.data, shape, 2, nullptr, points.owner);
+  if (ctx.device().is_cpu()) {
+    exec::points_owner(flat, pts, owner, host, ctx);
+    return counts;
+  }
+  const Block dev = Block::allocate(DType::i64, ctx.device(), &nc, 1);
+  exec::points_owner(flat, pts, owner, dev, ctx);
+  exec::box_copy(host, dev, ctx);
+  ctx.synchronize();
+  return counts;
+}
+
 void check_in_partition(const DistSpec& spec, const Block& points, const BoxPartition& part, const char* op) {
   detail::check_points_against(spec, points, part, op);
   const int me = spec.mesh().rank();
-  std::int64_t outside = 0;
-  detail::for_each_point(points, spec.local_box().len[0], spec.global_shape()[1], [&](index_t, const double* p) {
-    if (!part.contains(me, p)) ++outside;
-  });
+  const auto counts = detail::point_owners(part, points, nullptr, current_context(points.device));
+  const std::int64_t outside = spec.local_box().len[0] - counts[static_cast<std::size_t>(me)];
   detail::agree_none_bad(spec.mesh().comm(), outside, op, "points outside their rank's partition box (or NaN)",
                          "point(s)");
 }
@@ -291,18 +321,63 @@ RowExchange::RowExchange(CommPtr comm, index_t n_src, std::vector<index_t> send_
                   send_offsets_.back() == static_cast<index_t>(send_rows_.size()),
               op, "send_offsets must have {} entries from 0 to {} (got {})", P + 1, send_rows_.size(),
               send_offsets_.size());
+  for (int p = 0; p < P; ++p)
+    SHARD_CHECK(send_offsets_[static_cast<std::size_t>(p) + 1] >= send_offsets_[static_cast<std::size_t>(p)], op,
+                "send_offsets must be ascending");
+  for (index_t r : send_rows_) SHARD_CHECK(r >= 0 && r < n_src_, op, "send row {} outside [0, {})", r, n_src_);
+  init(op);
+}
+
+RowExchange RowExchange::with_rows_block(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets,
+                                         Block send_rows) {
+  RowExchange x;
+  x.comm_ = std::move(comm);
+  x.n_src_ = n_src;
+  x.send_offsets_ = std::move(send_offsets);
+  x.send_rows_block_ = std::move(send_rows);
+  x.init_rows_block();
+  return x;
+}
+
+void RowExchange::init_rows_block() {
+  const char* op = "RowExchange";
+  SHARD_CHECK(send_rows_block_.dtype == DType::i64 && send_rows_block_.rank == 1 && send_rows_block_.is_contiguous() &&
+                  !send_offsets_.empty() && send_rows_block_.numel() == send_offsets_.back(),
+              op, "send rows must be a contiguous i64 block of the {} rows send_offsets ends at (got {} {})",
+              send_offsets_.empty() ? 0 : send_offsets_.back(), send_rows_block_.dtype, send_rows_block_.shape_vec());
+  if (send_rows_block_.device.is_cpu()) {
+    const auto* r = static_cast<const index_t*>(send_rows_block_.data);
+    send_rows_.assign(r, r + send_rows_block_.numel());
+  }
+  init(op);
+}
+
+void RowExchange::init(const char* op) {
+  SHARD_CHECK(comm_ != nullptr, op, "null communicator");
+  const int P = comm_->size();
+  SHARD_CHECK(static_cast<int>(send_offsets_.size()) == P + 1 && send_offsets_.front() == 0, op,
+              "send_offsets must have {} entries from 0 to {} (got {})", P + 1, n_send(), send_offsets_.size());
   send_counts_.resize(static_cast<std::size_t>(P));
   for (int p = 0; p < P; ++p) {
     const auto u = static_cast<std::size_t>(p);
     send_counts_[u] = send_offsets_[u + 1] - send_offsets_[u];
     SHARD_CHECK(send_counts_[u] >= 0, op, "send_offsets must be ascending");
   }
-  for (index_t r : send_rows_) SHARD_CHECK(r >= 0 && r < n_src_, op, "send row {} outside [0, {})", r, n_src_);
   recv_counts_.resize(static_cast<std::size_t>(P));
   comm_->alltoall(send_counts_.data(), recv_counts_.data(), 1, DType::i64);
   recv_offsets_.assign(static_cast<std::size_t>(P) + 1, 0);
   for (int p = 0; p < P; ++p)
     recv_offsets_[static_cast<std::size_t>(p) + 1] = recv_offsets_[static_cast<std::size_t>(p)] + recv_counts_[static_cast<std::size_t>(p)];
+}
+
+Block RowExchange::rows_on(ExecContext& ctx) const {
+  if (send_rows_block_.data != nullptr && send_rows_block_.device == ctx.device()) return send_rows_block_;
+  if (!send_rows_block_.device.is_cpu() && send_rows_block_.data != nullptr) {
+    Block b = Block::allocate(DType::i64, ctx.device(), send_rows_block_.shape.data(), 1);
+    exec::box_copy(b, send_rows_block_, ctx);
+    return b;
+  }
+  return index_block(send_rows_, ctx);
 }
 
 index_t RowExchange::n_send_remote() const {
@@ -335,7 +410,7 @@ void RowExchange::forward(const Block& src, const Block& dst, ExecContext& ctx) 
   const index_t ns = n_send();
   index_t shape[2] = {ns, w};
   Block send = Block::allocate(src.dtype, ctx.device(), shape, 2);
-  const Block idx = index_block(send_rows_, ctx);
+  const Block idx = rows_on(ctx);
   exec::RowsGeometry g{n_src_, ns, w};
   Block src2 = src;
   if (src2.rank == 1) src2 = Block::view(src.dtype, src.device, src.data, std::array<index_t, 2>{n_src_, 1}.data(), 2, nullptr, src.owner);
@@ -367,7 +442,7 @@ void RowExchange::adjoint_add(const Block& g_recv, const Block& g_src, ExecConte
   const auto sc = scaled(send_counts_, w), so = scaled(std::span<const index_t>(send_offsets_).first(send_counts_.size()), w);
   const auto rc = scaled(recv_counts_, w), ro = scaled(std::span<const index_t>(recv_offsets_).first(recv_counts_.size()), w);
   comm_->alltoallv(g_recv.data, rc, ro, back.data, sc, so, g_recv.dtype, ctx.device().is_cpu() ? nullptr : &ctx);
-  const Block idx = index_block(send_rows_, ctx);
+  const Block idx = rows_on(ctx);
   Block dst = g_src;
   if (dst.rank == 1) dst = Block::view(g_src.dtype, g_src.device, g_src.data, std::array<index_t, 2>{n_src_, 1}.data(), 2, nullptr, g_src.owner);
   exec::rows_scatter_add(exec::RowsGeometry{n_src_, ns, w}, back, idx, dst, ctx);

@@ -3,9 +3,11 @@
 #include "shardtensor/exec/points.hpp"
 
 #include <cmath>
+#include <vector>
 
 #include "exec/front_util.hpp"
 #include "exec/points_kernels.hpp"
+#include "shardtensor/exec/box.hpp"
 #include "shardtensor/runtime/memory.hpp"
 #include "shardtensor/runtime/profiler.hpp"
 
@@ -101,37 +103,37 @@ void points_norm_backward(const PointListGeometry& g, const Block& offsets, cons
   t.norm_backward(dt, g, offsets.data, dist.data, grad.data, g_offsets.data, ctx);
 }
 
-void points_weights_forward(const PointListGeometry& g, const PointWeightFn& f, const Block& dist,
-                            const Block& counts, const Block& out, ExecContext& ctx) {
-  SHARD_PROFILE_SCOPE("op", "points", "weights_forward", &ctx);
-  const char* op = "points_weights_forward";
+namespace {
+
+/// The shared front of points_weights_forward (grad null: out = f(dist)) and _backward.
+void weights_front(const char* op, const PointListGeometry& g, const PointWeightFn& f, const Block& dist,
+                   const Block& counts, const Block* grad, const Block& out, ExecContext& ctx) {
   check_list(op, g);
   check_fn(op, f);
   const DType dt = dist.dtype;
   const auto& t = table(op, dt, ctx);
   check_block(op, "dist", dist, dt, g.n * g.k, ctx);
   check_block(op, "counts", counts, DType::i64, g.n, ctx);
-  check_block(op, "out", out, dt, g.n * g.k, ctx);
+  if (grad) check_block(op, "grad", *grad, dt, g.n * g.k, ctx);
+  check_block(op, grad ? "g_dist" : "out", out, dt, g.n * g.k, ctx);
   bump(&out);
   if (g.n * g.k == 0) return;
-  t.weights_forward(dt, g, f, dist.data, idx_ptr(counts), out.data, ctx);
+  if (grad) t.weights_backward(dt, g, f, dist.data, idx_ptr(counts), grad->data, out.data, ctx);
+  else t.weights_forward(dt, g, f, dist.data, idx_ptr(counts), out.data, ctx);
+}
+
+}  // namespace
+
+void points_weights_forward(const PointListGeometry& g, const PointWeightFn& f, const Block& dist,
+                            const Block& counts, const Block& out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "points", "weights_forward", &ctx);
+  weights_front("points_weights_forward", g, f, dist, counts, nullptr, out, ctx);
 }
 
 void points_weights_backward(const PointListGeometry& g, const PointWeightFn& f, const Block& dist,
                              const Block& counts, const Block& grad, const Block& g_dist, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "points", "weights_backward", &ctx);
-  const char* op = "points_weights_backward";
-  check_list(op, g);
-  check_fn(op, f);
-  const DType dt = dist.dtype;
-  const auto& t = table(op, dt, ctx);
-  check_block(op, "dist", dist, dt, g.n * g.k, ctx);
-  check_block(op, "counts", counts, DType::i64, g.n, ctx);
-  check_block(op, "grad", grad, dt, g.n * g.k, ctx);
-  check_block(op, "g_dist", g_dist, dt, g.n * g.k, ctx);
-  bump(&g_dist);
-  if (g.n * g.k == 0) return;
-  t.weights_backward(dt, g, f, dist.data, idx_ptr(counts), grad.data, g_dist.data, ctx);
+  weights_front("points_weights_backward", g, f, dist, counts, &grad, g_dist, ctx);
 }
 
 void points_aggregate_forward(const PointListGeometry& g, PointAggregate reduce, const Block& values,
@@ -326,6 +328,77 @@ void points_grid_mean_backward(index_t channels, index_t cells, const Block& q, 
   if (cells == 0) return;
   t.grid_mean_backward(channels, cells, static_cast<const double*>(q.data), with_weight,
                        static_cast<double*>(cellg.data), ctx);
+}
+
+// ------------------------------------------------------------------------------ box ownership
+
+namespace {
+
+/// part's arrays as blocks on ctx's device (host views on the CPU, small uploads elsewhere) and
+/// the kernels_api form pointing at them.
+struct FlatPartition {
+  Block cuts, meta;
+  kernels::PtsPartition k;
+};
+
+FlatPartition flat_partition(const char* op, const PointBoxPartition& part, ExecContext& ctx) {
+  const int D = part.dims();
+  SHARD_CHECK(D >= 1 && part.ranks >= 1 && static_cast<int>(part.offsets.size()) == D + 1 && part.offsets[0] == 0 &&
+                  part.offsets.back() == static_cast<index_t>(part.cuts.size()),
+              op, "malformed partition ({} dims, {} offsets, {} cuts, {} ranks)", D, part.offsets.size(),
+              part.cuts.size(), part.ranks);
+  for (int d = 0; d < D; ++d)
+    SHARD_CHECK(part.offsets[static_cast<std::size_t>(d) + 1] - part.offsets[static_cast<std::size_t>(d)] >= 2, op,
+                "dim {} needs at least 2 cuts", d);
+  std::vector<index_t> meta(part.offsets.begin(), part.offsets.end());
+  meta.insert(meta.end(), part.strides.begin(), part.strides.end());
+  const index_t nc = static_cast<index_t>(part.cuts.size()), nm = static_cast<index_t>(meta.size());
+  FlatPartition f;
+  const Block hc = Block::view(DType::f64, Device::cpu(), const_cast<double*>(part.cuts.data()), &nc, 1);
+  const Block hm = Block::view(DType::i64, Device::cpu(), meta.data(), &nm, 1);
+  f.cuts = Block::allocate(DType::f64, ctx.device(), &nc, 1);
+  f.meta = Block::allocate(DType::i64, ctx.device(), &nm, 1);
+  box_copy(f.cuts, hc, ctx);
+  box_copy(f.meta, hm, ctx);
+  f.k.dims = D;
+  f.k.ranks = part.ranks;
+  f.k.cuts = static_cast<const double*>(f.cuts.data);
+  f.k.meta = static_cast<const kernels::pts_idx*>(f.meta.data);
+  return f;
+}
+
+}  // namespace
+
+void points_owner(const PointBoxPartition& part, const Block& points, const Block* owner, const Block& counts,
+                  ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "points", "owner", &ctx);
+  const char* op = "points_owner";
+  const DType dt = points.dtype;
+  const auto& t = table(op, dt, ctx);
+  const FlatPartition f = flat_partition(op, part, ctx);
+  SHARD_CHECK(points.rank == 2 && points.shape[1] == part.dims(), op, "points must be [n, {}], got {}", part.dims(),
+              points.shape_vec());
+  const index_t n = points.shape[0];
+  check_block(op, "points", points, dt, n * part.dims(), ctx);
+  if (owner) check_block(op, "owner", *owner, DType::i64, n, ctx);
+  check_block(op, "counts", counts, DType::i64, part.ranks + 1, ctx);
+  bump(owner);
+  bump(&counts);
+  t.owner(dt, n, f.k, points.data, owner ? static_cast<index_t*>(owner->data) : nullptr,
+          static_cast<index_t*>(counts.data), ctx);
+}
+
+void points_bucket_rows(int ranks, const Block& owner, const Block& offsets, const Block& rows, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "points", "bucket_rows", &ctx);
+  const char* op = "points_bucket_rows";
+  SHARD_CHECK(ranks >= 1, op, "ranks must be >= 1, got {}", ranks);
+  const auto& t = table(op, DType::f64, ctx);
+  check_block(op, "owner", owner, DType::i64, owner.numel(), ctx);
+  check_block(op, "offsets", offsets, DType::i64, ranks + 1, ctx);
+  check_block(op, "rows", rows, DType::i64, rows.numel(), ctx);
+  bump(&rows);
+  if (owner.numel() == 0 || rows.numel() == 0) return;
+  t.bucket_rows(owner.numel(), ranks, idx_ptr(owner), idx_ptr(offsets), static_cast<index_t*>(rows.data), ctx);
 }
 
 }  // namespace shard::exec

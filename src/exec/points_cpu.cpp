@@ -101,37 +101,32 @@ struct CpuPoints final : PointsKernels {
     });
   }
 
-  void weights_forward(DType dt, const PointListGeometry& g, const PointWeightFn& f, const void* dist,
-                       const index_t* cnt, void* out, ExecContext&) const override {
-    const index_t n = g.n, K = g.k;
-    dispatch(dt, [&](auto t) {
-      using T = decltype(t);
-      const T* d = static_cast<const T*>(dist);
-      T* y = static_cast<T*>(out);
-      for (index_t i = 0; i < n; ++i)
-        for (index_t k = 0; k < K; ++k) {
-          double w = 0, dw = 0;
-          if (k < cnt[i]) kernels::pts_weight_of(static_cast<int>(f.kind), f.param, static_cast<double>(d[i * K + k]), w, dw);
-          y[i * K + k] = static_cast<T>(w);
-        }
-    });
-  }
-
-  void weights_backward(DType dt, const PointListGeometry& g, const PointWeightFn& f, const void* dist,
-                        const index_t* cnt, const void* grad, void* g_dist, ExecContext&) const override {
+  // f(dist) (grad null) or grad f'(dist), for j < counts[i]; 0 elsewhere
+  static void weights_apply(DType dt, const PointListGeometry& g, const PointWeightFn& f, const void* dist,
+                            const index_t* cnt, const void* grad, void* out) {
     const index_t n = g.n, K = g.k;
     dispatch(dt, [&](auto t) {
       using T = decltype(t);
       const T* d = static_cast<const T*>(dist);
       const T* gy = static_cast<const T*>(grad);
-      T* gd = static_cast<T*>(g_dist);
+      T* y = static_cast<T*>(out);
       for (index_t i = 0; i < n; ++i)
         for (index_t k = 0; k < K; ++k) {
           double w = 0, dw = 0;
           if (k < cnt[i]) kernels::pts_weight_of(static_cast<int>(f.kind), f.param, static_cast<double>(d[i * K + k]), w, dw);
-          gd[i * K + k] = static_cast<T>(dw * static_cast<double>(gy[i * K + k]));
+          y[i * K + k] = static_cast<T>(gy ? dw * static_cast<double>(gy[i * K + k]) : w);
         }
     });
+  }
+
+  void weights_forward(DType dt, const PointListGeometry& g, const PointWeightFn& f, const void* dist,
+                       const index_t* cnt, void* out, ExecContext&) const override {
+    weights_apply(dt, g, f, dist, cnt, nullptr, out);
+  }
+
+  void weights_backward(DType dt, const PointListGeometry& g, const PointWeightFn& f, const void* dist,
+                        const index_t* cnt, const void* grad, void* g_dist, ExecContext&) const override {
+    weights_apply(dt, g, f, dist, cnt, grad, g_dist);
   }
 
   void aggregate_forward(DType dt, const PointListGeometry& g, PointAggregate reduce, const void* values,
@@ -367,6 +362,27 @@ struct CpuPoints final : PointsKernels {
       }
       if (with_w) v[C * cells + k] = S > 0 ? gs / S : 0.0;
     }
+  }
+
+  void owner(DType dt, index_t n, const kernels::PtsPartition& part, const void* points, index_t* own, index_t* counts,
+             ExecContext&) const override {
+    std::fill(counts, counts + part.ranks + 1, index_t{0});
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      const T* p = static_cast<const T*>(points);
+      for (index_t i = 0; i < n; ++i) {
+        const index_t o = kernels::pts_owner(part, p + i * part.dims);
+        if (own) own[i] = o;
+        ++counts[o < 0 ? part.ranks : o];
+      }
+    });
+  }
+
+  void bucket_rows(index_t n, int ranks, const index_t* own, const index_t* offsets, index_t* rows,
+                   ExecContext&) const override {
+    std::vector<index_t> fill(offsets, offsets + ranks);
+    for (index_t i = 0; i < n; ++i)
+      if (own[i] >= 0) rows[fill[static_cast<std::size_t>(own[i])]++] = i;
   }
 };
 

@@ -46,6 +46,11 @@ struct PointsKernels : KernelTable {
   virtual void grid_mean(index_t channels, index_t cells, double* sums, ExecContext& ctx) const = 0;
   virtual void grid_mean_backward(index_t channels, index_t cells, const double* q, bool with_weight, double* cellg,
                                   ExecContext& ctx) const = 0;
+  // box ownership (part's arrays on ctx's device); counts [ranks + 1] written whole
+  virtual void owner(DType dt, index_t n, const kernels::PtsPartition& part, const void* points, index_t* owner,
+                     index_t* counts, ExecContext& ctx) const = 0;
+  virtual void bucket_rows(index_t n, int ranks, const index_t* owner, const index_t* offsets, index_t* rows,
+                           ExecContext& ctx) const = 0;
 };
 
 }  // namespace shard::exec

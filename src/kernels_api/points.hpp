@@ -43,4 +43,12 @@ int points_grid_mean(pts_idx channels, pts_idx cells, double* sums, void* stream
 int points_grid_mean_backward(pts_idx channels, pts_idx cells, const double* q, int with_weight, double* cellg,
                               void* stream);
 
+/// owner [n] (may be null) = pts_owner of every point; counts [ranks + 1] = per-rank counts,
+/// then the points outside (zeroed here, then counted with integer atomics: exact).
+int points_owner(int f64, pts_idx n, const PtsPartition& part, const void* points, pts_idx* owner, pts_idx* counts,
+                 void* stream);
+/// rows = the rows with owner >= 0 grouped by owner (offsets [ranks + 1]), ascending in a group.
+int points_bucket_rows(pts_idx n, int ranks, const pts_idx* owner, const pts_idx* offsets, pts_idx* rows,
+                       void* stream);
+
 }  // namespace shard::kernels

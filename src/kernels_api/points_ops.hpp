@@ -169,4 +169,37 @@ SHARD_PTS_HD bool pts_next_cell(int D, const pts_idx* a, const pts_idx* b, pts_i
   return true;
 }
 
+/// A box partition (exec::PointBoxPartition) with its arrays readable where the kernel runs:
+/// cuts of dim d at cuts[meta[d] .. meta[d + 1]), the rank stride of dim d at meta[dims + 1 + d].
+struct PtsPartition {
+  int dims = 0;
+  int ranks = 1;
+  const double* cuts = nullptr;
+  const pts_idx* meta = nullptr;  ///< offsets [dims + 1], then strides [dims]
+};
+
+/// The rank whose box holds point p (dims coordinates of type T), -1 outside the domain or NaN:
+/// dist/points.hpp BoxPartition::owner, the same comparisons in the same order.
+template <class T>
+SHARD_PTS_HD pts_idx pts_owner(const PtsPartition& g, const T* p) {
+  pts_idx rank = 0;
+  for (int d = 0; d < g.dims; ++d) {
+    const double* c = g.cuts + g.meta[d];
+    const pts_idx m = g.meta[d + 1] - g.meta[d];
+    const double x = static_cast<double>(p[d]);
+    if (!(x >= c[0] && x <= c[m - 1])) return -1;  // outside, or NaN
+    pts_idx lo = 0, hi = m;  // upper bound: the first cut > x
+    while (lo < hi) {
+      const pts_idx mid = lo + (hi - lo) / 2;
+      if (c[mid] > x) hi = mid;
+      else lo = mid + 1;
+    }
+    pts_idx k = lo - 1;
+    if (k > m - 2) k = m - 2;
+    while (k > 0 && c[k] == c[k + 1] && x == c[m - 1]) --k;  // x == hi: the last non-empty slab
+    rank += k * g.meta[g.dims + 1 + d];
+  }
+  return rank;
+}
+
 }  // namespace shard::kernels

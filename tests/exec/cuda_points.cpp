@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -181,6 +182,45 @@ TEMPLATE_TEST_CASE("cuda points: grid kernels match the CPU table", "[cuda][poin
       for (std::size_t i = 0; i < std::get<0>(c).size(); ++i) require_close(std::get<0>(c)[i], std::get<0>(d)[i], 10 * tol<T>());
       for (std::size_t i = 0; i < std::get<1>(c).size(); ++i) require_close(std::get<1>(c)[i], std::get<1>(d)[i], 1e-11);
     }
+}
+
+TEMPLATE_TEST_CASE("cuda points: box owners, counts and bucketed rows match the CPU table", "[cuda][points]", float,
+                   double) {
+  REQUIRE_GPU();
+  using T = TestType;
+  // 3 x 2 ranks over [0, 1] x [-1, 1] with an empty middle slab along x, points on the cuts, on
+  // the domain's upper face, outside and NaN
+  exec::PointBoxPartition part;
+  part.ranks = 6;
+  part.cuts = {0.0, 0.5, 0.5, 1.0, -1.0, 0.25, 1.0};
+  part.offsets = {0, 4, 7};
+  part.strides = {2, 1};
+  const index_t n = 400;
+  auto pts = random_t<T, 2>({n, 2}, 11, -1.1, 1.1);
+  pts.data()[0] = T(0.5);
+  pts.data()[1] = T(0.25);
+  pts.data()[2] = T(1);
+  pts.data()[3] = T(1);
+  pts.data()[4] = std::numeric_limits<T>::quiet_NaN();
+  const auto pg = pts.to(kGpu);
+  auto own_c = Tensor<std::int64_t, 1>::empty({n});
+  auto cnt_c = Tensor<std::int64_t, 1>::empty({part.ranks + 1});
+  auto own_g = Tensor<std::int64_t, 1>::empty({n}, kGpu);
+  auto cnt_g = Tensor<std::int64_t, 1>::empty({part.ranks + 1}, kGpu);
+  const Block oc = as_block(own_c), og = as_block(own_g);
+  exec::points_owner(part, as_block(pts), &oc, as_block(cnt_c), ctx_of(Device::cpu()));
+  exec::points_owner(part, as_block(pg), &og, as_block(cnt_g), ctx_of(kGpu));
+  require_close(own_c, own_g, 0);
+  require_close(cnt_c, cnt_g, 0);
+  auto off = Tensor<std::int64_t, 1>::empty({part.ranks + 1});
+  off.data()[0] = 0;
+  for (int r = 0; r < part.ranks; ++r) off.data()[r + 1] = off.data()[r] + cnt_c.data()[r];
+  const index_t m = off.data()[part.ranks];
+  auto rows_c = Tensor<std::int64_t, 1>::empty({m});
+  auto rows_g = Tensor<std::int64_t, 1>::empty({m}, kGpu);
+  exec::points_bucket_rows(part.ranks, as_block(own_c), as_block(off), as_block(rows_c), ctx_of(Device::cpu()));
+  exec::points_bucket_rows(part.ranks, as_block(own_g), as_block(off.to(kGpu)), as_block(rows_g), ctx_of(kGpu));
+  require_close(rows_c, rows_g, 0);
 }
 
 }  // namespace st_exec_cuda_points

@@ -17,6 +17,8 @@
 #include <shardtensor/core/error.hpp>
 #include <shardtensor/exec/neighbors.hpp>
 
+#include "support/host_blocks.hpp"
+
 namespace st_exec_test_neighbors {
 
 using namespace shard;
@@ -27,17 +29,8 @@ using exec::RadiusGeometry;
 
 namespace {
 
-template <class T>
-Block block_of(const std::vector<index_t>& s, const std::vector<T>& v) {
-  Block b = Block::allocate(dtype_of<T>, Device::cpu(), s);
-  std::copy(v.begin(), v.end(), static_cast<T*>(b.data));
-  return b;
-}
-template <class T>
-std::vector<T> vec_of(const Block& b) {
-  const T* p = static_cast<const T*>(b.data);
-  return std::vector<T>(p, p + b.numel());
-}
+using st_support::block_of;
+using st_support::vec_of;
 
 enum class Cloud { uniform, clustered, grid, duplicates };
 

@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include <shardtensor/core/error.hpp>
 #include <shardtensor/exec/points.hpp>
 #include <shardtensor/runtime/context.hpp>
+
+#include "support/host_blocks.hpp"
 
 namespace st_exec_test_points {
 
@@ -28,22 +31,13 @@ using exec::PointWeightFn;
 
 namespace {
 
-template <class T>
-Block block_of(const std::vector<index_t>& s, const std::vector<T>& v) {
-  Block b = Block::allocate(dtype_of<T>, Device::cpu(), s);
-  std::copy(v.begin(), v.end(), static_cast<T*>(b.data));
-  return b;
-}
+using st_support::block_of;
+using st_support::vec_of;
 template <class T>
 Block zeros(const std::vector<index_t>& s) {
   index_t n = 1;
   for (index_t x : s) n *= x;
   return block_of<T>(s, std::vector<T>(static_cast<std::size_t>(n), T(0)));
-}
-template <class T>
-std::vector<T> vec_of(const Block& b) {
-  const T* p = static_cast<const T*>(b.data);
-  return std::vector<T>(p, p + b.numel());
 }
 template <class T>
 std::vector<T> random_vec(std::size_t n, unsigned seed, double lo = -1, double hi = 1) {
@@ -514,6 +508,91 @@ TEMPLATE_TEST_CASE("points: grid splat, its backward and the mean", "[points][ex
     }
     REQUIRE(cgv[static_cast<std::size_t>(C * cells + k)] == (S > 0 ? gs / S : 0.0));
   }
+}
+
+// ------------------------------------------------------------------------------ box ownership
+
+namespace {
+
+/// The slab of x among cuts c by a linear scan: the k with c[k] <= x < c[k + 1]; x == c.back()
+/// goes to the last non-empty slab; -1 outside or NaN.
+int slab_oracle(const std::vector<double>& c, double x) {
+  if (!(x >= c.front() && x <= c.back())) return -1;
+  const int slabs = static_cast<int>(c.size()) - 1;
+  if (x == c.back()) {
+    for (int k = slabs - 1; k >= 0; --k)
+      if (c[static_cast<std::size_t>(k)] < c[static_cast<std::size_t>(k) + 1]) return k;
+    return 0;
+  }
+  for (int k = 0; k < slabs; ++k)
+    if (c[static_cast<std::size_t>(k)] <= x && x < c[static_cast<std::size_t>(k) + 1]) return k;
+  return -1;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("points owner: owners, counts and bucketed rows against a scan", "[points]", float, double) {
+  using T = TestType;
+  ExecContext& ctx = current_context(Device::cpu());
+  // dims: x cut into 3 slabs (the middle one empty), y unsplit, z into 2; ranks 3 x 1 x 2
+  const std::vector<std::vector<double>> cuts{{0.0, 0.5, 0.5, 1.0}, {-1.0, 2.0}, {-1.0, 0.25, 1.0}};
+  const std::vector<index_t> strides{2, 0, 1};
+  exec::PointBoxPartition part;
+  part.ranks = 6;
+  part.offsets = {0};
+  for (const auto& c : cuts) {
+    part.cuts.insert(part.cuts.end(), c.begin(), c.end());
+    part.offsets.push_back(static_cast<index_t>(part.cuts.size()));
+  }
+  part.strides = strides;
+  const index_t n = 300, D = 3;
+  auto v = random_vec<T>(static_cast<std::size_t>(n * D), 5, -1.2, 1.2);
+  // on the cuts, on the upper faces, outside, NaN
+  const T special[][3] = {{T(0.5), T(0), T(0.25)}, {T(1), T(2), T(1)}, {T(0), T(-1), T(-1)},
+                          {T(1.5), T(0), T(0)},   {T(0.2), T(0), std::numeric_limits<T>::quiet_NaN()}};
+  for (int s = 0; s < 5; ++s)
+    for (int d = 0; d < 3; ++d) v[static_cast<std::size_t>(s * 3 + d)] = special[s][d];
+  const Block pts = block_of<T>({n, D}, v);
+  Block owner = zeros<std::int64_t>({n});
+  Block counts = zeros<std::int64_t>({part.ranks + 1});
+  exec::points_owner(part, pts, &owner, counts, ctx);
+  std::vector<std::int64_t> want(static_cast<std::size_t>(n)), want_counts(static_cast<std::size_t>(part.ranks + 1), 0);
+  for (index_t i = 0; i < n; ++i) {
+    std::int64_t r = 0;
+    for (int d = 0; d < 3 && r >= 0; ++d) {
+      const int k = slab_oracle(cuts[static_cast<std::size_t>(d)], static_cast<double>(v[static_cast<std::size_t>(i * D + d)]));
+      r = k < 0 ? -1 : r + k * strides[static_cast<std::size_t>(d)];
+    }
+    want[static_cast<std::size_t>(i)] = r;
+    ++want_counts[static_cast<std::size_t>(r < 0 ? part.ranks : r)];
+  }
+  CHECK(want[0] == 2 * 2 + 1);  // x = 0.5 -> slab 2 (slab 1 is empty), z = 0.25 -> slab 1
+  CHECK(want[1] == 2 * 2 + 1);  // the upper faces
+  CHECK(want[3] == -1);
+  CHECK(want[4] == -1);
+  CHECK(vec_of<std::int64_t>(owner) == want);
+  CHECK(vec_of<std::int64_t>(counts) == want_counts);
+
+  std::vector<std::int64_t> off{0};
+  for (int r = 0; r < part.ranks; ++r) off.push_back(off.back() + want_counts[static_cast<std::size_t>(r)]);
+  Block rows = zeros<std::int64_t>({off.back()});
+  exec::points_bucket_rows(part.ranks, owner, block_of<std::int64_t>({part.ranks + 1}, off), rows, ctx);
+  std::vector<std::int64_t> want_rows;
+  for (int r = 0; r < part.ranks; ++r)
+    for (index_t i = 0; i < n; ++i)
+      if (want[static_cast<std::size_t>(i)] == r) want_rows.push_back(i);
+  CHECK(vec_of<std::int64_t>(rows) == want_rows);
+
+  // counts only (no owner block), and a malformed partition
+  Block counts2 = zeros<std::int64_t>({part.ranks + 1});
+  exec::points_owner(part, pts, nullptr, counts2, ctx);
+  CHECK(vec_of<std::int64_t>(counts2) == want_counts);
+  exec::PointBoxPartition bad = part;
+  bad.offsets.back() += 1;
+  CHECK_THROWS_AS(exec::points_owner(bad, pts, nullptr, counts2, ctx), Error);
+  CHECK_THROWS_AS(exec::points_owner(part, block_of<T>({n / 3, 1}, std::vector<T>(static_cast<std::size_t>(n / 3))),
+                                     nullptr, counts2, ctx),
+                  Error);
 }
 
 }  // namespace st_exec_test_points

@@ -115,7 +115,8 @@ class BoxPartition {
 /// Throws shard::Error on every rank unless every rank's points lie in its own box of `part`
 /// (and the set's mesh is the partition's, and D == part.dim()); the message names each rank
 /// with points outside its box and how many (NaN coordinates count as outside). Collective (one
-/// allgather over the mesh). `points` is a contiguous [n, D] host-readable block (f32 or f64).
+/// allgather over the mesh). `points` is a contiguous [n, D] block (f32 or f64) on any device:
+/// the owners are computed there (exec::points_owner) and only per-rank counts reach the host.
 void check_in_partition(const DistSpec& points_spec, const Block& points, const BoxPartition& part, const char* op);
 
 namespace detail {
@@ -131,10 +132,15 @@ class RowExchange {
   /// `send_offsets`: comm->size() + 1 ascending offsets into `send_rows` (CSR by destination);
   /// `send_rows`: local row indices in [0, n_src). Collective over `comm` (one alltoall of counts).
   RowExchange(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets, std::vector<index_t> send_rows);
+  /// The same with the send rows as an i64 block [send_offsets.back()] on the device of the
+  /// contexts forward / adjoint_add will run on (made there, e.g. by exec::points_bucket_rows, and
+  /// trusted to lie in [0, n_src): it is not read on the host). send_rows() is then empty unless the
+  /// block is a host block.
+  static RowExchange with_rows_block(CommPtr comm, index_t n_src, std::vector<index_t> send_offsets, Block send_rows);
 
   const CommPtr& comm() const { return comm_; }
   index_t n_src() const { return n_src_; }
-  index_t n_send() const { return static_cast<index_t>(send_rows_.size()); }
+  index_t n_send() const { return send_offsets_.empty() ? 0 : send_offsets_.back(); }
   index_t n_recv() const { return recv_offsets_.empty() ? 0 : recv_offsets_.back(); }
   /// Rows arriving from each rank, and their offsets (size + 1) in the received matrix.
   std::span<const index_t> recv_counts() const { return recv_counts_; }
@@ -156,9 +162,15 @@ class RowExchange {
   void adjoint_add(const Block& g_recv, const Block& g_src, ExecContext& ctx) const;
 
  private:
+  void init(const char* op);
+  void init_rows_block();
+  /// The send rows as a block on ctx's device.
+  Block rows_on(ExecContext& ctx) const;
+
   CommPtr comm_;
   index_t n_src_ = 0;
   std::vector<index_t> send_offsets_, send_rows_, send_counts_, recv_counts_, recv_offsets_;
+  Block send_rows_block_;  ///< the Block constructor's rows (empty otherwise)
 };
 
 // ------------------------------------------------------------------------------ point plans
@@ -166,9 +178,10 @@ class RowExchange {
 /// partition_by_box's routing plan: every local row of a point set goes to the rank of `part`
 /// whose box holds it (rows arrive ordered by source rank, then source row). Built from the
 /// points' coordinates: checks (every rank gets the same error: mesh, D, dtype, points outside
-/// the domain or NaN, naming each rank and its count), the owners, one RowExchange (one alltoall
-/// of counts) and one allgather of the routed counts. `points`: this rank's rows, a contiguous
-/// [n, D] f32 / f64 block readable on the host. Collective. Apply it with
+/// the domain or NaN, naming each rank and its count), the owners and their bucketing on the
+/// points' device (exec::points_owner / points_bucket_rows; only the per-rank counts reach the
+/// host), one RowExchange (one alltoall of counts) and one allgather of the routed counts.
+/// `points`: this rank's rows, a contiguous [n, D] f32 / f64 block on any device. Collective. Apply it with
 /// `exchange->forward` (any per-point tensor), adjoint `exchange->adjoint_add`.
 struct BoxRoutingPlan {
   std::shared_ptr<const RowExchange> exchange;  ///< source rows -> their owners

@@ -21,6 +21,7 @@
 /// scatters are f64 (sums in double); the interpolated grid is of the points' dtype and may have
 /// any strides.
 #include <array>
+#include <vector>
 
 #include "shardtensor/core/shape.hpp"
 #include "shardtensor/runtime/block.hpp"
@@ -132,5 +133,30 @@ void points_grid_mean(index_t channels, index_t cells, const Block& sums, ExecCo
 /// S == 0).
 void points_grid_mean_backward(index_t channels, index_t cells, const Block& q, bool with_weight, const Block& cellg,
                                ExecContext& ctx);
+
+// ------------------------------------------------------------------------------ box ownership
+
+/// A box partition in flat form (dist/points.hpp's BoxPartition fills it, detail::flat_partition):
+/// coordinate dim d is cut at cuts[offsets[d] .. offsets[d + 1]) (ascending, slabs + 1 values);
+/// slab k of dim d adds k * strides[d] to the owner's rank (stride 0: the dim is not split).
+struct PointBoxPartition {
+  std::vector<double> cuts;
+  std::vector<index_t> offsets;  ///< dims + 1
+  std::vector<index_t> strides;  ///< dims
+  int ranks = 1;
+  int dims() const { return static_cast<int>(strides.size()); }
+};
+
+/// The owner of every point of points [n, D] (f32 / f64, D == part.dims()): the rank whose box
+/// holds it (BoxPartition::owner's rule: slab k when cut[k] <= x < cut[k + 1], the last non-empty
+/// slab also takes x == hi), -1 outside the domain or NaN. owner [n] (i64, may be null) gets the
+/// owners; counts [ranks + 1] (i64) the points per rank, then the points outside. Both on ctx's
+/// device (the caller copies the few count bytes to the host).
+void points_owner(const PointBoxPartition& part, const Block& points, const Block* owner, const Block& counts,
+                  ExecContext& ctx);
+/// rows [n_in] (i64) = the rows i with owner[i] >= 0, grouped by owner in rank order and
+/// ascending within a group (a stable counting sort); offsets [ranks + 1] (i64) are the groups'
+/// starts (the exclusive scan of points_owner's counts, offsets[ranks] = n_in).
+void points_bucket_rows(int ranks, const Block& owner, const Block& offsets, const Block& rows, ExecContext& ctx);
 
 }  // namespace shard::exec

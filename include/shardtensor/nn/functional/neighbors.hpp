@@ -103,7 +103,8 @@ void check_neighbor_lists(const DistSpec& query, const DistSpec& support, const 
 /// Schedule of partition_by_box (src/nn/neighbors.cpp): the routing plan of dist/points.hpp
 /// (`detail::box_routing_plan`: checks, errors on every rank for mesh, D, points outside the
 /// domain or NaN; the owners, the row exchange and the routed layout) as a PointRouting.
-/// `points`: this rank's rows, a contiguous host [n, D] f32 / f64 block. Collective.
+/// `points`: this rank's rows, a contiguous [n, D] f32 / f64 block on any device (the owners are
+/// computed there; only per-rank counts reach the host). Collective.
 PointRouting box_routing(const DistSpec& points_spec, const Block& points, const BoxPartition& part, const char* op);
 /// Routed rows: a new contiguous [n_recv, C] block of src's dtype. Collective.
 Block route_rows(const PointRouting& r, const Block& src, ExecContext& ctx);
@@ -158,8 +159,8 @@ void check_lists(const Neighbors<T>& nb, const char* op) {
 template <class T>
 Routed<DistTensor<T, 2>> partition_by_box(const DistTensor<T, 2>& points, const BoxPartition& part) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "F::partition_by_box: float or double points");
-  const auto host = detail::host_contig(points.local());
-  PointRouting r = detail::box_routing(points.spec(), as_block(host), part, "partition_by_box");
+  const auto pl = points.local().contiguous();
+  PointRouting r = detail::box_routing(points.spec(), as_block(pl), part, "partition_by_box");
   return {r.apply(points), std::move(r)};
 }
 
@@ -167,8 +168,8 @@ Routed<DistTensor<T, 2>> partition_by_box(const DistTensor<T, 2>& points, const 
 template <class T>
 Routed<Var<T, 2>> partition_by_box(const Var<T, 2>& points, const BoxPartition& part) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "F::partition_by_box: float or double points");
-  const auto host = detail::host_contig(points.local());
-  PointRouting r = detail::box_routing(points.value().spec(), as_block(host), part, "partition_by_box");
+  const auto pl = points.local().contiguous();
+  PointRouting r = detail::box_routing(points.value().spec(), as_block(pl), part, "partition_by_box");
   return {r.apply(points), std::move(r)};
 }
 

@@ -33,8 +33,11 @@
 ///    gather (the exact adjoint); points = the derivative of the linear weight (none: 0) and, for
 ///    mean, the quotient rule (cell gradients G / S and -<G, out> / S through the same exchange).
 ///
-/// CPU only (host blocks; a device tensor is refused). All checks depend on specs alone, except
-/// the partition check, which is the op's first collective, so a bad input throws on every rank.
+/// Any device (CPU or CUDA blocks; the grid, points and features on one device): the per-entry
+/// maths runs in the points family (exec/points.hpp) on that device, the halo exchanges on device
+/// blocks, and nothing but the partition check's per-rank counts reaches the host. All checks
+/// depend on specs alone, except the partition check (owners computed on the points' device),
+/// which is the op's first collective, so a bad input throws on every rank.
 ///
 /// Recipe (docs/architecture.md): checks, spec algebra and tape nodes here; the schedule (halo
 /// transfers + the local loops) in src/nn/point_grid.cpp; communication through the halo plan
@@ -144,8 +147,8 @@ Var<T, 2> grid_to_points(const Var<T, R>& grid, const Var<T, 2>& points, const G
   const index_t C = geo.channels;
   detail::check_point_grid_sets(op, gs, ps, nullptr, C);
   const Device dev = grid.value().device();
-  SHARD_CHECK(dev.is_cpu() && points.value().device().is_cpu(), op,
-              "point <-> grid ops run on the CPU only (grid on {}, points on {})", dev, points.value().device());
+  SHARD_CHECK(points.value().device() == dev, op, "the grid and the points must be on one device (grid on {}, points on {})",
+              dev, points.value().device());
   const Tensor<T, 2> pl = points.local().contiguous();
   detail::check_points_in_grid(op, gs, domain, ps, as_block(pl));
   geo.points = pl.size(0);
@@ -192,8 +195,8 @@ Var<T, R> points_to_grid(const Var<T, 2>& points, const Var<T, 2>& features, con
   SHARD_CHECK(opts.weight != PointWeight::linear || radius > 0, op, "the linear weight needs radius > 0, got {}",
               radius);
   const Device dev = points.value().device();
-  SHARD_CHECK(dev.is_cpu() && features.value().device().is_cpu(), op,
-              "point <-> grid ops run on the CPU only (points on {}, features on {})", dev,
+  SHARD_CHECK(features.value().device() == dev, op,
+              "the points and the features must be on one device (points on {}, features on {})", dev,
               features.value().device());
   const Tensor<T, 2> pl = points.local().contiguous();
   const Tensor<T, 2> fl = features.local().contiguous();
