@@ -154,7 +154,7 @@ TEMPLATE_TEST_CASE("complex ops on CUDA == on the CPU, forward and every gradien
   // 37 x 29: several thread blocks and a ragged tail; 600 x 700: many sum partials.
   for (const Shape<2> shape : {Shape<2>{37, 29}, Shape<2>{600, 700}}) {
     for (int op = 0; op < kOps; ++op) {
-      INFO(op_label(op) << " on " << shape);
+      INFO(op_label(op) << " on " << shape[0] << " x " << shape[1]);
       const Res c = run<T>(Device::cpu(), op, shape), g = run<T>(Device::cuda(0), op, shape);
       CHECK(g.on_device);
       REQUIRE(g.outs.size() == c.outs.size());
@@ -176,7 +176,7 @@ TEMPLATE_TEST_CASE("complex Tensor ops on CUDA (axpy, scale with complex factors
   using C = std::complex<T>;
   const Device dev = Device::cuda(0);
   for (const Shape<2> shape : {Shape<2>{1, 1}, Shape<2>{37, 29}, Shape<2>{600, 700}}) {
-    INFO("shape " << shape);
+    INFO("shape " << shape[0] << " x " << shape[1]);
     const auto x = rnd_cplx<T, 2>(shape, 11), y = rnd_cplx<T, 2>(shape, 12);
     const auto xd = x.to(dev), yd = y.to(dev);
     auto yh = y.clone(), yg = y.clone().to(dev);

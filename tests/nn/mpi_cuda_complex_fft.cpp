@@ -97,7 +97,8 @@ C2c<T> c2c(const DeviceMesh& mesh, const Lay& l, Device dev) {
 /// rfftn -> irfftn_to and the spectral convolution on `dev`: outputs and gradients.
 template <class T>
 struct Spectral {
-  Tensor<T, 4> back, y, gx, gw;
+  Tensor<T, 4> back, y, gx;
+  Tensor<T, 5> gw;
 };
 template <class T>
 Spectral<T> spectral(const DeviceMesh& mesh, const Lay& l, Device dev) {
