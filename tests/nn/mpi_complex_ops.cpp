@@ -373,6 +373,41 @@ TEMPLATE_TEST_CASE("complex ops on device tensors (fake CUDA backend) == on the 
   });
 }
 
+TEMPLATE_TEST_CASE("a chain of complex ops with inputs used many times: device (fake CUDA backend) == host",
+                   "[nn][complex][device][mpi]", double, float) {
+  // The chain of tests/gpusim/cuda_sim_complex.cpp: z and w each feed four or five ops, so their
+  // gradients are accumulated (Var::accumulate_grad's clone and axpy on the device).
+  using T = TestType;
+  using C = std::complex<T>;
+  FakeCudaBackend fake;
+  for_each_comm_size([&](CommPtr comm) {
+    DeviceMesh mesh(comm, {comm->size()});
+    auto chain = [&](Device dev) {
+      auto put = [&](const auto& full, bool rg) {
+        using X = typename std::decay_t<decltype(full)>::value_type;
+        return Var<X, 2>(DistTensor<X, 2>::distribute(full, mesh, {Shard(0)}).to(dev), rg);
+      };
+      auto z = put(rnd_cplx<T, 2>(kShape, 1), true), w = put(rnd_cplx<T, 2>(kShape, 2), true);
+      auto r = put(rnd_real<T, 2>(kShape, 3), true);
+      auto zw = F::add(F::mul(z, w), F::conj(z));
+      auto u = F::sub(F::mul(zw, r), F::mul(z, C(T(0), T(0.5))));
+      auto y = F::add(F::add(F::abs_squared(u), F::abs(F::sub(z, w))), F::sub(F::real(z), F::imag(w)));
+      auto v = F::complex(F::real(w), r);
+      auto total = F::add(F::add(F::resolve(F::sum(y)), F::real(F::resolve(F::mul(F::mean(z), C(T(2), T(-1)))))),
+                          F::resolve(F::sum(F::real(F::mul(v, T(2))))));
+      F::resolve(total).backward();
+      return std::vector<std::vector<cd>>{flat(y.value().full_tensor()), flat(total.value().full_tensor()),
+                                          flat(z.grad().full_tensor()), flat(w.grad().full_tensor()),
+                                          flat(r.grad().full_tensor())};
+    };
+    const auto h = chain(Device::cpu()), d = chain(Device::cuda(0));
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      INFO("result " << i << " (y, loss, grad z, grad w, grad r)");
+      CHECK(rel_err(d[i], h[i]) == 0);
+    }
+  });
+}
+
 TEST_CASE("complex tensor ops on a device tensor (fake CUDA backend): axpy, scale, add, mul, sum", "[nn][complex][device][mpi]") {
   using C = std::complex<double>;
   FakeCudaBackend fake;
