@@ -3,7 +3,7 @@
 // nn/functional/complex.hpp, host glue in src/cuda/pointwise_cuda.cpp) and Tensor's complex
 // device entry points (cx_axpby, cx_sum, and mul through cx_map; src/cuda/tensor_ops_cuda.cpp).
 // The arithmetic is the CPU table's (src/exec/pointwise_cpu.cpp) written out on the parts:
-// (a+ib)(c+id) = (ac-bd) + i(ad+bc), |z| = hypot(re, im), in the part type T; the sum accumulates
+// (a+ib)(c+id) = (ac-bd) + i(ad+bc), |z| = max sqrt(1 + (min/max)^2), in the part type T; the sum accumulates
 // in double like the CPU's. Results agree with the CPU to rounding (no bitwise promise: the CPU's
 // std::complex product and the device's FMA contraction may round differently).
 #include <cuda_runtime.h>
@@ -46,6 +46,19 @@ template <class T>
 __device__ __forceinline__ Cx<T> cconj(Cx<T> x) {
   return {x.re, -x.im};
 }
+/// |z| without overflow or underflow in the squares: max(|re|, |im|) sqrt(1 + (min / max)^2) (the
+/// CPU's std::abs is hypot; this agrees to rounding). Written out rather than calling hypot: in the
+/// GPU simulator the CUDA math library's hypot gave wrong values (inf, or off by O(1)) for the
+/// complex abs kernels (tests/gpusim/cuda_sim_complex.cpp, 2026-11-28).
+template <class T>
+__device__ __forceinline__ T cabs(T re, T im) {
+  const T a = fabs(re), b = fabs(im);
+  const T m = a > b ? a : b, n = a > b ? b : a;
+  if (m == T(0) || m != m || n != n) return m == T(0) ? T(0) : a + b;  // 0; NaN propagates
+  if (m > T(0) && m == m + m) return m;                               // inf
+  const T q = n / m;
+  return m * sqrt(T(1) + q * q);
+}
 template <class T>
 __device__ __forceinline__ Cx<T> load(const T* p, gidx i) {
   return {p[2 * i], p[2 * i + 1]};
@@ -72,7 +85,7 @@ __global__ void cx_map_kernel(gidx n, Cx<T> s, const T* __restrict__ a, const T*
       out[i] = s.re * (z.re * z.re + z.im * z.im);
     } else if constexpr (OP == k_abs) {
       const Cx<T> z = load(a, i);
-      out[i] = hypot(z.re, z.im);
+      out[i] = cabs(z.re, z.im);
     } else if constexpr (OP == k_scale) {
       store(out, i, cmul(s, load(a, i)));
     } else if constexpr (OP == k_add) {
@@ -90,7 +103,7 @@ __global__ void cx_map_kernel(gidx n, Cx<T> s, const T* __restrict__ a, const T*
       out[i] = cmul(s, cmul(load(a, i), cconj(load(b, i)))).re;
     } else if constexpr (OP == k_abs_backward) {
       const Cx<T> z = load(a, i);
-      const T m = hypot(z.re, z.im);
+      const T m = cabs(z.re, z.im);
       if (m > T(0)) {
         const T f = b[i] / m;
         store(out, i, Cx<T>{z.re * f, z.im * f});

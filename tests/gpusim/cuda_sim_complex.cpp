@@ -204,4 +204,56 @@ TEMPLATE_TEST_CASE("gpusim complex: the complex ops through the nn front, forwar
   }
 }
 
+TEMPLATE_TEST_CASE("gpusim complex: sub-chains of the nn-front chain, gradient of z, device == host",
+                   "[gpusim][complex]", double) {
+  // Localises the failing chain above: each piece alone.
+  GPUSIM_REQUIRE_GPU();
+  using T = TestType;
+  using C = std::complex<T>;
+  static DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
+  const Shape<2> shape{5, 7};
+  auto zfull = Tensor<C, 2>::empty(shape);
+  for (index_t i = 0; i < zfull.numel(); ++i) zfull.data()[i] = C(T(0.1) * T(i % 7) - T(0.3), T(0.05) * T(i % 5) + T(0.2));
+  auto grad_of = [&](int piece, Device dev) {
+    Var<C, 2> z(DistTensor<C, 2>::distribute(zfull, mesh, {Replicate()}).to(dev), true);
+    auto wfull = zfull.clone();
+    for (index_t i = 0; i < wfull.numel(); ++i) wfull.data()[i] = C(T(0.2), T(-0.1)) * wfull.data()[i] + C(T(0.3), T(0));
+    auto rfull = Tensor<T, 2>::empty(shape);
+    for (index_t i = 0; i < rfull.numel(); ++i) rfull.data()[i] = T(0.1) * T(i % 3) - T(0.4);
+    Var<C, 2> w(DistTensor<C, 2>::distribute(wfull, mesh, {Replicate()}).to(dev), true);
+    Var<T, 2> r(DistTensor<T, 2>::distribute(rfull, mesh, {Replicate()}).to(dev), true);
+    Var<T, 1> loss;
+    switch (piece) {
+      case 6: loss = F::sum(F::real(F::mul(z, r))); break;
+      case 7: loss = F::sum(F::abs(F::sub(z, w))); break;
+      case 8: loss = F::sum(F::imag(F::mul(F::complex(F::real(z), r), T(2)))); break;
+      case 9: loss = F::sum(F::abs_squared(F::mul(F::add(F::mul(z, w), F::conj(z)), r))); break;
+      case 0: loss = F::real(F::mul(F::mean(z), C(T(2), T(-1)))); break;
+      case 1: loss = F::sum(F::real(F::add(z, z))); break;
+      case 2: loss = F::sum(F::sub(F::real(z), F::imag(z))); break;
+      case 3: loss = F::sum(F::abs(F::sub(z, F::conj(z)))); break;
+      case 4: loss = F::sum(F::real(F::mul(F::add(F::mul(z, z), F::conj(z)), C(T(0), T(0.5))))); break;
+      default: loss = F::sum(F::abs_squared(F::mul(z, C(T(0), T(0.5))))); break;
+    }
+    F::resolve(loss).backward();
+    const auto g = z.grad().local().to(Device::cpu()).contiguous();
+    std::vector<std::complex<double>> v;
+    for (index_t i = 0; i < g.numel(); ++i) v.push_back(std::complex<double>(g.data()[i]));
+    return v;
+  };
+  const char* names[] = {"Re((2-i) mean z)", "sum Re(z + z)", "sum(Re z - Im z)", "sum |z - conj z|",
+                         "sum Re(0.5i (z z + conj z))", "sum |0.5i z|^2", "sum Re(z r)", "sum |z - w|",
+                         "sum Im(2 complex(Re z, r))", "sum |(z w + conj z) r|^2"};
+  for (int piece = 0; piece < 10; ++piece) {
+    const auto h = grad_of(piece, Device::cpu()), d = grad_of(piece, gpu());
+    double num = 0, den = 1;
+    for (std::size_t j = 0; j < h.size(); ++j) {
+      num = std::max(num, std::abs(d[j] - h[j]));
+      den = std::max(den, std::abs(h[j]));
+    }
+    INFO(names[piece] << ": relative error " << num / den << "; element 0 cpu " << h[0] << " cuda " << d[0]);
+    CHECK(num / den <= 10 * tol<T>());
+  }
+}
+
 }  // namespace st_gpusim_cuda_sim_complex
