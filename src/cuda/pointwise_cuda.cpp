@@ -5,6 +5,7 @@
 
 #include "cuda/family_util.hpp"
 #include "exec/pointwise_kernels.hpp"
+#include "kernels_api/complex.hpp"
 #include "kernels_api/pointwise.hpp"
 
 namespace shard::exec {
@@ -56,6 +57,20 @@ struct CudaPointwise final : PointwiseKernels {
   void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext& ctx) const override {
     DeviceScope scope(ctx, "convert");
     check_rc(kernels::pw_convert(storage_code(from), storage_code(to), n, x, y, ctx.stream().handle), "convert", ctx);
+  }
+  // Complex (c64 / c128 interleaved pairs): kernels/complex.cu, the CPU table's arithmetic.
+  void complex_map(ComplexOp op, std::complex<double> s, DType cdt, index_t n, const void* a, const void* b, void* out,
+                   ExecContext& ctx) const override {
+    DeviceScope scope(ctx, op_name(op));
+    check_rc(kernels::cx_map(cdt == DType::c128 ? 1 : 0, static_cast<int>(op), s.real(), s.imag(), n, a, b, out,
+                             ctx.stream().handle),
+             op_name(op), ctx);
+  }
+  std::complex<double> complex_sum(DType cdt, index_t n, const void* x, ExecContext& ctx) const override {
+    DeviceScope scope(ctx, "sum");
+    double out[2] = {0, 0};
+    check_rc(kernels::cx_sum(cdt == DType::c128 ? 1 : 0, n, x, out, ctx.stream().handle), "sum", ctx);
+    return {out[0], out[1]};
   }
 };
 

@@ -1,9 +1,11 @@
 // exec::TensorDeviceKernels on CUDA: Tensor's device entry points (strided copy, fill, axpby,
-// mul, sum) call the launchers in kernels/elementwise.cu (through the firewall header
+// mul, sum; complex axpby, mul, sum) call the launchers in kernels/elementwise.cu (through the firewall header
 // src/kernels_api.hpp) on the calling thread's current stream for the device. The launchers
 // synchronise that stream before returning.
 #include "exec/tensor_kernels.hpp"
+#include "shardtensor/exec/pointwise.hpp"
 #include "kernels_api.hpp"
+#include "kernels_api/complex.hpp"
 #include "shardtensor/core/error.hpp"
 #include "shardtensor/runtime/device_runtime.hpp"
 
@@ -27,6 +29,11 @@ int is_f64(DType dt, const char* op) {
   return dt == DType::f64 ? 1 : 0;
 }
 
+int is_c128(DType dt, const char* op) {
+  SHARD_CHECK(dt == DType::c64 || dt == DType::c128, op, "dtype {} is not complex (c64, c128)", dt);
+  return dt == DType::c128 ? 1 : 0;
+}
+
 class CudaTensorKernels final : public TensorDeviceKernels {
  public:
   void strided_copy(DType dt, int rank, const index_t* shape, const void* src, const index_t* src_strides, void* dst,
@@ -47,6 +54,13 @@ class CudaTensorKernels final : public TensorDeviceKernels {
     check(kernels::axpby(f, n, alpha, x, beta, y, s), dev, "axpby");
   }
   void mul(DType dt, index_t n, const void* a, const void* b, void* out, Device dev) const override {
+    if (dt == DType::c64 || dt == DType::c128) {  // the complex product (kernels/complex.cu)
+      void* s = prepare(dev, "mul");
+      int rc = kernels::cx_map(dt == DType::c128 ? 1 : 0, static_cast<int>(ComplexOp::mul), 1.0, 0.0, n, a, b, out, s);
+      if (rc == 0) rc = static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(s)));
+      check(rc, dev, "mul");
+      return;
+    }
     const int f = is_f64(dt, "mul");
     void* s = prepare(dev, "mul");
     check(kernels::mul(f, n, a, b, out, s), dev, "mul");
@@ -57,6 +71,19 @@ class CudaTensorKernels final : public TensorDeviceKernels {
     double out = 0;
     check(kernels::sum(f, n, x, &out, s), dev, "sum");
     return out;
+  }
+  void axpby_complex(DType dt, index_t n, std::complex<double> alpha, const void* x, std::complex<double> beta, void* y,
+                     Device dev) const override {
+    const int f = is_c128(dt, "axpy");
+    void* s = prepare(dev, "axpy");
+    check(kernels::cx_axpby(f, n, alpha.real(), alpha.imag(), x, beta.real(), beta.imag(), y, s), dev, "axpy");
+  }
+  std::complex<double> sum_complex(DType dt, index_t n, const void* x, Device dev) const override {
+    const int f = is_c128(dt, "sum");
+    void* s = prepare(dev, "sum");
+    double out[2] = {0, 0};
+    check(kernels::cx_sum(f, n, x, out, s), dev, "sum");
+    return {out[0], out[1]};
   }
 };
 

@@ -241,4 +241,85 @@ void convert(const Block& src, const Block& dst, ExecContext& ctx) {
   kernels_for<PointwiseKernels>(dst.device, name).convert(src.dtype, dst.dtype, dst.numel(), src.data, dst.data, ctx);
 }
 
+const char* op_name(ComplexOp op) noexcept {
+  static constexpr const char* names[] = {"real", "imag",  "complex",  "conj",     "abs_squared", "abs",
+                                          "scale", "add",  "mul",      "mul_conj", "mul_real",    "re_mul_conj",
+                                          "abs_backward"};
+  const auto i = static_cast<unsigned>(op);
+  return i < sizeof(names) / sizeof(names[0]) ? names[i] : "?";
+}
+
+namespace {
+/// What a complex op reads from a / b and writes to out: 'c' complex, 'r' its part, '-' unused.
+struct ComplexRoles {
+  char a, b, out;
+};
+ComplexRoles roles_of(ComplexOp k) {
+  switch (k) {
+    case ComplexOp::real:
+    case ComplexOp::imag:
+    case ComplexOp::abs_squared:
+    case ComplexOp::abs: return {'c', '-', 'r'};
+    case ComplexOp::make: return {'r', 'r', 'c'};
+    case ComplexOp::conj:
+    case ComplexOp::scale: return {'c', '-', 'c'};
+    case ComplexOp::add:
+    case ComplexOp::mul:
+    case ComplexOp::mul_conj: return {'c', 'c', 'c'};
+    case ComplexOp::mul_real:
+    case ComplexOp::abs_backward: return {'c', 'r', 'c'};
+    case ComplexOp::re_mul_conj: return {'c', 'c', 'r'};
+  }
+  return {'-', '-', '-'};
+}
+bool is_complex_dtype(DType dt) { return dt == DType::c64 || dt == DType::c128; }
+void check_complex_block(const Block& b, char role, DType cdt, index_t n, Device dev, const char* what,
+                         const char* op) {
+  if (role == '-') return;
+  SHARD_CHECK(b.device == dev, op, "operands on different devices: {} is on {}, the execution context on {}", what,
+              b.device, dev);
+  const DType want = role == 'c' ? cdt : (cdt == DType::c64 ? DType::f32 : DType::f64);
+  SHARD_CHECK(b.dtype == want, op, "{} has dtype {}, expected {}", what, b.dtype, want);
+  SHARD_CHECK(b.numel() == n, op, "{} has {} elements, expected {}", what, b.numel(), n);
+  SHARD_CHECK(b.is_contiguous(), op, "{} must be contiguous", what);
+}
+}  // namespace
+
+void complex_map(ComplexOp op, std::complex<double> s, const Block& a, const Block& b, const Block& out,
+                 ExecContext& ctx, const char* name) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "complex_map", &ctx);
+  if (!name) name = op_name(op);
+  const ComplexRoles r = roles_of(op);
+  SHARD_CHECK(r.out != '-', name, "unknown complex op {}", static_cast<int>(op));
+  // The complex dtype of the kernel: out's when out is complex, else a's.
+  const DType cdt = r.out == 'c' ? out.dtype : a.dtype;
+  SHARD_CHECK(is_complex_dtype(cdt), name, "expected a complex (c64, c128) tensor, got {}", cdt);
+  const Device dev = ctx.device();
+  const index_t n = out.numel();
+  check_complex_block(out, r.out, cdt, n, dev, "the output", name);
+  // make reads a null block as zeros (the gradients of real and imag).
+  const bool a_zero = op == ComplexOp::make && a.data == nullptr;
+  const bool b_zero = op == ComplexOp::make && b.data == nullptr;
+  if (!a_zero) check_complex_block(a, r.a, cdt, n, dev, "the first operand", name);
+  if (!b_zero) check_complex_block(b, r.b, cdt, n, dev, "the second operand", name);
+  SHARD_CHECK(!(a_zero && b_zero) || n == 0, name, "both parts are missing");
+  const PointwiseKernels& t = kernels_for<PointwiseKernels>(dev, name);
+  if (n == 0) return;
+  shard::detail::bump_version(out.owner);
+  t.complex_map(op, s, cdt, n, r.a == '-' || a_zero ? nullptr : a.data, r.b == '-' || b_zero ? nullptr : b.data,
+                out.data, ctx);
+}
+
+std::complex<double> complex_sum(const Block& x, ExecContext& ctx, const char* name) {
+  SHARD_PROFILE_SCOPE("op", "pointwise", "complex_sum", &ctx);
+  if (!name) name = "sum";
+  SHARD_CHECK(is_complex_dtype(x.dtype), name, "expected a complex (c64, c128) tensor, got {}", x.dtype);
+  SHARD_CHECK(x.device == ctx.device(), name, "the input is on {} but the execution context on {}", x.device,
+              ctx.device());
+  SHARD_CHECK(x.is_contiguous(), name, "the input must be contiguous");
+  const PointwiseKernels& t = kernels_for<PointwiseKernels>(x.device, name);
+  if (x.numel() == 0) return {};
+  return t.complex_sum(x.dtype, x.numel(), x.data, ctx);
+}
+
 }  // namespace shard::exec

@@ -1,6 +1,7 @@
 // CPU implementation of the pointwise kernel family (the loops formerly in
 // nn/functional/pointwise.hpp and activation.hpp): the op is chosen outside the loop, the loops
 // are OpenMP-parallel above 2^16 elements and vectorised. Formulas: src/kernels_api/pointwise_ops.hpp.
+#include <complex>
 #include <algorithm>
 #include <array>
 #include <type_traits>
@@ -315,6 +316,61 @@ template <class F> void by_float_dtype(DType dt, F&& f) {
   }
 }
 
+/// The complex element loops (exec::complex_map; moved here from src/nn/complex.cpp), OpenMP
+/// over n > 65536. The CUDA table (kernels/complex.cu) writes out the same arithmetic on the parts.
+template <class F>
+void cx_for(index_t n, F&& f) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (index_t i = 0; i < n; ++i) f(i);
+}
+template <class T>
+void complex_loop(ComplexOp k, std::complex<double> sd, index_t n, const void* a, const void* b, void* out) {
+  using C = std::complex<T>;
+  const C s(static_cast<T>(sd.real()), static_cast<T>(sd.imag()));
+  const C* ca = static_cast<const C*>(a);
+  const C* cb = static_cast<const C*>(b);
+  const T* ra = static_cast<const T*>(a);
+  const T* rb = static_cast<const T*>(b);
+  C* co = static_cast<C*>(out);
+  T* ro = static_cast<T*>(out);
+  switch (k) {
+    case ComplexOp::real: cx_for(n, [&](index_t i) { ro[i] = ca[i].real(); }); return;
+    case ComplexOp::imag: cx_for(n, [&](index_t i) { ro[i] = ca[i].imag(); }); return;
+    case ComplexOp::make: cx_for(n, [&](index_t i) { co[i] = C(ra ? ra[i] : T(0), rb ? rb[i] : T(0)); }); return;
+    case ComplexOp::conj: cx_for(n, [&](index_t i) { co[i] = s * std::conj(ca[i]); }); return;
+    case ComplexOp::abs_squared: {
+      const T f = s.real();
+      cx_for(n, [&](index_t i) { ro[i] = f * std::norm(ca[i]); });
+      return;
+    }
+    case ComplexOp::abs: cx_for(n, [&](index_t i) { ro[i] = std::abs(ca[i]); }); return;
+    case ComplexOp::scale: cx_for(n, [&](index_t i) { co[i] = s * ca[i]; }); return;
+    case ComplexOp::add: cx_for(n, [&](index_t i) { co[i] = ca[i] + s * cb[i]; }); return;
+    case ComplexOp::mul: cx_for(n, [&](index_t i) { co[i] = s * (ca[i] * cb[i]); }); return;
+    case ComplexOp::mul_conj: cx_for(n, [&](index_t i) { co[i] = s * (ca[i] * std::conj(cb[i])); }); return;
+    case ComplexOp::mul_real: cx_for(n, [&](index_t i) { co[i] = s * (ca[i] * rb[i]); }); return;
+    case ComplexOp::re_mul_conj:
+      cx_for(n, [&](index_t i) { ro[i] = (s * (ca[i] * std::conj(cb[i]))).real(); });
+      return;
+    case ComplexOp::abs_backward:
+      cx_for(n, [&](index_t i) {
+        const T m = std::abs(ca[i]);
+        co[i] = m > T(0) ? ca[i] * (rb[i] / m) : C(0);
+      });
+      return;
+  }
+}
+template <class C>
+std::complex<double> complex_sum_loop(index_t n, const C* p) {
+  double re = 0, im = 0;
+#pragma omp parallel for reduction(+ : re, im) schedule(static) if (n > (1 << 16))
+  for (index_t i = 0; i < n; ++i) {
+    re += static_cast<double>(p[i].real());
+    im += static_cast<double>(p[i].imag());
+  }
+  return {re, im};
+}
+
 struct CpuPointwise final : PointwiseKernels {
   bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void unary(UnaryOp op, double alpha, DType dt, index_t n, const void* x, void* y, ExecContext&) const override {
@@ -412,6 +468,15 @@ struct CpuPointwise final : PointwiseKernels {
         convert_loop<A, B>(n, static_cast<const A*>(x), static_cast<B*>(y));
       });
     });
+  }
+  void complex_map(ComplexOp op, std::complex<double> s, DType cdt, index_t n, const void* a, const void* b, void* out,
+                   ExecContext&) const override {
+    if (cdt == DType::c64) complex_loop<float>(op, s, n, a, b, out);
+    else complex_loop<double>(op, s, n, a, b, out);
+  }
+  std::complex<double> complex_sum(DType cdt, index_t n, const void* x, ExecContext&) const override {
+    if (cdt == DType::c64) return complex_sum_loop(n, static_cast<const std::complex<float>*>(x));
+    return complex_sum_loop(n, static_cast<const std::complex<double>*>(x));
   }
 };
 

@@ -5,6 +5,7 @@
 #include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/runtime/registry.hpp"
 #include "exec/kernel_table.hpp"
+#include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
 
@@ -44,6 +45,18 @@ struct PointwiseKernels : KernelTable {
   // the strided unary forms always take it. CPU and CUDA: yes.
   /// y[i] = (to) x[i] for i < n (contiguous; from, to among f32, f64, bf16, f16).
   virtual void convert(DType from, DType to, index_t n, const void* x, void* y, ExecContext& ctx) const = 0;
+  /// Complex kernels (exec::complex_map, complex_sum): the front has checked the blocks (roles,
+  /// dtypes, element counts, contiguity, device). `cdt` is the complex dtype (c64, c128). The
+  /// defaults throw: a table without complex kernels refuses them clearly. CPU and CUDA: yes.
+  virtual void complex_map(ComplexOp op, std::complex<double> s, DType cdt, index_t n, const void* a, const void* b,
+                           void* out, ExecContext& ctx) const {
+    (void)s, (void)cdt, (void)n, (void)a, (void)b, (void)out;
+    SHARD_FAIL(op_name(op), "complex on {} not implemented (no complex kernels in its pointwise table)", ctx.device());
+  }
+  virtual std::complex<double> complex_sum(DType cdt, index_t n, const void* x, ExecContext& ctx) const {
+    (void)cdt, (void)n, (void)x;
+    SHARD_FAIL("sum", "complex on {} not implemented (no complex kernels in its pointwise table)", ctx.device());
+  }
 };
 
 

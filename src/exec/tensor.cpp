@@ -59,5 +59,12 @@ double device_sum(DType dt, index_t n, const void* x, Device dev) {
   }
   return table(dev, "sum").sum(dt, n, x, dev);
 }
+void device_axpby_complex(DType dt, index_t n, std::complex<double> alpha, const void* x, std::complex<double> beta,
+                          void* y, Device dev) {
+  table(dev, "axpy").axpby_complex(dt, n, alpha, x, beta, y, dev);
+}
+std::complex<double> device_sum_complex(DType dt, index_t n, const void* x, Device dev) {
+  return table(dev, "sum").sum_complex(dt, n, x, dev);
+}
 
 }  // namespace shard::detail

@@ -7,7 +7,7 @@
 //     pool, resize, conv, gemm and optim, so every op on a Device::cuda(0) tensor runs the CPU
 //     kernels on that (host) memory;
 //   * for DeviceKind::cuda, HostTensorKernels as the "tensor" family (Tensor's own device entry
-//     points: strided copy, fill, axpby, mul, sum). That family has no CPU table in the registry
+//     points: strided copy, fill, axpby, mul, sum, and their complex forms). That family has no CPU table in the registry
 //     (the host side is inline in tensor.hpp), so it cannot be borrowed like the others; without
 //     it Tensor::to(cuda) / copy_from throw "CUDA backend is not linked".
 // The destructor restores whatever was registered before (a real CUDA backend, if linked).
@@ -15,6 +15,7 @@
 //   shard::test::FakeCudaBackend fake;
 //   auto x = ...to(Device::cuda(0));  ... fake.counts().d2h ...
 #include <array>
+#include <complex>
 #include <cstring>
 #include <stdexcept>
 
@@ -65,6 +66,11 @@ struct HostTensorKernels final : exec::TensorDeviceKernels {
     });
   }
   void mul(DType dt, index_t n, const void* a, const void* b, void* out, Device) const override {
+    if (dt == DType::c64 || dt == DType::c128)
+      return typed_complex(dt, [&](auto z) {
+        using C = decltype(z);
+        for (index_t i = 0; i < n; ++i) static_cast<C*>(out)[i] = static_cast<const C*>(a)[i] * static_cast<const C*>(b)[i];
+      });
     typed(dt, [&](auto z) {
       using T = decltype(z);
       for (index_t i = 0; i < n; ++i) static_cast<T*>(out)[i] = static_cast<const T*>(a)[i] * static_cast<const T*>(b)[i];
@@ -75,6 +81,28 @@ struct HostTensorKernels final : exec::TensorDeviceKernels {
     typed(dt, [&](auto z) {
       using T = decltype(z);
       for (index_t i = 0; i < n; ++i) s += static_cast<double>(static_cast<const T*>(x)[i]);
+    });
+    return s;
+  }
+  template <class F>
+  static void typed_complex(DType dt, F&& f) {
+    if (dt == DType::c64) f(std::complex<float>{});
+    else if (dt == DType::c128) f(std::complex<double>{});
+    else throw std::runtime_error("HostTensorKernels: c64 / c128 expected");
+  }
+  void axpby_complex(DType dt, index_t n, std::complex<double> alpha, const void* x, std::complex<double> beta, void* y,
+                     Device) const override {
+    typed_complex(dt, [&](auto z) {
+      using C = decltype(z);
+      const C a(alpha), b(beta);
+      for (index_t i = 0; i < n; ++i) static_cast<C*>(y)[i] = a * static_cast<const C*>(x)[i] + b * static_cast<C*>(y)[i];
+    });
+  }
+  std::complex<double> sum_complex(DType dt, index_t n, const void* x, Device) const override {
+    std::complex<double> s = 0;
+    typed_complex(dt, [&](auto z) {
+      using C = decltype(z);
+      for (index_t i = 0; i < n; ++i) s += std::complex<double>(static_cast<const C*>(x)[i]);
     });
     return s;
   }

@@ -5,6 +5,11 @@
 /// goes by the blocks' device (CPU: src/exec/pointwise_cpu.cpp; CUDA: kernels/pointwise.cu).
 /// Every function checks that its blocks share one device and one dtype (f32 or f64) and throws
 /// shard::Error naming the op otherwise. Nothing here allocates on the host heap.
+/// Complex (c64 / c128, interleaved (re, im) pairs): complex_map and complex_sum, the element
+/// kernels of nn/functional/complex.hpp, forward and backward; CPU (src/exec/pointwise_cpu.cpp)
+/// and CUDA (kernels/complex.cu). The real-valued ops above stay f32/f64 (bf16, f16) only.
+#include <complex>
+
 #include "shardtensor/runtime/block.hpp"
 #include "shardtensor/runtime/context.hpp"
 
@@ -67,5 +72,34 @@ constexpr bool is_float_dtype(DType dt) {
 /// (contiguous, the result's shape) is added to dst_view at the same index. dst_view views dst's
 /// memory in the result's index space (stride 0 on broadcast dims). Sums in double.
 void sum_to(const Block& g, const Block& dst, const Block& dst_view, ExecContext& ctx);
+
+/// The complex element kernels (complex_map). `a`, `b`: the operands; `s`: a complex scalar.
+/// Roles: c = complex (c64/c128), r = its part dtype (f32/f64).
+enum class ComplexOp : int {
+  real,          ///< out(r) = Re a(c)
+  imag,          ///< out(r) = Im a(c)
+  make,          ///< out(c) = a(r) + i b(r) (a block with null data reads as zeros)
+  conj,          ///< out(c) = s conj(a(c))
+  abs_squared,   ///< out(r) = Re(s) |a(c)|^2
+  abs,           ///< out(r) = |a(c)|
+  scale,         ///< out(c) = s a(c)
+  add,           ///< out(c) = a(c) + s b(c)
+  mul,           ///< out(c) = s a(c) b(c)
+  mul_conj,      ///< out(c) = s a(c) conj(b(c))
+  mul_real,      ///< out(c) = s a(c) b(r)
+  re_mul_conj,   ///< out(r) = Re(s a(c) conj(b(c)))
+  abs_backward,  ///< out(c) = b(r) a(c) / |a(c)|, 0 where a = 0
+};
+/// Name of a complex op (for messages).
+const char* op_name(ComplexOp op) noexcept;
+/// out = op(a, b; s) elementwise over out's elements: every block used by the op (see the roles
+/// above) contiguous with out's element count, on ctx's device, of the complex dtype (c64, c128)
+/// or its part dtype. Throws shard::Error naming `name` otherwise, and on a device whose pointwise
+/// table has no complex kernels.
+void complex_map(ComplexOp op, std::complex<double> s, const Block& a, const Block& b, const Block& out,
+                 ExecContext& ctx, const char* name);
+/// Sum of the elements of a contiguous c64/c128 block, accumulated in complex<double> (on the
+/// device's table; the result comes back to the host, synchronising ctx's stream).
+std::complex<double> complex_sum(const Block& x, ExecContext& ctx, const char* name);
 
 }  // namespace shard::exec

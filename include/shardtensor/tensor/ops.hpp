@@ -4,8 +4,9 @@
 /// Complex element types (std::complex<float>/<double>, c64/c128): every function compiles for
 /// them. On the host they work as for real types (sum accumulates in std::complex<double>,
 /// max_rel_diff uses |.|; dot is real-only). On CUDA, axpy/scale/add/sub with a real factor run
-/// as the real kernel over the interleaved parts (exact: real-linear); mul, sum and a genuinely
-/// complex factor throw shard::Error ("complex on CUDA not implemented").
+/// as the real kernel over the interleaved parts (exact: real-linear); a genuinely complex factor,
+/// mul and sum run the complex kernels (kernels/complex.cu) through the device's tensor table,
+/// which throws shard::Error ("complex on <device> not implemented") where it has none.
 #include <cmath>
 #include <complex>
 #include <type_traits>
@@ -21,6 +22,11 @@ void device_axpby(DType dt, index_t n, double alpha, const void* x, double beta,
 void device_mul(DType dt, index_t n, const void* a, const void* b, void* out, Device dev);
 /// Sum of a contiguous device buffer, returned in double.
 double device_sum(DType dt, index_t n, const void* x, Device dev);
+/// y = alpha x + beta y on contiguous complex (c64 / c128) device buffers, complex factors.
+void device_axpby_complex(DType dt, index_t n, std::complex<double> alpha, const void* x, std::complex<double> beta,
+                          void* y, Device dev);
+/// Sum of a contiguous complex (c64 / c128) device buffer, in complex<double>.
+std::complex<double> device_sum_complex(DType dt, index_t n, const void* x, Device dev);
 /// Throws shard::Error naming `op` unless a and b have one shape.
 /// True for std::complex<float> and std::complex<double>.
 template <class T> inline constexpr bool is_complex_v = false;
@@ -37,16 +43,15 @@ template <class T> constexpr DType real_view_dtype() {
   else return dtype_of<T>;
 }
 template <class T> constexpr index_t real_view_count(index_t n) { return is_complex_v<T> ? 2 * n : n; }
-/// The real factor of `alpha` for a device kernel: throws (naming `op`) for a complex factor with
-/// a nonzero imaginary part, which no device kernel implements.
-template <class T> double real_factor(T alpha, const char* op) {
-  if constexpr (is_complex_v<T>) {
-    SHARD_CHECK(alpha.imag() == 0, op, "complex on CUDA not implemented (a complex factor {}+{}i on a {} tensor)",
-                static_cast<double>(alpha.real()), static_cast<double>(alpha.imag()), dtype_of<T>);
-    return static_cast<double>(alpha.real());
-  } else {
-    return static_cast<double>(alpha);
-  }
+/// True when `alpha` is real (always for real T): the device kernels then run the real kernel
+/// over the interleaved parts; a complex factor takes the complex kernel.
+template <class T> bool is_real_factor(T alpha) {
+  if constexpr (is_complex_v<T>) return alpha.imag() == 0;
+  else return true;
+}
+template <class T> double real_part(T alpha) {
+  if constexpr (is_complex_v<T>) return static_cast<double>(alpha.real());
+  else return static_cast<double>(alpha);
 }
 template <class T, int R>
 void check_same_shape(const char* op, const Tensor<T, R>& a, const Tensor<T, R>& b) {
@@ -112,9 +117,13 @@ void axpy(T alpha, const Tensor<T, R>& x, const Tensor<T, R>& y) {
   detail::check_same_shape("axpy", x, y);
   if (y.device().is_cuda() && x.is_contiguous() && y.is_contiguous()) {
     y.bump_version();
-    const double a = detail::real_factor(alpha, "axpy");
-    detail::device_axpby(detail::real_view_dtype<T>(), detail::real_view_count<T>(y.numel()), a, x.data(), 1.0,
-                         y.data(), y.device());
+    if constexpr (detail::is_complex_v<T>) {
+      if (!detail::is_real_factor(alpha))
+        return detail::device_axpby_complex(dtype_of<T>, y.numel(), std::complex<double>(alpha), x.data(), 1.0,
+                                            y.data(), y.device());
+    }
+    detail::device_axpby(detail::real_view_dtype<T>(), detail::real_view_count<T>(y.numel()), detail::real_part(alpha),
+                         x.data(), 1.0, y.data(), y.device());
     return;
   }
   if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {  // one rounding, as the device path
@@ -129,9 +138,13 @@ template <class T, int R>
 void scale(const Tensor<T, R>& x, T alpha) {
   if (x.device().is_cuda() && x.is_contiguous()) {
     x.bump_version();
-    const double a = detail::real_factor(alpha, "scale");
-    detail::device_axpby(detail::real_view_dtype<T>(), detail::real_view_count<T>(x.numel()), 0.0, x.data(), a,
-                         x.data(), x.device());
+    if constexpr (detail::is_complex_v<T>) {
+      if (!detail::is_real_factor(alpha))
+        return detail::device_axpby_complex(dtype_of<T>, x.numel(), 0.0, x.data(), std::complex<double>(alpha),
+                                            x.data(), x.device());
+    }
+    detail::device_axpby(detail::real_view_dtype<T>(), detail::real_view_count<T>(x.numel()), 0.0, x.data(),
+                         detail::real_part(alpha), x.data(), x.device());
     return;
   }
   map_into(x, x, [alpha](T a) { return a * alpha; });
@@ -168,7 +181,6 @@ Tensor<T, R> mul(const Tensor<T, R>& a, const Tensor<T, R>& b) {
   detail::check_same_shape("mul", a, b);
   auto out = Tensor<T, R>::empty(a.shape(), a.device());
   if (a.device().is_cuda()) {
-    SHARD_CHECK(!detail::is_complex_v<T>, "mul", "complex on CUDA not implemented ({} on {})", dtype_of<T>, a.device());
     auto ac = a.contiguous(), bc = b.contiguous();
     detail::device_mul(dtype_of<T>, a.numel(), ac.data(), bc.data(), out.data(), a.device());
     return out;
@@ -181,11 +193,9 @@ Tensor<T, R> mul(const Tensor<T, R>& a, const Tensor<T, R>& b) {
 template <class T, int R>
 detail::sum_t<T> sum(const Tensor<T, R>& a) {
   if (a.device().is_cuda()) {
-    SHARD_CHECK(!detail::is_complex_v<T>, "sum", "complex on CUDA not implemented ({} on {})", dtype_of<T>, a.device());
-    if constexpr (!detail::is_complex_v<T>) {
-      auto c = a.contiguous();
-      return detail::device_sum(dtype_of<T>, c.numel(), c.data(), c.device());
-    }
+    auto c = a.contiguous();
+    if constexpr (detail::is_complex_v<T>) return detail::device_sum_complex(dtype_of<T>, c.numel(), c.data(), c.device());
+    else return detail::device_sum(dtype_of<T>, c.numel(), c.data(), c.device());
   }
   auto c = a.contiguous();
   const T* x = c.data();

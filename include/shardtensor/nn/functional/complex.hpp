@@ -3,7 +3,7 @@
 /// Differentiable complex pointwise ops and reductions on sharded tensors of std::complex<float>
 /// (c64) and std::complex<double> (c128): real, imag, complex, conj, abs, abs_squared, add, sub,
 /// mul (complex * complex, complex * real, by a real or complex scalar), sum and mean over all
-/// elements. max of a complex tensor is refused (no order).
+/// elements. max of a complex tensor is refused (no order). Host and CUDA tensors.
 ///
 /// Gradient convention (PyTorch's): for a real loss L and a complex input z, the gradient Var
 /// holds dL/dRe(z) + i dL/dIm(z) (the conjugate Wirtinger derivative times 2, what torch puts in
@@ -18,15 +18,18 @@
 /// the result Partial; the nonlinear ones (mul of two tensors, abs, abs_squared) refuse Partial
 /// inputs (resolve them first, F::resolve).
 ///
-/// Where the code is: checks, spec algebra and the tape nodes here; the element loops of every op,
-/// forward and backward, in ONE place, src/nn/complex.cpp (complex_pointwise, complex_sum: type-
-/// erased on contiguous Blocks, c64/c128 with their f32/f64 parts, OpenMP over n > 65536). The
-/// pointwise exec family (exec/pointwise.hpp) is real-only (double scalars, f32/f64 tables on CPU
-/// and CUDA), so complex does not go through it. There are no CUDA kernels: every op here throws
-/// shard::Error naming the op and "complex on CUDA not implemented" for device tensors.
+/// Where the code is: checks, spec algebra and the tape nodes here; the element kernels of every
+/// op, forward and backward, are the pointwise exec family's complex_map / complex_sum
+/// (exec/pointwise.hpp: c64/c128 on contiguous Blocks with their f32/f64 parts): the CPU table's
+/// loops in src/exec/pointwise_cpu.cpp (OpenMP over n > 65536) and the CUDA table's kernels over
+/// interleaved (re, im) pairs in kernels/complex.cu. Tensors on a device compute there, with the
+/// results and gradients on that device (sum/mean bring one complex scalar to the host and back).
+/// A device whose pointwise table has no complex kernels throws shard::Error naming the op
+/// ("complex on <device> not implemented").
 #include <complex>
 #include <type_traits>
 
+#include "shardtensor/exec/pointwise.hpp"
 #include "shardtensor/nn/functional/common.hpp"
 #include "shardtensor/nn/functional/pointwise.hpp"
 #include "shardtensor/nn/functional/reduction.hpp"
@@ -35,36 +38,17 @@ namespace shard::nn::functional {
 
 namespace detail {
 
-/// The element kernels of the complex ops (src/nn/complex.cpp). `a`, `b`: inputs; `s`: a scalar.
-enum class ComplexKernel : int {
-  real,          ///< out(real) = Re a
-  imag,          ///< out(real) = Im a
-  make,          ///< out = a + i b (a, b real; a block with null data reads as zeros)
-  conj,          ///< out = s conj(a)
-  abs_squared,   ///< out(real) = Re(s) |a|^2
-  abs,           ///< out(real) = |a|
-  scale,         ///< out = s a
-  add,           ///< out = a + s b
-  mul,           ///< out = s a b
-  mul_conj,      ///< out = s a conj(b)
-  mul_real,      ///< out = s a b (a complex, b real)
-  re_mul_conj,   ///< out(real) = Re(s a conj(b))
-  abs_backward,  ///< out = b a / |a|, 0 where a = 0 (a complex, b real)
-};
+/// The element kernels of the complex ops (exec/pointwise.hpp, ComplexOp).
+using ComplexKernel = exec::ComplexOp;
 
-/// out = kernel(a, b; s) elementwise over out's elements. Every block is contiguous with out's
-/// element count, on the host, of the complex dtype (c64 or c128) or its real part's dtype (f32
-/// or f64) as the kernel reads it. Throws shard::Error naming `op` otherwise; device blocks get
-/// "complex on CUDA not implemented".
+/// out = kernel(a, b; s) elementwise over out's elements, on out's device (its current
+/// context): exec::complex_map. Every block is contiguous with out's element count, on one
+/// device, of the complex dtype (c64 or c128) or its real part's dtype (f32 or f64) as the kernel
+/// reads it. Throws shard::Error naming `op` otherwise.
 void complex_pointwise(ComplexKernel k, std::complex<double> s, const Block& a, const Block& b, const Block& out,
                        const char* op);
-/// Sum of the elements of a contiguous host block of c64/c128, accumulated in complex<double>.
+/// Sum of the elements of a contiguous c64/c128 block (host or device), in complex<double>.
 std::complex<double> complex_sum(const Block& x, const char* op);
-
-/// Throws unless `dev` is the host (the complex ops have no device kernels).
-inline void check_complex_host(Device dev, const char* op) {
-  SHARD_CHECK(dev.is_cpu(), op, "complex on CUDA not implemented (operand on {}); compute on the host", dev);
-}
 
 /// Throws unless every Partial placement of `s` is Partial(sum) (linear ops commute with it only).
 inline void check_partial_sum_only(const DistSpec& s, const char* op) {
@@ -75,11 +59,11 @@ inline void check_partial_sum_only(const DistSpec& s, const char* op) {
                 p.op, s);
 }
 
-/// A new host tensor of `shape` filled by kernel `k` from blocks a, b.
+/// A new tensor of `shape` on the operands' device filled by kernel `k` from blocks a, b.
 template <class Out, int R>
 Tensor<Out, R> complex_kernel(ComplexKernel k, std::complex<double> s, const Shape<R>& shape, const Block& a,
                               const Block& b, const char* op) {
-  auto out = Tensor<Out, R>::empty(shape);
+  auto out = Tensor<Out, R>::empty(shape, a.data ? a.device : b.device);
   complex_pointwise(k, s, a, b, as_block(out), op);
   return out;
 }
@@ -91,13 +75,12 @@ Tensor<T, R> aligned_grad(const DistSpec& s, const DistTensor<T, R>& gin) {
   return autograd::gradient_as(s, gin, autograd::PartialGrad::resolve).local().contiguous();
 }
 
-/// Shared checks of the binary ops: one device (the host) and one spec.
+/// Shared checks of the binary ops: one device and one spec.
 template <class A, class B, int R>
 void check_complex_pair(const Var<A, R>& a, const Var<B, R>& b, const char* op) {
   check_same_spec(a.value().spec(), b.value().spec(), op, "the first operand", "the second operand");
   SHARD_CHECK(a.value().device() == b.value().device(), op, "operands on different devices: {} and {}",
               a.value().device(), b.value().device());
-  check_complex_host(a.value().device(), op);
 }
 
 /// y = s z (gradient conj(s) g) or y = s conj(z) (gradient s conj(g)); linear, Partial(sum) kept.
@@ -106,7 +89,6 @@ Var<std::complex<T>, R> complex_scale(const Var<std::complex<T>, R>& z, std::com
                                       const char* name) {
   using C = std::complex<T>;
   const DistSpec& zs = z.value().spec();
-  check_complex_host(z.value().device(), name);
   check_partial_sum_only(zs, name);
   const auto zl = z.local().contiguous();
   const ComplexKernel k = conjugate ? ComplexKernel::conj : ComplexKernel::scale;
@@ -124,19 +106,18 @@ template <class T, int R>
 Var<std::complex<T>, 1> complex_reduce_all(const Var<std::complex<T>, R>& z, double f, const char* name) {
   using C = std::complex<T>;
   const DistSpec& zs = z.value().spec();
-  check_complex_host(z.value().device(), name);
   check_partial_sum_only(zs, name);
   auto pl = zs.placements();
   for (auto& p : pl)
     if (p.is_shard()) p = Partial(ReduceOp::sum);
   const DistSpec ss(zs.mesh(), pl, {1});
   const auto zl = z.local().contiguous();
-  auto out = Tensor<C, 1>::empty(Shape<1>{1});
-  out.data()[0] = static_cast<C>(complex_sum(as_block(zl), name) * f);
+  const Device dev = zl.device();
+  auto out = Tensor<C, 1>::full(Shape<1>{1}, static_cast<C>(complex_sum(as_block(zl), name) * f), dev);
   const Shape<R> zshape = zl.shape();
-  return Var<C, 1>::make(DistTensor<C, 1>(ss, out), name, {z.ref()}, [z, zs, ss, f, zshape](const DistTensor<C, 1>& gin) {
+  return Var<C, 1>::make(DistTensor<C, 1>(ss, out), name, {z.ref()}, [z, zs, ss, f, zshape, dev](const DistTensor<C, 1>& gin) {
     const C g = first_value(aligned_grad(ss, gin));  // Replicate: the same on every rank
-    const auto gz = Tensor<C, R>::full(zshape, static_cast<C>(std::complex<double>(g) * f));
+    const auto gz = Tensor<C, R>::full(zshape, static_cast<C>(std::complex<double>(g) * f), dev);
     z.accumulate_grad(DistTensor<C, R>(grad_spec(zs), gz));
   });
 }
@@ -149,7 +130,6 @@ Var<T, R> real(const Var<std::complex<T>, R>& z) {
   using C = std::complex<T>;
   const char* name = "real";
   const DistSpec& zs = z.value().spec();
-  detail::check_complex_host(z.value().device(), name);
   detail::check_partial_sum_only(zs, name);
   const auto zl = z.local().contiguous();
   auto y = detail::complex_kernel<T, R>(detail::ComplexKernel::real, 1, zl.shape(), as_block(zl), Block{}, name);
@@ -166,7 +146,6 @@ Var<T, R> imag(const Var<std::complex<T>, R>& z) {
   using C = std::complex<T>;
   const char* name = "imag";
   const DistSpec& zs = z.value().spec();
-  detail::check_complex_host(z.value().device(), name);
   detail::check_partial_sum_only(zs, name);
   const auto zl = z.local().contiguous();
   auto y = detail::complex_kernel<T, R>(detail::ComplexKernel::imag, 1, zl.shape(), as_block(zl), Block{}, name);
@@ -211,7 +190,6 @@ Var<T, R> abs_squared(const Var<std::complex<T>, R>& z) {
   using C = std::complex<T>;
   const char* name = "abs_squared";
   const DistSpec& zs = z.value().spec();
-  detail::check_complex_host(z.value().device(), name);
   detail::check_no_partial(zs, name, "input");
   const auto zl = z.local().contiguous();
   auto y = detail::complex_kernel<T, R>(detail::ComplexKernel::abs_squared, 1, zl.shape(), as_block(zl), Block{}, name);
@@ -228,7 +206,6 @@ Var<T, R> abs(const Var<std::complex<T>, R>& z) {
   using C = std::complex<T>;
   const char* name = "abs";
   const DistSpec& zs = z.value().spec();
-  detail::check_complex_host(z.value().device(), name);
   detail::check_no_partial(zs, name, "input");
   const auto zl = z.local().contiguous();
   auto y = detail::complex_kernel<T, R>(detail::ComplexKernel::abs, 1, zl.shape(), as_block(zl), Block{}, name);
