@@ -17,6 +17,20 @@ configure "${bench_mode[@]}"
 build
 t_build=$(( $(date +%s) - _t_start ))
 log "ctest"
+# Open MPI keeps every job's session directory under <tmp>/ompi.<host>.<uid> and the last job to
+# end removes it; two launches that both find it missing race to create it, and the loser fails in
+# orte_init ("mkdir ... File exists"; seen once, on a clean debootstrap bookworm). One idle
+# one-rank job (`sleep`) holds that directory for the whole ctest run, so it is never recreated
+# under concurrent launches. tests/examples/run_cases.sh also gives each of its parallel launches
+# a session directory of its own.
+keeper=""
+if command -v mpiexec >/dev/null && mpiexec --version 2>/dev/null | grep -q "Open MPI"; then
+  # shellcheck disable=SC2086
+  mpiexec $MPIEXEC_FLAGS -n 1 sleep 100000 >/dev/null 2>&1 < /dev/null &
+  keeper=$!
+  trap '[ -n "$keeper" ] && kill "$keeper" 2>/dev/null; wait "$keeper" 2>/dev/null' EXIT
+  sleep 1
+fi
 # ctest's own parallelism is the machine's width (JOBS); the MPI and example tests declare their
 # ranks as PROCESSORS, so ctest never runs more ranks at once than it has slots for.
 set +e

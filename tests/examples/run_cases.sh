@@ -26,8 +26,18 @@ run_case() {
   np=$(cat "$dir/$i.np")
   mapfile -t args < "$dir/$i.args"
   [ "$np" = 1 ] && extra=("${onerank[@]}")
-  timeout 300 "${launcher[0]}" -n "$np" "${launcher[@]:1}" "${extra[@]}" "$exe" "${args[@]}" > "$dir/$i.out" 2> "$dir/$i.err" < /dev/null
-  echo $? > "$dir/$i.rc"
+  # Each launch gets a session directory base of its own. Concurrent Open MPI launches share
+  # <tmp>/ompi.<host>.<uid>, which the last job to finish removes; two launches that both find it
+  # missing race to create it and the loser fails in orte_init ("A call to mkdir was unable to
+  # create the desired directory ... File exists"; seen once in a clean debootstrap bookworm,
+  # where no stale job keeps that directory alive). Short path under /tmp: the PMIx sockets live
+  # there (108-character limit).
+  local sess rc
+  sess=$(mktemp -d "${TMPDIR:-/tmp}/stbf.XXXXXX")
+  OMPI_MCA_orte_tmpdir_base=$sess timeout 300 "${launcher[0]}" -n "$np" "${launcher[@]:1}" "${extra[@]}" "$exe" "${args[@]}" > "$dir/$i.out" 2> "$dir/$i.err" < /dev/null
+  rc=$?
+  rm -rf "$sess"
+  echo "$rc" > "$dir/$i.rc"
 }
 running=0
 for ((i = 0; i < ncases; ++i)); do
