@@ -284,13 +284,89 @@ __global__ void owner_k(idx n, PtsPartition g, int f64, const void* p, idx* owne
   }
 }
 
-// One thread per rank walks the owners in row order: a stable bucketing without a scan (O(n) per
-// rank; the ranks run in parallel).
+// Stable compaction, one block per group: the block walks the rows in chunks of blockDim.x and
+// writes the rows i with pred(i) to rows[start ..) in ascending order (a shared-memory inclusive
+// scan of the chunk's flags; no warp vote, which the simulator lane may not have). Every thread of
+// the block must call it with the same start.
+template <class Pred>
+__device__ void compact_rows(idx n, idx start, Pred pred, idx* rows) {
+  __shared__ idx scan[kThreads];
+  const int t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  idx base = start;
+  for (idx c = 0; c < n; c += nt) {
+    const idx i = c + t;
+    const bool hit = i < n && pred(i);
+    scan[t] = hit ? 1 : 0;
+    __syncthreads();
+    for (int off = 1; off < nt; off <<= 1) {
+      const idx v = t >= off ? scan[t - off] : 0;
+      __syncthreads();
+      scan[t] += v;
+      __syncthreads();
+    }
+    if (hit) rows[base + scan[t] - 1] = i;
+    base += scan[nt - 1];
+    __syncthreads();
+  }
+}
+
+struct OwnedBy {
+  const idx* owner;
+  idx r;
+  __device__ bool operator()(idx i) const { return owner[i] == r; }
+};
+
+// One block per rank: the rows it owns, ascending.
 __global__ void bucket_rows_k(idx n, int ranks, const idx* owner, const idx* offsets, idx* rows) {
-  SHARD_GRID_STRIDE(r, static_cast<idx>(ranks)) {
-    idx at = offsets[r];
-    for (idx i = 0; i < n; ++i)
-      if (owner[i] == r) rows[at++] = i;
+  for (idx r = blockIdx.x; r < ranks; r += gridDim.x) compact_rows(n, offsets[r], OwnedBy{owner, r}, rows);
+}
+
+template <class T>
+__device__ __forceinline__ double point_bound(const T* pb, idx stride, idx i) {
+  return pb ? static_cast<double>(pb[i * stride + stride - 1]) : 0.0;
+}
+
+template <class T>
+struct SelectedBy {
+  PtsBoxes g;
+  const T* p;
+  const T* pb;
+  idx pbs, b;
+  __device__ bool operator()(idx i) const {
+    return pts_box_selects(g, b, p + i * g.dims, pb != nullptr, point_bound(pb, pbs, i));
+  }
+};
+
+template <class T>
+__global__ void near_boxes_count_k(idx n, PtsBoxes g, const T* p, const T* pb, idx pbs, unsigned long long* counts) {
+  SHARD_GRID_STRIDE(i, n) {
+    const double bound = point_bound(pb, pbs, i);
+    for (idx b = 0; b < g.boxes; ++b)
+      if (pts_box_selects(g, b, p + i * g.dims, pb != nullptr, bound)) atomicAdd(counts + b, 1ull);
+  }
+}
+
+// One block per box (a box that selects nothing returns at once: the test is block-uniform).
+template <class T>
+__global__ void near_boxes_rows_k(idx n, PtsBoxes g, const T* p, const T* pb, idx pbs, const idx* offsets,
+                                  idx* rows) {
+  for (idx b = blockIdx.x; b < g.boxes; b += gridDim.x) {
+    if (!(g.threshold[b] >= 0)) continue;
+    compact_rows(n, offsets[b], SelectedBy<T>{g, p, pb, pbs, b}, rows);
+  }
+}
+
+template <class T>
+__global__ void list_filter_k(idx n, idx k, const T* d2, const T* bound, idx* ix) {
+  SHARD_GRID_STRIDE(e, n * k) {
+    if (!(d2[e] <= bound[e / k])) ix[e] = -1;
+  }
+}
+
+__global__ void remap_k(idx n, const idx* table, idx* ix) {
+  SHARD_GRID_STRIDE(e, n) {
+    const idx v = ix[e];
+    if (v >= 0) ix[e] = table[v];
   }
 }
 
@@ -429,7 +505,48 @@ int points_owner(int f64, idx n, const PtsPartition& part, const void* p, idx* o
 
 int points_bucket_rows(idx n, int ranks, const idx* owner, const idx* offsets, idx* rows, void* stream) {
   if (n <= 0 || ranks <= 0) return 0;
-  bucket_rows_k<<<grid_for(ranks), kThreads, 0, as_stream(stream)>>>(n, ranks, owner, offsets, rows);
+  bucket_rows_k<<<blocks_per_item(ranks), kThreads, 0, as_stream(stream)>>>(n, ranks, owner, offsets, rows);
+  return last_error();
+}
+
+int points_near_boxes_count(int f64, idx n, const PtsBoxes& boxes, const void* p, const void* pb, idx pb_stride,
+                            idx* counts, void* stream) {
+  static_assert(sizeof(idx) == sizeof(unsigned long long), "64-bit counts");
+  if (boxes.boxes <= 0) return 0;
+  const cudaError_t rc =
+      cudaMemsetAsync(counts, 0, static_cast<std::size_t>(boxes.boxes) * sizeof(idx), as_stream(stream));
+  if (rc != cudaSuccess) return static_cast<int>(rc);
+  if (n <= 0) return 0;
+  return by_type(f64, [&](auto t) {
+    using T = decltype(t);
+    near_boxes_count_k<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+        n, boxes, static_cast<const T*>(p), static_cast<const T*>(pb), pb_stride,
+        reinterpret_cast<unsigned long long*>(counts));
+  });
+}
+
+int points_near_boxes_rows(int f64, idx n, const PtsBoxes& boxes, const void* p, const void* pb, idx pb_stride,
+                           const idx* offsets, idx* rows, void* stream) {
+  if (n <= 0 || boxes.boxes <= 0) return 0;
+  return by_type(f64, [&](auto t) {
+    using T = decltype(t);
+    near_boxes_rows_k<T><<<blocks_per_item(boxes.boxes), kThreads, 0, as_stream(stream)>>>(
+        n, boxes, static_cast<const T*>(p), static_cast<const T*>(pb), pb_stride, offsets, rows);
+  });
+}
+
+int points_list_filter(int f64, idx n, idx k, const void* d2, const void* bound, idx* ix, void* stream) {
+  if (n <= 0 || k <= 0) return 0;
+  return by_type(f64, [&](auto t) {
+    using T = decltype(t);
+    list_filter_k<T><<<grid_for(n * k), kThreads, 0, as_stream(stream)>>>(n, k, static_cast<const T*>(d2),
+                                                                           static_cast<const T*>(bound), ix);
+  });
+}
+
+int points_remap(idx n, const idx* table, idx* ix, void* stream) {
+  if (n <= 0) return 0;
+  remap_k<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(n, table, ix);
   return last_error();
 }
 

@@ -144,6 +144,32 @@ struct CudaPoints final : PointsKernels {
     DeviceScope scope(ctx, op);
     check_rc(kernels::points_bucket_rows(n, ranks, own, offsets, rows, ctx.stream().handle), op, ctx);
   }
+  void near_boxes_count(DType dt, index_t n, const kernels::PtsBoxes& boxes, const void* points, const void* pb,
+                        index_t pbs, index_t* counts, ExecContext& ctx) const override {
+    const char* op = "points_near_boxes_count";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::points_near_boxes_count(is_f64(dt), n, boxes, points, pb, pbs, counts, ctx.stream().handle), op,
+             ctx);
+  }
+  void near_boxes_rows(DType dt, index_t n, const kernels::PtsBoxes& boxes, const void* points, const void* pb,
+                       index_t pbs, const index_t* offsets, index_t* rows, ExecContext& ctx) const override {
+    const char* op = "points_near_boxes_rows";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::points_near_boxes_rows(is_f64(dt), n, boxes, points, pb, pbs, offsets, rows,
+                                             ctx.stream().handle),
+             op, ctx);
+  }
+  void list_filter(DType dt, index_t n, index_t k, const void* d2, const void* bound, index_t* ix,
+                   ExecContext& ctx) const override {
+    const char* op = "points_list_filter";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::points_list_filter(is_f64(dt), n, k, d2, bound, ix, ctx.stream().handle), op, ctx);
+  }
+  void remap(index_t n, index_t, const index_t* table, index_t* ix, ExecContext& ctx) const override {
+    const char* op = "points_remap";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::points_remap(n, table, ix, ctx.stream().handle), op, ctx);
+  }
 };
 
 const CudaPoints g_cuda_points;

@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "dist/point_util.hpp"
 #include "shardtensor/dist/consistency.hpp"
 #include "shardtensor/dist/dist_spec.hpp"
 #include "shardtensor/dist/points.hpp"
@@ -96,11 +98,6 @@ void add_candidates(const QueryKind& qk, exec::NeighborMethod method, const Tens
   search_candidates(qk, method, query, cand, offset, l, first, ctx);
   if (!first) merge_candidates(qk, l, ctx);
   l.empty = false;
-}
-
-template <class T>
-Tensor<T, 2> on_host(const Tensor<T, 2>& t) {
-  return t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
 }
 
 // ------------------------------------------------------------------------------ checks
@@ -247,10 +244,15 @@ std::int64_t ring_query(const QueryKind& qk, exec::NeighborMethod method, const 
 /// candidate. The margins here are several times those bounds (extra candidates are harmless:
 /// the kernel applies the exact test). +inf stays +inf.
 template <class T>
-double inflated(double b, index_t D) {
+exec::PointBoundScale inflation(index_t D) {
   const double rel = 8.0 * static_cast<double>(D + 2) * static_cast<double>(std::numeric_limits<T>::epsilon());
   const double abs = 4.0 * static_cast<double>(D) * static_cast<double>(std::numeric_limits<T>::min());
-  return b * (1.0 + rel) + abs;
+  return {1.0 + rel, abs};
+}
+template <class T>
+double inflated(double b, index_t D) {
+  const exec::PointBoundScale s = inflation<T>(D);
+  return b * s.scale + s.add;
 }
 
 /// The received candidates can only change the lists of queries near a face this rank shares with
@@ -300,9 +302,52 @@ void search_boundary_queries(const QueryKind& qk, exec::NeighborMethod method, c
   }
 }
 
-/// kNN rows of the spatial halo: which of this rank's support points (`own`, host [ns, D]) each
-/// other rank needs, found by shipping queries instead of guessing a box-wide bound (one far query
-/// would otherwise make a rank's bound, and its traffic, huge: clustered data).
+/// Every rank's box of `part` as exec::PointBoxes, each with threshold 0 except `skip` (-1).
+exec::PointBoxes partition_boxes(const BoxPartition& part, int skip) {
+  exec::PointBoxes b;
+  b.dims = part.dim();
+  const int P = part.mesh().size();
+  for (int r = 0; r < P; ++r) {
+    for (int d = 0; d < b.dims; ++d) {
+      b.lo.push_back(part.lo(r, d));
+      b.hi.push_back(part.hi(r, d));
+    }
+    b.threshold.push_back(r == skip ? -1.0 : 0.0);
+  }
+  return b;
+}
+
+/// The exchange that sends every point of `pts` ([n, D] on ctx's device) to each box that selects
+/// it (exec::points_near_boxes_*: counts, then the rows grouped by box, ascending, on ctx's
+/// device). Only the per-box counts reach the host. Collective over comm (one alltoall of counts).
+detail::RowExchange box_selection_exchange(const CommPtr& comm, const exec::PointBoxes& boxes, const Block& pts,
+                                           const Block* point_bound, const exec::PointBoundScale& sc,
+                                           ExecContext& ctx) {
+  const index_t nb = boxes.boxes();
+  std::vector<index_t> counts(static_cast<std::size_t>(nb), 0);
+  const Block host = Block::view(DType::i64, Device::cpu(), counts.data(), &nb, 1);
+  if (ctx.device().is_cpu()) {
+    exec::points_near_boxes_count(boxes, pts, point_bound, sc, host, ctx);
+  } else {
+    const Block dev = Block::allocate(DType::i64, ctx.device(), &nb, 1);
+    exec::points_near_boxes_count(boxes, pts, point_bound, sc, dev, ctx);
+    exec::box_copy(host, dev, ctx);
+    ctx.synchronize();
+  }
+  std::vector<index_t> offsets(static_cast<std::size_t>(nb) + 1, 0);
+  for (index_t b = 0; b < nb; ++b)
+    offsets[static_cast<std::size_t>(b) + 1] = offsets[static_cast<std::size_t>(b)] + counts[static_cast<std::size_t>(b)];
+  const index_t total = offsets.back();
+  Block rows = Block::allocate(DType::i64, ctx.device(), &total, 1);
+  exec::points_near_boxes_rows(boxes, pts, point_bound, sc,
+                               detail::index_block(std::span<const index_t>(offsets).first(static_cast<std::size_t>(nb)), ctx),
+                               rows, ctx);
+  return detail::RowExchange::with_rows_block(comm, pts.shape[0], std::move(offsets), std::move(rows));
+}
+
+/// kNN rows of the spatial halo: which of this rank's support points (`own`, [ns, D]) each other
+/// rank needs, found by shipping queries instead of guessing a box-wide bound (one far query would
+/// otherwise make a rank's bound, and its traffic, huge: clustered data).
 ///  1. After the local search, query q has the bound b_q = its k-th local d2 (+inf when it has
 ///     fewer than k local candidates). Rank s sends q (coordinates and b_q, `query_elements`) to
 ///     every rank p whose box is within inflated(b_q) of q: only there can a point of q's answer
@@ -313,56 +358,57 @@ void search_boundary_queries(const QueryKind& qk, exec::NeighborMethod method, c
 ///     and each has d2 <= b_q (q's true k-th d2 is <= its local one). So p sends s exactly the
 ///     union, over s's queries, of those entries with d2 <= b_q (ties kept), each row once,
 ///     ascending — a superset of what s's answers need, usually far smaller than a box-wide bound.
-/// Fills `offsets` / `rows` (CSR by destination) and returns the query elements this rank sent.
+/// Steps 1 and 2 run on the blocks' device (exec::points_near_boxes_*, neighbors_knn,
+/// points_list_filter); the host sees the per-rank query counts and the cut index lists (k
+/// indices per received query), from which it builds the union. Returns the support exchange
+/// and sets `query_elements` (the query elements this rank sent).
 template <class T>
-std::int64_t knn_halo_rows(exec::NeighborMethod method, const Tensor<T, 2>& query, const Tensor<T, 2>& own,
-                           const BoxPartition& part, const Lists<T>& l, const CommPtr& comm, index_t k,
-                           std::vector<index_t>& offsets, std::vector<index_t>& rows) {
+detail::RowExchange knn_halo_exchange(exec::NeighborMethod method, const Tensor<T, 2>& query, const Tensor<T, 2>& own,
+                                      const BoxPartition& part, const Lists<T>& l, const CommPtr& comm, index_t k,
+                                      std::int64_t& query_elements, ExecContext& ctx) {
   const int P = comm->size(), me = comm->rank();
   const index_t nq = query.shape()[0], D = query.shape()[1], ns = own.shape()[0];
-  const Tensor<T, 2> qh = on_host(query), d2 = on_host(l.d2);
-  ExecContext& hctx = current_context(Device::cpu());
-  auto kth = Tensor<T, 1>::empty({nq});
-  for (index_t i = 0; i < nq; ++i) kth.data()[i] = d2.data()[i * k + k - 1];
-  std::vector<index_t> qoff{0}, qrows;
-  std::vector<double> p(static_cast<std::size_t>(D));
-  for (int s = 0; s < P; ++s) {
-    if (s != me)
-      for (index_t i = 0; i < nq; ++i) {
-        for (index_t d = 0; d < D; ++d) p[static_cast<std::size_t>(d)] = static_cast<double>(qh.data()[i * D + d]);
-        if (part.dist2_to_box(s, p.data()) <= inflated<T>(static_cast<double>(kth.data()[i]), D)) qrows.push_back(i);
-      }
-    qoff.push_back(static_cast<index_t>(qrows.size()));
+  const Device dev = ctx.device();
+  const Block qb = as_block(query), d2 = as_block(l.d2);
+  const detail::RowExchange qx = box_selection_exchange(comm, partition_boxes(part, me), qb, &d2, inflation<T>(D), ctx);
+  // the queries' bounds (the last column of their lists) as a contiguous [nq] block, and sent along
+  auto kth = Tensor<T, 1>::empty({nq}, dev);
+  if (nq > 0) {
+    const index_t stride = k;
+    const Block col = Block::view(d2.dtype, d2.device, static_cast<T*>(d2.data) + (k - 1), &nq, 1, &stride, d2.owner);
+    exec::box_copy(as_block(kth), col, ctx);
   }
-  const detail::RowExchange qx(comm, nq, std::move(qoff), std::move(qrows));
-  const Block rq = qx.forward(as_block(qh), hctx);
-  const Block rb = qx.forward(as_block(kth), hctx);
+  const Block rq = qx.forward(qb, ctx);
+  const Block rb = qx.forward(as_block(kth), ctx);
   const index_t m = qx.n_recv();
-  auto idx = Tensor<std::int64_t, 2>::empty({m, k});
-  auto dd = Tensor<T, 2>::empty({m, k});
+  std::vector<index_t> cut(static_cast<std::size_t>(m * k), -1);
   if (m > 0 && ns > 0) {
+    const index_t shape[2] = {m, k};
+    const Block idx = Block::allocate(DType::i64, dev, shape, 2), dd = Block::allocate(dtype_of<T>, dev, shape, 2);
     exec::KnnGeometry g{m, ns, static_cast<int>(D), k, 0, method};
-    exec::neighbors_knn(g, rq, as_block(own), as_block(idx), as_block(dd), hctx);
+    exec::neighbors_knn(g, rq, as_block(own), idx, dd, ctx);
+    exec::points_list_filter(exec::PointListGeometry{m, k, 1}, dd, rb, idx, ctx);
+    exec::box_copy(Block::view(DType::i64, Device::cpu(), cut.data(), shape, 2), idx, ctx);
+    if (!dev.is_cpu()) ctx.synchronize();
   }
-  const T* bound = static_cast<const T*>(rb.data);
   std::vector<char> mark(static_cast<std::size_t>(ns), 0);
-  offsets.assign(static_cast<std::size_t>(P) + 1, 0);
+  std::vector<index_t> offsets(static_cast<std::size_t>(P) + 1, 0), rows;
   for (int s = 0; s < P; ++s) {
     const std::size_t begin = rows.size();
-    if (ns > 0)
-      for (index_t j = qx.recv_offsets()[static_cast<std::size_t>(s)]; j < qx.recv_offsets()[static_cast<std::size_t>(s) + 1]; ++j)
-        for (index_t e = 0; e < k; ++e) {
-          const std::int64_t r = idx.data()[j * k + e];
-          if (r >= 0 && dd.data()[j * k + e] <= bound[j] && !mark[static_cast<std::size_t>(r)]) {
-            mark[static_cast<std::size_t>(r)] = 1;
-            rows.push_back(r);
-          }
+    for (index_t j = qx.recv_offsets()[static_cast<std::size_t>(s)]; j < qx.recv_offsets()[static_cast<std::size_t>(s) + 1]; ++j)
+      for (index_t e = 0; e < k; ++e) {
+        const index_t r = cut[static_cast<std::size_t>(j * k + e)];
+        if (r >= 0 && !mark[static_cast<std::size_t>(r)]) {
+          mark[static_cast<std::size_t>(r)] = 1;
+          rows.push_back(r);
         }
+      }
     std::sort(rows.begin() + static_cast<std::ptrdiff_t>(begin), rows.end());
     for (std::size_t i = begin; i < rows.size(); ++i) mark[static_cast<std::size_t>(rows[i])] = 0;
     offsets[static_cast<std::size_t>(s) + 1] = static_cast<index_t>(rows.size());
   }
-  return qx.n_send_remote() * (D + 1);
+  query_elements = qx.n_send_remote() * (D + 1);
+  return detail::RowExchange(comm, ns, std::move(offsets), std::move(rows));
 }
 
 /// The spatial-halo strategy. This rank searches its own support shard first (index_offset = its
@@ -373,21 +419,21 @@ std::int64_t knn_halo_rows(exec::NeighborMethod method, const Tensor<T, 2>& quer
 /// reject, since rounding is monotone and p's points lie in p's closed box):
 ///  - radius: dist2_to_box(s, x) <= inflated(r2_T), r2_T = the kernel's r2 (radius^2 rounded to T);
 ///  - kNN: the points of p among the k nearest of some query q of s whose bound (its local k-th
-///    d2) reaches p's box, with d2 <= that bound: s ships those queries to p first (knn_halo_rows).
-///    A query with fewer than k local candidates (bound +inf) is shipped to every rank, and each
-///    answers with at most k points: no "send everything" fallback.
-/// A rank without queries gets nothing.
+///    d2) reaches p's box, with d2 <= that bound: s ships those queries to p first
+///    (knn_halo_exchange). A query with fewer than k local candidates (bound +inf) is shipped to
+///    every rank, and each answers with at most k points: no "send everything" fallback.
+/// A rank without queries gets nothing. Every selection runs on the blocks' device.
 ///
 /// Tie order: the kernel breaks equal d2 by reported index = row + index_offset. The received rows
 /// have non-contiguous global indices, so they are searched with index_offset 0 and each reported
-/// local row is mapped through `gidx` (row -> global index). RowExchange delivers rows grouped by
-/// source rank in ascending rank order, each group in the order its source listed them; every
-/// source lists its rows ascending and its global indices are offset(p) + row, and offset(p) +
-/// count(p) <= offset(p + 1), so gidx is strictly increasing over the received rows (checked
-/// below). A strictly increasing map preserves the (d2, index) order of any two entries (equal d2:
-/// row a < row b <=> gidx[a] < gidx[b]), so the mapped list is exactly the list a search with the
-/// global indices would report; its rows are disjoint from the own shard's, so merging gives the
-/// order of the union.
+/// local row is mapped through `gidx` (row -> global index, exec::points_remap on the device).
+/// RowExchange delivers rows grouped by source rank in ascending rank order, each group in the
+/// order its source listed them; every source lists its rows ascending and its global indices are
+/// offset(p) + row, and offset(p) + count(p) <= offset(p + 1), so gidx is strictly increasing over
+/// the received rows (checked below on host blocks). A strictly increasing map preserves the
+/// (d2, index) order of any two entries (equal d2: row a < row b <=> gidx[a] < gidx[b]), so the
+/// mapped list is exactly the list a search with the global indices would report; its rows are
+/// disjoint from the own shard's, so merging gives the order of the union.
 template <class T>
 std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
                         const DistTensor<T, 2>& support, const BoxPartition& part, Lists<T>& l, ExecContext& ctx) {
@@ -400,31 +446,24 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
   add_candidates(qk, method, query, own, own_offset, l, ctx);
 
   // the rows to send, CSR by destination, each destination's rows ascending
-  const Tensor<T, 2> host = on_host(own);
-  const index_t ns = host.shape()[0];
+  const index_t ns = own.shape()[0];
   const index_t nq = query.shape()[0];
-  std::vector<index_t> offsets(static_cast<std::size_t>(P) + 1, 0), rows;
   std::int64_t query_elements = 0;
+  detail::RowExchange ex;
   if (qk.knn) {
-    query_elements = knn_halo_rows(method, query, host, part, l, comm, qk.width, offsets, rows);
+    ex = knn_halo_exchange(method, query, own, part, l, comm, qk.width, query_elements, ctx);
   } else {
     // radius: every point within r of a box is sent to it (the threshold of a box without
     // queries is < 0: nothing is sent there)
     const double b = nq > 0 ? inflated<T>(static_cast<double>(static_cast<T>(qk.radius * qk.radius)), D) : -1.0;
     const std::vector<double> thr = comm->allgather_value(b);
-    std::vector<double> p(static_cast<std::size_t>(D));
+    exec::PointBoxes boxes = partition_boxes(part, me);
     for (int s = 0; s < P; ++s) {
       const double t = thr[static_cast<std::size_t>(s)];
-      if (s != me && t >= 0 && ns > 0 && part.box_dist2(me, s) <= t) {
-        for (index_t i = 0; i < ns; ++i) {
-          for (index_t d = 0; d < D; ++d) p[static_cast<std::size_t>(d)] = static_cast<double>(host.data()[i * D + d]);
-          if (part.dist2_to_box(s, p.data()) <= t) rows.push_back(i);
-        }
-      }
-      offsets[static_cast<std::size_t>(s) + 1] = static_cast<index_t>(rows.size());
+      boxes.threshold[static_cast<std::size_t>(s)] = s != me && t >= 0 && ns > 0 && part.box_dist2(me, s) <= t ? t : -1.0;
     }
+    ex = box_selection_exchange(comm, boxes, as_block(own), nullptr, {}, ctx);
   }
-  const detail::RowExchange ex(comm, ns, std::move(offsets), std::move(rows));
 
   // the candidates and their global indices
   auto cand = Tensor<T, 2>::empty({ex.n_recv(), D}, own.device());
@@ -432,22 +471,19 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
   auto gsrc = Tensor<std::int64_t, 1>::empty({ns});
   for (index_t i = 0; i < ns; ++i) gsrc.data()[i] = own_offset + i;
   auto gidx = Tensor<std::int64_t, 1>::empty({ex.n_recv()}, own.device());
-  ex.forward(as_block(gsrc.to(own.device())), as_block(gidx), ctx);
+  ex.forward(as_block(own.device().is_cpu() ? gsrc : gsrc.to(own.device())), as_block(gidx), ctx);
   if (ex.n_recv() == 0) return ex.n_send_remote() * D + query_elements;
-  if (!gidx.device().is_cpu()) gidx = gidx.to(Device::cpu());
-  for (index_t i = 1; i < gidx.numel(); ++i)
-    SHARD_CHECK(gidx.data()[i - 1] < gidx.data()[i], "neighbour query (spatial_halo)",
-                "internal: received global indices not ascending at row {}", i);
+  if (gidx.device().is_cpu())
+    for (index_t i = 1; i < gidx.numel(); ++i)
+      SHARD_CHECK(gidx.data()[i - 1] < gidx.data()[i], "neighbour query (spatial_halo)",
+                  "internal: received global indices not ascending at row {}", i);
 
   if (query.device().is_cpu()) {
     search_boundary_queries(qk, method, query, cand, part, me, l, ctx);
   } else {
     search_candidates(qk, method, query, cand, 0, l, false, ctx);
   }
-  Tensor<std::int64_t, 2> ci = l.cidx.device().is_cpu() ? l.cidx : l.cidx.to(Device::cpu());
-  for (index_t i = 0; i < ci.numel(); ++i)
-    if (ci.data()[i] >= 0) ci.data()[i] = gidx.data()[ci.data()[i]];
-  if (!l.cidx.device().is_cpu()) l.cidx.copy_from(ci);
+  exec::points_remap(as_block(gidx), as_block(l.cidx), ctx);
   merge_candidates(qk, l, ctx);
   return ex.n_send_remote() * D + query_elements;
 }

@@ -401,4 +401,110 @@ void points_bucket_rows(int ranks, const Block& owner, const Block& offsets, con
   t.bucket_rows(owner.numel(), ranks, idx_ptr(owner), idx_ptr(offsets), static_cast<index_t*>(rows.data), ctx);
 }
 
+// ------------------------------------------------------------------------------ halo selections
+
+namespace {
+
+/// boxes' arrays as one f64 block on ctx's device (lo, hi, threshold) and the kernels_api form.
+struct FlatBoxes {
+  Block arrays;
+  kernels::PtsBoxes k;
+};
+
+FlatBoxes flat_boxes(const char* op, const PointBoxes& boxes, const PointBoundScale& bound, ExecContext& ctx) {
+  const index_t nb = boxes.boxes(), D = boxes.dims;
+  SHARD_CHECK(D >= 1 && static_cast<index_t>(boxes.lo.size()) == nb * D &&
+                  static_cast<index_t>(boxes.hi.size()) == nb * D,
+              op, "malformed boxes ({} dims, {} thresholds, {} lo, {} hi)", D, nb, boxes.lo.size(), boxes.hi.size());
+  std::vector<double> all(boxes.lo);
+  all.insert(all.end(), boxes.hi.begin(), boxes.hi.end());
+  all.insert(all.end(), boxes.threshold.begin(), boxes.threshold.end());
+  const index_t na = static_cast<index_t>(all.size());
+  FlatBoxes f;
+  f.arrays = Block::allocate(DType::f64, ctx.device(), &na, 1);
+  if (na > 0) box_copy(f.arrays, Block::view(DType::f64, Device::cpu(), all.data(), &na, 1), ctx);
+  const auto* a = static_cast<const double*>(f.arrays.data);
+  f.k.dims = boxes.dims;
+  f.k.boxes = nb;
+  f.k.lo = a;
+  f.k.hi = a + nb * D;
+  f.k.threshold = a + 2 * nb * D;
+  f.k.scale = bound.scale;
+  f.k.add = bound.add;
+  return f;
+}
+
+/// Checks points [n, D] and the optional point_bound [n, w]; returns w (1 without the block).
+index_t check_selection(const char* op, const PointBoxes& boxes, const Block& points, const Block* point_bound,
+                        ExecContext& ctx) {
+  SHARD_CHECK(points.rank == 2 && points.shape[1] == boxes.dims, op, "points must be [n, {}], got {}", boxes.dims,
+              points.shape_vec());
+  const index_t n = points.shape[0];
+  check_block(op, "points", points, points.dtype, n * boxes.dims, ctx);
+  if (point_bound == nullptr) return 1;
+  SHARD_CHECK(point_bound->rank == 2 && point_bound->shape[0] == n && point_bound->shape[1] >= 1, op,
+              "point_bound must be [{}, w >= 1], got {}", n, point_bound->shape_vec());
+  check_block(op, "point_bound", *point_bound, points.dtype, n * point_bound->shape[1], ctx);
+  return point_bound->shape[1];
+}
+
+}  // namespace
+
+void points_near_boxes_count(const PointBoxes& boxes, const Block& points, const Block* point_bound,
+                             const PointBoundScale& bound, const Block& counts, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "points", "near_boxes_count", &ctx);
+  const char* op = "points_near_boxes_count";
+  const DType dt = points.dtype;
+  const auto& t = table(op, dt, ctx);
+  const index_t w = check_selection(op, boxes, points, point_bound, ctx);
+  check_block(op, "counts", counts, DType::i64, boxes.boxes(), ctx);
+  bump(&counts);
+  if (boxes.boxes() == 0) return;
+  const FlatBoxes f = flat_boxes(op, boxes, bound, ctx);
+  t.near_boxes_count(dt, points.shape[0], f.k, points.data, data_or_null(point_bound), w,
+                     static_cast<index_t*>(counts.data), ctx);
+}
+
+void points_near_boxes_rows(const PointBoxes& boxes, const Block& points, const Block* point_bound,
+                            const PointBoundScale& bound, const Block& offsets, const Block& rows, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "points", "near_boxes_rows", &ctx);
+  const char* op = "points_near_boxes_rows";
+  const DType dt = points.dtype;
+  const auto& t = table(op, dt, ctx);
+  const index_t w = check_selection(op, boxes, points, point_bound, ctx);
+  check_block(op, "offsets", offsets, DType::i64, boxes.boxes(), ctx);
+  check_block(op, "rows", rows, DType::i64, rows.numel(), ctx);
+  bump(&rows);
+  if (boxes.boxes() == 0 || rows.numel() == 0 || points.shape[0] == 0) return;
+  const FlatBoxes f = flat_boxes(op, boxes, bound, ctx);
+  t.near_boxes_rows(dt, points.shape[0], f.k, points.data, data_or_null(point_bound), w, idx_ptr(offsets),
+                    static_cast<index_t*>(rows.data), ctx);
+}
+
+void points_list_filter(const PointListGeometry& g, const Block& d2, const Block& bound, const Block& indices,
+                        ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "points", "list_filter", &ctx);
+  const char* op = "points_list_filter";
+  check_list(op, g);
+  const DType dt = d2.dtype;
+  const auto& t = table(op, dt, ctx);
+  check_block(op, "d2", d2, dt, g.n * g.k, ctx);
+  check_block(op, "bound", bound, dt, g.n, ctx);
+  check_block(op, "indices", indices, DType::i64, g.n * g.k, ctx);
+  bump(&indices);
+  if (g.n * g.k == 0) return;
+  t.list_filter(dt, g.n, g.k, d2.data, bound.data, static_cast<index_t*>(indices.data), ctx);
+}
+
+void points_remap(const Block& table_block, const Block& indices, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "points", "remap", &ctx);
+  const char* op = "points_remap";
+  const auto& t = table(op, DType::f64, ctx);
+  check_block(op, "table", table_block, DType::i64, table_block.numel(), ctx);
+  check_block(op, "indices", indices, DType::i64, indices.numel(), ctx);
+  bump(&indices);
+  if (indices.numel() == 0) return;
+  t.remap(indices.numel(), table_block.numel(), idx_ptr(table_block), static_cast<index_t*>(indices.data), ctx);
+}
+
 }  // namespace shard::exec

@@ -384,6 +384,55 @@ struct CpuPoints final : PointsKernels {
     for (index_t i = 0; i < n; ++i)
       if (own[i] >= 0) rows[fill[static_cast<std::size_t>(own[i])]++] = i;
   }
+
+  template <class T>
+  static double bound_of(const void* pb, index_t stride, index_t i) {
+    return pb ? static_cast<double>(static_cast<const T*>(pb)[i * stride + stride - 1]) : 0.0;
+  }
+  void near_boxes_count(DType dt, index_t n, const kernels::PtsBoxes& g, const void* points, const void* pb,
+                        index_t pbs, index_t* counts, ExecContext&) const override {
+    std::fill(counts, counts + g.boxes, index_t{0});
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      const T* p = static_cast<const T*>(points);
+      for (index_t i = 0; i < n; ++i) {
+        const double bound = bound_of<T>(pb, pbs, i);
+        for (index_t b = 0; b < g.boxes; ++b)
+          if (kernels::pts_box_selects(g, b, p + i * g.dims, pb != nullptr, bound)) ++counts[b];
+      }
+    });
+  }
+  void near_boxes_rows(DType dt, index_t n, const kernels::PtsBoxes& g, const void* points, const void* pb,
+                       index_t pbs, const index_t* offsets, index_t* rows, ExecContext&) const override {
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      const T* p = static_cast<const T*>(points);
+      for (index_t b = 0; b < g.boxes; ++b) {
+        if (!(g.threshold[b] >= 0)) continue;
+        index_t at = offsets[b];
+        for (index_t i = 0; i < n; ++i)
+          if (kernels::pts_box_selects(g, b, p + i * g.dims, pb != nullptr, bound_of<T>(pb, pbs, i))) rows[at++] = i;
+      }
+    });
+  }
+  void list_filter(DType dt, index_t n, index_t k, const void* d2, const void* bound, index_t* ix,
+                   ExecContext&) const override {
+    dispatch(dt, [&](auto t) {
+      using T = decltype(t);
+      const T* d = static_cast<const T*>(d2);
+      const T* b = static_cast<const T*>(bound);
+      for (index_t e = 0; e < n * k; ++e)
+        if (!(d[e] <= b[e / k])) ix[e] = -1;
+    });
+  }
+  void remap(index_t n, index_t m, const index_t* table, index_t* ix, ExecContext&) const override {
+    for (index_t e = 0; e < n; ++e) {
+      const index_t v = ix[e];
+      if (v < 0) continue;
+      SHARD_CHECK(v < m, "points_remap", "index {} at {} is outside the table of {} entries", v, e, m);
+      ix[e] = table[v];
+    }
+  }
 };
 
 const CpuPoints g_cpu_points;

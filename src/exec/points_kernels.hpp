@@ -51,6 +51,15 @@ struct PointsKernels : KernelTable {
                      index_t* counts, ExecContext& ctx) const = 0;
   virtual void bucket_rows(index_t n, int ranks, const index_t* owner, const index_t* offsets, index_t* rows,
                            ExecContext& ctx) const = 0;
+  // halo selections (boxes' arrays on ctx's device); pbound [n, pb_stride] or null
+  virtual void near_boxes_count(DType dt, index_t n, const kernels::PtsBoxes& boxes, const void* points,
+                                const void* pbound, index_t pb_stride, index_t* counts, ExecContext& ctx) const = 0;
+  virtual void near_boxes_rows(DType dt, index_t n, const kernels::PtsBoxes& boxes, const void* points,
+                               const void* pbound, index_t pb_stride, const index_t* offsets, index_t* rows,
+                               ExecContext& ctx) const = 0;
+  virtual void list_filter(DType dt, index_t n, index_t k, const void* d2, const void* bound, index_t* indices,
+                           ExecContext& ctx) const = 0;
+  virtual void remap(index_t n, index_t m, const index_t* table, index_t* indices, ExecContext& ctx) const = 0;
 };
 
 }  // namespace shard::exec

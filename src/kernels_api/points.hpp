@@ -51,4 +51,17 @@ int points_owner(int f64, pts_idx n, const PtsPartition& part, const void* point
 int points_bucket_rows(pts_idx n, int ranks, const pts_idx* owner, const pts_idx* offsets, pts_idx* rows,
                        void* stream);
 
+/// counts [boxes] = the points each box selects (pts_box_selects; pbound [n, pb_stride] of the
+/// points' dtype or null). Zeroed here, then counted with integer atomics (exact).
+int points_near_boxes_count(int f64, pts_idx n, const PtsBoxes& boxes, const void* points, const void* pbound,
+                            pts_idx pb_stride, pts_idx* counts, void* stream);
+/// rows = the points each box selects, grouped by box (offsets [boxes]: the groups' starts),
+/// ascending within a group (one block per box, a block-wide scan per chunk of rows).
+int points_near_boxes_rows(int f64, pts_idx n, const PtsBoxes& boxes, const void* points, const void* pbound,
+                           pts_idx pb_stride, const pts_idx* offsets, pts_idx* rows, void* stream);
+/// idx [n, k] = -1 where d2 [n, k] > bound [n] (or NaN); d2 / bound of one dtype.
+int points_list_filter(int f64, pts_idx n, pts_idx k, const void* d2, const void* bound, pts_idx* idx, void* stream);
+/// idx [n] = table[idx] where idx >= 0 (idx < 0 kept).
+int points_remap(pts_idx n, const pts_idx* table, pts_idx* idx, void* stream);
+
 }  // namespace shard::kernels

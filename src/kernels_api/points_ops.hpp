@@ -202,4 +202,52 @@ SHARD_PTS_HD pts_idx pts_owner(const PtsPartition& g, const T* p) {
   return rank;
 }
 
+/// Boxes of the halo selections (exec::PointBoxes) with their arrays readable where the kernel
+/// runs: box b is the closed box [lo[b * dims + d], hi[b * dims + d]]; threshold[b] < 0: box b
+/// selects nothing. With a per-point bound pb (pb_stride elements per point, the last one used:
+/// e.g. the k-th d2 of a kNN row), the bound of point i is pb * scale + add wherever
+/// threshold[b] >= 0; without it, threshold[b].
+struct PtsBoxes {
+  int dims = 0;
+  pts_idx boxes = 0;
+  const double* lo = nullptr;
+  const double* hi = nullptr;
+  const double* threshold = nullptr;
+  double scale = 1, add = 0;
+};
+
+/// a * b and a + b rounded once each (never contracted into an fma by nvcc, so a device and the
+/// CPU table compute the same distances and bounds bit for bit).
+SHARD_PTS_HD double pts_mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+SHARD_PTS_HD double pts_add(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+/// Whether box b selects point p (dims coordinates of T; bound: the point's own bound, read only
+/// when the selection has per-point bounds): dist2(p, box b) <= the bound, with dist2 summed in
+/// double in dim order as BoxPartition::dist2_to_box. NaN coordinates or bounds select nothing.
+template <class T>
+SHARD_PTS_HD bool pts_box_selects(const PtsBoxes& g, pts_idx b, const T* p, bool per_point, double bound) {
+  const double t = g.threshold[b];
+  if (!(t >= 0)) return false;
+  const double lim = per_point ? pts_add(pts_mul(bound, g.scale), g.add) : t;
+  double s = 0;
+  for (int d = 0; d < g.dims; ++d) {
+    const double l = g.lo[b * g.dims + d], h = g.hi[b * g.dims + d], x = static_cast<double>(p[d]);
+    const double e = x < l ? l - x : (x > h ? x - h : 0.0);
+    s = pts_add(s, pts_mul(e, e));
+  }
+  return s <= lim;
+}
+
 }  // namespace shard::kernels

@@ -159,4 +159,43 @@ void points_owner(const PointBoxPartition& part, const Block& points, const Bloc
 /// starts (the exclusive scan of points_owner's counts, offsets[ranks] = n_in).
 void points_bucket_rows(int ranks, const Block& owner, const Block& offsets, const Block& rows, ExecContext& ctx);
 
+// ------------------------------------------------------------------------------ halo selections
+
+/// Closed boxes for the halo selections of the distributed neighbour queries (dist/points.hpp
+/// knn / radius_neighbors, spatial_halo): box b is [lo[b * dims + d], hi[b * dims + d]] over the
+/// dims coordinate dims; threshold[b] < 0 makes box b select nothing.
+struct PointBoxes {
+  int dims = 0;
+  std::vector<double> lo, hi;     ///< [boxes * dims]
+  std::vector<double> threshold;  ///< [boxes]
+  index_t boxes() const { return static_cast<index_t>(threshold.size()); }
+};
+
+/// The bound a box tests a point against: threshold[b] (no `point_bound` block), or, with a
+/// point_bound block [n, w] of the points' dtype, its last column times `scale` plus `add`
+/// (rounded once each, in double) wherever threshold[b] >= 0 (e.g. the k-th d2 of a kNN list,
+/// inflated by the rounding margins).
+struct PointBoundScale {
+  double scale = 1;
+  double add = 0;
+};
+
+/// Box b selects point i (points [n, D] f32 / f64, D == boxes.dims) when dist2(p_i, box b) <=
+/// its bound (dist2 summed in double in dim order, as BoxPartition::dist2_to_box; NaN selects
+/// nothing). counts [boxes] (i64, on ctx's device) = the points each box selects.
+void points_near_boxes_count(const PointBoxes& boxes, const Block& points, const Block* point_bound,
+                             const PointBoundScale& bound, const Block& counts, ExecContext& ctx);
+/// rows [sum of counts] (i64) = the points each box selects, grouped by box in box order and
+/// ascending within a group; offsets [boxes] (i64, on ctx's device) are the groups' starts (the
+/// exclusive scan of points_near_boxes_count's counts).
+void points_near_boxes_rows(const PointBoxes& boxes, const Block& points, const Block* point_bound,
+                            const PointBoundScale& bound, const Block& offsets, const Block& rows, ExecContext& ctx);
+/// indices [n, k] (i64, in place) = -1 wherever d2 [n, k] > bound [n] or is NaN (d2 and bound of
+/// one dtype, f32 / f64): a neighbour list cut at per-row bounds.
+void points_list_filter(const PointListGeometry& g, const Block& d2, const Block& bound, const Block& indices,
+                        ExecContext& ctx);
+/// indices [n] (i64, in place) = table[indices] wherever indices >= 0 (table [m] i64; every
+/// index < m: checked by the CPU table only).
+void points_remap(const Block& table, const Block& indices, ExecContext& ctx);
+
 }  // namespace shard::exec
