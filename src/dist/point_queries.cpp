@@ -365,7 +365,7 @@ detail::RowExchange box_selection_exchange(const CommPtr& comm, const exec::Poin
 template <class T>
 detail::RowExchange knn_halo_exchange(exec::NeighborMethod method, const Tensor<T, 2>& query, const Tensor<T, 2>& own,
                                       const BoxPartition& part, const Lists<T>& l, const CommPtr& comm, index_t k,
-                                      std::int64_t& query_elements, ExecContext& ctx) {
+                                      std::int64_t& query_elements, std::int64_t& received, ExecContext& ctx) {
   const int P = comm->size(), me = comm->rank();
   const index_t nq = query.shape()[0], D = query.shape()[1], ns = own.shape()[0];
   const Device dev = ctx.device();
@@ -408,6 +408,7 @@ detail::RowExchange knn_halo_exchange(exec::NeighborMethod method, const Tensor<
     offsets[static_cast<std::size_t>(s) + 1] = static_cast<index_t>(rows.size());
   }
   query_elements = qx.n_send_remote() * (D + 1);
+  received = m - qx.recv_counts()[static_cast<std::size_t>(me)];
   return detail::RowExchange(comm, ns, std::move(offsets), std::move(rows));
 }
 
@@ -436,7 +437,8 @@ detail::RowExchange knn_halo_exchange(exec::NeighborMethod method, const Tensor<
 /// disjoint from the own shard's, so merging gives the order of the union.
 template <class T>
 std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
-                        const DistTensor<T, 2>& support, const BoxPartition& part, Lists<T>& l, ExecContext& ctx) {
+                        const DistTensor<T, 2>& support, const BoxPartition& part, Lists<T>& l,
+                        std::int64_t& queries_received, ExecContext& ctx) {
   const DeviceMesh& mesh = support.mesh();
   const CommPtr& comm = mesh.comm();
   const int P = mesh.size(), me = mesh.rank();
@@ -451,7 +453,7 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
   std::int64_t query_elements = 0;
   detail::RowExchange ex;
   if (qk.knn) {
-    ex = knn_halo_exchange(method, query, own, part, l, comm, qk.width, query_elements, ctx);
+    ex = knn_halo_exchange(method, query, own, part, l, comm, qk.width, query_elements, queries_received, ctx);
   } else {
     // radius: every point within r of a box is sent to it (the threshold of a box without
     // queries is < 0: nothing is sent there)
@@ -506,7 +508,7 @@ Neighbors<T> run_query(const char* op, const QueryKind& qk, const DistTensor<T, 
   out.support = support.spec();
   out.elements_sent = strat == NeighborStrategy::ring
                           ? ring_query(qk, opts.method, q, support, l, ctx)
-                          : halo_query(qk, opts.method, q, support, *opts.partition, l, ctx);
+                          : halo_query(qk, opts.method, q, support, *opts.partition, l, out.queries_received, ctx);
   if (qk.knn) {
     const index_t ns = support.spec().global_shape()[0];
     l.cnt.fill(std::min(qk.width, ns));

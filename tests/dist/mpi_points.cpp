@@ -6,14 +6,19 @@
 // uniform / clustered / integer-lattice data (duplicates, exact ties, neighbours at exactly r),
 // r = 0, k > Ns, query == support and different sets, D = 2 and 3, f32 and f64; kNN with an
 // infinite local bound (the fallback) and a zero bound; the halo's traffic against the ring's;
-// bad input throwing on every rank.
+// bad input throwing on every rank. Every query of check_queries also runs on the fake device
+// (cuda:0 backed by host memory and the CPU kernel tables): bit-identical results, and only counts
+// and index lists copied to the host (issue 31: no host copies of point data).
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
+#include "shardtensor/comm/mpi_comm.hpp"
 #include "shardtensor/dist/points.hpp"
 #include "shardtensor/exec/neighbors.hpp"
+#include "support/fake_cuda_backend.hpp"
 #include "support/mpi_harness.hpp"
 
 namespace st_dist_mpi_points {
@@ -164,8 +169,50 @@ bool matches(const Neighbors<T>& nb, const Oracle<T>& o, const DistTensor<T, 2>&
          std::memcmp(cc.data(), o.cnt.data() + off, static_cast<std::size_t>(nq) * sizeof(std::int64_t)) == 0;
 }
 
+/// The same query on the fake device (tests/support/fake_cuda_backend.hpp: cuda:0 is host memory
+/// run by the CPU kernel tables, so every device branch of the query runs here): the result on
+/// cuda:0 equals the host run's bit for bit (`host`: indices, dist2, counts, traffic), and the
+/// query copies to the host only counts and index lists, never point data:
+///  - the NaN counts (2 x 2 i64), the partition checks (2 x (P + 1) i64) and the per-box counts
+///    of the halo selections (P i64 each; kNN selects twice);
+///  - kNN (spatial_halo): the cut lists of the queries other ranks shipped here (k i64 each).
+template <class T, class Query>
+void check_on_fake_device(const Neighbors<T>& host, const DistTensor<T, 2>& query, const DistTensor<T, 2>& support,
+                          index_t k, Query&& run) {
+  FakeCudaBackend fake;
+  // MPI reads the (host) "device" buffers directly: the staged transport's copies are
+  // communication, not the host copies this test is about
+  auto* mpi = dynamic_cast<MpiComm*>(query.mesh().comm().get());
+  const MpiDeviceTransport before = mpi ? mpi->device_transport() : MpiDeviceTransport::automatic;
+  if (mpi) mpi->set_device_transport(MpiDeviceTransport::direct);
+  const Device dev = Device::cuda(0);
+  const auto dq = query.to(dev), ds = support.to(dev);
+  fake.reset_counts();
+  const Neighbors<T> nb = run(dq, ds);
+  const std::size_t d2h = fake.counts().d2h_bytes;
+  if (mpi) mpi->set_device_transport(before);
+  REQUIRE(nb.indices.local().device() == dev);
+  CHECK(nb.dist2.local().device() == dev);
+  const auto same = [](const auto& a, const auto& b) {
+    const auto x = a.local().to(Device::cpu()), y = b.local().contiguous();
+    using E = std::remove_cvref_t<decltype(*x.data())>;
+    return x.shape() == y.shape() &&
+           std::memcmp(x.data(), y.data(), static_cast<std::size_t>(x.numel()) * sizeof(E)) == 0;
+  };
+  CHECK(same(nb.indices, host.indices));
+  CHECK(same(nb.dist2, host.dist2));
+  CHECK(same(nb.counts, host.counts));
+  CHECK(nb.elements_sent == host.elements_sent);
+  CHECK(nb.queries_received == host.queries_received);
+  const std::size_t P = static_cast<std::size_t>(query.mesh().size());
+  const std::size_t budget = 8 * (4 + 2 * (P + 1) + 2 * P) + 8 * static_cast<std::size_t>(k * nb.queries_received);
+  INFO("device -> host bytes " << d2h << ", budget " << budget);
+  CHECK(d2h <= budget);
+}
+
 /// Runs kNN and radius queries of several widths on (query, support) and compares each with the
-/// oracle. Returns the total elements_sent of all ranks, per query, summed.
+/// oracle, on host blocks and on the fake device. Returns the total elements_sent of all ranks,
+/// per query, summed.
 template <class T>
 std::int64_t check_queries(const DistTensor<T, 2>& query, const DistTensor<T, 2>& support,
                            const std::vector<double>& qg, const std::vector<double>& sg, index_t D, double radius,
@@ -179,13 +226,19 @@ std::int64_t check_queries(const DistTensor<T, 2>& query, const DistTensor<T, 2>
     CHECK(nb.strategy == (opts.strategy == NeighborStrategy::automatic ? want : opts.strategy));
     CHECK(matches(nb, oracle<T>(qg, sg, D, true, k, 0), query));
     sent += nb.elements_sent;
+    check_on_fake_device(nb, query, support, k,
+                         [&](const DistTensor<T, 2>& q, const DistTensor<T, 2>& s) { return knn(q, s, k, opts); });
   }
   for (double r : {0.0, radius})
     for (index_t m : {index_t{3}, ns + 1}) {
       INFO("radius " << r << " max_neighbours " << m);
       const auto nb = radius_neighbors(query, support, r, m, opts);
       CHECK(matches(nb, oracle<T>(qg, sg, D, false, m, r), query));
+      CHECK(nb.queries_received == 0);
       sent += nb.elements_sent;
+      check_on_fake_device(nb, query, support, 0, [&](const DistTensor<T, 2>& q, const DistTensor<T, 2>& s) {
+        return radius_neighbors(q, s, r, m, opts);
+      });
     }
   return sent;
 }

@@ -4,7 +4,7 @@
 //   * the FakeDeviceRuntime (tests/comm/fake_device_runtime.hpp) as the CUDA runtime: "device"
 //     memory is host memory, copies are counted by direction;
 //   * for DeviceKind::cuda, the CPU tables of the kernel families box, pointwise, reduce, norm,
-//     pool, resize, conv, gemm and optim, so every op on a Device::cuda(0) tensor runs the CPU
+//     pool, resize, conv, gemm, optim, neighbors, rows and points, so every op on a Device::cuda(0) tensor runs the CPU
 //     kernels on that (host) memory;
 //   * for DeviceKind::cuda, HostTensorKernels as the "tensor" family (Tensor's own device entry
 //     points: strided copy, fill, axpby, mul, sum, and their complex forms). That family has no CPU table in the registry
@@ -113,10 +113,11 @@ class FakeCudaBackend {
  public:
   /// The kernel families that get their CPU table registered for DeviceKind::cuda.
   /// (The "tensor" family is registered too, with HostTensorKernels.)
-  static constexpr std::array<exec::KernelFamily, 9> kFamilies = {
+  static constexpr std::array<exec::KernelFamily, 12> kFamilies = {
       exec::KernelFamily::box,  exec::KernelFamily::pointwise, exec::KernelFamily::reduce,
       exec::KernelFamily::norm, exec::KernelFamily::pool,      exec::KernelFamily::resize,
-      exec::KernelFamily::conv, exec::KernelFamily::gemm,      exec::KernelFamily::optim};
+      exec::KernelFamily::conv, exec::KernelFamily::gemm,      exec::KernelFamily::optim,
+      exec::KernelFamily::neighbors, exec::KernelFamily::rows, exec::KernelFamily::points};
 
   FakeCudaBackend() : prev_tensor_(exec::find_family(DeviceKind::cuda, exec::KernelFamily::tensor)) {
     for (std::size_t i = 0; i < kFamilies.size(); ++i) {

@@ -254,6 +254,9 @@ struct Neighbors {
   DistSpec support;                     ///< spec of the support point set (gathers check features against it)
   NeighborStrategy strategy = NeighborStrategy::ring;  ///< the strategy that ran
   std::int64_t elements_sent = 0;       ///< point-set elements this rank sent to other ranks (traffic)
+  /// spatial_halo kNN: the queries other ranks shipped here to be answered from this rank's support
+  /// points (each answered with an index list of up to k rows; 0 for radius and ring).
+  std::int64_t queries_received = 0;
   /// The plan of F::gather_neighbors (which support rows this rank needs from whom), built by the
   /// first gather (collective) and reused by later gathers through this object or copies made
   /// after it. Not part of the result's value; never set it by hand.
