@@ -163,6 +163,28 @@ __device__ __forceinline__ T block_sum(T v, T* buf) {
   return total;
 }
 
+/// Runs `body(scratch)` with `bytes` of stream-ordered device scratch (cudaMallocAsync; a plain
+/// cudaMalloc where stream-ordered pools are unsupported), then synchronises `st` and frees it
+/// (queued before the synchronisation when pooled, after it otherwise). `body` queues work on `st`
+/// and returns a launcher code; the result is body's code, else the synchronisation's.
+template <class Body>
+int with_stream_scratch(std::size_t bytes, cudaStream_t st, Body&& body) {
+  void* ws = nullptr;
+  bool pooled = true;
+  cudaError_t e = cudaMallocAsync(&ws, bytes, st);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    pooled = false;
+    e = cudaMalloc(&ws, bytes);
+    if (e != cudaSuccess) return static_cast<int>(e);
+  }
+  const int rc = body(ws);
+  if (pooled) cudaFreeAsync(ws, st);
+  const int rs = static_cast<int>(cudaStreamSynchronize(st));
+  if (!pooled) cudaFree(ws);
+  return rc ? rc : rs;
+}
+
 }  // namespace shard::kernels::cu
 
 /// Grid-stride loop over i in [0, n) (i of type shard::kernels::cu::gidx).

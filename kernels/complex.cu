@@ -201,29 +201,19 @@ int cx_sum(int is_f64, cx_idx n, const void* x, double* host_out, void* stream) 
   cudaStream_t st = as_stream(stream);
   const unsigned blocks = grid_for(n, kThreads, kSumBlocks);
   const std::size_t bytes = (static_cast<std::size_t>(blocks) + 1) * 2 * sizeof(double);
-  double* ws = nullptr;
-  // Stream-ordered scratch; plain cudaMalloc where pools are unsupported (as elementwise.cu's sum).
-  bool pooled = true;
-  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&ws), bytes, st);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    pooled = false;
-    e = cudaMalloc(reinterpret_cast<void**>(&ws), bytes);
-    if (e != cudaSuccess) return static_cast<int>(e);
-  }
-  by_float_type(is_f64, [&](auto t) {
-    using T = decltype(t);
-    cx_sum_partial_kernel<T><<<blocks, kThreads, 0, st>>>(n, static_cast<const T*>(x), ws);
-    return 0;
+  return with_stream_scratch(bytes, st, [&](void* scratch) {
+    auto* ws = static_cast<double*>(scratch);
+    by_float_type(is_f64, [&](auto t) {
+      using T = decltype(t);
+      cx_sum_partial_kernel<T><<<blocks, kThreads, 0, st>>>(n, static_cast<const T*>(x), ws);
+      return 0;
+    });
+    cx_sum_final_kernel<<<1, kThreads, 0, st>>>(blocks, ws, ws + 2 * blocks);
+    const int rc = last_error();
+    return rc ? rc
+              : static_cast<int>(
+                    cudaMemcpyAsync(host_out, ws + 2 * blocks, 2 * sizeof(double), cudaMemcpyDeviceToHost, st));
   });
-  cx_sum_final_kernel<<<1, kThreads, 0, st>>>(blocks, ws, ws + 2 * blocks);
-  int rc = last_error();
-  if (rc == 0)
-    rc = static_cast<int>(cudaMemcpyAsync(host_out, ws + 2 * blocks, 2 * sizeof(double), cudaMemcpyDeviceToHost, st));
-  if (pooled) cudaFreeAsync(ws, st);
-  const int rs = static_cast<int>(cudaStreamSynchronize(st));
-  if (!pooled) cudaFree(ws);
-  return rc ? rc : rs;
 }
 
 }  // namespace shard::kernels
