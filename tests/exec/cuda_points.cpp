@@ -16,10 +16,12 @@
 
 #include "shardtensor/exec/points.hpp"
 #include "shardtensor/tensor/tensor_block.hpp"
+#include "support/points_grid_run.hpp"
 
 namespace st_exec_cuda_points {
 
 using namespace shard;
+using namespace shard::test;
 using exec::PointAggregate;
 using exec::PointGridGeometry;
 using exec::PointListGeometry;
@@ -145,42 +147,19 @@ TEMPLATE_TEST_CASE("cuda points: grid kernels match the CPU table", "[cuda][poin
       }
       geo.radius = 0.3;
       geo.linear_weight = linear;
-      std::vector<index_t> es{1, C}, es1{1, C + 1};
-      index_t ecells = 1;
-      for (int d = 0; d < D; ++d) {
-        es.push_back(geo.ext(d));
-        es1.push_back(geo.ext(d));
-        ecells *= geo.ext(d);
-      }
+      const index_t ecells = extended_cells(geo);
       const auto P = random_t<T, 2>({np, D}, 11, 0, 1), F = random_t<T, 2>({np, C}, 12), G = random_t<T, 2>({np, C}, 13);
       const auto E = random_t<T, 1>({C * ecells}, 14), CG = random_t<double, 1>({(C + 1) * ecells}, 15);
-      auto run = [&](Device dev) {
-        ExecContext& cx = ctx_of(dev);
-        auto view = [&](const auto& t, const std::vector<index_t>& s) {
-          const Block b = as_block(t);
-          return Block::view(b.dtype, b.device, b.data, s.data(), static_cast<int>(s.size()), nullptr, b.owner);
-        };
-        const auto p = P.to(dev), f = F.to(dev), gy = G.to(dev), e = E.to(dev), cg = CG.to(dev);
-        auto out = Tensor<T, 2>::empty({np, C}, dev), gp = Tensor<T, 2>::empty({np, D}, dev);
-        exec::points_grid_interp(geo, view(e, es), as_block(p), as_block(out), cx);
-        exec::points_grid_interp_grad_points(geo, view(e, es), as_block(p), as_block(gy), as_block(gp), cx);
-        auto gext = Tensor<double, 1>::zeros({C * ecells}, dev);
-        exec::points_grid_interp_scatter(geo, as_block(p), as_block(gy), view(gext, es), cx);
-        auto ext = Tensor<double, 1>::zeros({(C + 1) * ecells}, dev);
-        exec::points_grid_splat(geo, as_block(p), as_block(f), true, view(ext, es1), cx);
-        auto gf = Tensor<T, 2>::empty({np, C}, dev), gp2 = Tensor<T, 2>::empty({np, D}, dev);
-        const Block bgf = as_block(gf), bgp2 = as_block(gp2);
-        exec::points_grid_splat_backward(geo, view(cg, es1), as_block(p), as_block(f), true, &bgf, &bgp2, cx);
-        auto sums = ext.clone();
-        exec::points_grid_mean(C, ecells, as_block(sums), cx);
-        auto cg2 = cg.clone();
-        exec::points_grid_mean_backward(C, ecells, as_block(sums), true, as_block(cg2), cx);
-        return std::make_tuple(std::vector<Tensor<T, 2>>{out, gp, gf, gp2}, std::vector<Tensor<double, 1>>{gext, ext, sums, cg2});
-      };
-      const auto c = run(Device::cpu());
-      const auto d = run(kGpu);
-      for (std::size_t i = 0; i < std::get<0>(c).size(); ++i) require_close(std::get<0>(c)[i], std::get<0>(d)[i], 10 * tol<T>());
-      for (std::size_t i = 0; i < std::get<1>(c).size(); ++i) require_close(std::get<1>(c)[i], std::get<1>(d)[i], 1e-11);
+      const auto c = run_grid_kernels(geo, P, F, G, E, CG, Device::cpu());
+      const auto d = run_grid_kernels(geo, P, F, G, E, CG, kGpu);
+      for (std::size_t i = 0; i < c.points.size(); ++i) {
+        INFO(c.point_names[i]);
+        require_close(c.points[i], d.points[i], 10 * tol<T>());
+      }
+      for (std::size_t i = 0; i < c.grids.size(); ++i) {
+        INFO(c.grid_names[i]);
+        require_close(c.grids[i], d.grids[i], 1e-11);
+      }
     }
 }
 

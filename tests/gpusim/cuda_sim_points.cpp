@@ -20,10 +20,12 @@
 #include "gpusim_support.hpp"
 #include "shardtensor/exec/points.hpp"
 #include "shardtensor/tensor/tensor_block.hpp"
+#include "support/points_grid_run.hpp"
 
 namespace st_gpusim_cuda_sim_points {
 
 using namespace gpusim;
+using namespace shard::test;
 using exec::PointAggregate;
 using exec::PointGridGeometry;
 using exec::PointListGeometry;
@@ -166,13 +168,7 @@ TEMPLATE_TEST_CASE("gpusim points: point <-> grid interpolate / scatter / splat 
         }
         geo.radius = 0.3;
         geo.linear_weight = linear;
-        std::vector<index_t> es{1, C}, es1{1, C + 1};
-        index_t ecells = 1;
-        for (int d = 0; d < D; ++d) {
-          es.push_back(geo.ext(d));
-          es1.push_back(geo.ext(d));
-          ecells *= geo.ext(d);
-        }
+        const index_t ecells = extended_cells(geo);
         // Points of the rank's block (its cells and ghosts), some on faces and some outside.
         auto P = Tensor<T, 2>::empty({np, D});
         std::mt19937 g(11 + static_cast<unsigned>(D));
@@ -191,40 +187,11 @@ TEMPLATE_TEST_CASE("gpusim points: point <-> grid interpolate / scatter / splat 
           }
         const auto F = random_t<T, 2>({np, C}, 12), G = random_t<T, 2>({np, C}, 13);
         const auto E = random_t<T, 1>({C * ecells}, 14), CG = random_t<double, 1>({(C + 1) * ecells}, 15);
-        auto run = [&](Device dev) {
-          ExecContext& cx = current_context(dev);
-          auto view = [&](const auto& t, const std::vector<index_t>& s) {
-            const Block b = as_block(t);
-            return Block::view(b.dtype, b.device, b.data, s.data(), static_cast<int>(s.size()), nullptr, b.owner);
-          };
-          const auto p = P.to(dev), f = F.to(dev), gy = G.to(dev), e = E.to(dev), cg = CG.to(dev);
-          auto out = Tensor<T, 2>::empty({np, C}, dev), gp = Tensor<T, 2>::empty({np, D}, dev);
-          exec::points_grid_interp(geo, view(e, es), as_block(p), as_block(out), cx);
-          exec::points_grid_interp_grad_points(geo, view(e, es), as_block(p), as_block(gy), as_block(gp), cx);
-          auto gext = Tensor<double, 1>::zeros({C * ecells}, dev);
-          exec::points_grid_interp_scatter(geo, as_block(p), as_block(gy), view(gext, es), cx);
-          auto ext = Tensor<double, 1>::zeros({(C + 1) * ecells}, dev);
-          exec::points_grid_splat(geo, as_block(p), as_block(f), true, view(ext, es1), cx);
-          auto ext0 = Tensor<double, 1>::zeros({C * ecells}, dev);
-          exec::points_grid_splat(geo, as_block(p), as_block(f), false, view(ext0, es), cx);
-          auto gf = Tensor<T, 2>::empty({np, C}, dev), gp2 = Tensor<T, 2>::empty({np, D}, dev);
-          const Block bgf = as_block(gf), bgp2 = as_block(gp2);
-          exec::points_grid_splat_backward(geo, view(cg, es1), as_block(p), as_block(f), true, &bgf, &bgp2, cx);
-          auto sums = ext.clone();
-          exec::points_grid_mean(C, ecells, as_block(sums), cx);
-          auto cg2 = cg.clone();
-          exec::points_grid_mean_backward(C, ecells, as_block(sums), true, as_block(cg2), cx);
-          return std::make_tuple(std::vector<Tensor<T, 2>>{out, gp, gf, gp2},
-                                 std::vector<Tensor<double, 1>>{gext, ext, ext0, sums, cg2});
-        };
-        const auto c = run(Device::cpu());
-        const auto d = run(gpu());
-        const char* n2[] = {"interp", "interp grad points", "splat backward (features)", "splat backward (points)"};
-        const char* n1[] = {"interp scatter", "splat (with weight)", "splat", "mean", "mean backward"};
-        for (std::size_t i = 0; i < std::get<0>(c).size(); ++i)
-          require_close(std::get<0>(c)[i], std::get<0>(d)[i], 10 * list_tol<T>(), n2[i]);
-        for (std::size_t i = 0; i < std::get<1>(c).size(); ++i)
-          require_close(std::get<1>(c)[i], std::get<1>(d)[i], 1e-11, n1[i]);
+        const auto c = run_grid_kernels(geo, P, F, G, E, CG, Device::cpu());
+        const auto d = run_grid_kernels(geo, P, F, G, E, CG, gpu());
+        for (std::size_t i = 0; i < c.points.size(); ++i)
+          require_close(c.points[i], d.points[i], 10 * list_tol<T>(), c.point_names[i]);
+        for (std::size_t i = 0; i < c.grids.size(); ++i) require_close(c.grids[i], d.grids[i], 1e-11, c.grid_names[i]);
       }
 }
 

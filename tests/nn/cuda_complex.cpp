@@ -14,10 +14,12 @@
 
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
+#include "support/complex_fill.hpp"
 
 namespace st_nn_cuda_complex {
 
 using namespace shard;
+using namespace shard::test;
 using autograd::Var;
 
 namespace {
@@ -37,26 +39,6 @@ const DeviceMesh& mesh1() {
 }
 template <class T> double tol() { return sizeof(T) == 4 ? 1e-5 : 1e-10; }
 
-template <class T, int R>
-Tensor<T, R> rnd_real(const Shape<R>& s, std::uint64_t seed) {
-  auto t = Tensor<T, R>::empty(s);
-  t.fill_random(seed, RandomInit::uniform(-1, 1));
-  return t;
-}
-template <class T, int R>
-Tensor<std::complex<T>, R> rnd_cplx(const Shape<R>& s, std::uint64_t seed) {
-  const auto re = rnd_real<T, R>(s, seed), im = rnd_real<T, R>(s, seed + 7777);
-  auto out = Tensor<std::complex<T>, R>::empty(s);
-  for (index_t i = 0; i < out.numel(); ++i) out.data()[i] = {re.data()[i], im.data()[i]};
-  return out;
-}
-template <class X, int R>
-std::vector<cd> flat(const Tensor<X, R>& t) {
-  const auto c = t.to(Device::cpu()).contiguous();
-  std::vector<cd> v(static_cast<std::size_t>(c.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = cd(c.data()[i]);
-  return v;
-}
 /// max_i |a_i - b_i| / max(1, max|b|) (infinite when the sizes differ).
 double rel_err(const std::vector<cd>& a, const std::vector<cd>& b) {
   if (a.size() != b.size()) return INFINITY;

@@ -17,6 +17,7 @@
 
 #include "support/fake_cuda_backend.hpp"
 #include "support/mpi_harness.hpp"
+#include "support/complex_fill.hpp"
 
 namespace st_nn_mpi_complex_ops {
 
@@ -64,27 +65,7 @@ std::vector<Lay> partial_layouts(int P) {
   return v;
 }
 
-template <class T, int R>
-Tensor<T, R> rnd_real(const Shape<R>& s, std::uint64_t seed) {
-  auto t = Tensor<T, R>::empty(s);
-  t.fill_random(seed, RandomInit::uniform(-1, 1));
-  return t;
-}
-template <class T, int R>
-Tensor<std::complex<T>, R> rnd_cplx(const Shape<R>& s, std::uint64_t seed) {
-  const auto re = rnd_real<T, R>(s, seed), im = rnd_real<T, R>(s, seed + 7777);
-  auto out = Tensor<std::complex<T>, R>::empty(s);
-  for (index_t i = 0; i < out.numel(); ++i) out.data()[i] = {re.data()[i], im.data()[i]};
-  return out;
-}
 
-template <class X, int R>
-std::vector<cd> flat(const Tensor<X, R>& t) {
-  const auto c = t.to(Device::cpu()).contiguous();
-  std::vector<cd> v(static_cast<std::size_t>(c.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = cd(c.data()[i]);
-  return v;
-}
 
 struct Res {
   std::vector<std::vector<cd>> outs, grads;

@@ -17,6 +17,7 @@
 #include <shardtensor/shardtensor.hpp>
 
 #include "support/mpi_harness.hpp"
+#include "support/complex_fill.hpp"
 
 namespace st_nn_mpi_cuda_complex_fft {
 
@@ -33,19 +34,6 @@ Device my_gpu() {
 }
 template <class T> double tol() { return sizeof(T) == 4 ? 1e-4 : 1e-10; }
 
-template <class T, int R>
-Tensor<T, R> rnd_real(const Shape<R>& s, std::uint64_t seed) {
-  auto t = Tensor<T, R>::empty(s);
-  t.fill_random(seed, RandomInit::uniform(-1, 1));
-  return t;
-}
-template <class T, int R>
-Tensor<std::complex<T>, R> rnd_cplx(const Shape<R>& s, std::uint64_t seed) {
-  const auto re = rnd_real<T, R>(s, seed), im = rnd_real<T, R>(s, seed + 7777);
-  auto out = Tensor<std::complex<T>, R>::empty(s);
-  for (index_t i = 0; i < out.numel(); ++i) out.data()[i] = {re.data()[i], im.data()[i]};
-  return out;
-}
 /// max |a - b| / max(1, max |b|) of two tensors (any devices).
 template <class X, int R>
 double rel(const Tensor<X, R>& a, const Tensor<X, R>& b) {
@@ -120,24 +108,33 @@ Spectral<T> spectral(const DeviceMesh& mesh, const Lay& l, Device dev) {
           x.grad().full_tensor().to(Device::cpu()), w.grad().full_tensor().to(Device::cpu())};
 }
 
+/// compare(host mesh, GPU mesh, layout, this rank's GPU) for every communicator size of the
+/// harness and every layout; the GPU mesh runs on a device communicator of the same ranks.
+template <class Compare>
+void each_layout_on_both(Compare&& compare) {
+  for_each_comm_size([&](CommPtr c) {
+    const Device gpu = my_gpu();
+    CommPtr dc = make_device_comm(c, gpu);
+    for (const auto& l : layouts(c->size())) {
+      INFO(l.name << " on " << c->size() << " ranks");
+      compare(DeviceMesh(c, l.mesh), DeviceMesh(dc, l.mesh), l, gpu);
+    }
+  });
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("distributed complex FFT round trip with complex pointwise ops on CUDA == on the CPU",
                    "[nn][fft][complex][cuda][mpi]", double, float) {
   if (cuda_device_count() == 0) SKIP("no GPU visible: distributed complex FFT on CUDA not run");
   using T = TestType;
-  for_each_comm_size([](CommPtr c) {
-    const Device gpu = my_gpu();
-    CommPtr dc = make_device_comm(c, gpu);
-    for (const auto& l : layouts(c->size())) {
-      INFO(l.name << " on " << c->size() << " ranks");
-      const auto h = c2c<T>(DeviceMesh(c, l.mesh), l, Device::cpu());
-      const auto g = c2c<T>(DeviceMesh(dc, l.mesh), l, gpu);
-      CHECK(rel(g.spec, h.spec) <= tol<T>());
-      CHECK(rel(g.y, h.y) <= tol<T>());
-      CHECK(rel(g.gz, h.gz) <= tol<T>());
-      CHECK(rel(g.gk, h.gk) <= tol<T>());
-    }
+  each_layout_on_both([](const DeviceMesh& host_mesh, const DeviceMesh& gpu_mesh, const auto& l, Device gpu) {
+    const auto h = c2c<T>(host_mesh, l, Device::cpu());
+    const auto g = c2c<T>(gpu_mesh, l, gpu);
+    CHECK(rel(g.spec, h.spec) <= tol<T>());
+    CHECK(rel(g.y, h.y) <= tol<T>());
+    CHECK(rel(g.gz, h.gz) <= tol<T>());
+    CHECK(rel(g.gk, h.gk) <= tol<T>());
   });
 }
 
@@ -145,18 +142,13 @@ TEMPLATE_TEST_CASE("distributed rfftn round trip and spectral convolution on CUD
                    "[nn][fft][fno][cuda][mpi]", double, float) {
   if (cuda_device_count() == 0) SKIP("no GPU visible: distributed spectral convolution on CUDA not run");
   using T = TestType;
-  for_each_comm_size([](CommPtr c) {
-    const Device gpu = my_gpu();
-    CommPtr dc = make_device_comm(c, gpu);
-    for (const auto& l : layouts(c->size())) {
-      INFO(l.name << " on " << c->size() << " ranks");
-      const auto h = spectral<T>(DeviceMesh(c, l.mesh), l, Device::cpu());
-      const auto g = spectral<T>(DeviceMesh(dc, l.mesh), l, gpu);
-      CHECK(rel(g.back, h.back) <= tol<T>());
-      CHECK(rel(g.y, h.y) <= tol<T>());
-      CHECK(rel(g.gx, h.gx) <= tol<T>());
-      CHECK(rel(g.gw, h.gw) <= tol<T>());
-    }
+  each_layout_on_both([](const DeviceMesh& host_mesh, const DeviceMesh& gpu_mesh, const auto& l, Device gpu) {
+    const auto h = spectral<T>(host_mesh, l, Device::cpu());
+    const auto g = spectral<T>(gpu_mesh, l, gpu);
+    CHECK(rel(g.back, h.back) <= tol<T>());
+    CHECK(rel(g.y, h.y) <= tol<T>());
+    CHECK(rel(g.gx, h.gx) <= tol<T>());
+    CHECK(rel(g.gw, h.gw) <= tol<T>());
   });
 }
 
