@@ -35,7 +35,10 @@ constexpr ComplexOp kOps[] = {ComplexOp::real,     ComplexOp::imag,     ComplexO
                               ComplexOp::mul,      ComplexOp::mul_conj, ComplexOp::mul_real,    ComplexOp::re_mul_conj,
                               ComplexOp::abs_backward};
 
-/// 'c' complex, 'r' real, '-' unused: what op reads from a, b and writes to out.
+/// 'c' complex, 'r' real, '-' unused: what op reads from a, b and writes to out. Written here on
+/// purpose, apart from src/exec/pointwise.cpp's roles_of: the test states each op's operand kinds
+/// from exec/pointwise.hpp's documentation, so a wrong entry in the library's table shows up as a
+/// dtype error here instead of being copied into the test.
 std::array<char, 3> roles(ComplexOp k) {
   switch (k) {
     case ComplexOp::real:
