@@ -12,7 +12,7 @@
 //  - ring: every support shard visits every rank (P - 1 split-phase shifts over the flattened
 //    ring of all mesh dims), searched with index_offset = the shard's global row offset;
 //  - spatial_halo: rank s receives every support point within the query bound of its box (radius:
-//    r; kNN: the k-th distance its local search established, see knn_halo_rows and halo_query).
+//    r; kNN: the k-th distance its local search established, see knn_halo_exchange and halo_query).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
