@@ -196,6 +196,43 @@ TEMPLATE_TEST_CASE("fake device: the point-cloud pipeline on cuda:0 equals the h
   });
 }
 
+TEST_CASE("fake device: a U-Net training step reads nothing back to the host but the loss gradient seed",
+          "[nn][unet][device][mpi]") {
+  // Issue 30 scope 4 (no host work in the step): forward, mse loss, backward and an Adam step of a
+  // 2-D U-Net on the fake cuda:0 of a one-rank mesh (SelfComm: no communicator staging), in the
+  // steady state (third step), counted by the fake runtime: no stream synchronisation, no pinned
+  // allocation, no host -> device copy, and exactly one device -> host copy: mse_loss's backward
+  // reads the upstream gradient on the host (detail::first_value, a known sync on a GPU, open in
+  // issue 30). A new host round trip anywhere in the step fails this. Syncs inside a CUDA table
+  // (e.g. the loss value mse_forward returns to the host) are not visible here: the fake device
+  // runs the CPU tables.
+  FakeDevice fake;
+  DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
+  const Device dev = Device::cuda(0);
+  auto model = std::make_shared<UNet<float, 2>>(mesh, small_2d(Downsample::avg_pool, Upsample::nearest_conv), 7);
+  model->to(dev);
+  optim::Adam<float> adam(model->parameters(), {.lr = 1e-3});
+  const auto xs = DistTensor<float, 4>::random({1, 2, 16, 16}, mesh, {Replicate()}, 1).to(dev);
+  for (int step = 0; step < 3; ++step) {
+    const auto ts = DistTensor<float, 4>::random({1, 1, 16, 16}, mesh, {Replicate()}, 2).to(dev);
+    fake.reset_counts();
+    Var<float, 4> x(xs, false);
+    auto y = model->forward(x);
+    auto loss = F::mse_loss(y, Var<float, 4>(ts, false));
+    loss.backward();
+    adam.step();
+    adam.zero_grad();
+    const auto n = fake.counts();
+    INFO("step " << step << ": d2h " << n.d2h << ", h2d " << n.h2d << ", syncs " << n.syncs << ", pinned "
+                 << n.pinned_allocs);
+    if (step < 2) continue;
+    CHECK(n.d2h == 1);
+    CHECK(n.h2d == 0);
+    CHECK(n.syncs == 0);
+    CHECK(n.pinned_allocs == 0);
+  }
+}
+
 TEST_CASE("fake device: conv operands on different devices are refused on every rank", "[nn][conv][device][mpi]") {
   FakeDevice fake;
   for_each_comm_size([](CommPtr comm) {
