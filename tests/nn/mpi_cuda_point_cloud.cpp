@@ -46,11 +46,8 @@ TEMPLATE_TEST_CASE("point clouds on device blocks equal the host result at 1-4 r
     const int P = c->size();
     const Device gpu = my_gpu();
     auto dc = make_device_comm(c, gpu);
-    std::vector<std::pair<std::vector<int>, std::vector<Placement>>> layouts{{{P}, {Shard(2)}}};
-    if (P == 4) layouts.push_back({{2, 2}, {Shard(2), Shard(4)}});
-    for (const auto& [shape, pl] : layouts)
-      for (const auto& opts : {F::PointGridOptions{F::PointReduce::sum, F::PointWeight::none},
-                               F::PointGridOptions{F::PointReduce::mean, F::PointWeight::linear}}) {
+    for (const auto& [shape, pl] : point_cloud::layouts(P))
+      for (const auto& opts : point_cloud::grid_options()) {
         INFO("ranks " << P << ", mesh dims " << shape.size() << ", reduce " << int(opts.reduce) << ", weight "
                       << int(opts.weight));
         const DeviceMesh hm(c, shape), dm(dc, shape);

@@ -171,11 +171,8 @@ TEMPLATE_TEST_CASE("fake device: the point-cloud pipeline on cuda:0 equals the h
     auto* mpi = dynamic_cast<MpiComm*>(c.get());
     const MpiDeviceTransport before = mpi ? mpi->device_transport() : MpiDeviceTransport::automatic;
     if (mpi) mpi->set_device_transport(MpiDeviceTransport::direct);  // "device" memory is host memory
-    std::vector<std::pair<std::vector<int>, std::vector<Placement>>> layouts{{{P}, {Shard(2)}}};
-    if (P == 4) layouts.push_back({{2, 2}, {Shard(2), Shard(4)}});
-    for (const auto& [shape, pl] : layouts)
-      for (const auto& opts : {F::PointGridOptions{F::PointReduce::sum, F::PointWeight::none},
-                               F::PointGridOptions{F::PointReduce::mean, F::PointWeight::linear}}) {
+    for (const auto& [shape, pl] : point_cloud::layouts(P))
+      for (const auto& opts : point_cloud::grid_options()) {
         INFO("ranks " << P << ", mesh dims " << shape.size() << ", reduce " << int(opts.reduce) << ", weight "
                       << int(opts.weight));
         const DeviceMesh mesh(c, shape);

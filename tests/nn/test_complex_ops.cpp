@@ -10,11 +10,14 @@
 #include <functional>
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/shardtensor.hpp>
+#include "support/complex_fill.hpp"
 
 namespace st_nn_test_complex_ops {
 
 using namespace shard;
 using autograd::Var;
+using shard::test::rnd_cplx;
+using shard::test::rnd_real;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
@@ -24,19 +27,6 @@ const DeviceMesh& mesh1() {
   return m;
 }
 
-template <class T, int R>
-Tensor<T, R> rnd_real(const Shape<R>& s, std::uint64_t seed) {
-  auto t = Tensor<T, R>::empty(s);
-  t.fill_random(seed, RandomInit::uniform(-1, 1));
-  return t;
-}
-template <class T, int R>
-Tensor<std::complex<T>, R> rnd_cplx(const Shape<R>& s, std::uint64_t seed) {
-  const auto re = rnd_real<T, R>(s, seed), im = rnd_real<T, R>(s, seed + 7777);
-  auto out = Tensor<std::complex<T>, R>::empty(s);
-  for (index_t i = 0; i < out.numel(); ++i) out.data()[i] = {re.data()[i], im.data()[i]};
-  return out;
-}
 template <class X, int R>
 Var<X, R> leaf(const Tensor<X, R>& t, bool rg = true) {
   return Var<X, R>(DistTensor<X, R>::distribute(t, mesh1(), {Replicate()}), rg);

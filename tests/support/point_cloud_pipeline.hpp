@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
@@ -105,6 +106,20 @@ Run pipeline(const DeviceMesh& mesh, const std::vector<Placement>& pl, Device de
     }
   }
   return out;
+}
+
+/// The mesh layouts of the pipeline tests at P ranks (grid [1, C, G, G, G]): a 1-D mesh sharding
+/// x, and at 4 ranks a 2x2 mesh sharding x and z.
+inline std::vector<std::pair<std::vector<int>, std::vector<Placement>>> layouts(int P) {
+  std::vector<std::pair<std::vector<int>, std::vector<Placement>>> v{{{P}, {Shard(2)}}};
+  if (P == 4) v.push_back({{2, 2}, {Shard(2), Shard(4)}});
+  return v;
+}
+
+/// The grid options of the pipeline tests: sum without weights, mean with linear weights.
+inline std::vector<F::PointGridOptions> grid_options() {
+  return {F::PointGridOptions{F::PointReduce::sum, F::PointWeight::none},
+          F::PointGridOptions{F::PointReduce::mean, F::PointWeight::linear}};
 }
 
 }  // namespace shard::test::point_cloud
