@@ -165,6 +165,46 @@ __global__ void from_f64_kernel(idx n, const double* __restrict__ src, T* __rest
   SHARD_GRID_STRIDE(i, n) dst[i] = narrow<T>(src[i]);
 }
 
+/// norm_finish (src/exec/norm_cpu.cpp's finish_impl, operation for operation).
+__global__ void finish_kernel(Finish f) {
+  bool bad = false;
+  if (f.check) {  // exact: P * S2 == S1^2 in 128 bits
+    const auto s1 = static_cast<unsigned long long>(f.check[0]);
+    const auto s2 = static_cast<unsigned long long>(f.check[1]);
+    const auto p = static_cast<unsigned long long>(f.P);
+    bad = __umul64hi(s1, s1) != __umul64hi(p, s2) || s1 * s1 != p * s2;
+  }
+  const double nan = __longlong_as_double(0x7ff8000000000000LL);
+  const double cnt = static_cast<double>(f.count);
+  auto get = [](const void* r, bool f64, idx k) {
+    return f64 ? static_cast<const double*>(r)[k] : static_cast<double>(static_cast<const float*>(r)[k]);
+  };
+  auto put = [](void* r, bool f64, idx k, double v) {
+    if (f64) static_cast<double*>(r)[k] = v;
+    else static_cast<float*>(r)[k] = __double2float_rn(v);
+  };
+  SHARD_GRID_STRIDE(k, f.K) {
+    switch (f.mode) {
+      case 3:
+        if (bad) f.v[k] = nan;
+        break;
+      case 0: f.v[k] = bad ? nan : __ddiv_rn(f.v[k], cnt); break;
+      case 2:
+        f.mean[k] = bad ? nan : get(f.rm, f.rm_f64, k);
+        f.v[k] = bad ? nan : __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(get(f.rv, f.rv_f64, k), f.eps)));
+        break;
+      default: {
+        const double var = bad ? nan : __ddiv_rn(f.v[k], cnt);
+        const double unbiased = f.count > 1 ? __ddiv_rn(__dmul_rn(var, cnt), static_cast<double>(f.count - 1)) : var;
+        const double m = f.momentum, m1 = __dsub_rn(1.0, m);
+        if (f.rm) put(f.rm, f.rm_f64, k, __dadd_rn(__dmul_rn(m1, get(f.rm, f.rm_f64, k)), __dmul_rn(m, f.mean[k])));
+        if (f.rv) put(f.rv, f.rv_f64, k, __dadd_rn(__dmul_rn(m1, get(f.rv, f.rv_f64, k)), __dmul_rn(m, unbiased)));
+        f.v[k] = __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, f.eps)));
+      }
+    }
+  }
+}
+
 unsigned blocks_for(idx n) { return grid_for(n, kBlock); }
 unsigned grid_for_stats(idx K) { return blocks_per_item(K); }
 int done() { return last_error(); }
@@ -246,6 +286,12 @@ int from_f64(int dtype, idx n, const double* src, void* dst, void* stream) {
     from_f64_kernel<T><<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, src, static_cast<T*>(dst));
     return done();
   });
+}
+
+int finish(const Finish& f, void* stream) {
+  if (f.K <= 0) return 0;
+  finish_kernel<<<blocks_for(f.K), kBlock, 0, as_stream(stream)>>>(f);
+  return done();
 }
 
 }  // namespace shard::kernels::norm

@@ -190,7 +190,24 @@ __global__ void final_sum_kernel(idx parts, const double* __restrict__ part, dou
   if (threadIdx.x == 0) *out = buf[0];
 }
 
-template <class T> __global__ void mse_backward_kernel(idx n, T c, const T* p, const T* t, T* gp, T* gt) {
+/// The final pass of global_sum_into: out[0] = T(scale * sum of the block partials), in the same
+/// fixed order as final_sum_kernel.
+template <class T>
+__global__ void final_store_kernel(idx parts, const double* __restrict__ part, double scale, T* __restrict__ out) {
+  __shared__ double buf[kThreads];
+  double s = 0;
+  for (idx i = threadIdx.x; i < parts; i += blockDim.x) s += part[i];
+  buf[threadIdx.x] = s;
+  block_tree(buf);
+  if (threadIdx.x == 0) *out = static_cast<T>(__dmul_rn(buf[0], scale));
+}
+
+/// gp = c (p - t), gt = -gp; c = T(scale * g[0]) read here when g is set (the upstream gradient
+/// stays on the device), else the host's c.
+template <class T>
+__global__ void mse_backward_kernel(idx n, T c, double scale, const T* __restrict__ g, const T* p, const T* t, T* gp,
+                                    T* gt) {
+  if (g) c = static_cast<T>(__dmul_rn(scale, static_cast<double>(*g)));
   SHARD_GRID_STRIDE(i, n) {
     const T v = c * (p[i] - t[i]);
     gp[i] = v;
@@ -322,13 +339,31 @@ int rd_global_sum(int is_f64, int kind, idx n, const void* a, const void* b, dou
   return copy_to_host(host_out, ws + kMaxGlobalBlocks, 1, stream);
 }
 
-int rd_mse_backward(int is_f64, idx n, double scale, const void* p, const void* t, void* gp, void* gt, void* stream) {
+int rd_global_sum_into(int is_f64, int kind, idx n, const void* a, const void* b, double* ws, double scale, void* out,
+                       void* stream) {
+  idx blocks = n > 0 ? (n + kThreads - 1) / kThreads : 0;
+  if (blocks > kMaxGlobalBlocks) blocks = kMaxGlobalBlocks;
+  return by_float_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    if (blocks > 0) {
+      global_partial_kernel<T><<<static_cast<int>(blocks), kThreads, 0, as_stream(stream)>>>(
+          kind, n, static_cast<const T*>(a), static_cast<const T*>(b), ws);
+      if (const int e = last_error()) return e;
+    }
+    // blocks = 0 (n = 0): the final pass sums no partials and stores T(0 * scale).
+    final_store_kernel<T><<<1, kThreads, 0, as_stream(stream)>>>(blocks, ws, scale, static_cast<T*>(out));
+    return last_error();
+  });
+}
+
+int rd_mse_backward(int is_f64, idx n, double scale, const void* g, const void* p, const void* t, void* gp, void* gt,
+                    void* stream) {
   if (n <= 0) return 0;
   return by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
     mse_backward_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
-        n, static_cast<T>(scale), static_cast<const T*>(p), static_cast<const T*>(t), static_cast<T*>(gp),
-        static_cast<T*>(gt));
+        n, static_cast<T>(scale), scale, static_cast<const T*>(g), static_cast<const T*>(p), static_cast<const T*>(t),
+        static_cast<T*>(gp), static_cast<T*>(gt));
     return last_error();
   });
 }

@@ -490,6 +490,13 @@ void MpiComm::allreduce(const void* send, void* recv, index_t count, DType dt, R
   SHARD_PROFILE_COMM("allreduce", ctx, count * dtype_size(dt));
   const int n = to_int(count, "allreduce");
   const MPI_Op mop = mpi_op(op, dt);
+  if (size_ == 1 && on_device(ctx)) {
+    // One rank: the result is the input (avg divides by 1). No host staging and no wait for the
+    // stream: a 1-rank device step through MPI stays asynchronous (the parameter gradients' sums).
+    const DevCall d(*ctx, "allreduce");
+    if (send != recv && count > 0) d.rt->copy(recv, d.dev, send, d.dev, nbytes(count, dt), d.stream, false);
+    return;
+  }
   if (!on_device(ctx) || (passes_device_pointers() && op != ReduceOp::avg)) {
     if (on_device(ctx)) DevCall(*ctx, "allreduce").sync();
     const void* s = send == recv ? MPI_IN_PLACE : send;
@@ -513,6 +520,7 @@ void MpiComm::broadcast(void* buf, index_t count, DType dt, int root, ExecContex
   SHARD_PROFILE_COMM("broadcast", ctx, count * dtype_size(dt));
   SHARD_CHECK(root >= 0 && root < size_, "broadcast", "root {} out of range for {} ranks", root, size_);
   const int n = to_int(count, "broadcast");
+  if (size_ == 1 && on_device(ctx)) return;  // one rank: the buffer already holds the root's data
   if (!on_device(ctx) || passes_device_pointers()) {
     if (on_device(ctx)) DevCall(*ctx, "broadcast").sync();
     SHARD_MPI_BLOCKING(ctx, "MPI_Bcast", (MPI_Bcast(buf, n, mpi_type(dt), root, comm_)),

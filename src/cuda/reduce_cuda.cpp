@@ -57,11 +57,18 @@ struct CudaReduce final : ReduceKernels {
     check_rc(kernels::rd_global_sum(is_f64(dt), kind, n, a, b, ws, &out, ctx.stream().handle), op, ctx);
     return out;
   }
-  void mse_backward(double scale, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
+  void global_sum_into(int kind, DType dt, index_t n, const void* a, const void* b, double scale, void* out,
+                       ExecContext& ctx) const override {
+    const char* op = kind == 0 ? "sum" : kind == 1 ? "dot" : "mse_loss";
+    DeviceScope scope(ctx, op);
+    double* ws = workspace_doubles(ctx, kernels::rd_global_sum_workspace(n));
+    check_rc(kernels::rd_global_sum_into(is_f64(dt), kind, n, a, b, ws, scale, out, ctx.stream().handle), op, ctx);
+  }
+  void mse_backward(double scale, const void* g, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
                     ExecContext& ctx) const override {
     DeviceScope scope(ctx, "mse_loss_backward");
-    check_rc(kernels::rd_mse_backward(is_f64(dt), n, scale, p, t, gp, gt, ctx.stream().handle), "mse_loss_backward",
-             ctx);
+    check_rc(kernels::rd_mse_backward(is_f64(dt), n, scale, g, p, t, gp, gt, ctx.stream().handle),
+             "mse_loss_backward", ctx);
   }
   void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* host_sums,
                    ExecContext& ctx) const override {

@@ -138,7 +138,7 @@ void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const 
   tab.backward_dx(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), sg, sgx, inv_count, dx.data, ctx);
 }
 
-void load_f64(const Block& src, double* host, ExecContext& ctx) {
+void load_f64(const Block& src, double* host, ExecContext& ctx) {  // host: device memory of ctx
   if (detail::F32Work::needed(src.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("load_f64", {src.dtype});
     if (!norm_storage_native(src.dtype, KernelPass::forward, ctx)) {
@@ -164,6 +164,26 @@ void store_f64(const double* host, const Block& dst, ExecContext& ctx) {
   detail::check_block("store_f64", "destination", dst, dst.dtype, dst.numel(), ctx);
   const auto& tab = detail::storage_table<NormKernels>("store_f64", dst.dtype, KernelPass::forward, ctx.device(), ctx);
   if (dst.numel() > 0) tab.store_f64(dst.dtype, dst.numel(), host, dst.data, ctx);
+}
+
+void norm_finish(const NormFinishArgs& a, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "norm", "finish", &ctx);
+  const char* op = "norm_finish";
+  SHARD_CHECK(a.K >= 0 && a.count >= 0 && a.P >= 1, op, "bad sizes (K {}, count {}, ranks {})", a.K, a.count, a.P);
+  SHARD_CHECK(a.K == 0 || a.v, op, "no statistics buffer");
+  SHARD_CHECK(a.mode != NormFinish::eval || (a.mean && a.run_mean && a.run_var), op,
+              "evaluation mode needs the mean buffer and both running statistics");
+  SHARD_CHECK(a.mode != NormFinish::invstd || a.mean || (!a.run_mean && !a.run_var), op,
+              "updating the running statistics needs the mean");
+  for (const Block* r : {a.run_mean, a.run_var}) {
+    if (!r) continue;
+    SHARD_CHECK(r->dtype == DType::f32 || r->dtype == DType::f64, op, "running statistic of dtype {}; f32 or f64 needed",
+                r->dtype);
+    detail::check_block(op, "running statistic", *r, r->dtype, a.K, ctx);
+    SHARD_CHECK(r->is_contiguous(), op, "running statistic must be contiguous");
+  }
+  if (a.K == 0) return;
+  kernels_for<NormKernels>(ctx.device(), op).finish(a, ctx);
 }
 
 }  // namespace shard::exec

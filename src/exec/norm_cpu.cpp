@@ -5,6 +5,8 @@
 // All sums accumulate in double. Each OpenMP loop is split so that one thread owns each statistic.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "exec/norm_kernels.hpp"
@@ -264,6 +266,45 @@ void store_impl(index_t n, const double* host, T* dst) {
 
 #define SHARD_NORM_DISPATCH(dt, CALL) SHARD_STORAGE_DISPATCH("norm", dt, CALL)
 
+/// norm_finish on host memory (the arithmetic the CUDA kernel repeats with _rn intrinsics).
+void finish_impl(const NormFinishArgs& a) {
+  // Exact in 128 bits, like allreduce_sum's host check (the sums are integers below 2^53).
+  const auto s1 = a.check ? static_cast<unsigned __int128>(static_cast<std::uint64_t>(a.check[0])) : 0;
+  const auto s2 = a.check ? static_cast<unsigned __int128>(static_cast<std::uint64_t>(a.check[1])) : 0;
+  const bool bad = a.check && s2 * static_cast<std::uint64_t>(a.P) != s1 * s1;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto cnt = static_cast<double>(a.count);
+  auto get = [](const Block* r, index_t k) {
+    return r->dtype == DType::f32 ? static_cast<double>(static_cast<const float*>(r->data)[k])
+                                  : static_cast<const double*>(r->data)[k];
+  };
+  auto put = [](const Block* r, index_t k, double v) {
+    if (r->dtype == DType::f32) static_cast<float*>(r->data)[k] = static_cast<float>(v);
+    else static_cast<double*>(r->data)[k] = v;
+  };
+  for (index_t k = 0; k < a.K; ++k) {
+    switch (a.mode) {
+      case NormFinish::check:
+        if (bad) a.v[k] = nan;
+        break;
+      case NormFinish::mean: a.v[k] = bad ? nan : a.v[k] / cnt; break;
+      case NormFinish::eval:
+        a.mean[k] = bad ? nan : get(a.run_mean, k);
+        a.v[k] = bad ? nan : 1.0 / std::sqrt(get(a.run_var, k) + a.eps);
+        break;
+      case NormFinish::invstd: {
+        const double var = bad ? nan : a.v[k] / cnt;
+        const double unbiased = a.count > 1 ? var * cnt / static_cast<double>(a.count - 1) : var;
+        const double m = a.momentum;
+        if (a.run_mean) put(a.run_mean, k, (1 - m) * get(a.run_mean, k) + m * a.mean[k]);
+        if (a.run_var) put(a.run_var, k, (1 - m) * get(a.run_var, k) + m * unbiased);
+        a.v[k] = 1.0 / std::sqrt(var + a.eps);
+        break;
+      }
+    }
+  }
+}
+
 struct CpuNorm final : NormKernels {
   bool takes_strided_input() const override { return true; }
   // bf16 / f16 read and written in place: the loops widen every element to double and round the
@@ -296,6 +337,7 @@ struct CpuNorm final : NormKernels {
   void store_f64(DType dt, index_t n, const double* host, void* dst, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, store_impl<T>(n, host, static_cast<T*>(dst)));
   }
+  void finish(const NormFinishArgs& a, ExecContext&) const override { finish_impl(a); }
 };
 
 #undef SHARD_NORM_DISPATCH

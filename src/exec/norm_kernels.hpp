@@ -1,6 +1,6 @@
 #pragma once
 // Norm kernel family (private interface; see include/shardtensor/exec/norm.hpp for the contract).
-// Device pointers for tensor data, host pointers for the statistics.
+// Device pointers for tensor data and for the statistics (host memory on the CPU).
 #include "shardtensor/exec/norm.hpp"
 #include "shardtensor/runtime/registry.hpp"
 #include "exec/kernel_table.hpp"
@@ -26,8 +26,10 @@ struct NormKernels : KernelTable {
   virtual void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
                            const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
                            void* dx, ExecContext& ctx) const = 0;
-  virtual void load_f64(DType dt, index_t n, const void* src, double* host, ExecContext& ctx) const = 0;
-  virtual void store_f64(DType dt, index_t n, const double* host, void* dst, ExecContext& ctx) const = 0;
+  virtual void load_f64(DType dt, index_t n, const void* src, double* out, ExecContext& ctx) const = 0;
+  virtual void store_f64(DType dt, index_t n, const double* v, void* dst, ExecContext& ctx) const = 0;
+  /// NormFinishArgs (the front checked the running statistics: f32 / f64, [K], contiguous).
+  virtual void finish(const NormFinishArgs& a, ExecContext& ctx) const = 0;
 };
 
 

@@ -200,15 +200,49 @@ double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx) {
   return reduce_table(a, "mse_loss", ctx).global_sum(2, a.dtype, a.numel(), a.data, b.data, ctx);
 }
 
-void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
-  SHARD_PROFILE_SCOPE("op", "reduce", "mse_backward", &ctx);
-  if (detail::F32Work::needed(p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("mse_backward", {p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype)});
+void sq_diff_sum_into(const Block& a, const Block& b, double scale, const Block& out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "sq_diff_sum", &ctx);
+  const char* op = "mse_loss";
+  if (detail::F32Work::needed(a.dtype, b.dtype, out.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op, {a.dtype, b.dtype, out.dtype});
     detail::F32Work f(ctx);
-    mse_backward(scale, f.in(p), f.in(t), f.out(gp), gt.numel() ? f.out(gt) : gt, ctx);
+    sq_diff_sum_into(f.in(a), f.in(b), scale, f.out(out), ctx);
+    return f.finish();
+  }
+  check_strided(a, a, a.dtype, op, "pred");
+  check_strided(b, a, a.dtype, op, "target");
+  check_like(out, a, a.dtype, op, "loss value");
+  SHARD_CHECK(out.numel() == 1, op, "the loss value has {} elements, expected 1", out.numel());
+  const auto& tab = reduce_table(a, op, ctx);
+  if ((!a.is_contiguous() || !b.is_contiguous()) && a.numel() > 0) {
+    // Strided views (e.g. the interior of a halo-padded array): read in place where the table can.
+    if (tab.sq_diff_sum_strided_into(a, b, scale, out.data, ctx)) return;
+    const Block ac = a.is_contiguous() ? a : detail::materialize(a, ctx);
+    const Block bc = b.is_contiguous() ? b : detail::materialize(b, ctx);
+    return tab.global_sum_into(2, a.dtype, a.numel(), ac.data, bc.data, scale, out.data, ctx);
+  }
+  tab.global_sum_into(2, a.dtype, a.numel(), a.data, b.data, scale, out.data, ctx);
+}
+
+void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
+  mse_backward(scale, Block{}, p, t, gp, gt, ctx);
+}
+
+void mse_backward(double scale, const Block& g, const Block& p, const Block& t, const Block& gp, const Block& gt,
+                  ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "mse_backward", &ctx);
+  const DType gdt = g.data ? g.dtype : p.dtype;
+  if (detail::F32Work::needed(p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype), gdt)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("mse_backward", {p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype), gdt});
+    detail::F32Work f(ctx);
+    mse_backward(scale, g.data ? f.in(g) : g, f.in(p), f.in(t), f.out(gp), gt.numel() ? f.out(gt) : gt, ctx);
     return f.finish();
   }
   const char* op = "mse_loss_backward";
+  if (g.data) {
+    check_like(g, p, p.dtype, op, "loss gradient");
+    SHARD_CHECK(g.numel() == 1, op, "the loss gradient has {} elements, expected 1", g.numel());
+  }
   if (!p.is_contiguous() || !t.is_contiguous()) {
     check_strided(p, p, p.dtype, op, "pred");
     check_strided(t, p, p.dtype, op, "target");
@@ -219,10 +253,10 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
       check_same_shape(p, gt, op, "target gradient");
     }
     if (p.numel() == 0) return;
-    if (reduce_table(p, op, ctx).mse_backward_strided(scale, p, t, gp, gt, ctx)) return;
+    if (reduce_table(p, op, ctx).mse_backward_strided(scale, g.data, p, t, gp, gt, ctx)) return;
     const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
     const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
-    reduce_table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), pc.data, tc.data, gp.data, gt.data, ctx);
+    reduce_table(p, op, ctx).mse_backward(scale, g.data, p.dtype, p.numel(), pc.data, tc.data, gp.data, gt.data, ctx);
     return;
   }
   check_main(p, op, "pred");
@@ -235,7 +269,7 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
     check_same_shape(p, gt, op, "target gradient");
   }
   if (p.numel() == 0) return;
-  reduce_table(p, op, ctx).mse_backward(scale, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
+  reduce_table(p, op, ctx).mse_backward(scale, g.data, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
 }
 void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_sums", &ctx);

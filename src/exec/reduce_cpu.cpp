@@ -18,6 +18,12 @@ template <class F> void reduce_by_dtype(DType dt, F&& f) {
   else f(float{});
 }
 
+/// The mse gradient factor: T(scale * g[0]) with g the upstream gradient (one T), else T(scale)
+/// (the CUDA kernels compute the same double product, then round once).
+template <class T> T coefficient(double scale, const void* g) {
+  return static_cast<T>(g ? scale * static_cast<double>(*static_cast<const T*>(g)) : scale);
+}
+
 /// Strides mapping an index of x's shape to the keepdim result `out` (0 on reduced dims).
 Block::Extents keepdim_strides(const Block& x, const Block& out) {
   Block::Extents st{};
@@ -199,11 +205,19 @@ struct CpuReduce final : ReduceKernels {
     });
     return s;
   }
-  void mse_backward(double scale, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
+  void global_sum_into(int kind, DType dt, index_t n, const void* a, const void* b, double scale, void* out,
+                       ExecContext& ctx) const override {
+    const double s = global_sum(kind, dt, n, a, b, ctx);
+    reduce_by_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      *static_cast<T*>(out) = static_cast<T>(s * scale);
+    });
+  }
+  void mse_backward(double scale, const void* g, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
                     ExecContext&) const override {
     reduce_by_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
-      const T c = static_cast<T>(scale);
+      const T c = coefficient<T>(scale, g);
       const T* pp = static_cast<const T*>(p);
       const T* pt = static_cast<const T*>(t);
       T* o = static_cast<T*>(gp);
@@ -248,14 +262,24 @@ struct CpuReduce final : ReduceKernels {
     out = acc;
     return true;
   }
-  bool mse_backward_strided(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt,
-                            ExecContext&) const override {
+  bool sq_diff_sum_strided_into(const Block& a, const Block& b, double scale, void* out,
+                                ExecContext& ctx) const override {
+    double s = 0;
+    sq_diff_sum_strided(a, b, s, ctx);
+    reduce_by_dtype(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      *static_cast<T*>(out) = static_cast<T>(s * scale);
+    });
+    return true;
+  }
+  bool mse_backward_strided(double scale, const void* g, const Block& p, const Block& t, const Block& gp,
+                            const Block& gt, ExecContext&) const override {
     using detail::row_offset;
     const index_t inner = detail::row_extent(p), rows = inner ? p.numel() / inner : 0;
     const index_t sp = detail::row_step(p), st = detail::row_step(t);
     reduce_by_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
-      const T c = static_cast<T>(scale);
+      const T c = coefficient<T>(scale, g);
       const T* pp = static_cast<const T*>(p.data);
       const T* pt = static_cast<const T*>(t.data);
       T* o = static_cast<T*>(gp.data);

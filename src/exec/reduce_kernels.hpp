@@ -23,8 +23,14 @@ struct ReduceKernels : KernelTable {
                             ExecContext& ctx) const = 0;
   /// kind 0: sum a; 1: sum a b; 2: sum (a - b)^2 (b unused for kind 0).
   virtual double global_sum(int kind, DType dt, index_t n, const void* a, const void* b, ExecContext& ctx) const = 0;
-  virtual void mse_backward(double scale, DType dt, index_t n, const void* p, const void* t, void* gp, void* gt,
-                            ExecContext& ctx) const = 0;
+  /// out[0] (one element of dt, device memory) = dt(scale * the kind's sum); queued on the
+  /// context's stream, no host read (n = 0 writes 0).
+  virtual void global_sum_into(int kind, DType dt, index_t n, const void* a, const void* b, double scale, void* out,
+                               ExecContext& ctx) const = 0;
+  /// gp = c (p - t), gt = -gp (gt null: skipped), c = dt(g ? scale * g[0] : scale); g (one element of
+  /// dt, device memory, may be null) is read by the kernel.
+  virtual void mse_backward(double scale, const void* g, DType dt, index_t n, const void* p, const void* t, void* gp,
+                            void* gt, ExecContext& ctx) const = 0;
   /// Strided entry points (the blocks may have any strides, same shape; gp, gt contiguous):
   /// a table that reads strided operands in place returns true; the default returns false and
   /// the front then passes contiguous copies to the flat entry points above.
@@ -32,9 +38,14 @@ struct ReduceKernels : KernelTable {
     (void)a, (void)b, (void)out, (void)ctx;
     return false;
   }
-  virtual bool mse_backward_strided(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt,
-                                    ExecContext& ctx) const {
-    (void)scale, (void)p, (void)t, (void)gp, (void)gt, (void)ctx;
+  virtual bool sq_diff_sum_strided_into(const Block& a, const Block& b, double scale, void* out,
+                                        ExecContext& ctx) const {
+    (void)a, (void)b, (void)scale, (void)out, (void)ctx;
+    return false;
+  }
+  virtual bool mse_backward_strided(double scale, const void* g, const Block& p, const Block& t, const Block& gp,
+                                    const Block& gt, ExecContext& ctx) const {
+    (void)scale, (void)g, (void)p, (void)t, (void)gp, (void)gt, (void)ctx;
     return false;
   }
   /// rel_l2 over strided p, t (gp, gt contiguous); sample s = the rows with dim-0 index s.

@@ -33,4 +33,22 @@ int to_f64(int dtype, idx n, const void* src, double* dst, void* stream);
 /// dst[i] = (T) src[i] (through float for bf16 / f16).
 int from_f64(int dtype, idx n, const double* src, void* dst, void* stream);
 
+/// exec::NormFinishArgs in plain form (mode: 0 mean, 1 invstd, 2 eval, 3 check; rm / rv the
+/// running statistics, f32 unless *_f64; check: the two allreduced check values or null).
+struct Finish {
+  int mode;
+  idx K, count;
+  double eps, momentum;
+  double* v;
+  double* mean;
+  void* rm;
+  void* rv;
+  bool rm_f64, rv_f64;
+  const double* check;
+  idx P;
+};
+/// Finishes the statistics in place (one thread per statistic; the host table's arithmetic with
+/// _rn intrinsics, no contraction); a failed check makes every written value NaN.
+int finish(const Finish& f, void* stream);
+
 }  // namespace shard::kernels::norm

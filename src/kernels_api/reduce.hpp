@@ -28,9 +28,14 @@ rd_idx rd_global_sum_workspace(rd_idx n);
 /// rd_global_sum_workspace(n) doubles. Synchronises the stream.
 int rd_global_sum(int is_f64, int kind, rd_idx n, const void* a, const void* b, double* ws, double* host_out,
                   void* stream);
-/// gp = T(scale) (p - t); gt = -gp when gt is not null.
-int rd_mse_backward(int is_f64, rd_idx n, double scale, const void* p, const void* t, void* gp, void* gt,
-                    void* stream);
+/// *out (one T, device memory) = T(scale * sum) for kind 0/1/2 as rd_global_sum; no host read, no
+/// synchronisation. `ws` as rd_global_sum's. n = 0 stores 0.
+int rd_global_sum_into(int is_f64, int kind, rd_idx n, const void* a, const void* b, double* ws, double scale,
+                       void* out, void* stream);
+/// gp = c (p - t); gt = -gp when gt is not null. c = T(scale * g[0]) when g (one T, device memory)
+/// is not null, read by the kernel; else T(scale).
+int rd_mse_backward(int is_f64, rd_idx n, double scale, const void* g, const void* p, const void* t, void* gp,
+                    void* gt, void* stream);
 /// Doubles of workspace rd_rel_l2_sums needs.
 rd_idx rd_rel_l2_workspace(rd_idx samples, rd_idx inner);
 /// host_sums[2s] = ||p_s - t_s||^2, host_sums[2s+1] = ||t_s||^2. Synchronises the stream.

@@ -1,70 +1,96 @@
 // Schedule of the norms (see include/shardtensor/nn/functional/norm.hpp): the norm kernel family's
-// calls and the allreduces of the host statistics, in order, for one rank's local block.
-#include <cmath>
+// calls and the allreduces of the statistics, in order, for one rank's local block. The
+// statistics live in the device memory of the block's context (host memory on the CPU): they are
+// summed by device collectives and finished by exec::norm_finish, so nothing here reads a value
+// back to the host or waits for a GPU.
 #include <vector>
 
+#include "shardtensor/exec/box.hpp"
 #include "shardtensor/exec/norm.hpp"
 #include "shardtensor/nn/functional/norm.hpp"
 
 namespace shard::nn::functional::detail {
 namespace {
-/// v rounded to the dtype the running statistics are stored in, widened back.
-double round_to(DType dt, double v) { return dt == DType::f32 ? static_cast<double>(static_cast<float>(v)) : v; }
+
+/// n doubles of `buf` from element `lo` (a 1-D sub-block).
+Block part(const Block& buf, index_t lo, index_t n) {
+  const index_t l[1] = {lo}, len[1] = {n};
+  return buf.slice(l, len);
+}
+index_t ranks(const CommPtr& comm) { return comm ? comm->size() : 1; }
+
 }  // namespace
 
 void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* run_mean,
                   const Block* run_var, double momentum, double eps, bool batch_eval, index_t count,
-                  const CommPtr& comm, std::uint64_t key, const char* op, std::vector<double>& mean,
-                  std::vector<double>& invstd, const Block& y, ExecContext& ctx) {
+                  const CommPtr& comm, std::uint64_t key, const char* op, NormStats& st, const Block& y,
+                  ExecContext& ctx) {
   const index_t K = geo.stats();
-  // Statistics live in host doubles (K values); the kernels read and write tensor data on the device.
+  st.K = K;
+  st.buf = Block::allocate(DType::f64, ctx.device(), {2 * (K + 2)});
+  double* mean = st.mean();
+  double* invstd = st.invstd();
+  exec::NormFinishArgs a;
+  a.K = K;
+  a.count = count;
+  a.eps = eps;
+  a.P = ranks(comm);
   if (batch_eval) {
-    exec::load_f64(*run_mean, mean.data(), ctx);
-    exec::load_f64(*run_var, invstd.data(), ctx);
-    for (auto& v : invstd) v = 1.0 / std::sqrt(v + eps);
+    a.mode = exec::NormFinish::eval;
+    a.v = invstd;
+    a.mean = mean;
+    a.run_mean = run_mean;
+    a.run_var = run_var;
+    exec::norm_finish(a, ctx);
   } else {
-    exec::norm_sums(geo, x, nullptr, mean.data(), ctx);
-    allreduce_sum(comm, mean.data(), K, key, op);
-    for (auto& v : mean) v /= static_cast<double>(count);
-    exec::norm_sums(geo, x, mean.data(), invstd.data(), ctx);
-    allreduce_sum(comm, invstd.data(), K, key, op);
+    exec::norm_sums(geo, x, nullptr, mean, ctx);
+    a.mode = exec::NormFinish::mean;
+    a.v = mean;
+    a.check = allreduce_sum_on_device(comm, part(st.buf, 0, K + 2), K, key, op, ctx);
+    exec::norm_finish(a, ctx);
+    exec::norm_sums(geo, x, mean, invstd, ctx);
     const bool update = geo.kind == NormKind::batch && (run_mean || run_var);
-    std::vector<double> rmean(update && run_mean ? static_cast<std::size_t>(K) : 0);
-    std::vector<double> rvar(update && run_var ? static_cast<std::size_t>(K) : 0);
-    if (!rmean.empty()) exec::load_f64(*run_mean, rmean.data(), ctx);
-    if (!rvar.empty()) exec::load_f64(*run_var, rvar.data(), ctx);
-    for (index_t k = 0; k < K; ++k) {
-      const auto u = static_cast<std::size_t>(k);
-      const double var = invstd[u] / static_cast<double>(count);
-      const double unbiased = count > 1 ? var * static_cast<double>(count) / static_cast<double>(count - 1) : var;
-      // Rounded to the dtype as the running statistic itself is stored (then widened back for the store).
-      if (!rmean.empty()) rmean[u] = round_to(run_mean->dtype, (1 - momentum) * rmean[u] + momentum * mean[u]);
-      if (!rvar.empty()) rvar[u] = round_to(run_var->dtype, (1 - momentum) * rvar[u] + momentum * unbiased);
-      invstd[u] = 1.0 / std::sqrt(var + eps);
-    }
-    if (!rmean.empty()) exec::store_f64(rmean.data(), *run_mean, ctx);
-    if (!rvar.empty()) exec::store_f64(rvar.data(), *run_var, ctx);
+    a.mode = exec::NormFinish::invstd;
+    a.v = invstd;
+    a.mean = mean;
+    a.momentum = momentum;
+    a.run_mean = update ? run_mean : nullptr;
+    a.run_var = update ? run_var : nullptr;
+    a.check = allreduce_sum_on_device(comm, part(st.buf, K + 2, K + 2), K, key, op, ctx);
+    exec::norm_finish(a, ctx);
   }
-  exec::norm_apply(geo, x, w, b, mean.data(), invstd.data(), y, ctx);
+  exec::norm_apply(geo, x, w, b, mean, invstd, y, ctx);
 }
 
-void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const std::vector<double>& mean,
-                   const std::vector<double>& invstd, index_t count, bool stats_grad, bool reduce_params,
-                   const CommPtr& comm, std::uint64_t key, const char* op, const Block* dx, const Block* dw,
-                   const Block* db, ExecContext& ctx) {
+void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const NormStats& st,
+                   index_t count, bool stats_grad, bool reduce_params, const CommPtr& comm, std::uint64_t key,
+                   const char* op, const Block* dx, const Block* dw, const Block* db, ExecContext& ctx) {
   const index_t K = geo.stats(), C = geo.C;
   const bool sums = dx && stats_grad;
-  std::vector<double> buf(static_cast<std::size_t>(2 * K + 2 * C), 0.0);
-  double* sg = buf.data();
+  // [2 check values | sg K | sgx K | dw C | db C], zeroed: the parts a call does not compute still
+  // travel in the allreduce.
+  const Block buf = Block::allocate(DType::f64, ctx.device(), {2 + 2 * K + 2 * C});
+  exec::box_zero(buf, ctx);
+  double* sg = static_cast<double*>(buf.data) + 2;
   double* sgx = sg + K;
   double* hdw = sgx + K;
   double* hdb = hdw + C;
-  exec::norm_backward_sums(geo, x, gy, w, mean.data(), invstd.data(), sums ? sg : nullptr, sums ? sgx : nullptr,
+  exec::norm_backward_sums(geo, x, gy, w, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
                            dw ? hdw : nullptr, db ? hdb : nullptr, ctx);
-  if (reduce_params) allreduce_sum(comm, buf.data(), static_cast<index_t>(buf.size()), key, op);
-  else if (sums) allreduce_sum(comm, buf.data(), 2 * K, key, op);
+  exec::NormFinishArgs a;
+  a.mode = exec::NormFinish::check;
+  a.v = sg;
+  a.P = ranks(comm);
+  if (reduce_params) {
+    a.K = 2 * K + 2 * C;
+    a.check = allreduce_sum_on_device(comm, buf, a.K, key, op, ctx);
+  } else if (sums) {
+    a.K = 2 * K;
+    a.check = allreduce_sum_on_device(comm, part(buf, 0, 2 * K + 2), a.K, key, op, ctx);
+  }
+  if (a.check) exec::norm_finish(a, ctx);
   if (dx)
-    exec::norm_backward_dx(geo, x, gy, w, mean.data(), invstd.data(), sums ? sg : nullptr, sums ? sgx : nullptr,
+    exec::norm_backward_dx(geo, x, gy, w, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
                            1.0 / static_cast<double>(count), *dx, ctx);
   if (dw) exec::store_f64(hdw, *dw, ctx);
   if (db) exec::store_f64(hdb, *db, ctx);

@@ -40,17 +40,25 @@ void reduce_backward(ReduceKind kind, index_t count, const CommPtr& comm, const 
   exec::max_backward(x, gmax, g, ties, gx, ctx);
 }
 
+namespace {
+/// The check value h in [1, 2^b] of a key, with P * 2^(2b) <= 2^53: every partial sum of h and h^2
+/// is an exact integer in a double, whatever the reduction order. P * S2 == S1^2 (Cauchy-Schwarz)
+/// iff all h are equal.
+double check_value(const Communicator& comm, std::uint64_t key) {
+  const auto P = static_cast<std::uint64_t>(comm.size());
+  int lg = 0;
+  while ((std::uint64_t{1} << lg) < P) ++lg;
+  const int b = std::min(24, (53 - lg) / 2);
+  return static_cast<double>((key >> 7) % (std::uint64_t{1} << b) + 1);
+}
+}  // namespace
+
 void allreduce_sum(const CommPtr& comm, double* buf, index_t n, std::uint64_t key, const char* op) {
   if (!comm || comm->size() == 1) return;
   if (shard::detail::checking_collectives()) [[unlikely]]
     shard::detail::CollectiveFingerprint("statistics allreduce").text("op", op).field("elements", n).agree(*comm);
-  // h in [1, 2^b] with P * 2^(2b) <= 2^53: every partial sum of h and h^2 is an exact integer in
-  // a double, whatever the reduction order. P * S2 == S1^2 (Cauchy-Schwarz) iff all h are equal.
   const auto P = static_cast<std::uint64_t>(comm->size());
-  int lg = 0;
-  while ((std::uint64_t{1} << lg) < P) ++lg;
-  const int b = std::min(24, (53 - lg) / 2);
-  const double h = static_cast<double>((key >> 7) % (std::uint64_t{1} << b) + 1);
+  const double h = check_value(*comm, key);
   std::vector<double> tmp(static_cast<std::size_t>(n) + 2);
   tmp[0] = h;
   tmp[1] = h * h;
@@ -72,10 +80,32 @@ void allreduce_sum(const CommPtr& comm, double* buf, index_t n, std::uint64_t ke
   std::copy(tmp.begin() + 2, tmp.end(), buf);
 }
 
-double mse_forward(const Block& p, const Block& t, ExecContext& ctx) { return exec::sq_diff_sum(p, t, ctx); }
+const double* allreduce_sum_on_device(const CommPtr& comm, const Block& buf, index_t n, std::uint64_t key,
+                                      const char* op, ExecContext& ctx) {
+  SHARD_CHECK(buf.dtype == DType::f64 && buf.is_contiguous() && buf.numel() == n + 2 && buf.device == ctx.device(), op,
+              "statistics buffer of {} doubles on {} expected", n + 2, ctx.device());
+  if (!comm || comm->size() == 1) return nullptr;
+  if (ctx.device().is_cpu()) {
+    allreduce_sum(comm, static_cast<double*>(buf.data) + 2, n, key, op);
+    return nullptr;
+  }
+  if (shard::detail::checking_collectives()) [[unlikely]]
+    shard::detail::CollectiveFingerprint("statistics allreduce").text("op", op).field("elements", n).agree(*comm);
+  const double h = check_value(*comm, key), h2 = h * h;
+  const index_t lo0[1] = {0}, lo1[1] = {1}, one[1] = {1};
+  exec::box_fill(buf.slice(lo0, one), &h, ctx);
+  exec::box_fill(buf.slice(lo1, one), &h2, ctx);
+  comm->allreduce(buf.data, buf.data, n + 2, DType::f64, ReduceOp::sum, &ctx);
+  return static_cast<const double*>(buf.data);
+}
 
-void mse_backward(double coef, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
-  exec::mse_backward(coef, p, t, gp, gt, ctx);
+void mse_forward(const Block& p, const Block& t, double scale, const Block& out, ExecContext& ctx) {
+  exec::sq_diff_sum_into(p, t, scale, out, ctx);
+}
+
+void mse_backward(double coef, const Block& g, const Block& p, const Block& t, const Block& gp, const Block& gt,
+                  ExecContext& ctx) {
+  exec::mse_backward(coef, g, p, t, gp, gt, ctx);
 }
 
 double rel_l2_forward(const CommPtr& comm, std::uint64_t key, const Block& p, const Block& t, index_t samples,

@@ -3,6 +3,8 @@
 // avg with/without pad counting, max with argmax, backward) and resize (kernels/resize.cu:
 // nearest and linear, forward and backward, a block inside a larger global extent), against the
 // CPU tables; f32 and f64.
+#include <tuple>
+
 #include "exec/norm_kernels.hpp"
 #include "exec/pool_kernels.hpp"
 #include "exec/resize_kernels.hpp"
@@ -25,6 +27,9 @@ void close_host(const std::vector<double>& a, const std::vector<double>& b, doub
   CHECK(e <= tolerance);
 }
 
+/// A statistics Block's doubles.
+double* f64(const Block& b) { return static_cast<double*>(b.data); }
+
 template <class T>
 void norm_case(exec::NormKind kind, index_t G) {
   using exec::NormKernels;
@@ -37,43 +42,95 @@ void norm_case(exec::NormKind kind, index_t G) {
   const std::vector<index_t> s{g.A, g.C, g.S};
   const auto K = static_cast<std::size_t>(g.stats());
   Pair<T> x(s, 61u, -2.0, 3.0), gy(s, 62u), w({g.C}, 63u, 0.5, 1.5), b({g.C}, 64u), y(s), dx(s);
-  std::vector<double> hs(K), ds(K);
-  cpu<NormKernels>().sums(dtype_of<T>, g, x.h.data, nullptr, hs.data(), hctx());
-  cu<NormKernels>().sums(dtype_of<T>, g, x.d.data, nullptr, ds.data(), gctx());
-  close_host(hs, ds, 1e-10, "sums");
+  // The statistics are device arrays on the GPU (host arrays for the CPU table).
+  const std::vector<index_t> ks{static_cast<index_t>(K)};
+  Pair<double> sums(ks);
+  cpu<NormKernels>().sums(dtype_of<T>, g, x.h.data, nullptr, f64(sums.h), hctx());
+  cu<NormKernels>().sums(dtype_of<T>, g, x.d.data, nullptr, f64(sums.d), gctx());
+  close_host(sums.host(), sums.device(), 1e-10, "sums");
   const double cnt = static_cast<double>(g.A * g.C * g.S) / static_cast<double>(K);
-  std::vector<double> mean(K), invstd(K);
-  for (std::size_t k = 0; k < K; ++k) mean[k] = hs[k] / cnt;
-  cpu<NormKernels>().sums(dtype_of<T>, g, x.h.data, mean.data(), hs.data(), hctx());
-  cu<NormKernels>().sums(dtype_of<T>, g, x.d.data, mean.data(), ds.data(), gctx());
-  close_host(hs, ds, 1e-10, "centred sums");
-  for (std::size_t k = 0; k < K; ++k) invstd[k] = 1.0 / std::sqrt(hs[k] / cnt + 1e-5);
-  cpu<NormKernels>().apply(dtype_of<T>, g, x.h.data, mean.data(), invstd.data(), w.h.data, b.h.data, y.h.data, hctx());
-  cu<NormKernels>().apply(dtype_of<T>, g, x.d.data, mean.data(), invstd.data(), w.d.data, b.d.data, y.d.data, gctx());
+  std::vector<double> mv(K), iv(K);
+  for (std::size_t k = 0; k < K; ++k) mv[k] = sums.host()[k] / cnt;
+  Pair<double> mean(ks, mv);
+  cpu<NormKernels>().sums(dtype_of<T>, g, x.h.data, f64(mean.h), f64(sums.h), hctx());
+  cu<NormKernels>().sums(dtype_of<T>, g, x.d.data, f64(mean.d), f64(sums.d), gctx());
+  close_host(sums.host(), sums.device(), 1e-10, "centred sums");
+  for (std::size_t k = 0; k < K; ++k) iv[k] = 1.0 / std::sqrt(sums.host()[k] / cnt + 1e-5);
+  Pair<double> invstd(ks, iv);
+  cpu<NormKernels>().apply(dtype_of<T>, g, x.h.data, f64(mean.h), f64(invstd.h), w.h.data, b.h.data, y.h.data, hctx());
+  cu<NormKernels>().apply(dtype_of<T>, g, x.d.data, f64(mean.d), f64(invstd.d), w.d.data, b.d.data, y.d.data, gctx());
   GPUSIM_CHECK_CLOSE(y, T, "apply");
-  std::vector<double> hsg(K), hsgx(K), hdw(4), hdb(4), dsg(K), dsgx(K), ddw(4), ddb(4);
-  cpu<NormKernels>().backward_sums(dtype_of<T>, g, x.h.data, gy.h.data, mean.data(), invstd.data(), w.h.data,
-                                   hsg.data(), hsgx.data(), hdw.data(), hdb.data(), hctx());
-  cu<NormKernels>().backward_sums(dtype_of<T>, g, x.d.data, gy.d.data, mean.data(), invstd.data(), w.d.data,
-                                  dsg.data(), dsgx.data(), ddw.data(), ddb.data(), gctx());
-  close_host(hsg, dsg, 1e-9, "backward sg");
-  close_host(hsgx, dsgx, 1e-9, "backward sgx");
-  close_host(hdw, ddw, 1e-9, "backward dw");
-  close_host(hdb, ddb, 1e-9, "backward db");
-  cpu<NormKernels>().backward_dx(dtype_of<T>, g, x.h.data, gy.h.data, mean.data(), invstd.data(), w.h.data, hsg.data(),
-                                 hsgx.data(), 1.0 / cnt, dx.h.data, hctx());
-  cu<NormKernels>().backward_dx(dtype_of<T>, g, x.d.data, gy.d.data, mean.data(), invstd.data(), w.d.data, hsg.data(),
-                                hsgx.data(), 1.0 / cnt, dx.d.data, gctx());
+  Pair<double> sg(ks), sgx(ks), dw({4}), db({4});
+  cpu<NormKernels>().backward_sums(dtype_of<T>, g, x.h.data, gy.h.data, f64(mean.h), f64(invstd.h), w.h.data,
+                                   f64(sg.h), f64(sgx.h), f64(dw.h), f64(db.h), hctx());
+  cu<NormKernels>().backward_sums(dtype_of<T>, g, x.d.data, gy.d.data, f64(mean.d), f64(invstd.d), w.d.data,
+                                  f64(sg.d), f64(sgx.d), f64(dw.d), f64(db.d), gctx());
+  close_host(sg.host(), sg.device(), 1e-9, "backward sg");
+  close_host(sgx.host(), sgx.device(), 1e-9, "backward sgx");
+  close_host(dw.host(), dw.device(), 1e-9, "backward dw");
+  close_host(db.host(), db.device(), 1e-9, "backward db");
+  sg.upload();  // the host table's sums on both sides: dx compares the dx kernels alone
+  sgx.upload();
+  cpu<NormKernels>().backward_dx(dtype_of<T>, g, x.h.data, gy.h.data, f64(mean.h), f64(invstd.h), w.h.data, f64(sg.h),
+                                 f64(sgx.h), 1.0 / cnt, dx.h.data, hctx());
+  cu<NormKernels>().backward_dx(dtype_of<T>, g, x.d.data, gy.d.data, f64(mean.d), f64(invstd.d), w.d.data, f64(sg.d),
+                                f64(sgx.d), 1.0 / cnt, dx.d.data, gctx());
   GPUSIM_CHECK_CLOSE(dx, T, "backward_dx");
-  // f64 load / store
-  std::vector<double> h64(4), d64(4);
-  cpu<NormKernels>().load_f64(dtype_of<T>, 4, w.h.data, h64.data(), hctx());
-  cu<NormKernels>().load_f64(dtype_of<T>, 4, w.d.data, d64.data(), gctx());
-  close_host(h64, d64, 0, "load_f64");
-  const double st[4] = {1.25, -2.5, 3.0, 0.0625};
-  cpu<NormKernels>().store_f64(dtype_of<T>, 4, st, w.h.data, hctx());
-  cu<NormKernels>().store_f64(dtype_of<T>, 4, st, w.d.data, gctx());
+  // f64 load / store, device to device
+  Pair<double> l64({4});
+  cpu<NormKernels>().load_f64(dtype_of<T>, 4, w.h.data, f64(l64.h), hctx());
+  cu<NormKernels>().load_f64(dtype_of<T>, 4, w.d.data, f64(l64.d), gctx());
+  close_host(l64.host(), l64.device(), 0, "load_f64");
+  Pair<double> st({4}, {1.25, -2.5, 3.0, 0.0625});
+  cpu<NormKernels>().store_f64(dtype_of<T>, 4, f64(st.h), w.h.data, hctx());
+  cu<NormKernels>().store_f64(dtype_of<T>, 4, f64(st.d), w.d.data, gctx());
   GPUSIM_CHECK_CLOSE(w, T, "store_f64");
+}
+
+/// norm_finish on the device against the host table, every mode, f32 and f64 running statistics,
+/// with a passing and a failing allreduce check (NaN everywhere it writes). Exact equality: the
+/// kernel repeats the host arithmetic with _rn intrinsics.
+template <class R>
+void finish_case() {
+  using exec::NormFinish;
+  using exec::NormKernels;
+  const index_t K = 300;  // more than one block
+  const std::vector<index_t> ks{K};
+  for (int check = 0; check < 3; ++check) {  // none, agreeing (3 ranks, h = 5), disagreeing
+    for (NormFinish mode : {NormFinish::mean, NormFinish::invstd, NormFinish::eval, NormFinish::check}) {
+      INFO("mode " << int(mode) << ", check " << check);
+      Pair<double> v(ks, 81u, 0.5, 4.0), mean(ks, 82u), chk({2}, check == 1 ? std::vector<double>{15.0, 75.0}
+                                                                             : std::vector<double>{15.0, 77.0});
+      Pair<R> rm(ks, 83u), rv(ks, 84u, 0.1, 2.0);
+      Block brm_h = rm.h, brv_h = rv.h, brm_d = rm.d, brv_d = rv.d;
+      exec::NormFinishArgs a;
+      a.mode = mode;
+      a.K = K;
+      a.count = 37;
+      a.eps = 1e-5;
+      a.momentum = 0.1;
+      a.P = 3;
+      auto run = [&](bool dev) {
+        a.v = static_cast<double*>(dev ? v.d.data : v.h.data);
+        a.mean = static_cast<double*>(dev ? mean.d.data : mean.h.data);
+        a.run_mean = dev ? &brm_d : &brm_h;
+        a.run_var = dev ? &brv_d : &brv_h;
+        a.check = check == 0 ? nullptr : static_cast<const double*>(dev ? chk.d.data : chk.h.data);
+        if (dev) cu<NormKernels>().finish(a, gctx());
+        else cpu<NormKernels>().finish(a, hctx());
+      };
+      run(false);
+      run(true);
+      for (const auto& [h, d, what] : {std::tuple{v.host(), v.device(), "v"}, std::tuple{mean.host(), mean.device(), "mean"},
+                                       std::tuple{rm.host(), rm.device(), "running mean"},
+                                       std::tuple{rv.host(), rv.device(), "running var"}}) {
+        INFO(what);
+        close_host(h, d, 0, what);
+      }
+      if (check == 2) CHECK(std::isnan(v.device()[0]));
+      if (check == 1 && mode != NormFinish::check) CHECK(std::isfinite(v.device()[K - 1]));
+    }
+  }
 }
 
 template <class T>
@@ -146,6 +203,13 @@ TEST_CASE("gpusim norm: batch, group, instance, layer statistics, apply, backwar
     norm_case<float>(kind, G);
     norm_case<double>(kind, G);
   }
+}
+
+TEST_CASE("gpusim norm: finishing the statistics on the device (mean, invstd with running statistics, eval, check)",
+          "[gpusim][norm]") {
+  GPUSIM_REQUIRE_GPU();
+  finish_case<float>();
+  finish_case<double>();
 }
 
 TEST_CASE("gpusim pool: avg (pad counted or not) and max, forward and backward", "[gpusim][pool]") {

@@ -289,6 +289,23 @@ TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 pointwise kernels computed nati
   CHECK(off_cpu(co, go, 0) == 0);
 }
 
+/// n doubles in device memory (the norm family's statistics on a GPU context).
+struct DevStats {
+  Tensor<double, 1> t;
+  explicit DevStats(std::size_t n) : t(Tensor<double, 1>::zeros({static_cast<index_t>(n)}, gpu())) {}
+  double* p() { return t.data(); }
+  std::vector<double> get() const {
+    gctx().synchronize();
+    const auto h = t.to(Device::cpu());
+    return std::vector<double>(h.data(), h.data() + h.numel());
+  }
+  void set(const std::vector<double>& v) {
+    auto h = Tensor<double, 1>::empty({static_cast<index_t>(v.size())});
+    std::copy(v.begin(), v.end(), h.data());
+    t = h.to(gpu());
+  }
+};
+
 TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 norm kernels read and write the storage type on CUDA",
                    "[gpusim][precision]", bf16, f16) {
   // kernels/norm.cu templated on the storage type (the CUDA table takes_storage, as the CPU's):
@@ -331,59 +348,68 @@ TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 norm kernels read and write the
     g.S = S;
     g.G = G;
     const auto K = static_cast<std::size_t>(g.stats());
-    std::vector<double> sn(K), sf(K), sc(K);
-    exec::norm_sums(g, as_block(dx), nullptr, sn.data(), gctx());
-    exec::norm_sums(g, as_block(wx), nullptr, sf.data(), gctx());
+    // Device statistics for the GPU calls (the norm family keeps them on the context's device).
+    DevStats sn(K), sf(K), smean(K), sinv(K);
+    std::vector<double> sc(K);
+    exec::norm_sums(g, as_block(dx), nullptr, sn.p(), gctx());
+    exec::norm_sums(g, as_block(wx), nullptr, sf.p(), gctx());
     exec::norm_sums(g, as_block(hx), nullptr, sc.data(), hctx());
-    CHECK(sn == sf);
-    CHECK(rel_err(sn, sc) <= 1e-12);
+    CHECK(sn.get() == sf.get());
+    CHECK(rel_err(sn.get(), sc) <= 1e-12);
     const double cnt = static_cast<double>(n) / static_cast<double>(K);
     std::vector<double> mean(K), invstd(K);
-    for (std::size_t k = 0; k < K; ++k) mean[k] = sn[k] / cnt;
-    exec::norm_sums(g, as_block(dx), mean.data(), sn.data(), gctx());
-    exec::norm_sums(g, as_block(wx), mean.data(), sf.data(), gctx());
-    CHECK(sn == sf);
-    for (std::size_t k = 0; k < K; ++k) invstd[k] = 1.0 / std::sqrt(sn[k] / cnt + 1e-5);
+    for (std::size_t k = 0; k < K; ++k) mean[k] = sn.get()[k] / cnt;
+    smean.set(mean);
+    exec::norm_sums(g, as_block(dx), smean.p(), sn.p(), gctx());
+    exec::norm_sums(g, as_block(wx), smean.p(), sf.p(), gctx());
+    CHECK(sn.get() == sf.get());
+    for (std::size_t k = 0; k < K; ++k) invstd[k] = 1.0 / std::sqrt(sn.get()[k] / cnt + 1e-5);
+    sinv.set(invstd);
     const Block bw = as_block(dw), bb = as_block(db), fw = as_block(ww), fb = as_block(wb);
     const Block cw = as_block(hw), cb = as_block(hb);
     auto y = Tensor<L, 1>::empty({n}, gpu());
     auto yf = Tensor<float, 1>::empty({n}, gpu());
     auto yc = Tensor<L, 1>::empty({n});
-    exec::norm_apply(g, as_block(dx), &bw, &bb, mean.data(), invstd.data(), as_block(y), gctx());
-    exec::norm_apply(g, as_block(wx), &fw, &fb, mean.data(), invstd.data(), as_block(yf), gctx());
+    exec::norm_apply(g, as_block(dx), &bw, &bb, smean.p(), sinv.p(), as_block(y), gctx());
+    exec::norm_apply(g, as_block(wx), &fw, &fb, smean.p(), sinv.p(), as_block(yf), gctx());
     exec::norm_apply(g, as_block(hx), &cw, &cb, mean.data(), invstd.data(), as_block(yc), hctx());
     gctx().synchronize();
     CHECK(rounded_equal(y, yf) == 0);
     CHECK(within_ulp(yc, y) == 0);
-    std::vector<double> sg(K), sgx(K), gw(C), gb(C), sgf(K), sgxf(K), gwf(C), gbf(C);
-    exec::norm_backward_sums(g, as_block(dx), as_block(dg), &bw, mean.data(), invstd.data(), sg.data(), sgx.data(),
-                             gw.data(), gb.data(), gctx());
-    exec::norm_backward_sums(g, as_block(wx), as_block(wg), &fw, mean.data(), invstd.data(), sgf.data(), sgxf.data(),
-                             gwf.data(), gbf.data(), gctx());
-    CHECK(sg == sgf);
-    CHECK(sgx == sgxf);
-    CHECK(gw == gwf);
-    CHECK(gb == gbf);
+    DevStats sg(K), sgx(K), gw(static_cast<std::size_t>(C)), gb(static_cast<std::size_t>(C)), sgf(K), sgxf(K),
+        gwf(static_cast<std::size_t>(C)), gbf(static_cast<std::size_t>(C));
+    exec::norm_backward_sums(g, as_block(dx), as_block(dg), &bw, smean.p(), sinv.p(), sg.p(), sgx.p(), gw.p(), gb.p(),
+                             gctx());
+    exec::norm_backward_sums(g, as_block(wx), as_block(wg), &fw, smean.p(), sinv.p(), sgf.p(), sgxf.p(), gwf.p(),
+                             gbf.p(), gctx());
+    CHECK(sg.get() == sgf.get());
+    CHECK(sgx.get() == sgxf.get());
+    CHECK(gw.get() == gwf.get());
+    CHECK(gb.get() == gbf.get());
+    const auto hsg = sg.get(), hsgx = sgx.get();
     auto gx = Tensor<L, 1>::empty({n}, gpu());
     auto gxf = Tensor<float, 1>::empty({n}, gpu());
     auto gxc = Tensor<L, 1>::empty({n});
-    exec::norm_backward_dx(g, as_block(dx), as_block(dg), &bw, mean.data(), invstd.data(), sg.data(), sgx.data(),
-                           1.0 / cnt, as_block(gx), gctx());
-    exec::norm_backward_dx(g, as_block(wx), as_block(wg), &fw, mean.data(), invstd.data(), sg.data(), sgx.data(),
-                           1.0 / cnt, as_block(gxf), gctx());
-    exec::norm_backward_dx(g, as_block(hx), as_block(hg), &cw, mean.data(), invstd.data(), sg.data(), sgx.data(),
+    exec::norm_backward_dx(g, as_block(dx), as_block(dg), &bw, smean.p(), sinv.p(), sg.p(), sgx.p(), 1.0 / cnt,
+                           as_block(gx), gctx());
+    exec::norm_backward_dx(g, as_block(wx), as_block(wg), &fw, smean.p(), sinv.p(), sg.p(), sgx.p(), 1.0 / cnt,
+                           as_block(gxf), gctx());
+    exec::norm_backward_dx(g, as_block(hx), as_block(hg), &cw, mean.data(), invstd.data(), hsg.data(), hsgx.data(),
                            1.0 / cnt, as_block(gxc), hctx());
     gctx().synchronize();
     CHECK(rounded_equal(gx, gxf) == 0);
     CHECK(within_ulp(gxc, gx) == 0);
   }
   // load_f64 / store_f64 (running statistics, parameters): exact widening, double -> float -> L.
-  std::vector<double> h64(C);
-  exec::load_f64(as_block(dw), h64.data(), gctx());
+  DevStats l64(static_cast<std::size_t>(C));
+  exec::load_f64(as_block(dw), l64.p(), gctx());
+  const auto h64 = l64.get();
   for (index_t c = 0; c < C; ++c) CHECK(h64[static_cast<std::size_t>(c)] == static_cast<double>(static_cast<float>(hw(c))));
   const double st[4] = {1.0 + 1.0 / 256 + 1e-12, -2.5, 3.0e-6, 0.0625};  // the first: a tie after double -> float
+  DevStats sst(4);
+  sst.set({st[0], st[1], st[2], st[3]});
   auto sd = Tensor<L, 1>::empty({4}, gpu());
-  exec::store_f64(st, as_block(sd), gctx());
+  exec::store_f64(sst.p(), as_block(sd), gctx());
   const auto sh = sd.to(Device::cpu());
   for (int i = 0; i < 4; ++i) CHECK(sh(i).bits == L(static_cast<float>(st[i])).bits);
 }

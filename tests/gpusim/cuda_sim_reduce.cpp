@@ -46,12 +46,32 @@ void reductions() {
     const double b = cu().global_sum(kind, dtype_of<T>, n, x.d.data, g0.d.data, gctx());
     INFO("global_sum kind " << kind << ": cpu " << a << " cuda " << b);
     CHECK(std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(a)));
+    // The device-scalar form: T(scale * sum) stored on the device, no host read; n = 0 stores 0.
+    for (index_t m : {n, index_t{0}, index_t{1}, index_t{300000}}) {
+      if (m > n && kind != 0) continue;
+      Pair<T> big(std::vector<index_t>{m > n ? m : 1}, 54u);
+      const void* ah = m > n ? big.h.data : x.h.data;
+      const void* ad = m > n ? big.d.data : x.d.data;
+      Pair<T> o(std::vector<index_t>{1}, std::vector<double>{7.0});
+      cpu().global_sum_into(kind, dtype_of<T>, m, ah, g0.h.data, 0.375, o.h.data, hctx());
+      cu().global_sum_into(kind, dtype_of<T>, m, ad, g0.d.data, 0.375, o.d.data, gctx());
+      INFO("global_sum_into kind " << kind << " n " << m);
+      GPUSIM_CHECK_CLOSE(o, T, "global_sum_into");
+      if (m == 0) CHECK(o.device()[0] == 0.0);
+    }
   }
   Pair<T> gp(s), gt(s);
-  cpu().mse_backward(0.125, dtype_of<T>, n, x.h.data, g0.h.data, gp.h.data, gt.h.data, hctx());
-  cu().mse_backward(0.125, dtype_of<T>, n, x.d.data, g0.d.data, gp.d.data, gt.d.data, gctx());
+  cpu().mse_backward(0.125, nullptr, dtype_of<T>, n, x.h.data, g0.h.data, gp.h.data, gt.h.data, hctx());
+  cu().mse_backward(0.125, nullptr, dtype_of<T>, n, x.d.data, g0.d.data, gp.d.data, gt.d.data, gctx());
   GPUSIM_CHECK_CLOSE(gp, T, "mse_backward gp");
   GPUSIM_CHECK_CLOSE(gt, T, "mse_backward gt");
+  {  // the loss gradient read by the kernel from device memory (c = T(0.25 * g[0]))
+    Pair<T> gs(std::vector<index_t>{1}, std::vector<double>{-3.5});
+    cpu().mse_backward(0.25, gs.h.data, dtype_of<T>, n, x.h.data, g0.h.data, gp.h.data, nullptr, hctx());
+    cu().mse_backward(0.25, gs.d.data, dtype_of<T>, n, x.d.data, g0.d.data, gp.d.data, nullptr, gctx());
+    GPUSIM_CHECK_CLOSE(gp, T, "mse_backward gp (device factor)");
+    CHECK(gp.host()[0] == static_cast<double>(static_cast<T>(-0.875) * (static_cast<T>(x.host()[0]) - static_cast<T>(g0.host()[0]))));
+  }
   // rel_l2: 4 samples of 333 elements
   double hs[8] = {}, ds[8] = {};
   cpu().rel_l2_sums(dtype_of<T>, 4, 333, x.h.data, g0.h.data, hs, hctx());

@@ -116,7 +116,10 @@ Res run(Device dev, int op, const Shape<2>& shape) {
   }
   F::resolve(loss).backward();
   auto take = [&](const auto& v) {
-    if (!v.has_grad()) return res.grads.emplace_back();
+    if (!v.has_grad()) {
+      res.grads.emplace_back();
+      return;
+    }
     res.on_device = res.on_device && v.grad().device() == dev;
     res.grads.push_back(flat(v.grad().local()));
   };

@@ -15,6 +15,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -193,41 +194,85 @@ TEMPLATE_TEST_CASE("fake device: the point-cloud pipeline on cuda:0 equals the h
   });
 }
 
-TEST_CASE("fake device: a U-Net training step reads nothing back to the host but the loss gradient seed",
-          "[nn][unet][device][mpi]") {
+TEST_CASE("fake device: a U-Net training step makes no host round trip", "[nn][unet][device][mpi]") {
   // Issue 30 scope 4 (no host work in the step): forward, mse loss, backward and an Adam step of a
-  // 2-D U-Net on the fake cuda:0 of a one-rank mesh (SelfComm: no communicator staging), in the
-  // steady state (third step), counted by the fake runtime: no stream synchronisation, no pinned
-  // allocation, no host -> device copy, and exactly one device -> host copy: mse_loss's backward
-  // reads the upstream gradient on the host (detail::first_value, a known sync on a GPU, open in
-  // issue 30). A new host round trip anywhere in the step fails this. Syncs inside a CUDA table
-  // (e.g. the loss value mse_forward returns to the host) are not visible here: the fake device
-  // runs the CPU tables.
-  FakeDevice fake;
-  DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
-  const Device dev = Device::cuda(0);
-  auto model = std::make_shared<UNet<float, 2>>(mesh, small_2d(Downsample::avg_pool, Upsample::nearest_conv), 7);
-  model->to(dev);
-  optim::Adam<float> adam(model->parameters(), {.lr = 1e-3});
-  const auto xs = DistTensor<float, 4>::random({1, 2, 16, 16}, mesh, {Replicate()}, 1).to(dev);
-  for (int step = 0; step < 3; ++step) {
-    const auto ts = DistTensor<float, 4>::random({1, 1, 16, 16}, mesh, {Replicate()}, 2).to(dev);
-    fake.reset_counts();
-    Var<float, 4> x(xs, false);
-    auto y = model->forward(x);
-    auto loss = F::mse_loss(y, Var<float, 4>(ts, false));
-    loss.backward();
-    adam.step();
-    adam.zero_grad();
-    const auto n = fake.counts();
-    INFO("step " << step << ": d2h " << n.d2h << ", h2d " << n.h2d << ", syncs " << n.syncs << ", pinned "
-                 << n.pinned_allocs);
-    if (step < 2) continue;
-    CHECK(n.d2h == 1);
-    CHECK(n.h2d == 0);
-    CHECK(n.syncs == 0);
-    CHECK(n.pinned_allocs == 0);
+  // 2-D U-Net on the fake cuda:0 of a one-rank mesh, in the steady state (third step), counted by
+  // the fake runtime: no stream synchronisation, no pinned allocation, no copy in either direction
+  // (the mse value and its gradient stay on the device). Reading the loss afterwards is the one
+  // device -> host copy. A new host round trip anywhere in the step fails this. Two one-rank
+  // communicators: SelfComm, and an MpiComm over MPI_COMM_SELF (its device allreduce of the
+  // parameter gradients must not stage through the host). Syncs inside a CUDA table are not
+  // visible here: the fake device runs the CPU tables.
+  for (int which = 0; which < 2; ++which) {
+    FakeDevice fake;
+    const CommPtr comm = which == 0 ? CommPtr(std::make_shared<SelfComm>()) : CommPtr(std::make_shared<MpiComm>(MPI_COMM_SELF));
+    DeviceMesh mesh(comm, {1});
+    const Device dev = Device::cuda(0);
+    auto model = std::make_shared<UNet<float, 2>>(mesh, small_2d(Downsample::avg_pool, Upsample::nearest_conv), 7);
+    model->to(dev);
+    optim::Adam<float> adam(model->parameters(), {.lr = 1e-3});
+    const auto xs = DistTensor<float, 4>::random({1, 2, 16, 16}, mesh, {Replicate()}, 1).to(dev);
+    for (int step = 0; step < 3; ++step) {
+      const auto ts = DistTensor<float, 4>::random({1, 1, 16, 16}, mesh, {Replicate()}, 2).to(dev);
+      fake.reset_counts();
+      Var<float, 4> x(xs, false);
+      auto y = model->forward(x);
+      auto loss = F::mse_loss(y, Var<float, 4>(ts, false));
+      loss.backward();
+      adam.step();
+      adam.zero_grad();
+      auto n = fake.counts();
+      INFO("comm " << (which == 0 ? "SelfComm" : "MpiComm(MPI_COMM_SELF)") << ", step " << step << ": d2h " << n.d2h
+                   << ", h2d " << n.h2d << ", syncs " << n.syncs << ", pinned " << n.pinned_allocs);
+      if (step < 2) continue;
+      CHECK(n.d2h == 0);
+      CHECK(n.h2d == 0);
+      CHECK(n.syncs == 0);
+      CHECK(n.pinned_allocs == 0);
+      // The logged loss is the one value that reaches the host, and it is the loss.
+      const float v = loss.value().local().to(Device::cpu()).data()[0];
+      n = fake.counts();
+      CHECK(n.d2h == 1);
+      CHECK(std::isfinite(v));
+      CHECK(v > 0.0f);
+    }
   }
+}
+
+TEST_CASE("fake device: a norm whose ranks disagree gives NaN on every rank without a host read",
+          "[nn][norm][device][mpi][consistency]") {
+  // On a device the norms' statistics allreduce carries the cheap check's two values in device
+  // memory and exec::norm_finish verifies them (no host read, no sync): ranks that disagree on the
+  // call's arguments (here eps on rank 0) get NaN statistics, hence NaN outputs and gradients, on
+  // every rank. (On the host the same call raises shard::Error: tests/dist/mpi_cheap_checks.cpp.)
+  FakeDevice fake;
+  for_each_comm_size([&](CommPtr c) {
+    if (c->size() < 2) return;
+    auto* mpi = dynamic_cast<MpiComm*>(c.get());
+    const MpiDeviceTransport before = mpi ? mpi->device_transport() : MpiDeviceTransport::automatic;
+    if (mpi) mpi->set_device_transport(MpiDeviceTransport::direct);
+    const DeviceMesh mesh(c, {c->size()});
+    const auto xs = DistTensor<double, 4>::random({2, 4, 4 * c->size() + 1, 5}, mesh, {Shard(2)}, 5).to(Device::cuda(0));
+    for (bool agree : {true, false}) {
+      INFO("ranks " << c->size() << (agree ? ", agreeing" : ", rank 0 with another eps"));
+      Var<double, 4> x(xs, true);
+      const double eps = agree || c->rank() != 0 ? 1e-5 : 1e-3;
+      const auto zero = DistTensor<double, 4>::zeros(xs.global_shape(), mesh, {Shard(2)}).to(Device::cuda(0));
+      fake.reset_counts();
+      auto y = F::group_norm(x, 2, std::nullopt, std::nullopt, eps);
+      F::mse_loss(y, Var<double, 4>(zero, false)).backward();
+      // Nothing read back to decide (MPI's direct transport still waits for the stream before
+      // each call; NCCL would not).
+      CHECK(fake.counts().d2h == 0);
+      const auto yh = y.value().local().to(Device::cpu()), gh = x.grad().local().to(Device::cpu());
+      index_t nan_y = 0, nan_g = 0;
+      for (index_t i = 0; i < yh.numel(); ++i) nan_y += std::isnan(yh.data()[i]) ? 1 : 0;
+      for (index_t i = 0; i < gh.numel(); ++i) nan_g += std::isnan(gh.data()[i]) ? 1 : 0;
+      CHECK(nan_y == (agree ? 0 : yh.numel()));
+      CHECK(nan_g == (agree ? 0 : gh.numel()));
+    }
+    if (mpi) mpi->set_device_transport(before);
+  });
 }
 
 TEST_CASE("fake device: conv operands on different devices are refused on every rank", "[nn][conv][device][mpi]") {

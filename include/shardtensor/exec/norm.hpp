@@ -3,10 +3,12 @@
 /// Norm kernel family front: per-statistic sums, normalise-and-affine, and the backward sums and
 /// input gradient of batch / group / instance / layer normalisation, on the device of the data
 /// (CPU: src/exec/norm_cpu.cpp; CUDA: kernels/norm.cu). Tensor data (x, y, gy, dx, w, b) are
-/// Blocks on the context's device, of one dtype (f32 or f64); the statistics (mean, invstd, the per-statistic and per-channel sums) are small
-/// arrays of doubles in HOST memory, so the nn layer can reduce them across ranks and finish
-/// them (mean, variance, running statistics) without touching tensor data. Every sum
-/// accumulates in double in a fixed order (deterministic on every device).
+/// Blocks on the context's device, of one dtype (f32 or f64; bf16 / f16 storage too); the
+/// statistics (mean, invstd, the per-statistic and per-channel sums) are small arrays of doubles
+/// in the context's DEVICE memory (host memory for a CPU context): the nn layer reduces them
+/// across ranks with device collectives and finishes them (mean, variance, running statistics)
+/// with norm_finish, so a norm on a GPU never waits for the device or copies to the host. Every
+/// sum accumulates in double in a fixed order (deterministic on every device).
 #include <array>
 #include <cstdint>
 
@@ -46,23 +48,55 @@ struct NormGeom {
   }
 };
 
-/// out[k] (host) = sum of x (mean == null) or of (x - mean[k])^2 over the elements of statistic k.
+/// out[k] = sum of x (mean == null) or of (x - mean[k])^2 over the elements of statistic k.
 void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx);
-/// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b [C] may be null; mean, invstd in host memory).
+/// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b [C] may be null).
 void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const double* mean,
                 const double* invstd, const Block& y, ExecContext& ctx);
-/// Host sums sg[k] = sum gy w[c], sgx[k] = sum gy w[c] xhat, dw[c] = sum gy xhat, db[c] = sum gy
+/// Sums sg[k] = sum gy w[c], sgx[k] = sum gy w[c] xhat, dw[c] = sum gy xhat, db[c] = sum gy
 /// (each may be null).
 void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
                         const double* invstd, double* sg, double* sgx, double* dw, double* db, ExecContext& ctx);
 /// dx = invstd (gy w - sg/n - xhat sgx/n) with n = 1/inv_count; with sg == null (fixed
-/// statistics) dx = invstd gy w. sg, sgx in host memory.
+/// statistics) dx = invstd gy w.
 void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
                       const double* invstd, const double* sg, const double* sgx, double inv_count, const Block& dx,
                       ExecContext& ctx);
-/// host[i] = (double) src[i] for the elements of a contiguous src (statistics, parameters).
-void load_f64(const Block& src, double* host, ExecContext& ctx);
-/// dst[i] = (dtype) host[i] for the elements of a contiguous dst.
-void store_f64(const double* host, const Block& dst, ExecContext& ctx);
+/// out[i] = (double) src[i] for the elements of a contiguous src (statistics, parameters); out
+/// in the context's device memory.
+void load_f64(const Block& src, double* out, ExecContext& ctx);
+/// dst[i] = (dtype) v[i] for the elements of a contiguous dst; v in the context's device memory.
+void store_f64(const double* v, const Block& dst, ExecContext& ctx);
+
+/// What norm_finish computes, per statistic k < K (all arrays in the context's device memory).
+enum class NormFinish : std::uint8_t {
+  mean,    ///< v[k] = v[k] / count (v: the allreduced sums of x)
+  invstd,  ///< var = v[k] / count; the running statistics move towards mean[k] and the unbiased
+           ///< var; v[k] = 1 / sqrt(var + eps)
+  eval,    ///< mean[k] = run_mean[k]; v[k] = 1 / sqrt(run_var[k] + eps)
+  check    ///< nothing but the check below, over v[0, K)
+};
+/// The arguments of norm_finish.
+struct NormFinishArgs {
+  NormFinish mode = NormFinish::mean;
+  index_t K = 0;
+  index_t count = 1;
+  double eps = 0, momentum = 0;
+  double* v = nullptr;
+  double* mean = nullptr;
+  /// Running statistics [K] (batch norm; each may be null; f32 or f64, contiguous, on the device):
+  /// updated in place in invstd mode, read in eval mode.
+  const Block* run_mean = nullptr;
+  const Block* run_var = nullptr;
+  /// The two check values a statistics allreduce carried (sum over P ranks of h and of h^2; null:
+  /// no check). When P * check[1] != check[0]^2 the ranks disagreed on the call's arguments: every
+  /// value this call writes (v, mean, the running statistics) becomes NaN instead, so a device
+  /// step never waits to find out (the host path raises shard::Error; SHARDTENSOR_CHECK_COLLECTIVES=1
+  /// names the argument on every device).
+  const double* check = nullptr;
+  index_t P = 1;
+};
+/// Finishes the statistics in place on the context's device (queued, no host read).
+void norm_finish(const NormFinishArgs& a, ExecContext& ctx);
 
 }  // namespace shard::exec

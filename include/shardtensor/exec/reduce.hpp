@@ -32,10 +32,18 @@ double dot(const Block& a, const Block& b, ExecContext& ctx);
 /// Sum of (a[i] - b[i])^2. a and b may be strided views of one shape (e.g. the interior of a
 /// halo-padded array): the CPU table reads them in place; other tables get contiguous copies.
 double sq_diff_sum(const Block& a, const Block& b, ExecContext& ctx);
+/// out[0] = T(scale * sq_diff_sum(a, b)) (the same double sum, scaled, then rounded once to a's
+/// dtype), written on the device: `out` is one element of a's dtype on a's device, and nothing
+/// waits for the device or reads back to the host (the mse loss value stays where the step runs).
+void sq_diff_sum_into(const Block& a, const Block& b, double scale, const Block& out, ExecContext& ctx);
 
 /// mse backward: gp = c (p - t) with c = T(scale), gt = -gp (gt may be an empty Block: skipped).
 /// p and t may be strided like sq_diff_sum's operands; gp and gt are contiguous.
 void mse_backward(double scale, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx);
+/// The same with the upstream gradient left on the device: c = T(scale * g[0]), where g is one
+/// element of p's dtype on p's device (read by the kernel, never by the host).
+void mse_backward(double scale, const Block& g, const Block& p, const Block& t, const Block& gp, const Block& gt,
+                  ExecContext& ctx);
 /// Per-sample sums of relative L2: p and t hold `samples` equal rows; host_sums[2s] =
 /// ||p_s - t_s||^2, host_sums[2s+1] = ||t_s||^2 (host memory, 2 * samples doubles).
 /// (rel_l2_sums / rel_l2_backward: p and t may be strided views like sq_diff_sum's; read in place on

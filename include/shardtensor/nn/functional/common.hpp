@@ -107,6 +107,14 @@ inline CommPtr comm_over(const DeviceMesh& mesh, const std::vector<int>& mdims) 
 /// ranks that disagree throw shard::Error on every rank of `comm`, naming `op` (the cheap check
 /// that stays on without the consistency mode; src/nn/reduction.cpp).
 void allreduce_sum(const CommPtr& comm, double* buf, index_t n, std::uint64_t key, const char* op);
+/// The same over a statistics buffer `buf` (f64, contiguous, n + 2 elements on ctx's device) whose
+/// first two elements receive the check values h and h^2 (filled on the device) and whose
+/// elements [2, n + 2) are summed. Nothing waits for the device: the check values are returned
+/// (a pointer into buf, in device memory) for exec::norm_finish to verify, which turns the
+/// statistics into NaN when the ranks disagreed. Returns null when nothing was reduced (no comm or
+/// one rank). A CPU context takes allreduce_sum's path (shard::Error at once) and returns null.
+const double* allreduce_sum_on_device(const CommPtr& comm, const Block& buf, index_t n, std::uint64_t key,
+                                      const char* op, ExecContext& ctx);
 
 /// `s`'s placements with Partial(op) on each mesh dim in `mdims`.
 inline std::vector<Placement> with_partial(std::vector<Placement> p, const std::vector<int>& mdims, ReduceOp op) {

@@ -38,10 +38,12 @@ inline DistSpec scalar_spec(const DistSpec& xs, const std::vector<int>& mdims) {
   return DistSpec(xs.mesh(), with_partial(p, mdims, ReduceOp::sum), {1});
 }
 
-/// The schedule (src/nn/reduction.cpp). mse: this rank's sum of squared differences; its
-/// backward gp = coef (p - t), gt = -gp (gt may be an empty Block).
-double mse_forward(const Block& p, const Block& t, ExecContext& ctx);
-void mse_backward(double coef, const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx);
+/// The schedule (src/nn/reduction.cpp). mse: out[0] = scale * this rank's sum of squared
+/// differences, written on p's device (no host read); its backward gp = c (p - t), gt = -gp with
+/// c = coef * g[0], g the loss gradient left on the device (gt may be an empty Block).
+void mse_forward(const Block& p, const Block& t, double scale, const Block& out, ExecContext& ctx);
+void mse_backward(double coef, const Block& g, const Block& p, const Block& t, const Block& gp, const Block& gt,
+                  ExecContext& ctx);
 /// rel_l2: sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 over `samples` local samples,
 /// allreduced over `comm` (the mesh dims sharding a sample; null: none); returns this rank's part
 /// of the loss (sum over its samples of the norm ratios / global_samples).
@@ -68,19 +70,24 @@ Var<T, 1> mse_loss(const Var<T, R>& pred, const Var<T, R>& target, Reduction red
   // exec kernels and saved as they are (Var's saved-tensor policy applies).
   const auto pl = pred.local(), tl = target.local();
   const Device dev = pl.device();
-  const double acc = detail::mse_forward(as_block(pl), as_block(tl), current_context(dev));
+  // The value and, in backward, the loss gradient stay on the device: no host read, no sync (a
+  // training step reads the loss back only where it logs it).
+  auto v = Tensor<T, 1>::empty({1}, dev);
+  detail::mse_forward(as_block(pl), as_block(tl), scale, as_block(v), current_context(dev));
   const DistSpec ss = detail::scalar_spec(xs, detail::mesh_dims_sharding(xs, [](int) { return true; }));
-  auto v = Tensor<T, 1>::full({1}, static_cast<T>(acc * scale), dev);
   auto part = Var<T, 1>::make(DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
                               [pred, target, pl, tl, xs, ss, scale](const DistTensor<T, 1>& gin) {
-                                const double gv = detail::first_value(autograd::gradient_as(ss, gin, autograd::PartialGrad::resolve).local());
+                                const auto g = autograd::gradient_as(ss, gin, autograd::PartialGrad::resolve).local();
                                 const Device gdev = pl.device();
+                                SHARD_CHECK(g.device() == gdev, "mse_loss_backward",
+                                            "the loss gradient is on {}, the prediction on {}", g.device(), gdev);
+                                const auto gc = g.is_contiguous() ? g : g.contiguous();
                                 auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
                                 Tensor<T, R> gt;
                                 if (target.requires_grad()) gt = Tensor<T, R>::empty(pl.shape(), gdev);
-                                detail::mse_backward(2.0 * scale * gv, as_block(pl), as_block(tl), as_block(gp),
-                                                   target.requires_grad() ? as_block(gt) : Block{},
-                                                   current_context(gdev));
+                                detail::mse_backward(2.0 * scale, as_block(gc), as_block(pl), as_block(tl),
+                                                     as_block(gp), target.requires_grad() ? as_block(gt) : Block{},
+                                                     current_context(gdev));
                                 const DistSpec gs = detail::grad_spec(xs);
                                 if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
                                 if (target.requires_grad()) target.accumulate_grad(DistTensor<T, R>(gs, gt));

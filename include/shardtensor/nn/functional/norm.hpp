@@ -57,20 +57,30 @@ struct RunningStats {
 
 // The schedule (src/nn/norm.cpp): the norm kernels and the statistics' allreduces over `comm`
 // (the mesh dims that shard the reduced dims; null: none) for one rank's local block x (dense, or
-// a strided view read in place). mean / invstd are the K host statistics.
+// a strided view read in place). The statistics stay in the device memory of x's context: a norm
+// on a GPU queues its kernels and device allreduces and never waits for the device.
+
+/// The K statistics of one norm call (f64, in the context's device memory): [2 check values |
+/// mean K | 2 check values | invstd K], filled by norm_forward, read by norm_backward.
+struct NormStats {
+  Block buf;
+  index_t K = 0;
+  double* mean() const { return static_cast<double*>(buf.data) + 2; }
+  double* invstd() const { return static_cast<double*>(buf.data) + K + 4; }
+};
 
 /// Training (run_mean, run_var null or the running statistics to update in place with `momentum`):
 /// two-pass global statistics over `count` elements, then y; eval (batch_eval): y from the running
-/// statistics (both given). Fills mean and invstd.
+/// statistics (both given). Fills `stats`.
 void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* run_mean,
                   const Block* run_var, double momentum, double eps, bool batch_eval, index_t count,
-                  const CommPtr& comm, std::uint64_t key, const char* op, std::vector<double>& mean,
-                  std::vector<double>& invstd, const Block& y, ExecContext& ctx);
+                  const CommPtr& comm, std::uint64_t key, const char* op, NormStats& stats, const Block& y,
+                  ExecContext& ctx);
 /// Gradients from gy: dx (stats_grad: through the global statistics, else with them fixed), dw and
 /// db [C] (local sums; with reduce_params summed over `comm` with the statistics' sums). Each of
 /// dx, dw, db may be null.
-void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const std::vector<double>& mean,
-                   const std::vector<double>& invstd, index_t count, bool stats_grad, bool reduce_params,
+void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const NormStats& stats,
+                   index_t count, bool stats_grad, bool reduce_params,
                    const CommPtr& comm, std::uint64_t key, const char* op, const Block* dx, const Block* dw,
                    const Block* db, ExecContext& ctx);
 
@@ -125,9 +135,7 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   geo.cdim = cdim;
   for (int d = 0; d < cdim; ++d) geo.A *= xl.size(d);
   for (int d = cdim + 1; d < R; ++d) geo.S *= xl.size(d);
-  const index_t K = geo.stats();
-  auto mean = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
-  auto invstd = std::make_shared<std::vector<double>>(static_cast<std::size_t>(K));
+  auto stats = std::make_shared<NormStats>();
   const auto wl = w ? w->local().contiguous() : Tensor<T, 1>();
   const auto bl = b ? b->local().contiguous() : Tensor<T, 1>();
   // Running statistics: read as contiguous copies in eval, updated in place in training.
@@ -137,14 +145,14 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   auto y = Tensor<T, R>::empty(xl.shape(), dev);
   const Block bw = as_block(wl), bb = as_block(bl), brm = as_block(rm), brv = as_block(rv);
   norm_forward(geo, as_block(xl), w ? &bw : nullptr, b ? &bb : nullptr, rs.mean ? &brm : nullptr,
-               rs.var ? &brv : nullptr, rs.momentum, eps, batch_eval, count, comm, key, op, *mean, *invstd, as_block(y),
+               rs.var ? &brv : nullptr, rs.momentum, eps, batch_eval, count, comm, key, op, *stats, as_block(y),
                current_context(dev));
 
   const bool stats_grad = !batch_eval;
   const bool reduce_params = kind == NormKind::batch && training;  // dW, db ride on the stats allreduce
   return Var<T, R>::make(
       DistTensor<T, R>(xs, y), op, {x.ref(), w ? w->ref() : autograd::VarRef{}, b ? b->ref() : autograd::VarRef{}},
-      [x, w, b, xs, xl, wl, geo, mean, invstd, comm, key, op, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
+      [x, w, b, xs, xl, wl, geo, stats, comm, key, op, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
         const auto g = autograd::gradient_as(xs, gin, autograd::PartialGrad::resolve).local().contiguous();
         const index_t C = geo.C;
         const Device dev = xl.device();
@@ -155,7 +163,7 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
         if (need_w) dw = Tensor<T, 1>::empty({C}, dev);
         if (need_b) db = Tensor<T, 1>::empty({C}, dev);
         const Block bw = as_block(wl), bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
-        norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, *mean, *invstd, count, stats_grad,
+        norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, *stats, count, stats_grad,
                       reduce_params, comm, key, op, need_x ? &bdx : nullptr, need_w ? &bdw : nullptr, need_b ? &bdb : nullptr,
                       current_context(dev));
         if (need_x) x.accumulate_grad(DistTensor<T, R>(xs, dx));
