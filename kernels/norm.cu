@@ -156,6 +156,214 @@ __global__ void dx_kernel(Geom g, idx total, const T* __restrict__ x, const T* _
   }
 }
 
+// ---- Wide statistics (batch and group kinds): a statistic is R rows of S contiguous elements
+// (group: the cg channels of one sample, contiguous; batch: one channel of every sample). Its n =
+// R * S elements are split over `chunks` blocks; each block's partial goes to part[k][chunk] and a
+// fixed-order pass adds them (deterministic). Chunking keeps the GPU busy when there are few
+// statistics (GroupNorm: A * G of them, often 32), where one block per statistic left most SMs
+// idle; with chunks == 1 the sums equal the one-block kernels' exactly.
+
+/// Row i of statistic k (kinds 0 and 1): element offset of its first element and its channel.
+struct RowSet {
+  idx base, rstride, R, c0, cstep;
+};
+__device__ inline RowSet stat_rows(const Geom& g, idx k) {
+  if (g.kind == 0) return {k * g.S, g.C * g.S, g.A, k, 0};
+  const idx cg = g.C / g.G, a = k / g.G, grp = k % g.G;
+  return {(a * g.C + grp * cg) * g.S, g.S, cg, grp * cg, 1};
+}
+/// The rows of channel c (for dw / db): row i = sample i.
+__device__ inline RowSet channel_rows(const Geom& g, idx c) { return {c * g.S, g.C * g.S, g.A, c, 0}; }
+
+/// Calls f(i, s) for the elements j = i * S + s in [j0, j1) this thread owns (stride blockDim):
+/// the row index advances by addition when rows are at least a block long (no division per element).
+template <class F>
+__device__ inline void for_chunk(idx S, idx j0, idx j1, F&& f) {
+  const idx B = blockDim.x;
+  idx j = j0 + threadIdx.x;
+  if (j >= j1) return;
+  if (S >= B) {
+    idx i = j / S, s = j - i * S;
+    for (; j < j1; j += B) {
+      f(i, s);
+      s += B;
+      if (s >= S) s -= S, ++i;
+    }
+  } else {
+    for (; j < j1; j += B) {
+      const idx i = j / S;
+      f(i, j - i * S);
+    }
+  }
+}
+
+/// Partial sums per (statistic, chunk): of x (mean null) or (x - mean)^2.
+template <class T>
+__global__ void sums_chunk_kernel(Geom g, idx K, idx chunks, const T* __restrict__ x, const double* __restrict__ mean,
+                                  double* __restrict__ part) {
+  const idx n = stat_len(g), per = (n + chunks - 1) / chunks;
+  for (idx k = blockIdx.y; k < K; k += gridDim.y) {
+    const RowSet r = stat_rows(g, k);
+    const idx j0 = blockIdx.x * per, j1 = j0 + per < n ? j0 + per : n;
+    const double m = mean ? mean[k] : 0.0;
+    double acc = 0, unused = 0;
+    for_chunk(g.S, j0, j1, [&](idx i, idx s) {
+      const double v = wide(x[r.base + i * r.rstride + s]);
+      if (mean) {
+        const double d = v - m;
+        acc += d * d;
+      } else {
+        acc += v;
+      }
+    });
+    block_reduce2(acc, unused);
+    if (threadIdx.x == 0) part[k * chunks + blockIdx.x] = acc;
+    __syncthreads();
+  }
+}
+/// Partial (sg, sgx) per (statistic, chunk).
+template <class T>
+__global__ void backward_stat_chunk_kernel(Geom g, idx K, idx chunks, const T* __restrict__ x,
+                                           const T* __restrict__ gy, const double* __restrict__ mean,
+                                           const double* __restrict__ invstd, const T* __restrict__ w,
+                                           double* __restrict__ part) {
+  const idx n = stat_len(g), per = (n + chunks - 1) / chunks;
+  for (idx k = blockIdx.y; k < K; k += gridDim.y) {
+    const RowSet r = stat_rows(g, k);
+    const idx j0 = blockIdx.x * per, j1 = j0 + per < n ? j0 + per : n;
+    const double m = mean[k], is = invstd[k];
+    double a1 = 0, a2 = 0;
+    for_chunk(g.S, j0, j1, [&](idx i, idx s) {
+      const idx off = r.base + i * r.rstride + s;
+      const double wc = w ? wide(w[r.c0 + i * r.cstep]) : 1.0;
+      const double d = wide(gy[off]) * wc;
+      a1 += d;
+      a2 += d * (wide(x[off]) - m) * is;
+    });
+    block_reduce2(a1, a2);
+    if (threadIdx.x == 0) {
+      part[2 * (k * chunks + blockIdx.x)] = a1;
+      part[2 * (k * chunks + blockIdx.x) + 1] = a2;
+    }
+    __syncthreads();
+  }
+}
+/// Partial (dw, db) per (channel, chunk) for the batch and group kinds (the statistic of a row is
+/// fixed: c, or sample * G + c / cg).
+template <class T>
+__global__ void backward_channel_chunk_kernel(Geom g, idx chunks, const T* __restrict__ x, const T* __restrict__ gy,
+                                              const double* __restrict__ mean, const double* __restrict__ invstd,
+                                              double* __restrict__ part) {
+  const idx n = g.A * g.S, per = (n + chunks - 1) / chunks;
+  for (idx c = blockIdx.y; c < g.C; c += gridDim.y) {
+    const RowSet r = channel_rows(g, c);
+    const idx j0 = blockIdx.x * per, j1 = j0 + per < n ? j0 + per : n;
+    double aw = 0, ab = 0;
+    for_chunk(g.S, j0, j1, [&](idx i, idx s) {
+      const idx off = r.base + i * r.rstride + s;
+      const idx k = g.kind == 0 ? c : i * g.G + c / (g.C / g.G);
+      const double gv = wide(gy[off]);
+      aw += gv * (wide(x[off]) - mean[k]) * invstd[k];
+      ab += gv;
+    });
+    block_reduce2(aw, ab);
+    if (threadIdx.x == 0) {
+      part[2 * (c * chunks + blockIdx.x)] = aw;
+      part[2 * (c * chunks + blockIdx.x) + 1] = ab;
+    }
+    __syncthreads();
+  }
+}
+/// out_j[k] = sum over chunks of part[width * (k * chunks + ch) + j], j < width, in chunk order.
+__global__ void chunk_total_kernel(idx K, idx chunks, int width, const double* __restrict__ part, double* out0,
+                                   double* out1) {
+  SHARD_GRID_STRIDE(k, K) {
+    double a = 0, b = 0;
+    for (idx ch = 0; ch < chunks; ++ch) {
+      a += part[width * (k * chunks + ch)];
+      if (width == 2) b += part[width * (k * chunks + ch) + 1];
+    }
+    if (out0) out0[k] = a;
+    if (out1) out1[k] = b;
+  }
+}
+
+// ---- Row kernels for apply and dx: one (sample, channel) row of S contiguous elements per
+// blockIdx.y, the statistic and the affine parameters read once per row: no index division per
+// element (the flat kernels above divide three times per element).
+template <class T>
+__global__ void apply_rows_kernel(Geom g, const T* __restrict__ x, const double* __restrict__ mean,
+                                  const double* __restrict__ invstd, const T* __restrict__ w, const T* __restrict__ b,
+                                  T* __restrict__ y) {
+  const idx rows = g.A * g.C, step = static_cast<idx>(gridDim.x) * blockDim.x;
+  for (idx r = blockIdx.y; r < rows; r += gridDim.y) {
+    const idx a = r / g.C, c = r - a * g.C;
+    const double wc = w ? wide(w[c]) : 1.0, bc = b ? wide(b[c]) : 0.0;
+    const T* xr = x + r * g.S;
+    T* yr = y + r * g.S;
+    if (g.kind == 2) {
+      const double* mk = mean + a * g.S;
+      const double* ik = invstd + a * g.S;
+      for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step)
+        yr[s] = narrow<T>((wide(xr[s]) - mk[s]) * ik[s] * wc + bc);
+    } else {
+      const idx k = g.kind == 0 ? c : a * g.G + c / (g.C / g.G);
+      const double m = mean[k], is = invstd[k];
+      for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step)
+        yr[s] = narrow<T>((wide(xr[s]) - m) * is * wc + bc);
+    }
+  }
+}
+template <class T>
+__global__ void dx_rows_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
+                               const double* __restrict__ mean, const double* __restrict__ invstd,
+                               const T* __restrict__ w, const double* __restrict__ sg, const double* __restrict__ sgx,
+                               double inv_count, T* __restrict__ dx) {
+  const idx rows = g.A * g.C, step = static_cast<idx>(gridDim.x) * blockDim.x;
+  for (idx r = blockIdx.y; r < rows; r += gridDim.y) {
+    const idx a = r / g.C, c = r - a * g.C;
+    const double wc = w ? wide(w[c]) : 1.0;
+    const T* xr = x + r * g.S;
+    const T* gr = gy + r * g.S;
+    T* dr = dx + r * g.S;
+    const idx k0 = g.kind == 2 ? a * g.S : (g.kind == 0 ? c : a * g.G + c / (g.C / g.G));
+    const idx dk = g.kind == 2 ? 1 : 0;
+    for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step) {
+      const idx k = k0 + s * dk;
+      const double d = wide(gr[s]) * wc;
+      if (!sg) {
+        dr[s] = narrow<T>(d * invstd[k]);
+        continue;
+      }
+      const double xhat = (wide(xr[s]) - mean[k]) * invstd[k];
+      dr[s] = narrow<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
+    }
+  }
+}
+
+/// Rows at least this long take the row kernels; shorter rows the flat ones.
+constexpr idx kRowMin = 128;
+/// Blocks the chunked statistics aim for in all (a few per SM of a large GPU).
+constexpr idx kTargetBlocks = 1024;
+/// Chunks per statistic for K statistics of n elements: enough blocks to fill the GPU, each with
+/// at least 4 elements per thread; 1 for the layer kind (many short statistics).
+idx chunks_for(const Geom& g, idx K, idx n) {
+  if (g.kind == 2 || K <= 0 || n <= 0) return 1;
+  idx c = (kTargetBlocks + K - 1) / K;
+  const idx most = (n + 4 * kBlock - 1) / (4 * kBlock);
+  if (c > most) c = most;
+  return c < 1 ? 1 : c;
+}
+dim3 row_grid(const Geom& g) {
+  const idx rows = g.A * g.C;
+  idx gx = (g.S + kBlock - 1) / kBlock;
+  if (gx > 64) gx = 64;
+  return dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+}
+dim3 chunk_grid(idx chunks, idx items) {
+  return dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(items < 65535 ? items : 65535));
+}
+
 template <class T>
 __global__ void to_f64_kernel(idx n, const T* __restrict__ src, double* __restrict__ dst) {
   SHARD_GRID_STRIDE(i, n) dst[i] = wide(src[i]);
@@ -210,9 +418,17 @@ unsigned grid_for_stats(idx K) { return blocks_per_item(K); }
 int done() { return last_error(); }
 
 template <class T>
-int sums_t(Geom g, const void* x, const double* mean, double* out, void* stream) {
+int sums_t(Geom g, const void* x, const double* mean, double* out, double* ws, void* stream) {
   const idx K = stat_count(g);
   if (K == 0) return 0;
+  const idx chunks = chunks_for(g, K, stat_len(g));
+  if (chunks > 1 && ws) {
+    sums_chunk_kernel<T><<<chunk_grid(chunks, K), kBlock, 0, as_stream(stream)>>>(g, K, chunks, static_cast<const T*>(x),
+                                                                                mean, ws);
+    if (const int e = done()) return e;
+    chunk_total_kernel<<<blocks_for(K), kBlock, 0, as_stream(stream)>>>(K, chunks, 1, ws, out, nullptr);
+    return done();
+  }
   sums_kernel<T><<<grid_for_stats(K), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(x), mean, out);
   return done();
 }
@@ -221,6 +437,12 @@ int apply_t(Geom g, const void* x, const double* mean, const double* invstd, con
             void* stream) {
   const idx total = g.A * g.C * g.S;
   if (total == 0) return 0;
+  if (g.S >= kRowMin) {
+    apply_rows_kernel<T><<<row_grid(g), kBlock, 0, as_stream(stream)>>>(
+        g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w), static_cast<const T*>(b),
+        static_cast<T*>(y));
+    return done();
+  }
   apply_kernel<T><<<blocks_for(total), kBlock, 0, as_stream(stream)>>>(
       g, total, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w), static_cast<const T*>(b),
       static_cast<T*>(y));
@@ -228,15 +450,35 @@ int apply_t(Geom g, const void* x, const double* mean, const double* invstd, con
 }
 template <class T>
 int backward_sums_t(Geom g, const void* x, const void* gy, const double* mean, const double* invstd, const void* w,
-                    double* sg, double* sgx, double* dw, double* db, void* stream) {
+                    double* sg, double* sgx, double* dw, double* db, double* ws, void* stream) {
   const auto s = as_stream(stream);
-  if ((dw || db) && g.C > 0)
-    backward_channel_kernel<T><<<grid_for_stats(g.C), kBlock, 0, s>>>(g, static_cast<const T*>(x),
-                                                                       static_cast<const T*>(gy), mean, invstd, dw, db);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* gt = static_cast<const T*>(gy);
+  if ((dw || db) && g.C > 0) {
+    const idx chunks = chunks_for(g, g.C, g.A * g.S);
+    if (chunks > 1 && ws) {
+      backward_channel_chunk_kernel<T><<<chunk_grid(chunks, g.C), kBlock, 0, s>>>(g, chunks, xt, gt, mean, invstd, ws);
+      if (const int e = done()) return e;
+      chunk_total_kernel<<<blocks_for(g.C), kBlock, 0, s>>>(g.C, chunks, 2, ws, dw, db);
+    } else {
+      backward_channel_kernel<T><<<grid_for_stats(g.C), kBlock, 0, s>>>(g, xt, gt, mean, invstd, dw, db);
+    }
+    if (const int e = done()) return e;
+  }
   const idx K = stat_count(g);
-  if (sg && sgx && K > 0)
-    backward_stat_kernel<T><<<grid_for_stats(K), kBlock, 0, s>>>(g, static_cast<const T*>(x), static_cast<const T*>(gy),
-                                                                  mean, invstd, static_cast<const T*>(w), sg, sgx);
+  if (sg && sgx && K > 0) {
+    const idx chunks = chunks_for(g, K, stat_len(g));
+    if (chunks > 1 && ws) {
+      // After the channel pass in stream order: the partials may reuse ws.
+      backward_stat_chunk_kernel<T><<<chunk_grid(chunks, K), kBlock, 0, s>>>(g, K, chunks, xt, gt, mean, invstd,
+                                                                              static_cast<const T*>(w), ws);
+      if (const int e = done()) return e;
+      chunk_total_kernel<<<blocks_for(K), kBlock, 0, s>>>(K, chunks, 2, ws, sg, sgx);
+    } else {
+      backward_stat_kernel<T><<<grid_for_stats(K), kBlock, 0, s>>>(g, xt, gt, mean, invstd, static_cast<const T*>(w),
+                                                                    sg, sgx);
+    }
+  }
   return done();
 }
 template <class T>
@@ -244,6 +486,12 @@ int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, con
                   const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
   const idx total = g.A * g.C * g.S;
   if (total == 0) return 0;
+  if (g.S >= kRowMin) {
+    dx_rows_kernel<T><<<row_grid(g), kBlock, 0, as_stream(stream)>>>(
+        g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w), sg, sgx,
+        inv_count, static_cast<T*>(dx));
+    return done();
+  }
   dx_kernel<T><<<blocks_for(total), kBlock, 0, as_stream(stream)>>>(
       g, total, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w), sg, sgx,
       inv_count, static_cast<T*>(dx));
@@ -252,17 +500,22 @@ int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, con
 
 }  // namespace
 
-int sums(int dtype, Geom g, const void* x, const double* mean, double* out, void* stream) {
-  return by_storage(dtype, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, stream); });
+idx workspace(Geom g) {
+  const idx K = stat_count(g);
+  const idx a = 2 * K * chunks_for(g, K, stat_len(g)), b = 2 * g.C * chunks_for(g, g.C, g.A * g.S);
+  return a > b ? a : b;
+}
+int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream) {
+  return by_storage(dtype, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, ws, stream); });
 }
 int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream) {
   return by_storage(dtype, [&](auto t) { return apply_t<decltype(t)>(g, x, mean, invstd, w, b, y, stream); });
 }
 int backward_sums(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
-                  const void* w, double* sg, double* sgx, double* dw, double* db, void* stream) {
+                  const void* w, double* sg, double* sgx, double* dw, double* db, double* ws, void* stream) {
   return by_storage(dtype, [&](auto t) {
-    return backward_sums_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, stream);
+    return backward_sums_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, ws, stream);
   });
 }
 int backward_dx(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,

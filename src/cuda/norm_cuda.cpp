@@ -15,6 +15,11 @@ namespace k = shard::kernels::norm;
 using cuda_glue::check;
 
 k::Geom geom(const NormGeom& g) { return {static_cast<int>(g.kind), g.A, g.C, g.S, g.G}; }
+/// The context's stream-ordered workspace, sized for the chunk partials of g.
+double* workspace(const NormGeom& g, ExecContext& ctx) {
+  const auto n = static_cast<std::size_t>(k::workspace(geom(g)));
+  return static_cast<double*>(ctx.workspace((n ? n : 1) * sizeof(double)));
+}
 
 struct CudaNorm final : NormKernels {
   // bf16 / f16 read and written in place by the kernels (templated on the storage type), as on
@@ -26,7 +31,7 @@ struct CudaNorm final : NormKernels {
             ExecContext& ctx) const override {
     const char* op = "norm_sums (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
-    check(k::sums(storage_code(dt), geom(g), x, mean, out, s), op);
+    check(k::sums(storage_code(dt), geom(g), x, mean, out, workspace(g, ctx), s), op);
   }
   void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
              const void* b, void* y, ExecContext& ctx) const override {
@@ -40,7 +45,7 @@ struct CudaNorm final : NormKernels {
     const char* op = "norm_backward_sums (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
     check(k::backward_sums(storage_code(dt), geom(g), x, gy, mean, invstd, w, sg && sgx ? sg : nullptr,
-                           sg && sgx ? sgx : nullptr, dw, db, s),
+                           sg && sgx ? sgx : nullptr, dw, db, workspace(g, ctx), s),
           op);
   }
   void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,

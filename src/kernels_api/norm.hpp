@@ -4,7 +4,9 @@
 // not synchronise. All pointers are device pointers. dtype: 0 f32, 1 f64, 2 bf16, 3 f16 (the
 // storage of x, gy, w, b, y, dx; bf16 / f16 widened to double, results rounded through float).
 // kind: 0 batch, 1 group, 2 layer (see include/shardtensor/exec/norm.hpp for the [A, C, S] / G geometry).
-// Reductions are one thread block (or one thread) per statistic with a fixed-order tree: no atomics.
+// Reductions: per statistic, a fixed number of chunks (one block each, a fixed-order tree) whose
+// partials a fixed-order pass adds (batch and group kinds, when few statistics would leave the GPU
+// idle), else one block per statistic: no atomics, deterministic.
 #include <cstdint>
 
 namespace shard::kernels::norm {
@@ -17,14 +19,17 @@ struct Geom {
   idx A, C, S, G;
 };
 
-/// out[k] = sum over statistic k of x (mean == nullptr) or (x - mean[k])^2, in double.
-int sums(int dtype, Geom g, const void* x, const double* mean, double* out, void* stream);
+/// Doubles of device workspace sums / backward_sums need for g (their chunk partials).
+idx workspace(Geom g);
+/// out[k] = sum over statistic k of x (mean == nullptr) or (x - mean[k])^2, in double. ws:
+/// workspace(g) doubles (null: one block per statistic).
+int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream);
 /// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b may be null).
 int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream);
 /// sg[k], sgx[k] (both or neither) and dw[c], db[c] (each may be null), in double.
 int backward_sums(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
-                  const void* w, double* sg, double* sgx, double* dw, double* db, void* stream);
+                  const void* w, double* sg, double* sgx, double* dw, double* db, double* ws, void* stream);
 /// dx = invstd (gy w - sg inv_count - xhat sgx inv_count), or invstd gy w when sg == nullptr.
 int backward_dx(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
                 const void* w, const double* sg, const double* sgx, double inv_count, void* dx, void* stream);

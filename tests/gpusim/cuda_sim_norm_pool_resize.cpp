@@ -31,13 +31,13 @@ void close_host(const std::vector<double>& a, const std::vector<double>& b, doub
 double* f64(const Block& b) { return static_cast<double*>(b.data); }
 
 template <class T>
-void norm_case(exec::NormKind kind, index_t G) {
+void norm_case(exec::NormKind kind, index_t G, index_t A = 3, index_t C = 4, index_t S = 45) {
   using exec::NormKernels;
   exec::NormGeom g;
   g.kind = kind;
-  g.A = 3;
-  g.C = 4;
-  g.S = 45;
+  g.A = A;
+  g.C = C;
+  g.S = S;
   g.G = G;
   const std::vector<index_t> s{g.A, g.C, g.S};
   const auto K = static_cast<std::size_t>(g.stats());
@@ -60,7 +60,7 @@ void norm_case(exec::NormKind kind, index_t G) {
   cpu<NormKernels>().apply(dtype_of<T>, g, x.h.data, f64(mean.h), f64(invstd.h), w.h.data, b.h.data, y.h.data, hctx());
   cu<NormKernels>().apply(dtype_of<T>, g, x.d.data, f64(mean.d), f64(invstd.d), w.d.data, b.d.data, y.d.data, gctx());
   GPUSIM_CHECK_CLOSE(y, T, "apply");
-  Pair<double> sg(ks), sgx(ks), dw({4}), db({4});
+  Pair<double> sg(ks), sgx(ks), dw({C}), db({C});
   cpu<NormKernels>().backward_sums(dtype_of<T>, g, x.h.data, gy.h.data, f64(mean.h), f64(invstd.h), w.h.data,
                                    f64(sg.h), f64(sgx.h), f64(dw.h), f64(db.h), hctx());
   cu<NormKernels>().backward_sums(dtype_of<T>, g, x.d.data, gy.d.data, f64(mean.d), f64(invstd.d), w.d.data,
@@ -202,6 +202,21 @@ TEST_CASE("gpusim norm: batch, group, instance, layer statistics, apply, backwar
     INFO("norm " << name);
     norm_case<float>(kind, G);
     norm_case<double>(kind, G);
+  }
+}
+
+TEST_CASE("gpusim norm: long rows and few statistics (chunked sums, row kernels)", "[gpusim][norm]") {
+  // S >= 128 takes the row kernels for apply and dx; few statistics over many elements split each
+  // statistic over several blocks (chunk partials + a fixed-order total), with rows longer than a
+  // block (incremental row walk) and shorter (division); the layer kind keeps one block per
+  // statistic.
+  GPUSIM_REQUIRE_GPU();
+  for (auto [kind, G, name] : {std::tuple{exec::NormKind::batch, index_t{1}, "batch"},
+                               std::tuple{exec::NormKind::group, index_t{2}, "group"},
+                               std::tuple{exec::NormKind::layer, index_t{1}, "layer"}}) {
+    INFO("norm " << name);
+    norm_case<float>(kind, G, 2, 4, 2048);
+    norm_case<double>(kind, G, 40, 4, 100);
   }
 }
 
