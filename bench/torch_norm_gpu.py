@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""PyTorch twin of bench/bench_norm_gpu.cpp: torch.nn.functional.group_norm (affine, fp32) forward
+and backward on the same shapes, medians over --reps after 3 warm-up reps, each rep timed between
+torch.cuda.synchronize() calls. Prints the same RESULT lines (GB/s: 2 x bytes(x) forward, 3 x
+backward). Without a GPU it prints SKIP and exits 0."""
+import argparse
+import statistics
+import time
+
+try:
+    import torch
+except ImportError:  # no torch on this machine
+    print("SKIP torch_norm_gpu: no torch")
+    raise SystemExit(0)
+
+CASES = [("gn_4x32x1024^2_G8", 4, 32, 1024, 1024, 8), ("gn_4x64x512^2_G8", 4, 64, 512, 512, 8),
+         ("gn_4x128x256^2_G8", 4, 128, 256, 256, 8)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("SKIP torch_norm_gpu: no CUDA device")
+        return
+    torch.backends.cudnn.benchmark = True
+    dev = torch.device("cuda:0")
+    print(f"torch_norm_gpu: torch {torch.__version__}, group_norm fp32, affine, {a.reps} timed reps after 3 warm-up")
+    for name, n, c, h, w, g in CASES:
+        x = torch.randn(n, c, h, w, device=dev, requires_grad=True)
+        gy = torch.randn(n, c, h, w, device=dev)
+        wt = torch.randn(c, device=dev, requires_grad=True)
+        bs = torch.randn(c, device=dev, requires_grad=True)
+        fwd, bwd = [], []
+        for r in range(a.reps + 3):
+            x.grad = wt.grad = bs.grad = None
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            y = torch.nn.functional.group_norm(x, g, wt, bs, 1e-5)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            y.backward(gy)
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            if r >= 3:
+                fwd.append((t1 - t0) * 1e3)
+                bwd.append((t2 - t1) * 1e3)
+        f, b = statistics.median(fwd), statistics.median(bwd)
+        nbytes = x.numel() * 4
+        print(f"RESULT {name} fwd_ms {f:.4f} bwd_ms {b:.4f} fwd_gbs {2 * nbytes / f / 1e6:.1f} "
+              f"bwd_gbs {3 * nbytes / b / 1e6:.1f}")
+
+
+if __name__ == "__main__":
+    main()
