@@ -262,6 +262,39 @@ __global__ void rel_l2_backward_kernel(idx n, idx inner, const T* p, const T* t,
   }
 }
 
+/// The statistics allreduce's check (exact, 128-bit): P * S2 != S1^2 means the ranks disagreed.
+__device__ __forceinline__ bool check_failed(const double* check, idx P) {
+  if (!check) return false;
+  const auto s1 = static_cast<unsigned long long>(check[0]);
+  const auto s2 = static_cast<unsigned long long>(check[1]);
+  const auto p = static_cast<unsigned long long>(P);
+  return __umul64hi(s1, s1) != __umul64hi(p, s2) || s1 * s1 != p * s2;
+}
+/// One thread: the samples' ratios added in order, as the host loop does.
+template <class T>
+__global__ void rel_l2_value_kernel(idx samples, idx global, const double* __restrict__ sums,
+                                    const double* __restrict__ check, idx P, T* __restrict__ out) {
+  double loss = 0;
+  for (idx s = 0; s < samples; ++s)
+    loss = __dadd_rn(loss, __ddiv_rn(__dsqrt_rn(sums[2 * s]), __dsqrt_rn(sums[2 * s + 1])));
+  loss = check_failed(check, P) ? __longlong_as_double(0x7ff8000000000000LL)
+                                 : __ddiv_rn(loss, static_cast<double>(global));
+  *out = static_cast<T>(loss);
+}
+template <class T>
+__global__ void rel_l2_coef_kernel(idx samples, idx global, const double* __restrict__ sums,
+                                   const double* __restrict__ check, idx P, const T* __restrict__ g,
+                                   double* __restrict__ coef) {
+  const double gv = __ddiv_rn(static_cast<double>(*g), static_cast<double>(global));
+  const bool bad = check_failed(check, P);
+  const double nan = __longlong_as_double(0x7ff8000000000000LL);
+  SHARD_GRID_STRIDE(s, samples) {
+    const double a = __dsqrt_rn(sums[2 * s]), b = __dsqrt_rn(sums[2 * s + 1]);
+    coef[2 * s] = bad ? nan : a > 0 ? __ddiv_rn(gv, __dmul_rn(a, b)) : 0.0;
+    coef[2 * s + 1] = bad ? nan : __ddiv_rn(__dmul_rn(gv, a), __dmul_rn(__dmul_rn(b, b), b));
+  }
+}
+
 int copy_to_host(double* host, const double* dev, idx count, void* stream) {
   cudaError_t e = cudaMemcpyAsync(host, dev, static_cast<size_t>(count) * sizeof(double), cudaMemcpyDeviceToHost,
                                   as_stream(stream));
@@ -370,11 +403,11 @@ int rd_mse_backward(int is_f64, idx n, double scale, const void* g, const void* 
 
 idx rd_rel_l2_workspace(idx samples, idx inner) { return 2 * samples * row_chunks(inner) + 2 * samples; }
 
-int rd_rel_l2_sums(int is_f64, idx samples, idx inner, const void* p, const void* t, double* ws, double* host_sums,
+int rd_rel_l2_sums(int is_f64, idx samples, idx inner, const void* p, const void* t, double* ws, double* sums,
                    void* stream) {
   if (samples <= 0) return 0;
   const idx chunks = row_chunks(inner);
-  double* out = ws + 2 * samples * chunks;
+  double* out = sums;
   const dim3 grid(static_cast<unsigned>(chunks), blocks_per_item(samples));
   const int rc = by_float_type(is_f64, [&](auto tag) {
     using T = decltype(tag);
@@ -385,8 +418,27 @@ int rd_rel_l2_sums(int is_f64, idx samples, idx inner, const void* p, const void
   });
   if (rc) return rc;
   rel_l2_final_kernel<<<grid_for(samples), kThreads, 0, as_stream(stream)>>>(samples, chunks, ws, out);
-  if (const int e = last_error()) return e;
-  return copy_to_host(host_sums, out, 2 * samples, stream);
+  return last_error();
+}
+
+int rd_rel_l2_value(int is_f64, idx samples, idx global, const double* sums, const double* check, idx P, void* out,
+                    void* stream) {
+  return by_float_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    rel_l2_value_kernel<T><<<1, 1, 0, as_stream(stream)>>>(samples, global, sums, check, P, static_cast<T*>(out));
+    return last_error();
+  });
+}
+
+int rd_rel_l2_coefficients(int is_f64, idx samples, idx global, const double* sums, const double* check, idx P,
+                           const void* g, double* coef, void* stream) {
+  if (samples <= 0) return 0;
+  return by_float_type(is_f64, [&](auto tag) {
+    using T = decltype(tag);
+    rel_l2_coef_kernel<T><<<grid_for(samples), kThreads, 0, as_stream(stream)>>>(samples, global, sums, check, P,
+                                                                                static_cast<const T*>(g), coef);
+    return last_error();
+  });
 }
 
 int rd_rel_l2_backward(int is_f64, idx samples, idx inner, const void* p, const void* t, const double* coef, void* gp,

@@ -70,24 +70,32 @@ struct CudaReduce final : ReduceKernels {
     check_rc(kernels::rd_mse_backward(is_f64(dt), n, scale, g, p, t, gp, gt, ctx.stream().handle),
              "mse_loss_backward", ctx);
   }
-  void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* host_sums,
+  void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* sums,
                    ExecContext& ctx) const override {
     DeviceScope scope(ctx, "rel_l2_loss");
     double* ws = workspace_doubles(ctx, kernels::rd_rel_l2_workspace(samples, inner));
-    check_rc(kernels::rd_rel_l2_sums(is_f64(dt), samples, inner, p, t, ws, host_sums, ctx.stream().handle),
-             "rel_l2_loss", ctx);
+    check_rc(kernels::rd_rel_l2_sums(is_f64(dt), samples, inner, p, t, ws, sums, ctx.stream().handle), "rel_l2_loss",
+             ctx);
   }
-  void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t, const double* host_coef,
+  void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t, const double* coef,
                        void* gp, void* gt, ExecContext& ctx) const override {
     const char* op = "rel_l2_loss_backward";
     DeviceScope scope(ctx, op);
-    double* coef = workspace_doubles(ctx, 2 * samples);
-    const cudaError_t e = cudaMemcpyAsync(coef, host_coef, static_cast<std::size_t>(2 * samples) * sizeof(double),
-                                          cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream().handle));
-    check_rc(static_cast<int>(e), op, ctx);
     check_rc(kernels::rd_rel_l2_backward(is_f64(dt), samples, inner, p, t, coef, gp, gt, ctx.stream().handle), op, ctx);
-    // The coefficients live in the context's workspace: finish before a later call reuses it.
-    check_rc(static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx.stream().handle))), op, ctx);
+  }
+  void rel_l2_value(DType dt, index_t samples, index_t global, const double* sums, const double* check, index_t P,
+                    void* out, ExecContext& ctx) const override {
+    DeviceScope scope(ctx, "rel_l2_loss");
+    check_rc(kernels::rd_rel_l2_value(is_f64(dt), samples, global, sums, check, P, out, ctx.stream().handle),
+             "rel_l2_loss", ctx);
+  }
+  void rel_l2_coefficients(DType dt, index_t samples, index_t global, const double* sums, const double* check,
+                           index_t P, const void* g, double* coef, ExecContext& ctx) const override {
+    const char* op = "rel_l2_loss_backward";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::rd_rel_l2_coefficients(is_f64(dt), samples, global, sums, check, P, g, coef,
+                                             ctx.stream().handle),
+             op, ctx);
   }
 };
 

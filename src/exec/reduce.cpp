@@ -271,12 +271,12 @@ void mse_backward(double scale, const Block& g, const Block& p, const Block& t, 
   if (p.numel() == 0) return;
   reduce_table(p, op, ctx).mse_backward(scale, g.data, p.dtype, p.numel(), p.data, t.data, gp.data, gt.data, ctx);
 }
-void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx) {
+void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* sums, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_sums", &ctx);
   if (detail::F32Work::needed(p.dtype, t.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("rel_l2_sums", {p.dtype, t.dtype});
     detail::F32Work f(ctx);
-    rel_l2_sums(f.in(p), f.in(t), samples, host_sums, ctx);
+    rel_l2_sums(f.in(p), f.in(t), samples, sums, ctx);
     return f.finish();
   }
   const char* op = "rel_l2_loss";
@@ -286,10 +286,10 @@ void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_s
     SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
                 "{} elements do not split into {} samples", p.numel(), samples);
     if (samples == 0) return;
-    if (reduce_table(p, op, ctx).rel_l2_sums_strided(p, t, samples, host_sums, ctx)) return;
+    if (reduce_table(p, op, ctx).rel_l2_sums_strided(p, t, samples, sums, ctx)) return;
     const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
     const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
-    reduce_table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_sums, ctx);
+    reduce_table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, pc.data, tc.data, sums, ctx);
     return;
   }
   check_main(p, op, "pred");
@@ -298,15 +298,15 @@ void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_s
   SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
               "{} elements do not split into {} samples", p.numel(), samples);
   if (samples == 0) return;
-  reduce_table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, p.data, t.data, host_sums, ctx);
+  reduce_table(p, op, ctx).rel_l2_sums(p.dtype, samples, p.numel() / samples, p.data, t.data, sums, ctx);
 }
-void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
+void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* coef, const Block& gp,
                      const Block& gt, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_backward", &ctx);
   if (detail::F32Work::needed(p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
     detail::F32Work::check_same("rel_l2_backward", {p.dtype, t.dtype, gp.dtype, (gt.numel() ? gt.dtype : gp.dtype)});
     detail::F32Work f(ctx);
-    rel_l2_backward(f.in(p), f.in(t), samples, host_coef, f.out(gp), gt.numel() ? f.out(gt) : gt, ctx);
+    rel_l2_backward(f.in(p), f.in(t), samples, coef, f.out(gp), gt.numel() ? f.out(gt) : gt, ctx);
     return f.finish();
   }
   const char* op = "rel_l2_loss_backward";
@@ -320,10 +320,10 @@ void rel_l2_backward(const Block& p, const Block& t, index_t samples, const doub
     SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
                 "{} elements do not split into {} samples", p.numel(), samples);
     if (samples == 0) return;
-    if (reduce_table(p, op, ctx).rel_l2_backward_strided(p, t, samples, host_coef, gp, gt, ctx)) return;
+    if (reduce_table(p, op, ctx).rel_l2_backward_strided(p, t, samples, coef, gp, gt, ctx)) return;
     const Block pc = p.is_contiguous() ? p : detail::materialize(p, ctx);
     const Block tc = t.is_contiguous() ? t : detail::materialize(t, ctx);
-    reduce_table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, pc.data, tc.data, host_coef, gp.data,
+    reduce_table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, pc.data, tc.data, coef, gp.data,
                                         gt.data, ctx);
     return;
   }
@@ -337,8 +337,39 @@ void rel_l2_backward(const Block& p, const Block& t, index_t samples, const doub
   SHARD_CHECK(samples >= 0 && (samples == 0 ? p.numel() == 0 : p.numel() % samples == 0), op,
               "{} elements do not split into {} samples", p.numel(), samples);
   if (samples == 0) return;
-  reduce_table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, p.data, t.data, host_coef, gp.data,
+  reduce_table(p, op, ctx).rel_l2_backward(p.dtype, samples, p.numel() / samples, p.data, t.data, coef, gp.data,
                                       gt.data, ctx);
+}
+
+void rel_l2_value(index_t samples, index_t global_samples, const double* sums, const double* check, index_t P,
+                  const Block& out, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_value", &ctx);
+  const char* op = "rel_l2_loss";
+  if (detail::F32Work::needed(out.dtype)) {  // bf16 / f16 loss: an f32 value, rounded once more
+    detail::F32Work f(ctx);
+    rel_l2_value(samples, global_samples, sums, check, P, f.out(out), ctx);
+    return f.finish();
+  }
+  check_main(out, op, "loss value");
+  SHARD_CHECK(out.numel() == 1 && samples >= 0 && global_samples > 0, op,
+              "bad arguments ({} loss elements, {} samples of {})", out.numel(), samples, global_samples);
+  SHARD_CHECK(out.device == ctx.device(), op, "the loss value is on {}, the context on {}", out.device, ctx.device());
+  reduce_table(out, op, ctx).rel_l2_value(out.dtype, samples, global_samples, sums, check, P, out.data, ctx);
+}
+void rel_l2_coefficients(index_t samples, index_t global_samples, const double* sums, const double* check, index_t P,
+                         const Block& g, double* coef, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "reduce", "rel_l2_coefficients", &ctx);
+  const char* op = "rel_l2_loss_backward";
+  if (detail::F32Work::needed(g.dtype)) {
+    detail::F32Work f(ctx);
+    return rel_l2_coefficients(samples, global_samples, sums, check, P, f.in(g), coef, ctx);
+  }
+  check_main(g, op, "loss gradient");
+  SHARD_CHECK(g.numel() == 1 && samples >= 0 && global_samples > 0, op,
+              "bad arguments ({} gradient elements, {} samples of {})", g.numel(), samples, global_samples);
+  SHARD_CHECK(g.device == ctx.device(), op, "the loss gradient is on {}, the context on {}", g.device, ctx.device());
+  if (samples == 0) return;
+  reduce_table(g, op, ctx).rel_l2_coefficients(g.dtype, samples, global_samples, sums, check, P, g.data, coef, ctx);
 }
 
 }  // namespace shard::exec

@@ -1,6 +1,7 @@
 // CPU implementation of the reduce kernel family: the loops formerly in
 // nn/functional/reduction.hpp and loss.hpp, moved (same order of accumulation, same threading).
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -22,6 +23,14 @@ template <class F> void reduce_by_dtype(DType dt, F&& f) {
 /// (the CUDA kernels compute the same double product, then round once).
 template <class T> T coefficient(double scale, const void* g) {
   return static_cast<T>(g ? scale * static_cast<double>(*static_cast<const T*>(g)) : scale);
+}
+
+/// The statistics allreduce's check failed (P * S2 != S1^2 over its two sums; null: no check).
+bool check_failed(const double* check, index_t P) {
+  if (!check) return false;
+  const auto s1 = static_cast<unsigned __int128>(static_cast<std::uint64_t>(check[0]));
+  const auto s2 = static_cast<unsigned __int128>(static_cast<std::uint64_t>(check[1]));
+  return s2 * static_cast<std::uint64_t>(P) != s1 * s1;
 }
 
 /// Strides mapping an index of x's shape to the keepdim result `out` (0 on reduced dims).
@@ -386,6 +395,31 @@ struct CpuReduce final : ReduceKernels {
         }
       }
     });
+  }
+  void rel_l2_value(DType dt, index_t samples, index_t global, const double* sums, const double* check, index_t P,
+                    void* out, ExecContext&) const override {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    double loss = 0;
+    for (index_t s = 0; s < samples; ++s) loss += std::sqrt(sums[2 * s]) / std::sqrt(sums[2 * s + 1]);
+    loss = check_failed(check, P) ? nan : loss / static_cast<double>(global);
+    reduce_by_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      *static_cast<T*>(out) = static_cast<T>(loss);
+    });
+  }
+  void rel_l2_coefficients(DType dt, index_t samples, index_t global, const double* sums, const double* check,
+                           index_t P, const void* g, double* coef, ExecContext&) const override {
+    double gv = 0;
+    reduce_by_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      gv = static_cast<double>(*static_cast<const T*>(g)) / static_cast<double>(global);
+    });
+    const bool bad = check_failed(check, P);
+    for (index_t s = 0; s < samples; ++s) {
+      const double a = std::sqrt(sums[2 * s]), b = std::sqrt(sums[2 * s + 1]);
+      coef[2 * s] = bad ? std::numeric_limits<double>::quiet_NaN() : a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b
+      coef[2 * s + 1] = bad ? std::numeric_limits<double>::quiet_NaN() : gv * a / (b * b * b);  // d/dt: -a t / b^3
+    }
   }
 };
 

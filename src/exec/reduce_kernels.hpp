@@ -49,20 +49,26 @@ struct ReduceKernels : KernelTable {
     return false;
   }
   /// rel_l2 over strided p, t (gp, gt contiguous); sample s = the rows with dim-0 index s.
-  virtual bool rel_l2_sums_strided(const Block& p, const Block& t, index_t samples, double* host_sums,
+  virtual bool rel_l2_sums_strided(const Block& p, const Block& t, index_t samples, double* sums,
                                    ExecContext& ctx) const {
-    (void)p, (void)t, (void)samples, (void)host_sums, (void)ctx;
+    (void)p, (void)t, (void)samples, (void)sums, (void)ctx;
     return false;
   }
-  virtual bool rel_l2_backward_strided(const Block& p, const Block& t, index_t samples, const double* host_coef,
+  virtual bool rel_l2_backward_strided(const Block& p, const Block& t, index_t samples, const double* coef,
                                        const Block& gp, const Block& gt, ExecContext& ctx) const {
-    (void)p, (void)t, (void)samples, (void)host_coef, (void)gp, (void)gt, (void)ctx;
+    (void)p, (void)t, (void)samples, (void)coef, (void)gp, (void)gt, (void)ctx;
     return false;
   }
-  virtual void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* host_sums,
+  virtual void rel_l2_sums(DType dt, index_t samples, index_t inner, const void* p, const void* t, double* sums,
                            ExecContext& ctx) const = 0;
   virtual void rel_l2_backward(DType dt, index_t samples, index_t inner, const void* p, const void* t,
-                               const double* host_coef, void* gp, void* gt, ExecContext& ctx) const = 0;
+                               const double* coef, void* gp, void* gt, ExecContext& ctx) const = 0;
+  /// exec::rel_l2_value / rel_l2_coefficients (dt: the loss dtype, f32 / f64; every pointer in the
+  /// context's device memory).
+  virtual void rel_l2_value(DType dt, index_t samples, index_t global, const double* sums, const double* check,
+                            index_t P, void* out, ExecContext& ctx) const = 0;
+  virtual void rel_l2_coefficients(DType dt, index_t samples, index_t global, const double* sums, const double* check,
+                                   index_t P, const void* g, double* coef, ExecContext& ctx) const = 0;
 };
 
 

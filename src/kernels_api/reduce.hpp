@@ -38,9 +38,16 @@ int rd_mse_backward(int is_f64, rd_idx n, double scale, const void* g, const voi
                     void* gt, void* stream);
 /// Doubles of workspace rd_rel_l2_sums needs.
 rd_idx rd_rel_l2_workspace(rd_idx samples, rd_idx inner);
-/// host_sums[2s] = ||p_s - t_s||^2, host_sums[2s+1] = ||t_s||^2. Synchronises the stream.
-int rd_rel_l2_sums(int is_f64, rd_idx samples, rd_idx inner, const void* p, const void* t, double* ws,
-                   double* host_sums, void* stream);
+/// sums[2s] = ||p_s - t_s||^2, sums[2s+1] = ||t_s||^2 (device memory; no synchronisation).
+int rd_rel_l2_sums(int is_f64, rd_idx samples, rd_idx inner, const void* p, const void* t, double* ws, double* sums,
+                   void* stream);
+/// *out (one T) = T(sum_s sqrt(sums[2s]) / sqrt(sums[2s+1]) / global), NaN when check (two
+/// doubles or null) fails for P ranks.
+int rd_rel_l2_value(int is_f64, rd_idx samples, rd_idx global, const double* sums, const double* check, rd_idx P,
+                    void* out, void* stream);
+/// coef from sums and the loss gradient g (one T, device): see exec::rel_l2_coefficients.
+int rd_rel_l2_coefficients(int is_f64, rd_idx samples, rd_idx global, const double* sums, const double* check,
+                           rd_idx P, const void* g, double* coef, void* stream);
 /// gp = cp_s (p - t), gt = -cp_s (p - t) - ct_s t per row s; coef (device, 2 * samples doubles).
 int rd_rel_l2_backward(int is_f64, rd_idx samples, rd_idx inner, const void* p, const void* t, const double* coef,
                        void* gp, void* gt, void* stream);

@@ -108,30 +108,22 @@ void mse_backward(double coef, const Block& g, const Block& p, const Block& t, c
   exec::mse_backward(coef, g, p, t, gp, gt, ctx);
 }
 
-double rel_l2_forward(const CommPtr& comm, std::uint64_t key, const Block& p, const Block& t, index_t samples,
-                      index_t global_samples,
-                      std::vector<double>& sums, ExecContext& ctx) {
-  sums.assign(static_cast<std::size_t>(2 * samples), 0.0);
-  exec::rel_l2_sums(p, t, samples, sums.data(), ctx);
-  allreduce_sum(comm, sums.data(), 2 * samples, key, "rel_l2_loss");
-  double loss = 0;
-  for (index_t s = 0; s < samples; ++s) {
-    const auto u = static_cast<std::size_t>(s);
-    loss += std::sqrt(sums[2 * u]) / std::sqrt(sums[2 * u + 1]);
-  }
-  return loss / static_cast<double>(global_samples);
+void rel_l2_forward(const CommPtr& comm, std::uint64_t key, const Block& p, const Block& t, index_t samples,
+                    index_t global_samples, const Block& sums, const Block& out, ExecContext& ctx) {
+  double* s = static_cast<double*>(sums.data);
+  exec::rel_l2_sums(p, t, samples, s + 2, ctx);
+  const double* check = allreduce_sum_on_device(comm, sums, 2 * samples, key, "rel_l2_loss", ctx);
+  exec::rel_l2_value(samples, global_samples, s + 2, check, comm ? comm->size() : 1, out, ctx);
 }
 
-void rel_l2_backward(double gv, const std::vector<double>& sums, index_t samples, const Block& p, const Block& t,
-                     const Block& gp, const Block& gt, ExecContext& ctx) {
-  std::vector<double> coef(static_cast<std::size_t>(2 * samples));
-  for (index_t s = 0; s < samples; ++s) {
-    const auto u = static_cast<std::size_t>(s);
-    const double a = std::sqrt(sums[2 * u]), b = std::sqrt(sums[2 * u + 1]);
-    coef[2 * u] = a > 0 ? gv / (a * b) : 0.0;  // d/dp of a/b = (p - t) / (a b)
-    coef[2 * u + 1] = gv * a / (b * b * b);     // d/dt adds -a t / b^3
-  }
-  exec::rel_l2_backward(p, t, samples, coef.data(), gp, gt, ctx);
+void rel_l2_backward(const Block& g, const Block& sums, index_t samples, index_t global_samples, const CommPtr& comm,
+                     const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx) {
+  const double* s = static_cast<const double*>(sums.data);
+  const bool reduced = comm && comm->size() > 1 && !ctx.device().is_cpu();
+  const Block coef = Block::allocate(DType::f64, ctx.device(), {2 * samples > 0 ? 2 * samples : 1});
+  exec::rel_l2_coefficients(samples, global_samples, s + 2, reduced ? s : nullptr, comm ? comm->size() : 1, g,
+                            static_cast<double*>(coef.data), ctx);
+  exec::rel_l2_backward(p, t, samples, static_cast<const double*>(coef.data), gp, gt, ctx);
 }
 
 }  // namespace shard::nn::functional::detail

@@ -10,6 +10,7 @@ using namespace gpusim;
 using exec::ReduceKernels;
 
 namespace {
+double* f64(const Block& b) { return static_cast<double*>(b.data); }
 const ReduceKernels& cu() { return exec::kernels_for<ReduceKernels>(gpu(), "test"); }
 const ReduceKernels& cpu() { return exec::kernels_for<ReduceKernels>(Device::cpu(), "test"); }
 
@@ -72,16 +73,39 @@ void reductions() {
     GPUSIM_CHECK_CLOSE(gp, T, "mse_backward gp (device factor)");
     CHECK(gp.host()[0] == static_cast<double>(static_cast<T>(-0.875) * (static_cast<T>(x.host()[0]) - static_cast<T>(g0.host()[0]))));
   }
-  // rel_l2: 4 samples of 333 elements
-  double hs[8] = {}, ds[8] = {};
-  cpu().rel_l2_sums(dtype_of<T>, 4, 333, x.h.data, g0.h.data, hs, hctx());
-  cu().rel_l2_sums(dtype_of<T>, 4, 333, x.d.data, g0.d.data, ds, gctx());
-  for (int i = 0; i < 8; ++i) CHECK(std::abs(hs[i] - ds[i]) <= 1e-9 * std::max(1.0, std::abs(hs[i])));
-  const double coef[8] = {0.5, -0.25, 1.5, 0.75, -1.0, 0.125, 2.0, 0.3};
-  cpu().rel_l2_backward(dtype_of<T>, 4, 333, x.h.data, g0.h.data, coef, gp.h.data, gt.h.data, hctx());
-  cu().rel_l2_backward(dtype_of<T>, 4, 333, x.d.data, g0.d.data, coef, gp.d.data, gt.d.data, gctx());
+  // rel_l2: 4 samples of 333 elements; sums and coefficients in device memory on the GPU.
+  Pair<double> sums({8});
+  cpu().rel_l2_sums(dtype_of<T>, 4, 333, x.h.data, g0.h.data, f64(sums.h), hctx());
+  cu().rel_l2_sums(dtype_of<T>, 4, 333, x.d.data, g0.d.data, f64(sums.d), gctx());
+  {
+    const auto hs = sums.host(), ds = sums.device();
+    for (int i = 0; i < 8; ++i) CHECK(std::abs(hs[static_cast<std::size_t>(i)] - ds[static_cast<std::size_t>(i)]) <=
+                                      1e-9 * std::max(1.0, std::abs(hs[static_cast<std::size_t>(i)])));
+  }
+  Pair<double> coef({8}, {0.5, -0.25, 1.5, 0.75, -1.0, 0.125, 2.0, 0.3});
+  cpu().rel_l2_backward(dtype_of<T>, 4, 333, x.h.data, g0.h.data, f64(coef.h), gp.h.data, gt.h.data, hctx());
+  cu().rel_l2_backward(dtype_of<T>, 4, 333, x.d.data, g0.d.data, f64(coef.d), gp.d.data, gt.d.data, gctx());
   GPUSIM_CHECK_CLOSE(gp, T, "rel_l2_backward gp");
   GPUSIM_CHECK_CLOSE(gt, T, "rel_l2_backward gt");
+  // The loss value and the backward's coefficients on the device, from the same sums (one with a
+  // zero difference: coefficient 0), with an agreeing and a failing check (3 ranks).
+  sums.upload();
+  for (int check = 0; check < 3; ++check) {
+    INFO("check " << check);
+    Pair<double> chk({2}, check == 1 ? std::vector<double>{15.0, 75.0} : std::vector<double>{15.0, 77.0});
+    const double* ch = check == 0 ? nullptr : f64(chk.h);
+    const double* cd = check == 0 ? nullptr : f64(chk.d);
+    Pair<T> v({1}), gl({1}, std::vector<double>{-0.75});
+    cpu().rel_l2_value(dtype_of<T>, 4, 6, f64(sums.h), ch, 3, v.h.data, hctx());
+    cu().rel_l2_value(dtype_of<T>, 4, 6, f64(sums.d), cd, 3, v.d.data, gctx());
+    CHECK(v.device() == v.host());  // the same operations, correctly rounded: bit for bit
+    Pair<double> c2({8});
+    cpu().rel_l2_coefficients(dtype_of<T>, 4, 6, f64(sums.h), ch, 3, gl.h.data, f64(c2.h), hctx());
+    cu().rel_l2_coefficients(dtype_of<T>, 4, 6, f64(sums.d), cd, 3, gl.d.data, f64(c2.d), gctx());
+    const auto hc = c2.host(), dc = c2.device();
+    for (std::size_t i = 0; i < 8; ++i) CHECK((hc[i] == dc[i] || (std::isnan(hc[i]) && std::isnan(dc[i]))));
+    CHECK(std::isnan(v.device()[0]) == (check == 2));
+  }
 }
 }  // namespace
 

@@ -44,14 +44,24 @@ void mse_backward(double scale, const Block& p, const Block& t, const Block& gp,
 /// element of p's dtype on p's device (read by the kernel, never by the host).
 void mse_backward(double scale, const Block& g, const Block& p, const Block& t, const Block& gp, const Block& gt,
                   ExecContext& ctx);
-/// Per-sample sums of relative L2: p and t hold `samples` equal rows; host_sums[2s] =
-/// ||p_s - t_s||^2, host_sums[2s+1] = ||t_s||^2 (host memory, 2 * samples doubles).
-/// (rel_l2_sums / rel_l2_backward: p and t may be strided views like sq_diff_sum's; read in place on
-/// the CPU.)
-void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* host_sums, ExecContext& ctx);
+/// Per-sample sums of relative L2: p and t hold `samples` equal rows; sums[2s] = ||p_s - t_s||^2,
+/// sums[2s+1] = ||t_s||^2 (2 * samples doubles in the context's device memory: host memory on the
+/// CPU). p and t may be strided views like sq_diff_sum's (read in place on the CPU).
+void rel_l2_sums(const Block& p, const Block& t, index_t samples, double* sums, ExecContext& ctx);
 /// Backward of relative L2 per row s: gp = cp_s (p - t), gt = -cp_s (p - t) - ct_s t with
-/// host_coef[2s] = cp_s, host_coef[2s+1] = ct_s (host memory).
-void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* host_coef, const Block& gp,
+/// coef[2s] = cp_s, coef[2s+1] = ct_s (device memory of the context).
+void rel_l2_backward(const Block& p, const Block& t, index_t samples, const double* coef, const Block& gp,
                      const Block& gt, ExecContext& ctx);
+/// out[0] = T(sum over s of sqrt(sums[2s]) / sqrt(sums[2s+1]), in order, / global_samples): this
+/// rank's part of the per-sample relative L2 loss, written on the device (out: one element of the
+/// loss dtype). `check`: the statistics allreduce's two check values (null: none; a failed check,
+/// ranks that disagreed, makes the value NaN, see NormFinishArgs::check).
+void rel_l2_value(index_t samples, index_t global_samples, const double* sums, const double* check, index_t P,
+                  const Block& out, ExecContext& ctx);
+/// The backward's coefficients from the loss gradient g (one element of the loss dtype on the
+/// device, read there): gv = g[0] / global_samples, a_s = sqrt(sums[2s]), b_s = sqrt(sums[2s+1]),
+/// coef[2s] = a_s > 0 ? gv / (a_s b_s) : 0, coef[2s+1] = gv a_s / b_s^3 (NaN on a failed check).
+void rel_l2_coefficients(index_t samples, index_t global_samples, const double* sums, const double* check, index_t P,
+                         const Block& g, double* coef, ExecContext& ctx);
 
 }  // namespace shard::exec

@@ -44,15 +44,15 @@ inline DistSpec scalar_spec(const DistSpec& xs, const std::vector<int>& mdims) {
 void mse_forward(const Block& p, const Block& t, double scale, const Block& out, ExecContext& ctx);
 void mse_backward(double coef, const Block& g, const Block& p, const Block& t, const Block& gp, const Block& gt,
                   ExecContext& ctx);
-/// rel_l2: sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 over `samples` local samples,
-/// allreduced over `comm` (the mesh dims sharding a sample; null: none); returns this rank's part
-/// of the loss (sum over its samples of the norm ratios / global_samples).
-double rel_l2_forward(const CommPtr& comm, std::uint64_t key, const Block& p, const Block& t, index_t samples,
-                      index_t global_samples,
-                      std::vector<double>& sums, ExecContext& ctx);
-/// The gradients for the loss gradient gv (already divided by the global sample count).
-void rel_l2_backward(double gv, const std::vector<double>& sums, index_t samples, const Block& p, const Block& t,
-                     const Block& gp, const Block& gt, ExecContext& ctx);
+/// rel_l2: sums (f64, 2 + 2 * samples, on the device: [2 check values | per sample ||p_n - t_n||^2,
+/// ||t_n||^2]) over `samples` local samples, allreduced over `comm` (the mesh dims sharding a
+/// sample; null: none); out[0] = this rank's part of the loss (sum over its samples of the norm
+/// ratios / global_samples), written on the device.
+void rel_l2_forward(const CommPtr& comm, std::uint64_t key, const Block& p, const Block& t, index_t samples,
+                    index_t global_samples, const Block& sums, const Block& out, ExecContext& ctx);
+/// The gradients for the loss gradient g (one element on the device), from the saved sums.
+void rel_l2_backward(const Block& g, const Block& sums, index_t samples, index_t global_samples, const CommPtr& comm,
+                     const Block& p, const Block& t, const Block& gp, const Block& gt, ExecContext& ctx);
 
 }  // namespace detail
 
@@ -117,22 +117,25 @@ Var<T, 1> rel_l2_loss(const Var<T, R>& pred, const Var<T, R>& target, RelL2Mode 
                                       : std::vector<int>{};
   const auto pl = pred.local(), tl = target.local();  // strided views are read in place
   const index_t nl = per_sample ? pl.size(0) : 1;
-  // sums[2n] = ||p_n - t_n||^2, sums[2n+1] = ||t_n||^2 (global; host memory).
-  auto sums = std::make_shared<std::vector<double>>();
+  // The value, the sums and the backward's coefficients stay on the device (no host read).
+  const Device dev = pl.device();
+  const Block sums = Block::allocate(DType::f64, dev, {2 + 2 * nl});
   const std::uint64_t key = shard::detail::CallKey(op).add(mode).add(xs).add(target.value().spec()).value();
-  const double loss = detail::rel_l2_forward(comm, key, as_block(pl), as_block(tl), nl, nglobal, *sums,
-                                             current_context(pl.device()));
+  auto v = Tensor<T, 1>::empty({1}, dev);
+  detail::rel_l2_forward(comm, key, as_block(pl), as_block(tl), nl, nglobal, sums, as_block(v), current_context(dev));
   const DistSpec ss = detail::scalar_spec(xs, batch_mdims);
-  auto v = Tensor<T, 1>::full({1}, static_cast<T>(loss), pl.device());
   auto part = Var<T, 1>::make(
       DistTensor<T, 1>(ss, v), op, {pred.ref(), target.ref()},
-      [pred, target, pl, tl, xs, ss, sums, nl, nglobal](const DistTensor<T, 1>& gin) {
-        const double gv = detail::first_value(autograd::gradient_as(ss, gin, autograd::PartialGrad::resolve).local()) / static_cast<double>(nglobal);
+      [pred, target, pl, tl, xs, ss, sums, comm, nl, nglobal](const DistTensor<T, 1>& gin) {
+        const auto g = autograd::gradient_as(ss, gin, autograd::PartialGrad::resolve).local();
         const Device gdev = pl.device();
+        SHARD_CHECK(g.device() == gdev, "rel_l2_loss_backward", "the loss gradient is on {}, the prediction on {}",
+                    g.device(), gdev);
+        const auto gc = g.is_contiguous() ? g : g.contiguous();
         auto gp = Tensor<T, R>::empty(pl.shape(), gdev);
         auto gt = Tensor<T, R>::empty(pl.shape(), gdev);
-        detail::rel_l2_backward(gv, *sums, nl, as_block(pl), as_block(tl), as_block(gp), as_block(gt),
-                                current_context(gdev));
+        detail::rel_l2_backward(as_block(gc), sums, nl, nglobal, comm, as_block(pl), as_block(tl), as_block(gp),
+                                as_block(gt), current_context(gdev));
         const DistSpec gs = detail::grad_spec(xs);
         if (pred.requires_grad()) pred.accumulate_grad(DistTensor<T, R>(gs, gp));
         if (target.requires_grad()) target.accumulate_grad(DistTensor<T, R>(gs, gt));
