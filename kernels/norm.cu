@@ -375,13 +375,7 @@ __global__ void from_f64_kernel(idx n, const double* __restrict__ src, T* __rest
 
 /// norm_finish (src/exec/norm_cpu.cpp's finish_impl, operation for operation).
 __global__ void finish_kernel(Finish f) {
-  bool bad = false;
-  if (f.check) {  // exact: P * S2 == S1^2 in 128 bits
-    const auto s1 = static_cast<unsigned long long>(f.check[0]);
-    const auto s2 = static_cast<unsigned long long>(f.check[1]);
-    const auto p = static_cast<unsigned long long>(f.P);
-    bad = __umul64hi(s1, s1) != __umul64hi(p, s2) || s1 * s1 != p * s2;
-  }
+  const bool bad = stats_check_failed(f.check, f.P);
   const double nan = __longlong_as_double(0x7ff8000000000000LL);
   const double cnt = static_cast<double>(f.count);
   auto get = [](const void* r, bool f64, idx k) {

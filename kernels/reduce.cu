@@ -262,14 +262,6 @@ __global__ void rel_l2_backward_kernel(idx n, idx inner, const T* p, const T* t,
   }
 }
 
-/// The statistics allreduce's check (exact, 128-bit): P * S2 != S1^2 means the ranks disagreed.
-__device__ __forceinline__ bool check_failed(const double* check, idx P) {
-  if (!check) return false;
-  const auto s1 = static_cast<unsigned long long>(check[0]);
-  const auto s2 = static_cast<unsigned long long>(check[1]);
-  const auto p = static_cast<unsigned long long>(P);
-  return __umul64hi(s1, s1) != __umul64hi(p, s2) || s1 * s1 != p * s2;
-}
 /// One thread: the samples' ratios added in order, as the host loop does.
 template <class T>
 __global__ void rel_l2_value_kernel(idx samples, idx global, const double* __restrict__ sums,
@@ -277,7 +269,7 @@ __global__ void rel_l2_value_kernel(idx samples, idx global, const double* __res
   double loss = 0;
   for (idx s = 0; s < samples; ++s)
     loss = __dadd_rn(loss, __ddiv_rn(__dsqrt_rn(sums[2 * s]), __dsqrt_rn(sums[2 * s + 1])));
-  loss = check_failed(check, P) ? __longlong_as_double(0x7ff8000000000000LL)
+  loss = stats_check_failed(check, P) ? __longlong_as_double(0x7ff8000000000000LL)
                                  : __ddiv_rn(loss, static_cast<double>(global));
   *out = static_cast<T>(loss);
 }
@@ -286,7 +278,7 @@ __global__ void rel_l2_coef_kernel(idx samples, idx global, const double* __rest
                                    const double* __restrict__ check, idx P, const T* __restrict__ g,
                                    double* __restrict__ coef) {
   const double gv = __ddiv_rn(static_cast<double>(*g), static_cast<double>(global));
-  const bool bad = check_failed(check, P);
+  const bool bad = stats_check_failed(check, P);
   const double nan = __longlong_as_double(0x7ff8000000000000LL);
   SHARD_GRID_STRIDE(s, samples) {
     const double a = __dsqrt_rn(sums[2 * s]), b = __dsqrt_rn(sums[2 * s + 1]);

@@ -216,7 +216,8 @@ TEST_CASE("gpusim norm: long rows and few statistics (chunked sums, row kernels)
                                std::tuple{exec::NormKind::layer, index_t{1}, "layer"}}) {
     INFO("norm " << name);
     norm_case<float>(kind, G, 2, 4, 2048);
-    norm_case<double>(kind, G, 40, 4, 100);
+    // (the layer kind has no chunked path; its 4000 statistics would only slow the simulator)
+    if (kind != exec::NormKind::layer) norm_case<double>(kind, G, 40, 4, 100);
   }
 }
 
