@@ -163,24 +163,17 @@ __device__ __forceinline__ T block_sum(T v, T* buf) {
   return total;
 }
 
-/// The full 128-bit product a * b as (hi, lo), from 32-bit limbs (no mul.hi.u64, which the
-/// simulator lacks).
-__device__ __forceinline__ void mul_wide_u64(unsigned long long a, unsigned long long b, unsigned long long& hi,
-                                             unsigned long long& lo) {
-  const unsigned long long m = 0xffffffffull, a0 = a & m, a1 = a >> 32, b0 = b & m, b1 = b >> 32;
-  const unsigned long long p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
-  const unsigned long long mid = (p00 >> 32) + (p01 & m) + (p10 & m);
-  lo = (p00 & m) | (mid << 32);
-  hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
-}
 /// The statistics allreduce's cheap check (nn/functional/common.hpp, allreduce_sum_on_device):
 /// `check` holds the sums over P ranks of h and h^2 (integers below 2^53); the ranks disagreed
-/// when P * S2 != S1^2, compared exactly in 128 bits. Null: no check.
+/// when P * S2 != S1^2. Compared exactly as double-double products (hi = rn(x y), lo = fma(x, y,
+/// -hi) is x y - hi exactly, so equal pairs mean equal products): doubles and fma only. (The
+/// simulator lacks mul.hi.u64, and a 64-bit-integer version from 32-bit limbs missed a mismatch
+/// there, cause not found.) Null: no check.
 __device__ __forceinline__ bool stats_check_failed(const double* check, long long P) {
   if (!check) return false;
-  unsigned long long h1, l1, h2, l2;
-  mul_wide_u64(static_cast<unsigned long long>(check[0]), static_cast<unsigned long long>(check[0]), h1, l1);
-  mul_wide_u64(static_cast<unsigned long long>(P), static_cast<unsigned long long>(check[1]), h2, l2);
+  const double s1 = check[0], s2 = check[1], p = static_cast<double>(P);
+  const double h1 = __dmul_rn(s1, s1), l1 = __fma_rn(s1, s1, -h1);
+  const double h2 = __dmul_rn(p, s2), l2 = __fma_rn(p, s2, -h2);
   return h1 != h2 || l1 != l2;
 }
 
