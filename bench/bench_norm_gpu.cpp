@@ -16,7 +16,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -24,18 +23,15 @@
 #include <shardtensor/nn/functional/norm.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include "bench_util.hpp"
+
 using namespace shard;
 namespace F = shard::nn::functional;
 
 namespace {
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using shard::bench::median;
+using shard::bench::now_ms;
 
 void run_case(const char* name, index_t N, index_t C, index_t H, index_t W, index_t G, int reps, ExecContext& ctx) {
   const Device dev = ctx.device();
