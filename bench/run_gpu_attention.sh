@@ -5,7 +5,8 @@
 #   bench/run_gpu_attention.sh [BUILD_DIR=build] [REPS=10] [PYTHON=python3] [NS="4096 16384"] [DIMS="64 128"]
 #                              [DTYPES="f32 bf16"] [ROUNDS=2]
 # Per round and dtype: ours (one process over every N x D case), for bf16 also ours with
-# SHARDTENSOR_CUDNN_ATTENTION=0 (the own kernels: case bf16own), then torch. Prints per case the
+# SHARDTENSOR_CUDNN_ATTENTION=0 (the own kernels: case bf16own), for f32 also ours with
+# SHARDTENSOR_ATTENTION_TILED=0 (the row kernels the tiled ones replaced: case f32rows), then torch. Prints per case the
 # best median of each side over the rounds, which kernel ours ran (cuDNN SDPA or own), the speed
 # ratios torch_time / our_time (forward + backward, and forward alone) and both device memory
 # high-water marks, then one "ratio" line per case.
@@ -31,6 +32,10 @@ for round in $(seq "$rounds"); do
       SHARDTENSOR_CUDNN_ATTENTION=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag own |
         tee -a "$log/ours.txt"
     fi
+    if [[ $dt == f32 ]]; then  # the row kernels the tiled ones replaced (head dims <= 64): the A/B
+      SHARDTENSOR_ATTENTION_TILED=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag rows |
+        tee -a "$log/ours.txt"
+    fi
     "$py" "$here/torch_attention_gpu.py" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" | tee -a "$log/torch.txt"
   done
 done
@@ -52,7 +57,8 @@ print(f"{'case':24s} {'kernel':6s} {'ours ms':>9s} {'torch ms':>9s} {'torch/ours
 lines = []
 for name in ours:
     o = ours[name]
-    t = torch.get(name.replace("bf16own", "bf16"))  # the own-kernel row against the same torch case
+    # the own-kernel and row-kernel rows against the same torch case
+    t = torch.get(name.replace("bf16own", "bf16").replace("f32rows", "f32"))
     if t is None:
         continue
     kern = "cudnn" if o.get("cudnn", 0) else "own"

@@ -1,22 +1,26 @@
 // Attention kernel family on CUDA (float, double, bfloat16 and half with float accumulation): the blockwise
 // (FlashAttention-style) forward with an online softmax, the backward from the final out / lse,
 // and the lse merge (see src/kernels_api/attention.hpp and include/shardtensor/exec/attention.hpp).
-//
-// A kernel of the project's own, on CUDA cores (cuDNN's fused SDPA needs the cudnn_frontend
-// graph API, whose headers are not installed with the toolkit here). Layout of the work:
-//  - forward: one thread per query row (kRows rows per block); the block stages a tile of BK keys
-//    and values in shared memory (converted to the accumulation type); each thread keeps its
-//    (scaled) query, running max / sum and its output accumulator in registers. Memory O(N * D).
-//  - backward: delta_i = dout_i . out_i (one thread per row), then two gather kernels without
-//    atomics (deterministic): dQ with one thread per query walking the key tiles, and dK / dV with
-//    one thread per key walking the query tiles (P recomputed from lse in both).
+// cuDNN's fused SDPA (src/cuda/attention_cudnn.cpp) is asked first for bf16 / f16; what it declines
+// and every f32 / f64 call runs here. Two kernel sets:
+//  - tiled (namespace tiled, float accumulation, head dims <= 64): register-blocked small GEMMs
+//    over shared-memory tiles, 64 own rows per block; see the comment at that namespace.
+//  - row kernels (f64, head dims 65..256, or SHARDTENSOR_ATTENTION_TILED=0):
+//    - forward: one thread per query row (kRows rows per block); the block stages a tile of BK keys
+//      and values in shared memory (converted to the accumulation type); each thread keeps its
+//      (scaled) query, running max / sum and its output accumulator in registers. Memory O(N * D).
+//    - backward: delta_i = dout_i . out_i (one thread per row), then two gather kernels without
+//      atomics (deterministic): dQ with one thread per query walking the key tiles, and dK / dV
+//      with one thread per key walking the query tiles (P recomputed from lse in both).
+//    - Head dims up to 256 (template DM = 64 / 128 / 256 bounds the per-thread register arrays).
 //  - merge: one thread per query row.
-// Head dims up to 256 (template DM = 64 / 128 / 256 bounds the per-thread register arrays).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <type_traits>
 
 #include "common.cuh"
 #include "kernels_api/attention.hpp"
@@ -310,6 +314,401 @@ __global__ void merge_kernel(Geom g, Out out, A* lse, In out_b, const A* lse_b) 
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Tiled kernels (float accumulation: float, bfloat16 and half storage; head dims up to 64).
+//
+// The row kernels above do one shared-memory load per FMA (every thread reads the same key
+// element), so they are bound by shared-memory issue, and with one thread per query a 4096-token
+// head gives the GPU only 32 blocks. The tiled kernels are the memory-efficient scheme with
+// register blocking: a block of kTT = 128 threads owns 64 rows (queries in forward and dQ, keys in
+// dK / dV) and walks the other side in tiles of 32. Every product is a small GEMM over
+// shared-memory tiles stored reduction-index-major ("k-major"), in which thread (ty, tx) =
+// (tid / 8, tid % 8) keeps a 4 x 4 register tile (own rows 4ty..4ty+3, tile columns 4tx..4tx+3)
+// or a 4 x 8 one for the head-dim outputs (columns 4tx..4tx+3 and 32+4tx..32+4tx+3), and reads
+// one float4 of each operand per reduction step: 2 loads per 16 FMAs instead of 1 per FMA.
+// The softmax statistics of a row live in the 8 lanes (tx) that share it and are combined with
+// xor shuffles, so they never touch shared memory. Deterministic: no atomics; dQ and dK / dV
+// are separate kernels as before, each recomputing P from the forward's lse.
+namespace tiled {
+
+constexpr int kTT = 128;         ///< threads per block
+constexpr int kOwn = 64;         ///< rows a block owns (4 per ty)
+constexpr int kIt = 32;          ///< rows per tile of the walked side (4 per tx)
+constexpr int kDM = 64;          ///< head-dim bound (the 4 x 8 output tile covers 64 columns)
+constexpr int kSO = kOwn + 4;    ///< row stride of k-major tiles whose columns are own rows
+constexpr int kSI = kIt + 4;     ///< row stride of k-major tiles whose columns are tile rows
+constexpr int kSD = kDM + 4;     ///< row stride of row-major [row][d] tiles
+static_assert(kIt * kSO <= kDM * kSI, "a [kIt][kSO] tile must fit in a [kDM][kSI] one it aliases");
+
+__device__ inline float ninf() { return -INFINITY; }
+
+/// Rows [r0, r0 + nr) of X (row stride sn, width w), times `scale`, into dst as k-major:
+/// dst[d * stride + rr] for rr < rows, d < kDM; zero outside the rows and the width.
+template <class T>
+__device__ inline void stage_kmajor(float* dst, int stride, int rows, const T* X, idx sn, idx r0, int nr, idx w,
+                                    float scale) {
+  for (int e = threadIdx.x; e < rows * kDM; e += kTT) {
+    const int rr = e / kDM, d = e % kDM;
+    dst[d * stride + rr] = rr < nr && d < w ? to_acc(X[(r0 + rr) * sn + d]) * scale : 0.f;
+  }
+}
+/// The same rows row-major: dst[rr * kSD + d].
+template <class T>
+__device__ inline void stage_rows(float* dst, int rows, const T* X, idx sn, idx r0, int nr, idx w) {
+  for (int e = threadIdx.x; e < rows * kDM; e += kTT) {
+    const int rr = e / kDM, d = e % kDM;
+    dst[rr * kSD + d] = rr < nr && d < w ? to_acc(X[(r0 + rr) * sn + d]) : 0.f;
+  }
+}
+
+/// acc[r][c] += sum_{k < K} A[k][4ty + r] * B[k][4tx + c]  (A stride sa, B stride sb; K rounded
+/// up to 4 reads zero padding).
+__device__ inline void mma_tile(float (&acc)[4][4], const float* A, int sa, const float* B, int sb, int K, int ty,
+                                int tx) {
+  const int kk = (K + 3) & ~3;
+#pragma unroll 4
+  for (int k = 0; k < kk; ++k) {
+    const float4 a = *reinterpret_cast<const float4*>(A + k * sa + 4 * ty);
+    const float4 b = *reinterpret_cast<const float4*>(B + k * sb + 4 * tx);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+  }
+}
+/// acc[r][c] += sum_{k < K} A[k][4ty + r] * B[k][col(c)], col(c) = 4tx + c (c < 4) or
+/// 32 + 4tx + c - 4 (c >= 4): the 64 head-dim columns of a row-major tile B.
+__device__ inline void mma_head(float (&acc)[4][8], const float* A, int sa, const float* B, int sb, int K, int ty,
+                                int tx) {
+#pragma unroll 2
+  for (int k = 0; k < K; ++k) {
+    const float4 a = *reinterpret_cast<const float4*>(A + k * sa + 4 * ty);
+    const float4 b0 = *reinterpret_cast<const float4*>(B + k * sb + 4 * tx);
+    const float4 b1 = *reinterpret_cast<const float4*>(B + k * sb + 32 + 4 * tx);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+  }
+}
+__device__ inline int head_col(int tx, int c) { return c < 4 ? 4 * tx + c : 32 + 4 * tx + c - 4; }
+
+/// Writes the thread's 4 x 4 tile transposed: dst[(4tx + c) * kSO + 4ty + r] = v[r][c].
+__device__ inline void store_t(float* dst, const float (&v)[4][4], int ty, int tx) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    *reinterpret_cast<float4*>(dst + (4 * tx + c) * kSO + 4 * ty) = make_float4(v[0][c], v[1][c], v[2][c], v[3][c]);
+}
+
+/// Max / sum over the 8 lanes (tx) of a row group.
+__device__ inline float row_max(float x) {
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ inline float row_sum(float x) {
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/// Adds the 4 x 8 head-dim tile of own rows [r0 + 4ty, +4) (valid where ok[r]) to gradient o.
+template <class T>
+__device__ inline void add_head(Out o, idx b, idx h, idx r0, const float (&acc)[4][8], const bool (&ok)[4], idx w,
+                                int ty, int tx) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    if (!ok[r]) continue;
+    T* G = static_cast<T*>(o.p) + b * o.sb + h * o.sh + (r0 + 4 * ty + r) * o.sn;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int d = head_col(tx, c);
+      if (d < w) G[d] = from_acc<T>(to_acc(G[d]) + acc[r][c]);
+    }
+  }
+}
+
+/// Forward: 64 queries per block, key tiles of 32. Static shared memory, 35 KiB.
+template <class T>
+__global__ void __launch_bounds__(kTT) forward_kernel(Geom g, In q, In k, In v, Mask m, Out out, float* lse) {
+  __shared__ __align__(16) float Qt[kDM * kSO];  // scaled queries, [d][row]
+  __shared__ __align__(16) float KP[kDM * kSI];  // keys [d][j]; then P [j][row]
+  __shared__ __align__(16) float Vn[kIt * kSD];  // values [j][e]
+  const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
+  const idx b = blockIdx.z, h = blockIdx.y, i0 = static_cast<idx>(blockIdx.x) * kOwn;
+  const int nq = static_cast<int>(g.Nq - i0 < kOwn ? g.Nq - i0 : kOwn);
+  const T* K = head_rows<T>(k, b, h);
+  const T* V = head_rows<T>(v, b, h);
+  const float scale = static_cast<float>(m.scale);
+  stage_kmajor(Qt, kSO, kOwn, head_rows<T>(q, b, h), q.sn, i0, nq, g.D, scale);
+  float o[4][8], mx[4], l[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    mx[r] = ninf();
+    l[r] = 0.f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) o[r][c] = 0.f;
+  }
+  const idx kend = key_end(g, m, i0 + nq);
+  for (idx j0 = 0; j0 < kend; j0 += kIt) {
+    const int nk = static_cast<int>(kend - j0 < kIt ? kend - j0 : kIt);
+    __syncthreads();  // the previous tile's P and V are read
+    stage_kmajor(KP, kSI, kIt, K, k.sn, j0, nk, g.D, 1.f);
+    stage_rows(Vn, kIt, V, v.sn, j0, nk, g.Dv);
+    __syncthreads();
+    float s[4][4] = {};
+    mma_tile(s, Qt, kSO, KP, kSI, static_cast<int>(g.D), ty, tx);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const idx i = i0 + 4 * ty + r;
+      float tmax = ninf();
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const idx j = j0 + 4 * tx + c;
+        const bool vis = 4 * tx + c < nk && 4 * ty + r < nq && !(m.causal && m.k_pos0 + j > m.q_pos0 + i);
+        s[r][c] = vis ? s[r][c] + bias_at<T, float>(m, b, h, i, j) : ninf();
+        tmax = fmaxf(tmax, s[r][c]);
+      }
+      // every lane of the warp takes part in both shuffles (full mask); rows with nothing
+      // visible yet keep P = 0 and their statistics
+      const float mnew = fmaxf(mx[r], row_max(tmax));
+      const bool live = mnew != ninf();
+      float ps = 0.f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[r][c] = live ? expf(s[r][c] - mnew) : 0.f;
+        ps += s[r][c];
+      }
+      const float tot = row_sum(ps);
+      if (live) {
+        const float cs = expf(mx[r] - mnew);  // 0 when mx was -inf
+        l[r] = l[r] * cs + tot;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) o[r][c] *= cs;
+        mx[r] = mnew;
+      }
+    }
+    __syncthreads();  // every thread has read the keys
+    store_t(KP, s, ty, tx);
+    __syncthreads();
+    mma_head(o, KP, kSO, Vn, kSD, nk, ty, tx);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const idx i = i0 + 4 * ty + r;
+    if (4 * ty + r >= nq) continue;
+    T* O = static_cast<T*>(out.p) + b * out.sb + h * out.sh + i * out.sn;
+    const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int d = head_col(tx, c);
+      if (d < g.Dv) O[d] = from_acc<T>(o[r][c] * inv);
+    }
+    if (tx == 0) lse[(b * g.H + h) * g.Nq + i] = l[r] == 0.f ? ninf() : mx[r] + logf(l[r]);
+  }
+}
+
+/// Dynamic shared memory (floats) of the dQ kernel: Qt, dOt, Kt / dSt, Vt, Kn.
+constexpr int kDqSmem = 2 * kDM * kSO + 2 * kDM * kSI + kIt * kSD;
+/// ... and of the dK / dV kernel: Kt, Vt, Qt / P, dOt / dS, Qn, dOn, lse, delta.
+constexpr int kDkvSmem = 2 * kDM * kSO + 2 * kDM * kSI + 2 * kIt * kSD + 2 * kIt;
+
+/// dQ: 64 queries per block, key tiles of 32; dQ += scale * dS K with dS = P (dP - delta).
+template <class T>
+__global__ void __launch_bounds__(kTT) dq_kernel(Geom g, In q, In k, In v, In dout, const float* lse,
+                                                const float* delta, Mask m, Out dq) {
+  extern __shared__ float4 smem4[];
+  float* Qt = reinterpret_cast<float*>(smem4);  // [d][row], scaled
+  float* dOt = Qt + kDM * kSO;                   // [e][row]
+  float* KS = dOt + kDM * kSO;                   // keys [d][j]; then dS [j][row]
+  float* Vt = KS + kDM * kSI;                    // [e][j]
+  float* Kn = Vt + kDM * kSI;                    // [j][d]
+  const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
+  const idx b = blockIdx.z, h = blockIdx.y, i0 = static_cast<idx>(blockIdx.x) * kOwn;
+  const int nq = static_cast<int>(g.Nq - i0 < kOwn ? g.Nq - i0 : kOwn);
+  const T* K = head_rows<T>(k, b, h);
+  const T* V = head_rows<T>(v, b, h);
+  const float scale = static_cast<float>(m.scale);
+  stage_kmajor(Qt, kSO, kOwn, head_rows<T>(q, b, h), q.sn, i0, nq, g.D, scale);
+  stage_kmajor(dOt, kSO, kOwn, head_rows<T>(dout, b, h), dout.sn, i0, nq, g.Dv, 1.f);
+  float L[4], dl[4], acc[4][8];
+  bool ok[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const idx i = i0 + 4 * ty + r;
+    L[r] = 4 * ty + r < nq ? lse[(b * g.H + h) * g.Nq + i] : ninf();
+    ok[r] = L[r] != ninf();  // rows with nothing visible contribute nothing
+    dl[r] = ok[r] ? delta[(b * g.H + h) * g.Nq + i] : 0.f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = 0.f;
+  }
+  const idx kend = key_end(g, m, i0 + nq);
+  for (idx j0 = 0; j0 < kend; j0 += kIt) {
+    const int nk = static_cast<int>(kend - j0 < kIt ? kend - j0 : kIt);
+    __syncthreads();  // the previous tile's dS and keys are read
+    stage_kmajor(KS, kSI, kIt, K, k.sn, j0, nk, g.D, 1.f);
+    stage_kmajor(Vt, kSI, kIt, V, v.sn, j0, nk, g.Dv, 1.f);
+    stage_rows(Kn, kIt, K, k.sn, j0, nk, g.D);
+    __syncthreads();
+    float s[4][4] = {}, dp[4][4] = {};
+    mma_tile(s, Qt, kSO, KS, kSI, static_cast<int>(g.D), ty, tx);
+    mma_tile(dp, dOt, kSO, Vt, kSI, static_cast<int>(g.Dv), ty, tx);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const idx i = i0 + 4 * ty + r;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const idx j = j0 + 4 * tx + c;
+        const bool vis = ok[r] && 4 * tx + c < nk && !(m.causal && m.k_pos0 + j > m.q_pos0 + i);
+        const float sv = vis ? s[r][c] + bias_at<T, float>(m, b, h, i, j) : ninf();
+        s[r][c] = sv == ninf() ? 0.f : expf(sv - L[r]) * (dp[r][c] - dl[r]) * scale;
+      }
+    }
+    __syncthreads();  // every thread has read the keys
+    store_t(KS, s, ty, tx);
+    __syncthreads();
+    mma_head(acc, KS, kSO, Kn, kSD, nk, ty, tx);
+  }
+  if (dq.p) add_head<T>(dq, b, h, i0, acc, ok, g.D, ty, tx);
+}
+
+/// dK and dV: 64 keys per block, query tiles of 32; dV += P^T dO, dK += scale * dS^T Q.
+template <class T>
+__global__ void __launch_bounds__(kTT) dkdv_kernel(Geom g, In q, In k, In v, In dout, const float* lse,
+                                                  const float* delta, Mask m, Out dk, Out dv) {
+  extern __shared__ float4 smem4[];
+  float* Kt = reinterpret_cast<float*>(smem4);  // [d][row], scaled
+  float* Vt = Kt + kDM * kSO;                    // [e][row]
+  float* QP = Vt + kDM * kSO;                    // queries [d][i]; then P [i][row]
+  float* OS = QP + kDM * kSI;                    // dout [e][i]; then dS [i][row]
+  float* Qn = OS + kDM * kSI;                    // [i][d]
+  float* On = Qn + kIt * kSD;                    // [i][e]
+  float* Ls = On + kIt * kSD;                    // lse of the tile's queries
+  float* Ds = Ls + kIt;                          // delta of the tile's queries
+  const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
+  const idx b = blockIdx.z, h = blockIdx.y, j0 = static_cast<idx>(blockIdx.x) * kOwn;
+  const int nkb = static_cast<int>(g.Nk - j0 < kOwn ? g.Nk - j0 : kOwn);
+  const T* Q = head_rows<T>(q, b, h);
+  const T* dO = head_rows<T>(dout, b, h);
+  const float* Lb = lse + (b * g.H + h) * g.Nq;
+  const float* Db = delta + (b * g.H + h) * g.Nq;
+  const float scale = static_cast<float>(m.scale);
+  stage_kmajor(Kt, kSO, kOwn, head_rows<T>(k, b, h), k.sn, j0, nkb, g.D, scale);
+  stage_kmajor(Vt, kSO, kOwn, head_rows<T>(v, b, h), v.sn, j0, nkb, g.Dv, 1.f);
+  float gk[4][8], gv[4][8];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) gk[r][c] = gv[r][c] = 0.f;
+  idx istart = 0;  // causal: the first query that sees the block's first key
+  if (m.causal) {
+    const idx s0 = m.k_pos0 + j0 - m.q_pos0;
+    istart = s0 < 0 ? 0 : (s0 > g.Nq ? g.Nq : s0);
+  }
+  for (idx a0 = istart; a0 < g.Nq; a0 += kIt) {
+    const int nq = static_cast<int>(g.Nq - a0 < kIt ? g.Nq - a0 : kIt);
+    __syncthreads();  // the previous tile's P, dS, Q and dout are read
+    stage_kmajor(QP, kSI, kIt, Q, q.sn, a0, nq, g.D, 1.f);
+    stage_kmajor(OS, kSI, kIt, dO, dout.sn, a0, nq, g.Dv, 1.f);
+    stage_rows(Qn, kIt, Q, q.sn, a0, nq, g.D);
+    stage_rows(On, kIt, dO, dout.sn, a0, nq, g.Dv);
+    for (int ii = threadIdx.x; ii < kIt; ii += kTT) {
+      Ls[ii] = ii < nq ? Lb[a0 + ii] : ninf();
+      Ds[ii] = ii < nq ? Db[a0 + ii] : 0.f;
+    }
+    __syncthreads();
+    float s[4][4] = {}, dp[4][4] = {};
+    mma_tile(s, Kt, kSO, QP, kSI, static_cast<int>(g.D), ty, tx);
+    mma_tile(dp, Vt, kSO, OS, kSI, static_cast<int>(g.Dv), ty, tx);
+    float p[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const idx j = j0 + 4 * ty + r;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const idx i = a0 + 4 * tx + c;
+        const float Li = Ls[4 * tx + c];
+        const bool vis = 4 * ty + r < nkb && Li != ninf() && !(m.causal && m.k_pos0 + j > m.q_pos0 + i);
+        const float sv = vis ? s[r][c] + bias_at<T, float>(m, b, h, i, j) : ninf();
+        p[r][c] = sv == ninf() ? 0.f : expf(sv - Li);
+        s[r][c] = p[r][c] * (dp[r][c] - Ds[4 * tx + c]) * scale;
+      }
+    }
+    __syncthreads();  // every thread has read Q and dout k-major
+    store_t(QP, p, ty, tx);
+    store_t(OS, s, ty, tx);
+    __syncthreads();
+    mma_head(gv, QP, kSO, On, kSD, nq, ty, tx);
+    mma_head(gk, OS, kSO, Qn, kSD, nq, ty, tx);
+  }
+  bool ok[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) ok[r] = 4 * ty + r < nkb;
+  if (dk.p) add_head<T>(dk, b, h, j0, gk, ok, g.D, ty, tx);
+  if (dv.p) add_head<T>(dv, b, h, j0, gv, ok, g.Dv, ty, tx);
+}
+
+dim3 own_blocks(idx rows, const Geom& g) {
+  return dim3(static_cast<unsigned>((rows + kOwn - 1) / kOwn), static_cast<unsigned>(g.H), static_cast<unsigned>(g.B));
+}
+
+/// Lets `kernel` use `bytes` of dynamic shared memory (above the 48 KiB default) on the current
+/// device, once per device.
+template <class K>
+int allow_smem(K kernel, std::size_t bytes, unsigned& done_mask) {
+  int dev = 0;
+  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return static_cast<int>(e);
+  const unsigned bit = dev < 32 ? 1u << dev : 0u;
+  if (bit && (__atomic_load_n(&done_mask, __ATOMIC_ACQUIRE) & bit)) return 0;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) return static_cast<int>(e);
+  if (bit) __atomic_fetch_or(&done_mask, bit, __ATOMIC_RELEASE);
+  return 0;
+}
+
+template <class T>
+int forward(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
+  forward_kernel<T><<<own_blocks(g.Nq, g), kTT, 0, s>>>(g, q, k, v, m, out, static_cast<float*>(lse));
+  return last_error();
+}
+
+template <class T>
+int backward(const Geom& g, In q, In k, In v, In dout, const float* L, const float* delta, const Mask& m, Out dq,
+             Out dk, Out dv, cudaStream_t s) {
+  if (dq.p) {
+    static unsigned done = 0;
+    constexpr std::size_t bytes = kDqSmem * sizeof(float);
+    if (const int e = allow_smem(dq_kernel<T>, bytes, done)) return e;
+    dq_kernel<T><<<own_blocks(g.Nq, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dq);
+    if (const int e = last_error()) return e;
+  }
+  if (dk.p || dv.p) {
+    static unsigned done = 0;
+    constexpr std::size_t bytes = kDkvSmem * sizeof(float);
+    if (const int e = allow_smem(dkdv_kernel<T>, bytes, done)) return e;
+    dkdv_kernel<T><<<own_blocks(g.Nk, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dk, dv);
+    if (const int e = last_error()) return e;
+  }
+  return 0;
+}
+
+}  // namespace tiled
+
+/// Whether the tiled kernels take (b, h) blocks of this geometry: float accumulation, head dims
+/// <= 64, and not switched off (SHARDTENSOR_ATTENTION_TILED=0 keeps the row kernels, for A/B runs).
+template <class A>
+bool use_tiled(const Geom& g) {
+  if (!std::is_same<A, float>::value || g.D > tiled::kDM || g.Dv > tiled::kDM) return false;
+  static const bool on = [] {
+    const char* e = std::getenv("SHARDTENSOR_ATTENTION_TILED");
+    return !(e && e[0] == '0' && e[1] == '\0');
+  }();
+  return on;
+}
+
 /// One thread per (b, h, query row), grid-stride.
 unsigned rows_grid(idx n) { return grid_for(n); }
 /// kRows rows per block on x, heads on y, batch on z.
@@ -331,6 +730,8 @@ int forward_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* ls
 
 template <class T, class A>
 int forward_t(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
+  if constexpr (std::is_same<A, float>::value)
+    if (use_tiled<A>(g)) return tiled::forward<T>(g, q, k, v, m, out, lse, s);
   switch (dm_for(g)) {
     case 64: return forward_dm<T, A, 64>(g, q, k, v, m, out, lse, s);
     case 128: return forward_dm<T, A, 128>(g, q, k, v, m, out, lse, s);
@@ -363,6 +764,8 @@ int backward_t(const Geom& g, In q, In k, In v, In out, In dout, const void* lse
   const A* L = static_cast<const A*>(lse);
   delta_kernel<T, A><<<rows_grid(g.B * g.H * g.Nq), kThreads, 0, s>>>(g, out, dout, delta);
   if (const int e = last_error()) return e;
+  if constexpr (std::is_same<A, float>::value)
+    if (use_tiled<A>(g)) return tiled::backward<T>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   if (dm == 64) return backward_dm<T, A, 64>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   if (dm == 128) return backward_dm<T, A, 128>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   return backward_dm<T, A, 256>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
