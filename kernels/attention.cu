@@ -3,9 +3,9 @@
 // and the lse merge (see src/kernels_api/attention.hpp and include/shardtensor/exec/attention.hpp).
 // cuDNN's fused SDPA (src/cuda/attention_cudnn.cpp) is asked first for bf16 / f16; what it declines
 // and every f32 / f64 call runs here. Two kernel sets:
-//  - tiled (namespace tiled, float accumulation, head dims <= 64): register-blocked small GEMMs
+//  - tiled (namespace tiled, float accumulation, head dims <= 128): register-blocked small GEMMs
 //    over shared-memory tiles, 64 own rows per block; see the comment at that namespace.
-//  - row kernels (f64, head dims 65..256, or SHARDTENSOR_ATTENTION_TILED=0):
+//  - row kernels (f64, head dims 129..256, or SHARDTENSOR_ATTENTION_TILED=0):
 //    - forward: one thread per query row (kRows rows per block); the block stages a tile of BK keys
 //      and values in shared memory (converted to the accumulation type); each thread keeps its
 //      (scaled) query, running max / sum and its output accumulator in registers. Memory O(N * D).
@@ -315,7 +315,7 @@ __global__ void merge_kernel(Geom g, Out out, A* lse, In out_b, const A* lse_b) 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tiled kernels (float accumulation: float, bfloat16 and half storage; head dims up to 64).
+// Tiled kernels (float accumulation: float, bfloat16 and half storage; head dims up to 128).
 //
 // The row kernels above do one shared-memory load per FMA (every thread reads the same key
 // element), so they are bound by shared-memory issue, and with one thread per query a 4096-token
@@ -326,6 +326,7 @@ __global__ void merge_kernel(Geom g, Out out, A* lse, In out_b, const A* lse_b) 
 // (tid / 8, tid % 8) keeps a 4 x 4 register tile (own rows 4ty..4ty+3, tile columns 4tx..4tx+3)
 // or a 4 x 8 one for the head-dim outputs (columns 4tx..4tx+3 and 32+4tx..32+4tx+3), and reads
 // one float4 of each operand per reduction step: 2 loads per 16 FMAs instead of 1 per FMA.
+// Head dims are padded to DM = 64 or 128 (template): the output tile is 4 x DM / 8 per thread.
 // The softmax statistics of a row live in the 8 lanes (tx) that share it and are combined with
 // xor shuffles, so they never touch shared memory. Deterministic: no atomics; dQ and dK / dV
 // are separate kernels as before, each recomputing P from the forward's lse.
@@ -334,30 +335,32 @@ namespace tiled {
 constexpr int kTT = 128;         ///< threads per block
 constexpr int kOwn = 64;         ///< rows a block owns (4 per ty)
 constexpr int kIt = 32;          ///< rows per tile of the walked side (4 per tx)
-constexpr int kDM = 64;          ///< head-dim bound (the 4 x 8 output tile covers 64 columns)
 constexpr int kSO = kOwn + 4;    ///< row stride of k-major tiles whose columns are own rows
 constexpr int kSI = kIt + 4;     ///< row stride of k-major tiles whose columns are tile rows
-constexpr int kSD = kDM + 4;     ///< row stride of row-major [row][d] tiles
-static_assert(kIt * kSO <= kDM * kSI, "a [kIt][kSO] tile must fit in a [kDM][kSI] one it aliases");
+constexpr int kMaxDM = 128;      ///< the largest padded head dim
+/// Row stride of row-major [row][d] tiles.
+template <int DM>
+__host__ __device__ constexpr int sd() { return DM + 4; }
+static_assert(kIt * kSO <= 64 * kSI, "a [kIt][kSO] tile must fit in a [DM][kSI] one it aliases");
 
 __device__ inline float ninf() { return -INFINITY; }
 
 /// Rows [r0, r0 + nr) of X (row stride sn, width w), times `scale`, into dst as k-major:
-/// dst[d * stride + rr] for rr < rows, d < kDM; zero outside the rows and the width.
-template <class T>
+/// dst[d * stride + rr] for rr < rows, d < DM; zero outside the rows and the width.
+template <int DM, class T>
 __device__ inline void stage_kmajor(float* dst, int stride, int rows, const T* X, idx sn, idx r0, int nr, idx w,
                                     float scale) {
-  for (int e = threadIdx.x; e < rows * kDM; e += kTT) {
-    const int rr = e / kDM, d = e % kDM;
+  for (int e = threadIdx.x; e < rows * DM; e += kTT) {
+    const int rr = e / DM, d = e % DM;
     dst[d * stride + rr] = rr < nr && d < w ? to_acc(X[(r0 + rr) * sn + d]) * scale : 0.f;
   }
 }
-/// The same rows row-major: dst[rr * kSD + d].
-template <class T>
+/// The same rows row-major: dst[rr * sd<DM>() + d].
+template <int DM, class T>
 __device__ inline void stage_rows(float* dst, int rows, const T* X, idx sn, idx r0, int nr, idx w) {
-  for (int e = threadIdx.x; e < rows * kDM; e += kTT) {
-    const int rr = e / kDM, d = e % kDM;
-    dst[rr * kSD + d] = rr < nr && d < w ? to_acc(X[(r0 + rr) * sn + d]) : 0.f;
+  for (int e = threadIdx.x; e < rows * DM; e += kTT) {
+    const int rr = e / DM, d = e % DM;
+    dst[rr * sd<DM>() + d] = rr < nr && d < w ? to_acc(X[(r0 + rr) * sn + d]) : 0.f;
   }
 }
 
@@ -377,23 +380,27 @@ __device__ inline void mma_tile(float (&acc)[4][4], const float* A, int sa, cons
       for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
   }
 }
-/// acc[r][c] += sum_{k < K} A[k][4ty + r] * B[k][col(c)], col(c) = 4tx + c (c < 4) or
-/// 32 + 4tx + c - 4 (c >= 4): the 64 head-dim columns of a row-major tile B.
-__device__ inline void mma_head(float (&acc)[4][8], const float* A, int sa, const float* B, int sb, int K, int ty,
+/// acc[r][c] += sum_{k < K} A[k][4ty + r] * B[k][col(c)] with col(c) = 32 (c / 4) + 4tx + c % 4:
+/// the DM head-dim columns of a row-major tile B, NC = DM / 8 per thread.
+template <int NC>
+__device__ inline void mma_head(float (&acc)[4][NC], const float* A, int sa, const float* B, int sb, int K, int ty,
                                 int tx) {
 #pragma unroll 2
   for (int k = 0; k < K; ++k) {
     const float4 a = *reinterpret_cast<const float4*>(A + k * sa + 4 * ty);
-    const float4 b0 = *reinterpret_cast<const float4*>(B + k * sb + 4 * tx);
-    const float4 b1 = *reinterpret_cast<const float4*>(B + k * sb + 32 + 4 * tx);
-    const float av[4] = {a.x, a.y, a.z, a.w}, bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    const float av[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+    for (int gq = 0; gq < NC / 4; ++gq) {
+      const float4 b = *reinterpret_cast<const float4*>(B + k * sb + 32 * gq + 4 * tx);
+      const float bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[r][4 * gq + c] = fmaf(av[r], bv[c], acc[r][4 * gq + c]);
+    }
   }
 }
-__device__ inline int head_col(int tx, int c) { return c < 4 ? 4 * tx + c : 32 + 4 * tx + c - 4; }
+__device__ inline int head_col(int tx, int c) { return 32 * (c / 4) + 4 * tx + c % 4; }
 
 /// Writes the thread's 4 x 4 tile transposed: dst[(4tx + c) * kSO + 4ty + r] = v[r][c].
 __device__ inline void store_t(float* dst, const float (&v)[4][4], int ty, int tx) {
@@ -414,49 +421,55 @@ __device__ inline float row_sum(float x) {
   return x;
 }
 
-/// Adds the 4 x 8 head-dim tile of own rows [r0 + 4ty, +4) (valid where ok[r]) to gradient o.
-template <class T>
-__device__ inline void add_head(Out o, idx b, idx h, idx r0, const float (&acc)[4][8], const bool (&ok)[4], idx w,
+/// Adds the 4 x NC head-dim tile of own rows [r0 + 4ty, +4) (valid where ok[r]) to gradient o.
+template <class T, int NC>
+__device__ inline void add_head(Out o, idx b, idx h, idx r0, const float (&acc)[4][NC], const bool (&ok)[4], idx w,
                                 int ty, int tx) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     if (!ok[r]) continue;
     T* G = static_cast<T*>(o.p) + b * o.sb + h * o.sh + (r0 + 4 * ty + r) * o.sn;
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
+    for (int c = 0; c < NC; ++c) {
       const int d = head_col(tx, c);
       if (d < w) G[d] = from_acc<T>(to_acc(G[d]) + acc[r][c]);
     }
   }
 }
 
-/// Forward: 64 queries per block, key tiles of 32. Static shared memory, 35 KiB.
-template <class T>
+/// Dynamic shared memory (floats) of the forward kernel: Qt, Kt / P, Vn.
+template <int DM>
+constexpr int fwd_smem() { return DM * kSO + DM * kSI + kIt * sd<DM>(); }
+
+/// Forward: 64 queries per block, key tiles of 32 (35 KiB of shared memory at DM 64, 70 at 128).
+template <class T, int DM>
 __global__ void __launch_bounds__(kTT) forward_kernel(Geom g, In q, In k, In v, Mask m, Out out, float* lse) {
-  __shared__ __align__(16) float Qt[kDM * kSO];  // scaled queries, [d][row]
-  __shared__ __align__(16) float KP[kDM * kSI];  // keys [d][j]; then P [j][row]
-  __shared__ __align__(16) float Vn[kIt * kSD];  // values [j][e]
+  constexpr int NC = DM / 8;
+  extern __shared__ float4 smem4[];
+  float* Qt = reinterpret_cast<float*>(smem4);  // scaled queries, [d][row]
+  float* KP = Qt + DM * kSO;                     // keys [d][j]; then P [j][row]
+  float* Vn = KP + DM * kSI;                     // values [j][e]
   const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
   const idx b = blockIdx.z, h = blockIdx.y, i0 = static_cast<idx>(blockIdx.x) * kOwn;
   const int nq = static_cast<int>(g.Nq - i0 < kOwn ? g.Nq - i0 : kOwn);
   const T* K = head_rows<T>(k, b, h);
   const T* V = head_rows<T>(v, b, h);
   const float scale = static_cast<float>(m.scale);
-  stage_kmajor(Qt, kSO, kOwn, head_rows<T>(q, b, h), q.sn, i0, nq, g.D, scale);
-  float o[4][8], mx[4], l[4];
+  stage_kmajor<DM>(Qt, kSO, kOwn, head_rows<T>(q, b, h), q.sn, i0, nq, g.D, scale);
+  float o[4][NC], mx[4], l[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     mx[r] = ninf();
     l[r] = 0.f;
 #pragma unroll
-    for (int c = 0; c < 8; ++c) o[r][c] = 0.f;
+    for (int c = 0; c < NC; ++c) o[r][c] = 0.f;
   }
   const idx kend = key_end(g, m, i0 + nq);
   for (idx j0 = 0; j0 < kend; j0 += kIt) {
     const int nk = static_cast<int>(kend - j0 < kIt ? kend - j0 : kIt);
     __syncthreads();  // the previous tile's P and V are read
-    stage_kmajor(KP, kSI, kIt, K, k.sn, j0, nk, g.D, 1.f);
-    stage_rows(Vn, kIt, V, v.sn, j0, nk, g.Dv);
+    stage_kmajor<DM>(KP, kSI, kIt, K, k.sn, j0, nk, g.D, 1.f);
+    stage_rows<DM>(Vn, kIt, V, v.sn, j0, nk, g.Dv);
     __syncthreads();
     float s[4][4] = {};
     mma_tile(s, Qt, kSO, KP, kSI, static_cast<int>(g.D), ty, tx);
@@ -486,14 +499,14 @@ __global__ void __launch_bounds__(kTT) forward_kernel(Geom g, In q, In k, In v, 
         const float cs = expf(mx[r] - mnew);  // 0 when mx was -inf
         l[r] = l[r] * cs + tot;
 #pragma unroll
-        for (int c = 0; c < 8; ++c) o[r][c] *= cs;
+        for (int c = 0; c < NC; ++c) o[r][c] *= cs;
         mx[r] = mnew;
       }
     }
     __syncthreads();  // every thread has read the keys
     store_t(KP, s, ty, tx);
     __syncthreads();
-    mma_head(o, KP, kSO, Vn, kSD, nk, ty, tx);
+    mma_head(o, KP, kSO, Vn, sd<DM>(), nk, ty, tx);
   }
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -502,7 +515,7 @@ __global__ void __launch_bounds__(kTT) forward_kernel(Geom g, In q, In k, In v, 
     T* O = static_cast<T*>(out.p) + b * out.sb + h * out.sh + i * out.sn;
     const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
+    for (int c = 0; c < NC; ++c) {
       const int d = head_col(tx, c);
       if (d < g.Dv) O[d] = from_acc<T>(o[r][c] * inv);
     }
@@ -510,30 +523,34 @@ __global__ void __launch_bounds__(kTT) forward_kernel(Geom g, In q, In k, In v, 
   }
 }
 
-/// Dynamic shared memory (floats) of the dQ kernel: Qt, dOt, Kt / dSt, Vt, Kn.
-constexpr int kDqSmem = 2 * kDM * kSO + 2 * kDM * kSI + kIt * kSD;
-/// ... and of the dK / dV kernel: Kt, Vt, Qt / P, dOt / dS, Qn, dOn, lse, delta.
-constexpr int kDkvSmem = 2 * kDM * kSO + 2 * kDM * kSI + 2 * kIt * kSD + 2 * kIt;
+/// Dynamic shared memory (floats) of the dQ kernel: Qt, dOt, Kt / dSt, Vt, Kn (62 KiB at DM 64,
+/// 121 at 128).
+template <int DM>
+constexpr int dq_smem() { return 2 * DM * kSO + 2 * DM * kSI + kIt * sd<DM>(); }
+/// ... and of the dK / dV kernel: Kt, Vt, Qt / P, dOt / dS, Qn, dOn, lse, delta (69 / 137 KiB).
+template <int DM>
+constexpr int dkdv_smem() { return 2 * DM * kSO + 2 * DM * kSI + 2 * kIt * sd<DM>() + 2 * kIt; }
 
 /// dQ: 64 queries per block, key tiles of 32; dQ += scale * dS K with dS = P (dP - delta).
-template <class T>
+template <class T, int DM>
 __global__ void __launch_bounds__(kTT) dq_kernel(Geom g, In q, In k, In v, In dout, const float* lse,
                                                 const float* delta, Mask m, Out dq) {
   extern __shared__ float4 smem4[];
   float* Qt = reinterpret_cast<float*>(smem4);  // [d][row], scaled
-  float* dOt = Qt + kDM * kSO;                   // [e][row]
-  float* KS = dOt + kDM * kSO;                   // keys [d][j]; then dS [j][row]
-  float* Vt = KS + kDM * kSI;                    // [e][j]
-  float* Kn = Vt + kDM * kSI;                    // [j][d]
+  float* dOt = Qt + DM * kSO;                    // [e][row]
+  float* KS = dOt + DM * kSO;                    // keys [d][j]; then dS [j][row]
+  float* Vt = KS + DM * kSI;                     // [e][j]
+  float* Kn = Vt + DM * kSI;                     // [j][d]
+  constexpr int NC = DM / 8;
   const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
   const idx b = blockIdx.z, h = blockIdx.y, i0 = static_cast<idx>(blockIdx.x) * kOwn;
   const int nq = static_cast<int>(g.Nq - i0 < kOwn ? g.Nq - i0 : kOwn);
   const T* K = head_rows<T>(k, b, h);
   const T* V = head_rows<T>(v, b, h);
   const float scale = static_cast<float>(m.scale);
-  stage_kmajor(Qt, kSO, kOwn, head_rows<T>(q, b, h), q.sn, i0, nq, g.D, scale);
-  stage_kmajor(dOt, kSO, kOwn, head_rows<T>(dout, b, h), dout.sn, i0, nq, g.Dv, 1.f);
-  float L[4], dl[4], acc[4][8];
+  stage_kmajor<DM>(Qt, kSO, kOwn, head_rows<T>(q, b, h), q.sn, i0, nq, g.D, scale);
+  stage_kmajor<DM>(dOt, kSO, kOwn, head_rows<T>(dout, b, h), dout.sn, i0, nq, g.Dv, 1.f);
+  float L[4], dl[4], acc[4][NC];
   bool ok[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -542,15 +559,15 @@ __global__ void __launch_bounds__(kTT) dq_kernel(Geom g, In q, In k, In v, In do
     ok[r] = L[r] != ninf();  // rows with nothing visible contribute nothing
     dl[r] = ok[r] ? delta[(b * g.H + h) * g.Nq + i] : 0.f;
 #pragma unroll
-    for (int c = 0; c < 8; ++c) acc[r][c] = 0.f;
+    for (int c = 0; c < NC; ++c) acc[r][c] = 0.f;
   }
   const idx kend = key_end(g, m, i0 + nq);
   for (idx j0 = 0; j0 < kend; j0 += kIt) {
     const int nk = static_cast<int>(kend - j0 < kIt ? kend - j0 : kIt);
     __syncthreads();  // the previous tile's dS and keys are read
-    stage_kmajor(KS, kSI, kIt, K, k.sn, j0, nk, g.D, 1.f);
-    stage_kmajor(Vt, kSI, kIt, V, v.sn, j0, nk, g.Dv, 1.f);
-    stage_rows(Kn, kIt, K, k.sn, j0, nk, g.D);
+    stage_kmajor<DM>(KS, kSI, kIt, K, k.sn, j0, nk, g.D, 1.f);
+    stage_kmajor<DM>(Vt, kSI, kIt, V, v.sn, j0, nk, g.Dv, 1.f);
+    stage_rows<DM>(Kn, kIt, K, k.sn, j0, nk, g.D);
     __syncthreads();
     float s[4][4] = {}, dp[4][4] = {};
     mma_tile(s, Qt, kSO, KS, kSI, static_cast<int>(g.D), ty, tx);
@@ -569,23 +586,24 @@ __global__ void __launch_bounds__(kTT) dq_kernel(Geom g, In q, In k, In v, In do
     __syncthreads();  // every thread has read the keys
     store_t(KS, s, ty, tx);
     __syncthreads();
-    mma_head(acc, KS, kSO, Kn, kSD, nk, ty, tx);
+    mma_head(acc, KS, kSO, Kn, sd<DM>(), nk, ty, tx);
   }
   if (dq.p) add_head<T>(dq, b, h, i0, acc, ok, g.D, ty, tx);
 }
 
 /// dK and dV: 64 keys per block, query tiles of 32; dV += P^T dO, dK += scale * dS^T Q.
-template <class T>
+template <class T, int DM>
 __global__ void __launch_bounds__(kTT) dkdv_kernel(Geom g, In q, In k, In v, In dout, const float* lse,
                                                   const float* delta, Mask m, Out dk, Out dv) {
   extern __shared__ float4 smem4[];
   float* Kt = reinterpret_cast<float*>(smem4);  // [d][row], scaled
-  float* Vt = Kt + kDM * kSO;                    // [e][row]
-  float* QP = Vt + kDM * kSO;                    // queries [d][i]; then P [i][row]
-  float* OS = QP + kDM * kSI;                    // dout [e][i]; then dS [i][row]
-  float* Qn = OS + kDM * kSI;                    // [i][d]
-  float* On = Qn + kIt * kSD;                    // [i][e]
-  float* Ls = On + kIt * kSD;                    // lse of the tile's queries
+  float* Vt = Kt + DM * kSO;                     // [e][row]
+  float* QP = Vt + DM * kSO;                     // queries [d][i]; then P [i][row]
+  float* OS = QP + DM * kSI;                     // dout [e][i]; then dS [i][row]
+  float* Qn = OS + DM * kSI;                     // [i][d]
+  float* On = Qn + kIt * sd<DM>();               // [i][e]
+  float* Ls = On + kIt * sd<DM>();               // lse of the tile's queries
+  constexpr int NC = DM / 8;
   float* Ds = Ls + kIt;                          // delta of the tile's queries
   const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
   const idx b = blockIdx.z, h = blockIdx.y, j0 = static_cast<idx>(blockIdx.x) * kOwn;
@@ -595,13 +613,13 @@ __global__ void __launch_bounds__(kTT) dkdv_kernel(Geom g, In q, In k, In v, In 
   const float* Lb = lse + (b * g.H + h) * g.Nq;
   const float* Db = delta + (b * g.H + h) * g.Nq;
   const float scale = static_cast<float>(m.scale);
-  stage_kmajor(Kt, kSO, kOwn, head_rows<T>(k, b, h), k.sn, j0, nkb, g.D, scale);
-  stage_kmajor(Vt, kSO, kOwn, head_rows<T>(v, b, h), v.sn, j0, nkb, g.Dv, 1.f);
-  float gk[4][8], gv[4][8];
+  stage_kmajor<DM>(Kt, kSO, kOwn, head_rows<T>(k, b, h), k.sn, j0, nkb, g.D, scale);
+  stage_kmajor<DM>(Vt, kSO, kOwn, head_rows<T>(v, b, h), v.sn, j0, nkb, g.Dv, 1.f);
+  float gk[4][NC], gv[4][NC];
 #pragma unroll
   for (int r = 0; r < 4; ++r)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) gk[r][c] = gv[r][c] = 0.f;
+    for (int c = 0; c < NC; ++c) gk[r][c] = gv[r][c] = 0.f;
   idx istart = 0;  // causal: the first query that sees the block's first key
   if (m.causal) {
     const idx s0 = m.k_pos0 + j0 - m.q_pos0;
@@ -610,10 +628,10 @@ __global__ void __launch_bounds__(kTT) dkdv_kernel(Geom g, In q, In k, In v, In 
   for (idx a0 = istart; a0 < g.Nq; a0 += kIt) {
     const int nq = static_cast<int>(g.Nq - a0 < kIt ? g.Nq - a0 : kIt);
     __syncthreads();  // the previous tile's P, dS, Q and dout are read
-    stage_kmajor(QP, kSI, kIt, Q, q.sn, a0, nq, g.D, 1.f);
-    stage_kmajor(OS, kSI, kIt, dO, dout.sn, a0, nq, g.Dv, 1.f);
-    stage_rows(Qn, kIt, Q, q.sn, a0, nq, g.D);
-    stage_rows(On, kIt, dO, dout.sn, a0, nq, g.Dv);
+    stage_kmajor<DM>(QP, kSI, kIt, Q, q.sn, a0, nq, g.D, 1.f);
+    stage_kmajor<DM>(OS, kSI, kIt, dO, dout.sn, a0, nq, g.Dv, 1.f);
+    stage_rows<DM>(Qn, kIt, Q, q.sn, a0, nq, g.D);
+    stage_rows<DM>(On, kIt, dO, dout.sn, a0, nq, g.Dv);
     for (int ii = threadIdx.x; ii < kIt; ii += kTT) {
       Ls[ii] = ii < nq ? Lb[a0 + ii] : ninf();
       Ds[ii] = ii < nq ? Db[a0 + ii] : 0.f;
@@ -640,8 +658,8 @@ __global__ void __launch_bounds__(kTT) dkdv_kernel(Geom g, In q, In k, In v, In 
     store_t(QP, p, ty, tx);
     store_t(OS, s, ty, tx);
     __syncthreads();
-    mma_head(gv, QP, kSO, On, kSD, nq, ty, tx);
-    mma_head(gk, OS, kSO, Qn, kSD, nq, ty, tx);
+    mma_head(gv, QP, kSO, On, sd<DM>(), nq, ty, tx);
+    mma_head(gk, OS, kSO, Qn, sd<DM>(), nq, ty, tx);
   }
   bool ok[4];
 #pragma unroll
@@ -669,39 +687,56 @@ int allow_smem(K kernel, std::size_t bytes, unsigned& done_mask) {
   return 0;
 }
 
-template <class T>
-int forward(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
-  forward_kernel<T><<<own_blocks(g.Nq, g), kTT, 0, s>>>(g, q, k, v, m, out, static_cast<float*>(lse));
+template <class T, int DM>
+int fwd_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
+  static unsigned done = 0;
+  constexpr std::size_t bytes = fwd_smem<DM>() * sizeof(float);
+  if (const int e = allow_smem(forward_kernel<T, DM>, bytes, done)) return e;
+  forward_kernel<T, DM><<<own_blocks(g.Nq, g), kTT, bytes, s>>>(g, q, k, v, m, out, static_cast<float*>(lse));
   return last_error();
 }
 
-template <class T>
-int backward(const Geom& g, In q, In k, In v, In dout, const float* L, const float* delta, const Mask& m, Out dq,
+template <class T, int DM>
+int bwd_dm(const Geom& g, In q, In k, In v, In dout, const float* L, const float* delta, const Mask& m, Out dq,
              Out dk, Out dv, cudaStream_t s) {
   if (dq.p) {
     static unsigned done = 0;
-    constexpr std::size_t bytes = kDqSmem * sizeof(float);
-    if (const int e = allow_smem(dq_kernel<T>, bytes, done)) return e;
-    dq_kernel<T><<<own_blocks(g.Nq, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dq);
+    constexpr std::size_t bytes = dq_smem<DM>() * sizeof(float);
+    if (const int e = allow_smem(dq_kernel<T, DM>, bytes, done)) return e;
+    dq_kernel<T, DM><<<own_blocks(g.Nq, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dq);
     if (const int e = last_error()) return e;
   }
   if (dk.p || dv.p) {
     static unsigned done = 0;
-    constexpr std::size_t bytes = kDkvSmem * sizeof(float);
-    if (const int e = allow_smem(dkdv_kernel<T>, bytes, done)) return e;
-    dkdv_kernel<T><<<own_blocks(g.Nk, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dk, dv);
+    constexpr std::size_t bytes = dkdv_smem<DM>() * sizeof(float);
+    if (const int e = allow_smem(dkdv_kernel<T, DM>, bytes, done)) return e;
+    dkdv_kernel<T, DM><<<own_blocks(g.Nk, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dk, dv);
     if (const int e = last_error()) return e;
   }
   return 0;
 }
 
+/// The padded head dim of a geometry: 64 or 128.
+inline int dm_of(const Geom& g) { return g.D <= 64 && g.Dv <= 64 ? 64 : 128; }
+
+template <class T>
+int forward(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
+  return dm_of(g) == 64 ? fwd_dm<T, 64>(g, q, k, v, m, out, lse, s) : fwd_dm<T, 128>(g, q, k, v, m, out, lse, s);
+}
+template <class T>
+int backward(const Geom& g, In q, In k, In v, In dout, const float* L, const float* delta, const Mask& m, Out dq,
+             Out dk, Out dv, cudaStream_t s) {
+  return dm_of(g) == 64 ? bwd_dm<T, 64>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s)
+                        : bwd_dm<T, 128>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
+}
+
 }  // namespace tiled
 
 /// Whether the tiled kernels take (b, h) blocks of this geometry: float accumulation, head dims
-/// <= 64, and not switched off (SHARDTENSOR_ATTENTION_TILED=0 keeps the row kernels, for A/B runs).
+/// <= 128, and not switched off (SHARDTENSOR_ATTENTION_TILED=0 keeps the row kernels, for A/B runs).
 template <class A>
 bool use_tiled(const Geom& g) {
-  if (!std::is_same<A, float>::value || g.D > tiled::kDM || g.Dv > tiled::kDM) return false;
+  if (!std::is_same<A, float>::value || g.D > tiled::kMaxDM || g.Dv > tiled::kMaxDM) return false;
   static const bool on = [] {
     const char* e = std::getenv("SHARDTENSOR_ATTENTION_TILED");
     return !(e && e[0] == '0' && e[1] == '\0');

@@ -12,8 +12,10 @@
 #                        tests/**/mpi_cuda_*.cpp and test_cuda_tensor.cpp has test cases in the
 #                        binary run, and that no test skipped for want of a GPU while one is
 #                        visible. The CPU suite is not run here (CI runs it).
-#   gpu_check.sh bench   bench/run_gpu_*.sh, each under a time budget; one summary file with the
-#                        GPU's name, the date and every ratio line the scripts print.
+#   gpu_check.sh bench   bench/run_gpu_*.sh, each under a time budget (BENCH_ONLY="vit nbhd": those
+#                        alone, in that order; default unet attention norm vit nbhd conv halo knn,
+#                        then any other); one summary file with the GPU's name, the date and every
+#                        ratio line the scripts print.
 #   gpu_check.sh profile where the U-Net step's time goes (after `build`): the step of
 #                        bench/run_gpu_unet.sh (1024^2, width 32, depth 3, batch 4, fp32, TF32 off;
 #                        PROF_WARMUP=2 untimed then PROF_STEPS=4 timed steps) under
@@ -447,8 +449,17 @@ phase_bench() {
   { echo "GPU benchmarks $(date -u +%FT%TZ), tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo none visible)"
     echo "host: $NCPU cores, load $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$bs"
-  for s in "$ROOT"/bench/run_gpu_*.sh; do
-    [ -f "$s" ] || continue
+  # BENCH_ONLY: the scripts to run, in order (names without run_gpu_ / .sh); default: the open
+  # issues' headline measurements first (past DEADLINE the rest are skipped), then any other
+  local order="${BENCH_ONLY:-unet attention norm vit nbhd conv halo knn}" scripts=() n
+  for n in $order; do scripts+=("$ROOT/bench/run_gpu_$n.sh"); done
+  if [ -z "${BENCH_ONLY:-}" ]; then
+    for s in "$ROOT"/bench/run_gpu_*.sh; do
+      case " ${scripts[*]} " in *" $s "*) ;; *) scripts+=("$s") ;; esac
+    done
+  fi
+  for s in "${scripts[@]}"; do
+    [ -f "$s" ] || { note "no $s"; continue; }
     name=$(basename "$s" .sh)
     local before; before=$(wc -l < "$blog" 2>/dev/null || echo 0)
     step "bench $name" "$blog" "$BENCH_BUDGET" env BUILD_DIR="$B" bash "$s"

@@ -1,8 +1,8 @@
 // gpusim lane: the attention family (kernels/attention.cu, src/cuda/attention_cuda.cpp: forward,
 // backward dq and dk/dv, the lse merge; warp shuffles) against the CPU table on shapes small
 // enough for a simulator: partial tiles, Nq != Nk, D != Dv, causal with offsets (fully masked
-// rows), an additive bias with -inf, absent gradients; f32 (the tiled kernels for head dims <= 64)
-// and f64 (the row kernels). (tests/exec/cuda_attention.cpp
+// rows), an additive bias with -inf, absent gradients; f32 (the tiled kernels for head dims <= 128,
+// the row kernels above) and f64 (the row kernels). (tests/exec/cuda_attention.cpp
 // covers long sequences and bf16 on a real GPU; in the simulator it runs for hours.)
 #include "exec/attention_kernels.hpp"
 #include "gpusim_support.hpp"
@@ -85,12 +85,14 @@ const Case kCases[] = {
     {{2, 1, 20, 33, 8, 12}, false, 0, 0, true},      // D != Dv, bias with -inf, a fully masked row
     {{1, 1, 24, 40, 32, 32}, true, 16, 0},           // causal, queries = the last keys
     {{1, 1, 16, 16, 40, 24}, true, 0, 9, false, false},  // keys after queries: masked rows; no dk
-    // f32 takes the tiled kernels (64 own rows, tiles of 32) for head dims <= 64: two own blocks
-    // on both sides, partial tiles, the bias; causal over several key tiles; D > 64 keeps the row
-    // kernels in f32 too
+    // f32 takes the tiled kernels (64 own rows, tiles of 32) for head dims <= 128 (padded to 64
+    // or 128): two own blocks on both sides, partial tiles, the bias; causal over several key
+    // tiles; D, Dv in 65..128; D > 128 keeps the row kernels in f32 too
     {{1, 2, 70, 66, 24, 20}, false, 0, 0, true},
     {{1, 1, 80, 96, 16, 16}, true, 16, 0},
     {{1, 1, 20, 24, 72, 8}},
+    {{1, 2, 70, 40, 96, 128}, true, 30, 0, true},
+    {{1, 1, 12, 14, 136, 8}},
 };
 }  // namespace
 
