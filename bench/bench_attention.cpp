@@ -30,7 +30,11 @@
 #include <shardtensor/exec/context.hpp>
 #include <shardtensor/exec/blas.hpp>
 
+#include "bench_util.hpp"
+
 using namespace shard;
+
+using shard::bench::median;
 
 namespace {
 
@@ -47,10 +51,6 @@ double max_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // kB on Linux
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 /// GFLOP/s of one n x n x n sgemm on the current BLAS threads, best of reps; also GFLOP per
 /// CPU-second (best).

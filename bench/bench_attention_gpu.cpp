@@ -24,15 +24,14 @@
 #include <shardtensor/exec/attention.hpp>
 #include <shardtensor/exec/profiler.hpp>
 
+#include "bench_util.hpp"
+
 using namespace shard;
 
-namespace {
+using shard::bench::now_ms;
+using shard::bench::median;
 
-double now_ms() { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+namespace {
 
 template <class T>
 Tensor<T, 1> device_random(index_t n, unsigned seed, Device dev) {

@@ -22,18 +22,16 @@
 #include <shardtensor/nn/functional/conv_local.hpp>
 #include <shardtensor/tensor/memory.hpp>
 
+#include "bench_util.hpp"
+
 using namespace shard;
 using shard::nn::functional::ConvOptions;
 
+using shard::bench::now_ms;
+using shard::bench::median;
+
 namespace {
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 double mib(std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 /// One conv layer step: y = conv(x, w) + b; then gx, gw, gb from gy.

@@ -34,17 +34,14 @@
 #include <shardtensor/dist/halo.hpp>
 #include <shardtensor/exec/context.hpp>
 
+#include "bench_util.hpp"
+
 using namespace shard;
 
-namespace {
+using shard::bench::now_ms;
+using shard::bench::median;
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+namespace {
 
 struct Args {
   int reps = 20;
