@@ -37,6 +37,28 @@ namespace {
 /// The fake backend (with its host "tensor" table) for a scope.
 using FakeDevice = FakeCudaBackend;
 
+/// For a scope: an MpiComm's device collectives pass device pointers to MPI directly (the fake
+/// device's "device" memory is host memory); the previous transport comes back at scope exit,
+/// also when a REQUIRE throws. Nothing for other communicators.
+class DirectDeviceTransport {
+ public:
+  explicit DirectDeviceTransport(const CommPtr& c) : mpi_(dynamic_cast<MpiComm*>(c.get())) {
+    if (mpi_) {
+      before_ = mpi_->device_transport();
+      mpi_->set_device_transport(MpiDeviceTransport::direct);
+    }
+  }
+  ~DirectDeviceTransport() {
+    if (mpi_) mpi_->set_device_transport(before_);
+  }
+  DirectDeviceTransport(const DirectDeviceTransport&) = delete;
+  DirectDeviceTransport& operator=(const DirectDeviceTransport&) = delete;
+
+ private:
+  MpiComm* mpi_;
+  MpiDeviceTransport before_ = MpiDeviceTransport::automatic;
+};
+
 /// The whole-model check on the fake device against the CPU reference.
 template <class T, int S>
 void check_unet_on_device(const UNetOptions& o, const Shape<S + 2>& shape) {
@@ -169,9 +191,7 @@ TEMPLATE_TEST_CASE("fake device: the point-cloud pipeline on cuda:0 equals the h
   using T = TestType;
   for_each_comm_size([&](CommPtr c) {
     const int P = c->size();
-    auto* mpi = dynamic_cast<MpiComm*>(c.get());
-    const MpiDeviceTransport before = mpi ? mpi->device_transport() : MpiDeviceTransport::automatic;
-    if (mpi) mpi->set_device_transport(MpiDeviceTransport::direct);  // "device" memory is host memory
+    const DirectDeviceTransport direct(c);  // "device" memory is host memory
     for (const auto& [shape, pl] : point_cloud::layouts(P))
       for (const auto& opts : point_cloud::grid_options()) {
         INFO("ranks " << P << ", mesh dims " << shape.size() << ", reduce " << int(opts.reduce) << ", weight "
@@ -190,7 +210,6 @@ TEMPLATE_TEST_CASE("fake device: the point-cloud pipeline on cuda:0 equals the h
         }
         CHECK(d.indices == h.indices);
       }
-    if (mpi) mpi->set_device_transport(before);
   });
 }
 
@@ -248,9 +267,7 @@ TEMPLATE_TEST_CASE("fake device: mse and rel_l2 losses stay on the device and eq
   using T = TestType;
   for_each_comm_size([&](CommPtr c) {
     const int P = c->size();
-    auto* mpi = dynamic_cast<MpiComm*>(c.get());
-    const MpiDeviceTransport before = mpi ? mpi->device_transport() : MpiDeviceTransport::automatic;
-    if (mpi) mpi->set_device_transport(MpiDeviceTransport::direct);
+    const DirectDeviceTransport direct(c);  // "device" memory is host memory
     const DeviceMesh mesh(c, {P});
     for (int d : {0, 2}) {
       for (int which = 0; which < 3; ++which) {
@@ -284,7 +301,6 @@ TEMPLATE_TEST_CASE("fake device: mse and rel_l2 losses stay on the device and eq
         CHECK(dv == h);
       }
     }
-    if (mpi) mpi->set_device_transport(before);
   });
 }
 
@@ -299,9 +315,7 @@ TEMPLATE_TEST_CASE("fake device: every norm keeps its statistics on the device a
   using T = TestType;
   for_each_comm_size([&](CommPtr c) {
     const int P = c->size();
-    auto* mpi = dynamic_cast<MpiComm*>(c.get());
-    const MpiDeviceTransport before = mpi ? mpi->device_transport() : MpiDeviceTransport::automatic;
-    if (mpi) mpi->set_device_transport(MpiDeviceTransport::direct);
+    const DirectDeviceTransport direct(c);  // "device" memory is host memory
     const DeviceMesh mesh(c, {P});
     for (int d : {0, 2}) {
       for (int kind = 0; kind < 5; ++kind) {  // batch train, batch eval, group, instance, layer
@@ -349,7 +363,6 @@ TEMPLATE_TEST_CASE("fake device: every norm keeps its statistics on the device a
         }
       }
     }
-    if (mpi) mpi->set_device_transport(before);
   });
 }
 
@@ -362,9 +375,7 @@ TEST_CASE("fake device: a norm whose ranks disagree gives NaN on every rank with
   FakeDevice fake;
   for_each_comm_size([&](CommPtr c) {
     if (c->size() < 2) return;
-    auto* mpi = dynamic_cast<MpiComm*>(c.get());
-    const MpiDeviceTransport before = mpi ? mpi->device_transport() : MpiDeviceTransport::automatic;
-    if (mpi) mpi->set_device_transport(MpiDeviceTransport::direct);
+    const DirectDeviceTransport direct(c);  // "device" memory is host memory
     const DeviceMesh mesh(c, {c->size()});
     const auto xs = DistTensor<double, 4>::random({2, 4, 4 * c->size() + 1, 5}, mesh, {Shard(2)}, 5).to(Device::cuda(0));
     for (bool agree : {true, false}) {
@@ -385,7 +396,6 @@ TEST_CASE("fake device: a norm whose ranks disagree gives NaN on every rank with
       CHECK(nan_y == (agree ? 0 : yh.numel()));
       CHECK(nan_g == (agree ? 0 : gh.numel()));
     }
-    if (mpi) mpi->set_device_transport(before);
   });
 }
 
