@@ -672,45 +672,56 @@ dim3 own_blocks(idx rows, const Geom& g) {
   return dim3(static_cast<unsigned>((rows + kOwn - 1) / kOwn), static_cast<unsigned>(g.H), static_cast<unsigned>(g.B));
 }
 
-/// Lets `kernel` use `bytes` of dynamic shared memory (above the 48 KiB default) on the current
-/// device, once per device.
+/// Whether `kernel` may use `bytes` of dynamic shared memory (above the 48 KiB default) on the
+/// current device: the attribute is set once per device. A device whose opt-in limit is lower
+/// (sm_86 / sm_89: 99 KiB, against 137 KiB for dK / dV at DM 128) refuses it; the (non-sticky)
+/// error is cleared and the caller runs the row kernels instead. The answer is kept per device
+/// (state[0]: granted, state[1]: refused; devices 0..31).
 template <class K>
-int allow_smem(K kernel, std::size_t bytes, unsigned& done_mask) {
+bool smem_granted(K kernel, std::size_t bytes, unsigned (&state)[2]) {
   int dev = 0;
-  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return static_cast<int>(e);
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
   const unsigned bit = dev < 32 ? 1u << dev : 0u;
-  if (bit && (__atomic_load_n(&done_mask, __ATOMIC_ACQUIRE) & bit)) return 0;
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (e != cudaSuccess) return static_cast<int>(e);
-  if (bit) __atomic_fetch_or(&done_mask, bit, __ATOMIC_RELEASE);
-  return 0;
+  if (bit && (__atomic_load_n(&state[0], __ATOMIC_ACQUIRE) & bit)) return true;
+  if (bit && (__atomic_load_n(&state[1], __ATOMIC_ACQUIRE) & bit)) return false;
+  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)) == cudaSuccess;
+  if (!ok) cudaGetLastError();
+  if (bit) __atomic_fetch_or(&state[ok ? 0 : 1], bit, __ATOMIC_RELEASE);
+  return ok;
 }
+
+/// Launchers: kDeclined when the device cannot give the shared memory (nothing enqueued), else
+/// the launch's error code.
+constexpr int kDeclined = -1;
 
 template <class T, int DM>
 int fwd_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
-  static unsigned done = 0;
+  static unsigned state[2] = {0, 0};
   constexpr std::size_t bytes = fwd_smem<DM>() * sizeof(float);
-  if (const int e = allow_smem(forward_kernel<T, DM>, bytes, done)) return e;
+  if (!smem_granted(forward_kernel<T, DM>, bytes, state)) return kDeclined;
   forward_kernel<T, DM><<<own_blocks(g.Nq, g), kTT, bytes, s>>>(g, q, k, v, m, out, static_cast<float*>(lse));
   return last_error();
 }
 
 template <class T, int DM>
 int bwd_dm(const Geom& g, In q, In k, In v, In dout, const float* L, const float* delta, const Mask& m, Out dq,
-             Out dk, Out dv, cudaStream_t s) {
+           Out dk, Out dv, cudaStream_t s) {
+  static unsigned sq[2] = {0, 0}, skv[2] = {0, 0};
+  constexpr std::size_t bq = dq_smem<DM>() * sizeof(float), bkv = dkdv_smem<DM>() * sizeof(float);
+  const bool want_kv = dk.p || dv.p;
+  // both kernels' memory first: a refusal leaves nothing half done
+  if ((dq.p && !smem_granted(dq_kernel<T, DM>, bq, sq)) || (want_kv && !smem_granted(dkdv_kernel<T, DM>, bkv, skv)))
+    return kDeclined;
   if (dq.p) {
-    static unsigned done = 0;
-    constexpr std::size_t bytes = dq_smem<DM>() * sizeof(float);
-    if (const int e = allow_smem(dq_kernel<T, DM>, bytes, done)) return e;
-    dq_kernel<T, DM><<<own_blocks(g.Nq, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dq);
+    dq_kernel<T, DM><<<own_blocks(g.Nq, g), kTT, bq, s>>>(g, q, k, v, dout, L, delta, m, dq);
     if (const int e = last_error()) return e;
   }
-  if (dk.p || dv.p) {
-    static unsigned done = 0;
-    constexpr std::size_t bytes = dkdv_smem<DM>() * sizeof(float);
-    if (const int e = allow_smem(dkdv_kernel<T, DM>, bytes, done)) return e;
-    dkdv_kernel<T, DM><<<own_blocks(g.Nk, g), kTT, bytes, s>>>(g, q, k, v, dout, L, delta, m, dk, dv);
+  if (want_kv) {
+    dkdv_kernel<T, DM><<<own_blocks(g.Nk, g), kTT, bkv, s>>>(g, q, k, v, dout, L, delta, m, dk, dv);
     if (const int e = last_error()) return e;
   }
   return 0;
@@ -766,7 +777,8 @@ int forward_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* ls
 template <class T, class A>
 int forward_t(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
   if constexpr (std::is_same<A, float>::value)
-    if (use_tiled<A>(g)) return tiled::forward<T>(g, q, k, v, m, out, lse, s);
+    if (use_tiled<A>(g))
+      if (const int r = tiled::forward<T>(g, q, k, v, m, out, lse, s); r != tiled::kDeclined) return r;
   switch (dm_for(g)) {
     case 64: return forward_dm<T, A, 64>(g, q, k, v, m, out, lse, s);
     case 128: return forward_dm<T, A, 128>(g, q, k, v, m, out, lse, s);
@@ -800,7 +812,9 @@ int backward_t(const Geom& g, In q, In k, In v, In out, In dout, const void* lse
   delta_kernel<T, A><<<rows_grid(g.B * g.H * g.Nq), kThreads, 0, s>>>(g, out, dout, delta);
   if (const int e = last_error()) return e;
   if constexpr (std::is_same<A, float>::value)
-    if (use_tiled<A>(g)) return tiled::backward<T>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
+    if (use_tiled<A>(g))
+      if (const int r = tiled::backward<T>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s); r != tiled::kDeclined)
+        return r;
   if (dm == 64) return backward_dm<T, A, 64>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   if (dm == 128) return backward_dm<T, A, 128>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   return backward_dm<T, A, 256>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
