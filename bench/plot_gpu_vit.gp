@@ -1,8 +1,9 @@
 # Issue 32 item 4: the ViT training step on one GPU against resolution, ours vs the torch twin, and
 # the per-rank GPU peak at P ranks sharing the GPU, from bench/run_gpu_vit.sh's OUT_TSV:
 #   gnuplot -e "tsv='vit_gpu.tsv'; outdir='docs/perf'" bench/plot_gpu_vit.gp
-# Writes outdir/vit_gpu_step.png (s/step against grid, per precision, log-log) and
-# outdir/vit_gpu_memory.png (per-rank peak against P with the ideal single / P).
+# Writes outdir/vit_gpu_step.png (s/step against grid, per precision, log-log),
+# outdir/vit_gpu_infer.png (inference ms against grid) and outdir/vit_gpu_memory.png (per-rank
+# peak against P with the ideal single / P).
 if (!exists("tsv")) tsv = "vit_gpu.tsv"
 if (!exists("outdir")) outdir = "docs/perf"
 set datafile separator "\t"
@@ -19,6 +20,15 @@ do for [p in "bf16 fp32"] {
   set title p
   plot tsv using (strcol(1) eq "step" && strcol(2) eq p ? $3 : NaN):6 with linespoints lw 2 pt 7 title "shardtensor", \
        tsv using (strcol(1) eq "step" && strcol(2) eq p ? $3 : NaN):7 with linespoints lw 2 pt 5 title "torch"
+}
+unset multiplot
+set output outdir."/vit_gpu_infer.png"
+set multiplot layout 1,2 title "ViT inference (one forward, eval, no grad) on one GPU: shardtensor vs PyTorch eager"
+set ylabel "ms / forward (median)"
+do for [p in "bf16 fp32"] {
+  set title p
+  plot tsv using (strcol(1) eq "step" && strcol(2) eq p ? $3 : NaN):13 with linespoints lw 2 pt 7 title "shardtensor", \
+       tsv using (strcol(1) eq "step" && strcol(2) eq p ? $3 : NaN):12 with linespoints lw 2 pt 5 title "torch"
 }
 unset multiplot
 set output outdir."/vit_gpu_memory.png"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ViT training step on one GPU against resolution (issue 32 item 4, the paper's ViT figures):
 # shardtensor (examples/vit_surrogate --device cuda --attention ring) against the same ViT in
-# PyTorch eager (bench/torch_vit_gpu.py: SDPA, autocast for bf16) on the same GPU, then the
+# PyTorch eager (bench/torch_vit_gpu.py: SDPA, autocast for bf16) on the same GPU, the inference
+# latency of both (ours: bench/bench_vit --mode infer, median of 5 forwards), then the
 # per-rank GPU peak at 1, 2 and 4 ranks sharing the GPU (the Fig. 4 shape: peak ~ single / P).
 #   BUILD_DIR=build GRIDS="256 1024" PRECISIONS="bf16 fp32" PATCH=8 DIM=128 HEADS=2 LAYERS=2 \
 #   WARMUP=2 STEPS=5 MEMGRID=1024 MEMPREC=bf16 RANKS="1 2 4" OUT_TSV=vit_gpu.tsv bash bench/run_gpu_vit.sh
@@ -24,14 +25,15 @@ MEMGRID="${MEMGRID:-1024}" MEMPREC="${MEMPREC:-bf16}" RANKS="${RANKS:-1 2 4}" PY
 DEVICE="${DEVICE:-cuda}"  # cpu: a smoke run of our side (the torch side then reports nan)
 OUT_TSV="${OUT_TSV:-${OUT:+$OUT/vit_gpu.tsv}}"  # gpu_check.sh runs with $OUT set: the file comes back
 EX="$BUILD_DIR/examples/vit_surrogate"
-bash "$ROOT/bench/need_bench.sh" --timed "$BUILD_DIR" vit_surrogate
+BV="$BUILD_DIR/bench/bench_vit"
+bash "$ROOT/bench/need_bench.sh" --timed "$BUILD_DIR" vit_surrogate bench_vit
 [ -x "$EX" ] || { echo "run_gpu_vit: $EX not built"; exit 1; }
 MPIRUN=(mpiexec --oversubscribe)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
 date -u +"%Y-%m-%d %H:%M UTC"
 tsv=$(mktemp)
-echo -e "kind\tprecision\tgrid\ttokens\tranks\tours_s\ttorch_s\tours_first_s\ttorch_first_s\tours_peak_mib\ttorch_peak_mib\ttorch_infer_ms" > "$tsv"
+echo -e "kind\tprecision\tgrid\ttokens\tranks\tours_s\ttorch_s\tours_first_s\ttorch_first_s\tours_peak_mib\ttorch_peak_mib\ttorch_infer_ms\tours_infer_ms" > "$tsv"
 
 # ours: prints "s_per_step first_s peak_steady_mib" from vit_surrogate's steady-state line
 ours() {  # ranks mesh grid precision
@@ -50,9 +52,16 @@ print(num(r"([0-9.]+) s/step"), num(r"first step ([0-9.]+) s"), num(r"steady sta
 PY
 }
 kv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+# ours, inference: the median forward (no grad, eval) of bench/bench_vit on one rank, ms
+ours_infer() {  # grid precision
+  local line
+  line=$("${MPIRUN[@]}" -n 1 "$BV" --mode infer --device "$DEVICE" --precision "$2" --res "$1" --patch "$PATCH" \
+         --dim "$DIM" --heads "$HEADS" --layers "$LAYERS" --warmup 1 --iters 5 2>&1 | grep '^RESULT ' | tail -1) || true
+  local v; v=$(kv "$line" wall_ms); echo "${v:-nan}"
+}
 
-echo "| precision | grid | tokens | ours s/step | torch s/step | torch/ours | ours first s | torch first s | ours GPU MiB | torch GPU MiB | torch infer ms |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| precision | grid | tokens | ours s/step | torch s/step | torch/ours | ours first s | torch first s | ours GPU MiB | torch GPU MiB | ours infer ms | torch infer ms |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for prec in $PRECISIONS; do
   for grid in $GRIDS; do
     tokens=$(( (grid / PATCH) * (grid / PATCH) ))
@@ -60,11 +69,13 @@ for prec in $PRECISIONS; do
     tl=$("$PY" "$ROOT/bench/torch_vit_gpu.py" --grid "$grid" --patch "$PATCH" --dim "$DIM" --heads "$HEADS" \
          --layers "$LAYERS" --batch 1 --warmup "$WARMUP" --steps "$STEPS" --precision "${prec/fp32/f32}" 2>&1 |
          grep '^torch_vit ' || echo "torch_vit failed")
+    oi=$(ours_infer "$grid" "$prec")
     ts=$(kv "$tl" s_per_step); tf=$(kv "$tl" first_step_s); tm=$(kv "$tl" peak_mib); ti=$(kv "$tl" infer_ms)
     r=$("$PY" -c "import sys; o,t=float(sys.argv[1]),float(sys.argv[2]); print(f'{t/o:.3f}')" "${os:-nan}" "${ts:-nan}" 2>/dev/null || echo nan)
-    echo "| $prec | $grid | $tokens | $os | ${ts:-nan} | $r | $of | ${tf:-nan} | $om | ${tm:-nan} | ${ti:-nan} |"
-    echo "ratio vit_${prec}_grid${grid} (tokens $tokens, ring attention at 1 rank): torch/ours step $r"
-    echo -e "step\t$prec\t$grid\t$tokens\t1\t$os\t${ts:-nan}\t$of\t${tf:-nan}\t$om\t${tm:-nan}\t${ti:-nan}" >> "$tsv"
+    ri=$("$PY" -c "import sys; o,t=float(sys.argv[1]),float(sys.argv[2]); print(f'{t/o:.3f}')" "$oi" "${ti:-nan}" 2>/dev/null || echo nan)
+    echo "| $prec | $grid | $tokens | $os | ${ts:-nan} | $r | $of | ${tf:-nan} | $om | ${tm:-nan} | $oi | ${ti:-nan} |"
+    echo "ratio vit_${prec}_grid${grid} (tokens $tokens, ring attention at 1 rank): torch/ours step $r, inference $ri"
+    echo -e "step\t$prec\t$grid\t$tokens\t1\t$os\t${ts:-nan}\t$of\t${tf:-nan}\t$om\t${tm:-nan}\t${ti:-nan}\t$oi" >> "$tsv"
   done
 done
 
@@ -78,7 +89,7 @@ for np in $RANKS; do
       "${single:-nan}" "$om" "$np" 2>/dev/null || echo nan)
   echo "| mem $np ranks | $MEMPREC | grid $MEMGRID | mesh $mesh | per-rank GPU peak $om MiB | peak / (single / P) $q | s/step $os |"
   echo "ratio vit_mem_${MEMPREC}_grid${MEMGRID}_P${np}: per-rank peak / (single / P) $q"
-  echo -e "mem\t$MEMPREC\t$MEMGRID\t$(( (MEMGRID / PATCH) * (MEMGRID / PATCH) ))\t$np\t$os\tnan\t$of\tnan\t$om\tnan\tnan" >> "$tsv"
+  echo -e "mem\t$MEMPREC\t$MEMGRID\t$(( (MEMGRID / PATCH) * (MEMGRID / PATCH) ))\t$np\t$os\tnan\t$of\tnan\t$om\tnan\tnan\tnan" >> "$tsv"
 done
 [ -n "$OUT_TSV" ] && cp "$tsv" "$OUT_TSV"
 echo "run_gpu_vit: numbers in ${OUT_TSV:-$tsv}; our runs' output in $tsv.ours.log"

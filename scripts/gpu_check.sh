@@ -72,7 +72,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=no
 MPIFLAGS=(--oversubscribe --bind-to none)
 [ "$(id -u)" -eq 0 ] && MPIFLAGS=(--allow-run-as-root "${MPIFLAGS[@]}")
 CUDA_TEST_TARGETS=(shardtensor_cuda_tests shardtensor_cuda_mpi_tests)
-BENCH_TARGETS=(bench_conv_gpu bench_attention_gpu bench_halo_gpu bench_norm_gpu bench_nbhd_gpu unet_surrogate vit_surrogate fno_surrogate
+BENCH_TARGETS=(bench_conv_gpu bench_attention_gpu bench_halo_gpu bench_norm_gpu bench_nbhd_gpu bench_vit unet_surrogate vit_surrogate fno_surrogate
                pointcloud_surrogate bench_dist_neighbors)
 
 T0=$(date +%s)
