@@ -8,9 +8,10 @@
 //
 // B = 1, operands token-major [1, N, H, D] on cuda:0, forward then backward (dq, dk, dv), for every
 // (n, dim) pair of the lists. Prints per case "RESULT attn_<dtype><tag>_N<n>_D<d> fwd_ms <f> bwd_ms <b>
-// total_ms <t> peak_mib <m> cudnn <0|1>" (medians after one warm-up; peak = the allocator's device
-// high-water mark over the timed steps; cudnn: the warm-up step ran on cuDNN, read from the
-// profiler's kernel/attention_cudnn rows). SHARDTENSOR_CUDNN_ATTENTION=0 with --tag own gives the
+// total_ms <t> peak_mib <m> cudnn <0|1> tiled <0|1>" (medians after one warm-up; peak = the
+// allocator's device high-water mark over the timed steps; cudnn / tiled: the warm-up step ran on
+// cuDNN / on our tiled kernels, read from the profiler's kernel/attention_cudnn and
+// kernel/attention_tiled rows; neither: our row kernels). SHARDTENSOR_CUDNN_ATTENTION=0 with --tag own gives the
 // own-kernel row of the same case. Without a CUDA device it prints SKIP and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -58,10 +59,10 @@ std::vector<index_t> list_of(const std::string& s) {
   return r;
 }
 
-/// True when the profiler saw the cuDNN attention kernel run.
-bool saw_cudnn(const Profiler& prof) {
+/// True when the profiler saw the kernel row `name` (attention_cudnn, attention_tiled) run.
+bool saw(const Profiler& prof, const char* name) {
   for (const auto& row : prof.rows())
-    if (row.name == "attention_cudnn" && row.calls > 0) return true;
+    if (row.name == name && row.calls > 0) return true;
   return false;
 }
 
@@ -85,7 +86,7 @@ void run(index_t N, index_t H, index_t D, int reps, const std::string& tag, Exec
   ctx.synchronize();
   reset_peak_memory(DeviceKind::cuda);
   std::vector<double> fwd, bwd, tot;
-  bool cudnn = false;
+  bool cudnn = false, tiled = false;
   for (int r = 0; r < reps + 1; ++r) {
     std::optional<Profiler> prof;  // the warm-up step only: which kernel ran
     if (r == 0) prof.emplace();
@@ -98,7 +99,8 @@ void run(index_t N, index_t H, index_t D, int reps, const std::string& tag, Exec
     ctx.synchronize();
     const double t2 = now_ms();
     if (prof) {
-      cudnn = saw_cudnn(*prof);
+      cudnn = saw(*prof, "attention_cudnn");
+      tiled = saw(*prof, "attention_tiled");
       prof.reset();
     }
     if (r > 0) {
@@ -113,10 +115,11 @@ void run(index_t N, index_t H, index_t D, int reps, const std::string& tag, Exec
   std::printf("ours %s N=%ld H=%ld D=%ld (%s): fwd %.3f ms  bwd %.3f ms  total %.3f ms  (%.1f TFLOP/s, 12 N^2 D H)  "
               "device peak %.0f MiB\n",
               name.c_str(), static_cast<long>(N), static_cast<long>(H), static_cast<long>(D),
-              cudnn ? "cuDNN SDPA" : "own kernels", median(fwd), median(bwd), median(tot),
-              flops / median(tot) * 1e-9, peak);
-  std::printf("RESULT attn_%s_N%ld_D%ld fwd_ms %.3f bwd_ms %.3f total_ms %.3f peak_mib %.0f cudnn %d\n", name.c_str(),
-              static_cast<long>(N), static_cast<long>(D), median(fwd), median(bwd), median(tot), peak, cudnn ? 1 : 0);
+              cudnn ? "cuDNN SDPA" : tiled ? "own tiled kernels" : "own row kernels", median(fwd), median(bwd),
+              median(tot), flops / median(tot) * 1e-9, peak);
+  std::printf("RESULT attn_%s_N%ld_D%ld fwd_ms %.3f bwd_ms %.3f total_ms %.3f peak_mib %.0f cudnn %d tiled %d\n",
+              name.c_str(), static_cast<long>(N), static_cast<long>(D), median(fwd), median(bwd), median(tot), peak,
+              cudnn ? 1 : 0, tiled ? 1 : 0);
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ for name in ours:
     t = torch.get(name.replace("bf16own", "bf16").replace("f32rows", "f32"))
     if t is None:
         continue
-    kern = "cudnn" if o.get("cudnn", 0) else "own"
+    kern = "cudnn" if o.get("cudnn", 0) else "tiled" if o.get("tiled", 0) else "rows"
     r, rf = t["total_ms"] / o["total_ms"], t["fwd_ms"] / o["fwd_ms"]
     print(f"{name:24s} {kern:6s} {o['total_ms']:9.3f} {t['total_ms']:9.3f} {r:10.2f} {o['fwd_ms']:9.3f} "
           f"{t['fwd_ms']:9.3f} {rf:8.2f} {o['peak_mib']:9.0f} {t['peak_mib']:9.0f}")

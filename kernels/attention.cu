@@ -698,11 +698,28 @@ bool smem_granted(K kernel, std::size_t bytes, unsigned (&state)[2]) {
 /// the launch's error code.
 constexpr int kDeclined = -1;
 
+/// Per kernel instantiation: the devices that granted / refused its shared memory.
+template <class T, int DM>
+unsigned g_fwd_state[2] = {0, 0};
+template <class T, int DM>
+unsigned g_dq_state[2] = {0, 0};
+template <class T, int DM>
+unsigned g_dkv_state[2] = {0, 0};
+
+template <class T, int DM>
+bool fwd_ready() {
+  return smem_granted(forward_kernel<T, DM>, fwd_smem<DM>() * sizeof(float), g_fwd_state<T, DM>);
+}
+template <class T, int DM>
+bool bwd_ready(bool dq, bool dkv) {
+  return (!dq || smem_granted(dq_kernel<T, DM>, dq_smem<DM>() * sizeof(float), g_dq_state<T, DM>)) &&
+         (!dkv || smem_granted(dkdv_kernel<T, DM>, dkdv_smem<DM>() * sizeof(float), g_dkv_state<T, DM>));
+}
+
 template <class T, int DM>
 int fwd_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
-  static unsigned state[2] = {0, 0};
   constexpr std::size_t bytes = fwd_smem<DM>() * sizeof(float);
-  if (!smem_granted(forward_kernel<T, DM>, bytes, state)) return kDeclined;
+  if (!fwd_ready<T, DM>()) return kDeclined;
   forward_kernel<T, DM><<<own_blocks(g.Nq, g), kTT, bytes, s>>>(g, q, k, v, m, out, static_cast<float*>(lse));
   return last_error();
 }
@@ -710,12 +727,10 @@ int fwd_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, c
 template <class T, int DM>
 int bwd_dm(const Geom& g, In q, In k, In v, In dout, const float* L, const float* delta, const Mask& m, Out dq,
            Out dk, Out dv, cudaStream_t s) {
-  static unsigned sq[2] = {0, 0}, skv[2] = {0, 0};
   constexpr std::size_t bq = dq_smem<DM>() * sizeof(float), bkv = dkdv_smem<DM>() * sizeof(float);
   const bool want_kv = dk.p || dv.p;
   // both kernels' memory first: a refusal leaves nothing half done
-  if ((dq.p && !smem_granted(dq_kernel<T, DM>, bq, sq)) || (want_kv && !smem_granted(dkdv_kernel<T, DM>, bkv, skv)))
-    return kDeclined;
+  if (!bwd_ready<T, DM>(dq.p != nullptr, want_kv)) return kDeclined;
   if (dq.p) {
     dq_kernel<T, DM><<<own_blocks(g.Nq, g), kTT, bq, s>>>(g, q, k, v, dout, L, delta, m, dq);
     if (const int e = last_error()) return e;
@@ -739,6 +754,12 @@ int backward(const Geom& g, In q, In k, In v, In dout, const float* L, const flo
              Out dk, Out dv, cudaStream_t s) {
   return dm_of(g) == 64 ? bwd_dm<T, 64>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s)
                         : bwd_dm<T, 128>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
+}
+/// Whether a launch of this geometry takes the tiled kernels on the current device.
+template <class T>
+bool ready(const Geom& g, bool backward, bool dq, bool dkv) {
+  if (dm_of(g) == 64) return backward ? bwd_ready<T, 64>(dq, dkv) : fwd_ready<T, 64>();
+  return backward ? bwd_ready<T, 128>(dq, dkv) : fwd_ready<T, 128>();
 }
 
 }  // namespace tiled
@@ -850,6 +871,13 @@ int backward(int dtype, const Geom& g, In q, In k, In v, In out, In dout, const 
   if (dtype == 2) return backward_t<__nv_bfloat16, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
   if (dtype == 3) return backward_t<__half, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
   return backward_t<float, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
+}
+
+bool takes_tiled(int dtype, const Geom& g, bool backward, bool dq, bool dkv) {
+  if (dtype == 1 || !use_tiled<float>(g)) return false;
+  if (dtype == 2) return tiled::ready<__nv_bfloat16>(g, backward, dq, dkv);
+  if (dtype == 3) return tiled::ready<__half>(g, backward, dq, dkv);
+  return tiled::ready<float>(g, backward, dq, dkv);
 }
 
 int merge(int dtype, const Geom& g, Out out, void* lse, In out_b, const void* lse_b, void* stream) {

@@ -7,6 +7,7 @@
 #include "cuda/family_util.hpp"
 #include "exec/attention_kernels.hpp"
 #include "kernels_api/attention.hpp"
+#include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
 namespace {
@@ -36,7 +37,15 @@ struct CudaAttention final : AttentionKernels {
     check_geom(g, op);
     if (cudnn_attention::try_forward(dt, g, q, k, v, m, out, lse, ctx)) return;
     const auto s = cuda_glue::enter(ctx, op);
-    check(ka::forward(code(dt), geom(g), in(q), in(k), in(v), mask(m), outp(out), lse, s), op);
+    auto run = [&] { check(ka::forward(code(dt), geom(g), in(q), in(k), in(v), mask(m), outp(out), lse, s), op); };
+    // profiler rows kernel/attention_tiled and kernel/attention_rows: which own kernels ran
+    if (ka::takes_tiled(code(dt), geom(g), false, false, false)) {
+      SHARD_PROFILE_SCOPE("kernel", "attention_tiled", "forward", &ctx);
+      run();
+    } else {
+      SHARD_PROFILE_SCOPE("kernel", "attention_rows", "forward", &ctx);
+      run();
+    }
   }
   void backward(DType dt, const AttnGeom& g, AttnIn q, AttnIn k, AttnIn v, AttnIn out, AttnIn dout, const void* lse,
                 const AttnMask& m, AttnOut dq, AttnOut dk, AttnOut dv, ExecContext& ctx) const override {
@@ -45,9 +54,18 @@ struct CudaAttention final : AttentionKernels {
     if (cudnn_attention::try_backward(dt, g, q, k, v, out, dout, lse, m, dq, dk, dv, ctx)) return;
     const auto s = cuda_glue::enter(ctx, op);
     cuda_glue::Scratch<char> delta(ka::backward_scratch_bytes(code(dt), geom(g)), s, op);
-    check(ka::backward(code(dt), geom(g), in(q), in(k), in(v), in(out), in(dout), lse, mask(m), outp(dq), outp(dk),
-                       outp(dv), delta.get(), s),
-          op);
+    auto run = [&] {
+      check(ka::backward(code(dt), geom(g), in(q), in(k), in(v), in(out), in(dout), lse, mask(m), outp(dq), outp(dk),
+                         outp(dv), delta.get(), s),
+            op);
+    };
+    if (ka::takes_tiled(code(dt), geom(g), true, dq.data != nullptr, dk.data != nullptr || dv.data != nullptr)) {
+      SHARD_PROFILE_SCOPE("kernel", "attention_tiled", "backward", &ctx);
+      run();
+    } else {
+      SHARD_PROFILE_SCOPE("kernel", "attention_rows", "backward", &ctx);
+      run();
+    }
   }
   void merge(DType dt, const AttnGeom& g, AttnOut out, void* lse, AttnIn out_b, const void* lse_b,
              ExecContext& ctx) const override {

@@ -40,6 +40,10 @@ std::size_t backward_scratch_bytes(int dtype, const Geom& g);
 /// Adds dq, dk, dv (each may have a null pointer). `scratch` has backward_scratch_bytes bytes.
 int backward(int dtype, const Geom& g, In q, In k, In v, In out, In dout, const void* lse, const Mask& m, Out dq,
              Out dk, Out dv, void* scratch, void* stream);
+/// Whether forward (backward = false) or backward with dq / dk-or-dv wanted runs the tiled kernels
+/// (float accumulation, head dims <= 128, SHARDTENSOR_ATTENTION_TILED not 0, the current device
+/// grants their shared memory) rather than the row kernels; for the CUDA table's profiler rows.
+bool takes_tiled(int dtype, const Geom& g, bool backward, bool dq, bool dkv);
 /// Log-sum-exp merge of (out_b, lse_b) into (out, lse).
 int merge(int dtype, const Geom& g, Out out, void* lse, In out_b, const void* lse_b, void* stream);
 
