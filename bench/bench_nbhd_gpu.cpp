@@ -43,14 +43,8 @@ Tensor<T, 1> random_on(index_t n, unsigned seed, Device dev) {
 }
 
 std::vector<index_t> list_of(const std::string& s) {
-  std::vector<index_t> r;
-  std::size_t at = 0;
-  while (at <= s.size()) {
-    const std::size_t e = std::min(s.find(',', at), s.size());
-    if (e > at) r.push_back(std::stol(s.substr(at, e - at)));
-    at = e + 1;
-  }
-  return r;
+  const auto v = shard::bench::int_list(s);
+  return std::vector<index_t>(v.begin(), v.end());
 }
 
 template <class T>

@@ -36,6 +36,18 @@ inline bool has_flag(int argc, char** argv, const char* name) {
   return false;
 }
 
+/// Comma-separated integers ("4096,16384"); empty items are skipped.
+inline std::vector<long> int_list(const std::string& s) {
+  std::vector<long> r;
+  std::size_t at = 0;
+  while (at <= s.size()) {
+    const std::size_t e = std::min(s.find(',', at), s.size());
+    if (e > at) r.push_back(std::stol(s.substr(at, e - at)));
+    at = e + 1;
+  }
+  return r;
+}
+
 /// Median (upper median for an even count; 0 for none).
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -37,6 +37,13 @@ namespace {
 /// The fake backend (with its host "tensor" table) for a scope.
 using FakeDevice = FakeCudaBackend;
 
+/// The elements of a local tensor (any device), copied to the host in row-major order.
+template <class T, int R>
+std::vector<T> host_values(const Tensor<T, R>& x) {
+  const auto h = x.contiguous().to(Device::cpu());
+  return std::vector<T>(h.data(), h.data() + h.numel());
+}
+
 /// For a scope: an MpiComm's device collectives pass device pointers to MPI directly (the fake
 /// device's "device" memory is host memory); the previous transport comes back at scope exit,
 /// also when a REQUIRE throws. Nothing for other communicators.
@@ -282,15 +289,8 @@ TEMPLATE_TEST_CASE("fake device: mse and rel_l2 losses stay on the device and eq
                                    : F::rel_l2_loss(p, t, F::RelL2Mode::global);
           loss.backward();
           if (fake) CHECK(fake->counts().d2h == 0);
-          std::vector<std::vector<T>> out;
-          auto take = [&](const auto& x) {
-            const auto h = x.contiguous().to(Device::cpu());
-            out.emplace_back(h.data(), h.data() + h.numel());
-          };
-          take(loss.value().local());
-          take(p.grad().local());
-          take(t.grad().local());
-          return out;
+          return std::vector<std::vector<T>>{host_values(loss.value().local()), host_values(p.grad().local()),
+                                             host_values(t.grad().local())};
         };
         const auto h = run(Device::cpu(), nullptr);
         std::vector<std::vector<T>> dv;
@@ -337,18 +337,9 @@ TEMPLATE_TEST_CASE("fake device: every norm keeps its statistics on the device a
                                     : F::layer_norm(x, w, b);
           F::sum(F::mul(y, Var<T, 4>(gy, false))).backward();
           if (fake) CHECK(fake->counts().d2h == 0);
-          std::vector<std::vector<T>> out;
-          auto take = [&](const auto& t) {
-            const auto h = t.contiguous().to(Device::cpu());
-            out.emplace_back(h.data(), h.data() + h.numel());
-          };
-          take(y.value().local());
-          take(x.grad().local());
-          take(w.grad().local());
-          take(b.grad().local());
-          take(rm.local());
-          take(rv.local());
-          return out;
+          return std::vector<std::vector<T>>{host_values(y.value().local()), host_values(x.grad().local()),
+                                             host_values(w.grad().local()), host_values(b.grad().local()),
+                                             host_values(rm.local()), host_values(rv.local())};
         };
         const auto h = run(Device::cpu(), nullptr);
         std::vector<std::vector<T>> dv;
