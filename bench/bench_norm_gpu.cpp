@@ -13,10 +13,13 @@
 // GB/s counts the bytes the op must move at least: forward reads x and writes y (2 x bytes(x)),
 // backward reads x and gy and writes dx (3 x bytes(x)); the two statistics passes over x are extra
 // traffic on top, so 2-pass forward at full bandwidth shows as ~2/4 of the HBM peak.
+// The gn_silu_* cases are group_norm with the SiLU fused (F::group_norm(..., NormAct::silu), what
+// the U-Net's ResidualBlock runs); the torch twin times silu(group_norm(x)) as two ops.
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <shardtensor/exec/context.hpp>
@@ -33,7 +36,8 @@ namespace {
 using shard::bench::median;
 using shard::bench::now_ms;
 
-void run_case(const char* name, index_t N, index_t C, index_t H, index_t W, index_t G, int reps, ExecContext& ctx) {
+void run_case(const std::string& name, index_t N, index_t C, index_t H, index_t W, index_t G, exec::NormAct act,
+              int reps, ExecContext& ctx) {
   const Device dev = ctx.device();
   const DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
   const auto x = DistTensor<float, 4>::random({N, C, H, W}, mesh, {Replicate()}, 1).to(dev).local();
@@ -43,6 +47,7 @@ void run_case(const char* name, index_t N, index_t C, index_t H, index_t W, inde
   auto y = Tensor<float, 4>::empty(x.shape(), dev), dx = Tensor<float, 4>::empty(x.shape(), dev);
   auto dw = Tensor<float, 1>::empty({C}, dev), db = Tensor<float, 1>::empty({C}, dev);
   exec::NormGeom geo{exec::NormKind::group, N, C, H * W, G};
+  geo.act = act;
   const Block bx = as_block(x), bgy = as_block(gy), bw = as_block(w), bb = as_block(b), by = as_block(y),
               bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
   const index_t count = (C / G) * H * W;
@@ -55,7 +60,7 @@ void run_case(const char* name, index_t N, index_t C, index_t H, index_t W, inde
                             by, ctx);
     ctx.synchronize();
     const double t1 = now_ms();
-    F::detail::norm_backward(geo, bx, bgy, &bw, st, count, true, false, nullptr, 0, "group_norm", &bdx, &bdw, &bdb,
+    F::detail::norm_backward(geo, bx, bgy, &bw, &bb, st, count, true, false, nullptr, 0, "group_norm", &bdx, &bdw, &bdb,
                              ctx);
     ctx.synchronize();
     const double t2 = now_ms();
@@ -92,8 +97,11 @@ int main(int argc, char** argv) {
   fmt::print("bench_norm_gpu: group_norm fp32, affine, on {}, {} timed reps after 3 warm-up reps{}\n", ctx.device(),
              reps, shrink > 1 ? fmt::format(", extents / {}", shrink) : "");
   // The U-Net of bench/run_gpu_unet.sh: batch 4, width 32 at 1024^2, 64 at 512^2; 8 groups.
-  run_case("gn_4x32x1024^2_G8", 4, 32, 1024 / shrink, 1024 / shrink, 8, reps, ctx);
-  run_case("gn_4x64x512^2_G8", 4, 64, 512 / shrink, 512 / shrink, 8, reps, ctx);
-  run_case("gn_4x128x256^2_G8", 4, 128, 256 / shrink, 256 / shrink, 8, reps, ctx);
+  for (const auto& [prefix, act] : {std::pair{"gn", exec::NormAct::none}, std::pair{"gn_silu", exec::NormAct::silu}}) {
+    const std::string p = prefix;
+    run_case(p + "_4x32x1024^2_G8", 4, 32, 1024 / shrink, 1024 / shrink, 8, act, reps, ctx);
+    run_case(p + "_4x64x512^2_G8", 4, 64, 512 / shrink, 512 / shrink, 8, act, reps, ctx);
+    run_case(p + "_4x128x256^2_G8", 4, 128, 256 / shrink, 256 / shrink, 8, act, reps, ctx);
+  }
   return 0;
 }

@@ -2,7 +2,8 @@
 """PyTorch twin of bench/bench_norm_gpu.cpp: torch.nn.functional.group_norm (affine, fp32) forward
 and backward on the same shapes, medians over --reps after 3 warm-up reps, each rep timed between
 torch.cuda.synchronize() calls. Prints the same RESULT lines (GB/s: 2 x bytes(x) forward, 3 x
-backward). Without a GPU it prints SKIP and exits 0."""
+backward). The gn_silu_* cases time silu(group_norm(x)), two ops (ours fuses them). Without a GPU it
+prints SKIP and exits 0."""
 import argparse
 import statistics
 import time
@@ -13,8 +14,9 @@ except ImportError:  # no torch on this machine
     print("SKIP torch_norm_gpu: no torch")
     raise SystemExit(0)
 
-CASES = [("gn_4x32x1024^2_G8", 4, 32, 1024, 1024, 8), ("gn_4x64x512^2_G8", 4, 64, 512, 512, 8),
-         ("gn_4x128x256^2_G8", 4, 128, 256, 256, 8)]
+SHAPES = [("4x32x1024^2_G8", 4, 32, 1024, 1024, 8), ("4x64x512^2_G8", 4, 64, 512, 512, 8),
+          ("4x128x256^2_G8", 4, 128, 256, 256, 8)]
+CASES = [(p + "_" + n, silu, *rest) for p, silu in (("gn", False), ("gn_silu", True)) for n, *rest in SHAPES]
 
 
 def main():
@@ -27,7 +29,7 @@ def main():
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda:0")
     print(f"torch_norm_gpu: torch {torch.__version__}, group_norm fp32, affine, {a.reps} timed reps after 3 warm-up")
-    for name, n, c, h, w, g in CASES:
+    for name, silu, n, c, h, w, g in CASES:
         x = torch.randn(n, c, h, w, device=dev, requires_grad=True)
         gy = torch.randn(n, c, h, w, device=dev)
         wt = torch.randn(c, device=dev, requires_grad=True)
@@ -38,6 +40,8 @@ def main():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             y = torch.nn.functional.group_norm(x, g, wt, bs, 1e-5)
+            if silu:
+                y = torch.nn.functional.silu(y)
             torch.cuda.synchronize()
             t1 = time.perf_counter()
             y.backward(gy)

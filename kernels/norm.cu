@@ -7,8 +7,11 @@
 // double -> float -> bf16 / f16, the two roundings of the f32 working-copy route, bit for bit.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "common.cuh"
 #include "kernels_api/norm.hpp"
+#include "kernels_api/pointwise_ops.hpp"
 
 namespace shard::kernels::norm {
 namespace {
@@ -52,6 +55,27 @@ __device__ inline idx stat_of(const Geom& g, idx off, idx* c) {
   return a * g.S + s;
 }
 
+/// The type a fused activation is evaluated in (src/exec/norm_cpu.cpp's act_t): float for f32 /
+/// bf16 / f16 storage, double for f64; z is rounded to it first.
+template <class T>
+using act_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
+
+/// The fused activation's side of the backward (src/exec/norm_cpu.cpp's ActGrad): gz = gy act'(z),
+/// z = xhat w[c] + b[c]; gy itself without an activation.
+template <class T>
+__device__ inline double grad_z(const Geom& g, double gv, double xhat, const T* w, const T* b, idx c) {
+  if (g.act < 0) return gv;
+  using A = act_t<T>;
+  const double z = xhat * (w ? wide(w[c]) : 1.0) + (b ? wide(b[c]) : 0.0);
+  return static_cast<double>(pw::act_bwd<A>(g.act, static_cast<A>(z), static_cast<A>(gv)));
+}
+/// act(z) in act_t<T> (z itself without an activation).
+template <class T>
+__device__ inline double act_value(int act, double z) {
+  using A = act_t<T>;
+  return act < 0 ? z : static_cast<double>(pw::act_fwd<A>(act, static_cast<A>(z)));
+}
+
 /// Fixed-order tree reduction of two values over the block; thread 0 gets the totals.
 __device__ inline void block_reduce2(double& u, double& v) {
   __shared__ double su[kBlock], sv[kBlock];
@@ -82,7 +106,7 @@ __global__ void sums_kernel(Geom g, const T* __restrict__ x, const double* __res
 template <class T>
 __global__ void backward_stat_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
                                      const double* __restrict__ mean, const double* __restrict__ invstd,
-                                     const T* __restrict__ w, double* sg, double* sgx) {
+                                     const T* __restrict__ w, const T* __restrict__ b, double* sg, double* sgx) {
   const idx K = stat_count(g), n = stat_len(g);
   for (idx k = blockIdx.x; k < K; k += gridDim.x) {
     double a1 = 0, a2 = 0;
@@ -90,9 +114,10 @@ __global__ void backward_stat_kernel(Geom g, const T* __restrict__ x, const T* _
       idx c;
       const idx off = stat_elem(g, k, j, &c);
       const double wc = w ? wide(w[c]) : 1.0;
-      const double d = wide(gy[off]) * wc;
+      const double xhat = (wide(x[off]) - mean[k]) * invstd[k];
+      const double d = grad_z(g, wide(gy[off]), xhat, w, b, c) * wc;
       a1 += d;
-      a2 += d * (wide(x[off]) - mean[k]) * invstd[k];
+      a2 += d * xhat;
     }
     block_reduce2(a1, a2);
     if (threadIdx.x == 0) {
@@ -104,8 +129,8 @@ __global__ void backward_stat_kernel(Geom g, const T* __restrict__ x, const T* _
 
 template <class T>
 __global__ void backward_channel_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
-                                        const double* __restrict__ mean, const double* __restrict__ invstd, double* dw,
-                                        double* db) {
+                                        const double* __restrict__ mean, const double* __restrict__ invstd,
+                                        const T* __restrict__ w, const T* __restrict__ b, double* dw, double* db) {
   const idx n = g.A * g.S;
   for (idx c = blockIdx.x; c < g.C; c += gridDim.x) {
     double aw = 0, ab = 0;
@@ -113,8 +138,9 @@ __global__ void backward_channel_kernel(Geom g, const T* __restrict__ x, const T
       const idx a = j / g.S, s = j % g.S, off = (a * g.C + c) * g.S + s;
       idx cc;
       const idx k = stat_of(g, off, &cc);
-      const double gv = wide(gy[off]);
-      aw += gv * (wide(x[off]) - mean[k]) * invstd[k];
+      const double xhat = (wide(x[off]) - mean[k]) * invstd[k];
+      const double gv = grad_z(g, wide(gy[off]), xhat, w, b, c);
+      aw += gv * xhat;
       ab += gv;
     }
     block_reduce2(aw, ab);
@@ -133,25 +159,25 @@ __global__ void apply_kernel(Geom g, idx total, const T* __restrict__ x, const d
     idx c;
     const idx k = stat_of(g, i, &c);
     const double wc = w ? wide(w[c]) : 1.0, bc = b ? wide(b[c]) : 0.0;
-    y[i] = narrow<T>((wide(x[i]) - mean[k]) * invstd[k] * wc + bc);
+    y[i] = narrow<T>(act_value<T>(g.act, (wide(x[i]) - mean[k]) * invstd[k] * wc + bc));
   }
 }
 
 template <class T>
 __global__ void dx_kernel(Geom g, idx total, const T* __restrict__ x, const T* __restrict__ gy,
                           const double* __restrict__ mean, const double* __restrict__ invstd, const T* __restrict__ w,
-                          const double* __restrict__ sg, const double* __restrict__ sgx, double inv_count,
-                          T* __restrict__ dx) {
+                          const T* __restrict__ b, const double* __restrict__ sg, const double* __restrict__ sgx,
+                          double inv_count, T* __restrict__ dx) {
   SHARD_GRID_STRIDE(i, total) {
     idx c;
     const idx k = stat_of(g, i, &c);
     const double wc = w ? wide(w[c]) : 1.0;
-    const double d = wide(gy[i]) * wc;
+    const double xhat = (wide(x[i]) - mean[k]) * invstd[k];
+    const double d = grad_z(g, wide(gy[i]), xhat, w, b, c) * wc;
     if (!sg) {
       dx[i] = narrow<T>(d * invstd[k]);
       continue;
     }
-    const double xhat = (wide(x[i]) - mean[k]) * invstd[k];
     dx[i] = narrow<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
   }
 }
@@ -226,7 +252,7 @@ template <class T>
 __global__ void backward_stat_chunk_kernel(Geom g, idx K, idx chunks, const T* __restrict__ x,
                                            const T* __restrict__ gy, const double* __restrict__ mean,
                                            const double* __restrict__ invstd, const T* __restrict__ w,
-                                           double* __restrict__ part) {
+                                           const T* __restrict__ b, double* __restrict__ part) {
   const idx n = stat_len(g), per = (n + chunks - 1) / chunks;
   for (idx k = blockIdx.y; k < K; k += gridDim.y) {
     const RowSet r = stat_rows(g, k);
@@ -235,10 +261,12 @@ __global__ void backward_stat_chunk_kernel(Geom g, idx K, idx chunks, const T* _
     double a1 = 0, a2 = 0;
     for_chunk(g.S, j0, j1, [&](idx i, idx s) {
       const idx off = r.base + i * r.rstride + s;
-      const double wc = w ? wide(w[r.c0 + i * r.cstep]) : 1.0;
-      const double d = wide(gy[off]) * wc;
+      const idx c = r.c0 + i * r.cstep;
+      const double wc = w ? wide(w[c]) : 1.0;
+      const double xhat = (wide(x[off]) - m) * is;
+      const double d = grad_z(g, wide(gy[off]), xhat, w, b, c) * wc;
       a1 += d;
-      a2 += d * (wide(x[off]) - m) * is;
+      a2 += d * xhat;
     });
     block_reduce2(a1, a2);
     if (threadIdx.x == 0) {
@@ -253,6 +281,7 @@ __global__ void backward_stat_chunk_kernel(Geom g, idx K, idx chunks, const T* _
 template <class T>
 __global__ void backward_channel_chunk_kernel(Geom g, idx chunks, const T* __restrict__ x, const T* __restrict__ gy,
                                               const double* __restrict__ mean, const double* __restrict__ invstd,
+                                              const T* __restrict__ w, const T* __restrict__ b,
                                               double* __restrict__ part) {
   const idx n = g.A * g.S, per = (n + chunks - 1) / chunks;
   for (idx c = blockIdx.y; c < g.C; c += gridDim.y) {
@@ -262,8 +291,9 @@ __global__ void backward_channel_chunk_kernel(Geom g, idx chunks, const T* __res
     for_chunk(g.S, j0, j1, [&](idx i, idx s) {
       const idx off = r.base + i * r.rstride + s;
       const idx k = g.kind == 0 ? c : i * g.G + c / (g.C / g.G);
-      const double gv = wide(gy[off]);
-      aw += gv * (wide(x[off]) - mean[k]) * invstd[k];
+      const double xhat = (wide(x[off]) - mean[k]) * invstd[k];
+      const double gv = grad_z(g, wide(gy[off]), xhat, w, b, c);
+      aw += gv * xhat;
       ab += gv;
     });
     block_reduce2(aw, ab);
@@ -305,20 +335,20 @@ __global__ void apply_rows_kernel(Geom g, const T* __restrict__ x, const double*
       const double* mk = mean + a * g.S;
       const double* ik = invstd + a * g.S;
       for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step)
-        yr[s] = narrow<T>((wide(xr[s]) - mk[s]) * ik[s] * wc + bc);
+        yr[s] = narrow<T>(act_value<T>(g.act, (wide(xr[s]) - mk[s]) * ik[s] * wc + bc));
     } else {
       const idx k = g.kind == 0 ? c : a * g.G + c / (g.C / g.G);
       const double m = mean[k], is = invstd[k];
       for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step)
-        yr[s] = narrow<T>((wide(xr[s]) - m) * is * wc + bc);
+        yr[s] = narrow<T>(act_value<T>(g.act, (wide(xr[s]) - m) * is * wc + bc));
     }
   }
 }
 template <class T>
 __global__ void dx_rows_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
                                const double* __restrict__ mean, const double* __restrict__ invstd,
-                               const T* __restrict__ w, const double* __restrict__ sg, const double* __restrict__ sgx,
-                               double inv_count, T* __restrict__ dx) {
+                               const T* __restrict__ w, const T* __restrict__ b, const double* __restrict__ sg,
+                               const double* __restrict__ sgx, double inv_count, T* __restrict__ dx) {
   const idx rows = g.A * g.C, step = static_cast<idx>(gridDim.x) * blockDim.x;
   for (idx r = blockIdx.y; r < rows; r += gridDim.y) {
     const idx a = r / g.C, c = r - a * g.C;
@@ -330,12 +360,12 @@ __global__ void dx_rows_kernel(Geom g, const T* __restrict__ x, const T* __restr
     const idx dk = g.kind == 2 ? 1 : 0;
     for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step) {
       const idx k = k0 + s * dk;
-      const double d = wide(gr[s]) * wc;
+      const double xhat = (wide(xr[s]) - mean[k]) * invstd[k];
+      const double d = grad_z(g, wide(gr[s]), xhat, w, b, c) * wc;
       if (!sg) {
         dr[s] = narrow<T>(d * invstd[k]);
         continue;
       }
-      const double xhat = (wide(xr[s]) - mean[k]) * invstd[k];
       dr[s] = narrow<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
     }
   }
@@ -444,18 +474,21 @@ int apply_t(Geom g, const void* x, const double* mean, const double* invstd, con
 }
 template <class T>
 int backward_sums_t(Geom g, const void* x, const void* gy, const double* mean, const double* invstd, const void* w,
-                    double* sg, double* sgx, double* dw, double* db, double* ws, void* stream) {
+                    const void* b, double* sg, double* sgx, double* dw, double* db, double* ws, void* stream) {
   const auto s = as_stream(stream);
   const auto* xt = static_cast<const T*>(x);
   const auto* gt = static_cast<const T*>(gy);
+  const auto* wt = static_cast<const T*>(w);
+  const auto* bt = static_cast<const T*>(b);
   if ((dw || db) && g.C > 0) {
     const idx chunks = chunks_for(g, g.C, g.A * g.S);
     if (chunks > 1 && ws) {
-      backward_channel_chunk_kernel<T><<<chunk_grid(chunks, g.C), kBlock, 0, s>>>(g, chunks, xt, gt, mean, invstd, ws);
+      backward_channel_chunk_kernel<T><<<chunk_grid(chunks, g.C), kBlock, 0, s>>>(g, chunks, xt, gt, mean, invstd, wt,
+                                                                                  bt, ws);
       if (const int e = done()) return e;
       chunk_total_kernel<<<blocks_for(g.C), kBlock, 0, s>>>(g.C, chunks, 2, ws, dw, db);
     } else {
-      backward_channel_kernel<T><<<grid_for_stats(g.C), kBlock, 0, s>>>(g, xt, gt, mean, invstd, dw, db);
+      backward_channel_kernel<T><<<grid_for_stats(g.C), kBlock, 0, s>>>(g, xt, gt, mean, invstd, wt, bt, dw, db);
     }
     if (const int e = done()) return e;
   }
@@ -464,31 +497,30 @@ int backward_sums_t(Geom g, const void* x, const void* gy, const double* mean, c
     const idx chunks = chunks_for(g, K, stat_len(g));
     if (chunks > 1 && ws) {
       // After the channel pass in stream order: the partials may reuse ws.
-      backward_stat_chunk_kernel<T><<<chunk_grid(chunks, K), kBlock, 0, s>>>(g, K, chunks, xt, gt, mean, invstd,
-                                                                              static_cast<const T*>(w), ws);
+      backward_stat_chunk_kernel<T><<<chunk_grid(chunks, K), kBlock, 0, s>>>(g, K, chunks, xt, gt, mean, invstd, wt,
+                                                                              bt, ws);
       if (const int e = done()) return e;
       chunk_total_kernel<<<blocks_for(K), kBlock, 0, s>>>(K, chunks, 2, ws, sg, sgx);
     } else {
-      backward_stat_kernel<T><<<grid_for_stats(K), kBlock, 0, s>>>(g, xt, gt, mean, invstd, static_cast<const T*>(w),
-                                                                    sg, sgx);
+      backward_stat_kernel<T><<<grid_for_stats(K), kBlock, 0, s>>>(g, xt, gt, mean, invstd, wt, bt, sg, sgx);
     }
   }
   return done();
 }
 template <class T>
 int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, const double* invstd, const void* w,
-                  const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
+                  const void* b, const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
   const idx total = g.A * g.C * g.S;
   if (total == 0) return 0;
   if (g.S >= kRowMin) {
     dx_rows_kernel<T><<<row_grid(g), kBlock, 0, as_stream(stream)>>>(
-        g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w), sg, sgx,
-        inv_count, static_cast<T*>(dx));
+        g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w),
+        static_cast<const T*>(b), sg, sgx, inv_count, static_cast<T*>(dx));
     return done();
   }
   dx_kernel<T><<<blocks_for(total), kBlock, 0, as_stream(stream)>>>(
-      g, total, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w), sg, sgx,
-      inv_count, static_cast<T*>(dx));
+      g, total, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w),
+      static_cast<const T*>(b), sg, sgx, inv_count, static_cast<T*>(dx));
   return done();
 }
 
@@ -507,15 +539,17 @@ int apply(int dtype, Geom g, const void* x, const double* mean, const double* in
   return by_storage(dtype, [&](auto t) { return apply_t<decltype(t)>(g, x, mean, invstd, w, b, y, stream); });
 }
 int backward_sums(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
-                  const void* w, double* sg, double* sgx, double* dw, double* db, double* ws, void* stream) {
+                  const void* w, const void* b, double* sg, double* sgx, double* dw, double* db, double* ws,
+                  void* stream) {
   return by_storage(dtype, [&](auto t) {
-    return backward_sums_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, dw, db, ws, stream);
+    return backward_sums_t<decltype(t)>(g, x, gy, mean, invstd, w, b, sg, sgx, dw, db, ws, stream);
   });
 }
 int backward_dx(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
-                const void* w, const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
+                const void* w, const void* b, const double* sg, const double* sgx, double inv_count, void* dx,
+                void* stream) {
   return by_storage(dtype, [&](auto t) {
-    return backward_dx_t<decltype(t)>(g, x, gy, mean, invstd, w, sg, sgx, inv_count, dx, stream);
+    return backward_dx_t<decltype(t)>(g, x, gy, mean, invstd, w, b, sg, sgx, inv_count, dx, stream);
   });
 }
 int to_f64(int dtype, idx n, const void* src, double* dst, void* stream) {

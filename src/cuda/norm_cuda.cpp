@@ -14,7 +14,7 @@ using cuda_glue::storage_code;
 namespace k = shard::kernels::norm;
 using cuda_glue::check;
 
-k::Geom geom(const NormGeom& g) { return {static_cast<int>(g.kind), g.A, g.C, g.S, g.G}; }
+k::Geom geom(const NormGeom& g) { return {static_cast<int>(g.kind), g.A, g.C, g.S, g.G, static_cast<int>(g.act)}; }
 /// The context's stream-ordered workspace, sized for the chunk partials of g.
 double* workspace(const NormGeom& g, ExecContext& ctx) {
   const auto n = static_cast<std::size_t>(k::workspace(geom(g)));
@@ -40,21 +40,21 @@ struct CudaNorm final : NormKernels {
     check(k::apply(storage_code(dt), geom(g), x, mean, invstd, w, b, y, s), op);
   }
   void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                     const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db,
-                     ExecContext& ctx) const override {
+                     const double* invstd, const void* w, const void* b, double* sg, double* sgx, double* dw,
+                     double* db, ExecContext& ctx) const override {
     const char* op = "norm_backward_sums (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
-    check(k::backward_sums(storage_code(dt), geom(g), x, gy, mean, invstd, w, sg && sgx ? sg : nullptr,
+    check(k::backward_sums(storage_code(dt), geom(g), x, gy, mean, invstd, w, b, sg && sgx ? sg : nullptr,
                            sg && sgx ? sgx : nullptr, dw, db, workspace(g, ctx), s),
           op);
   }
   void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                   const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
-                   void* dx, ExecContext& ctx) const override {
+                   const double* invstd, const void* w, const void* b, const double* sg, const double* sgx,
+                   double inv_count, void* dx, ExecContext& ctx) const override {
     const char* op = "norm_backward_dx (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
     const bool stats = sg && sgx;
-    check(k::backward_dx(storage_code(dt), geom(g), x, gy, mean, invstd, w, stats ? sg : nullptr,
+    check(k::backward_dx(storage_code(dt), geom(g), x, gy, mean, invstd, w, b, stats ? sg : nullptr,
                          stats ? sgx : nullptr, inv_count, dx, s),
           op);
   }

@@ -62,6 +62,20 @@ const NormKernels& norm_table(const char* op, KernelPass pass, const NormGeom& g
 }
 const void* data(const Block* b) { return b ? b->data : nullptr; }
 
+/// Throws unless g.act is one of the NormAct values.
+void check_act(const char* op, const NormGeom& g) {
+  switch (g.act) {
+    case NormAct::none:
+    case NormAct::relu:
+    case NormAct::gelu:
+    case NormAct::gelu_tanh:
+    case NormAct::silu:
+    case NormAct::tanh:
+    case NormAct::sigmoid: return;
+  }
+  SHARD_FAIL(op, "unknown fused activation code {}", static_cast<int>(g.act));
+}
+
 /// True when the device's table computes `pass` on the dtype dt itself (detail::native_storage).
 bool norm_storage_native(DType dt, KernelPass pass, const ExecContext& ctx) {
   return detail::native_storage(kernels_for<NormKernels>(ctx.device(), "norm"), dt, pass, ctx);
@@ -97,45 +111,51 @@ void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* 
     }
   }
   const char* op = "norm_apply";
+  check_act(op, g);
   const auto& tab = norm_table(op, KernelPass::forward, g, x, &y, "output", w, b, ctx);
   const Input in = input(op, tab, g, x, ctx);
   tab.apply(x.dtype, in.g, in.x, mean, invstd, data(w), data(b), y.data, ctx);
 }
 
-void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
-                        const double* invstd, double* sg, double* sgx, double* dw, double* db, ExecContext& ctx) {
+void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
+                        const double* mean, const double* invstd, double* sg, double* sgx, double* dw, double* db,
+                        ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "norm", "backward_sums", &ctx);
-  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("norm_backward_sums", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype)});
+  const char* op = "norm_backward_sums";
+  check_act(op, g);
+  if (g.act == NormAct::none) b = nullptr;  // only read to recompute z
+  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op, {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype)});
     if (!norm_storage_native(x.dtype, KernelPass::backward_data, ctx)) {
       detail::F32Work f(ctx);
-      norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, dw, db, ctx);
+      norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), f.in(b), mean, invstd, sg, sgx, dw, db, ctx);
       return f.finish();
     }
   }
-  const char* op = "norm_backward_sums";
-  const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, nullptr, ctx);
+  const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, b, ctx);
   const Input in = input(op, tab, g, x, ctx);
-  tab.backward_sums(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), sg, sgx, dw, db, ctx);
+  tab.backward_sums(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), data(b), sg, sgx, dw, db, ctx);
 }
 
-void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
-                      const double* invstd, const double* sg, const double* sgx, double inv_count, const Block& dx,
-                      ExecContext& ctx) {
+void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
+                      const double* mean, const double* invstd, const double* sg, const double* sgx, double inv_count,
+                      const Block& dx, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "norm", "backward_dx", &ctx);
-  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("norm_backward_dx", {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), dx.dtype});
+  const char* op = "norm_backward_dx";
+  check_act(op, g);
+  if (g.act == NormAct::none) b = nullptr;  // only read to recompute z
+  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op, {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), dx.dtype});
     if (!norm_storage_native(x.dtype, KernelPass::backward_data, ctx)) {
       detail::F32Work f(ctx);
-      norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), mean, invstd, sg, sgx, inv_count, f.out(dx), ctx);
+      norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), f.in(b), mean, invstd, sg, sgx, inv_count, f.out(dx), ctx);
       return f.finish();
     }
   }
-  const char* op = "norm_backward_dx";
-  const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, nullptr, ctx);
+  const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, b, ctx);
   detail::check_block(op, "input gradient", dx, x.dtype, g.A * g.C * g.S, ctx);
   const Input in = input(op, tab, g, x, ctx);
-  tab.backward_dx(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), sg, sgx, inv_count, dx.data, ctx);
+  tab.backward_dx(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), data(b), sg, sgx, inv_count, dx.data, ctx);
 }
 
 void load_f64(const Block& src, double* host, ExecContext& ctx) {  // host: device memory of ctx

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "exec/norm_kernels.hpp"
 #include "exec/storage_cpu.hpp"
+#include "kernels_api/pointwise_ops.hpp"
 #include "shardtensor/core/error.hpp"
 
 namespace shard::exec {
@@ -75,8 +77,57 @@ inline void for_s(const XMap& m, index_t a, index_t c, F&& f) {
   }
 }
 
+namespace pw = kernels::pw;
+static_assert(static_cast<int>(NormAct::relu) == pw::u_relu && static_cast<int>(NormAct::gelu) == pw::u_gelu &&
+                  static_cast<int>(NormAct::gelu_tanh) == pw::u_gelu_tanh &&
+                  static_cast<int>(NormAct::silu) == pw::u_silu && static_cast<int>(NormAct::tanh) == pw::u_tanh &&
+                  static_cast<int>(NormAct::sigmoid) == pw::u_sigmoid,
+              "NormAct codes are the pointwise family's unary codes");
+
+/// The type a fused activation is evaluated in: float for f32 / bf16 / f16 storage, double for
+/// f64, as the activation op computes it. z (double) is rounded to it first, so a fused f32 norm
+/// equals norm-then-activation bit for bit on the CPU (the same roundings, the same formulas).
+template <class T>
+using act_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+/// The fused activation's side of the backward: gz = gy act'(z), z = xhat w[c] + b[c] (gy itself
+/// without an activation). Act: the activation's pointwise code, -1 for none (a template
+/// parameter: the kernels below are instantiated per activation, so no element pays a switch).
+template <class T, int Act>
+struct ActGrad {
+  const T* w;
+  const T* b;
+  double operator()(double gv, double xhat, index_t c) const;
+};
+
+/// f(std::integral_constant<int, code>) for the activation code `act` of a NormGeom.
+template <class F>
+decltype(auto) with_act(NormAct act, F&& f) {
+  switch (act) {
+    case NormAct::relu: return f(std::integral_constant<int, pw::u_relu>{});
+    case NormAct::gelu: return f(std::integral_constant<int, pw::u_gelu>{});
+    case NormAct::gelu_tanh: return f(std::integral_constant<int, pw::u_gelu_tanh>{});
+    case NormAct::silu: return f(std::integral_constant<int, pw::u_silu>{});
+    case NormAct::tanh: return f(std::integral_constant<int, pw::u_tanh>{});
+    case NormAct::sigmoid: return f(std::integral_constant<int, pw::u_sigmoid>{});
+    default: return f(std::integral_constant<int, -1>{});
+  }
+}
+
 using storage::from_double;  // double -> T: bf16 / f16 through float (the f32 route's two roundings)
 using storage::to_double;    // T -> double, exact
+
+template <class T, int Act>
+double ActGrad<T, Act>::operator()(double gv, double xhat, index_t c) const {
+  if constexpr (Act < 0) {
+    (void)xhat, (void)c;
+    return gv;
+  } else {
+    using A = act_t<T>;
+    const double z = xhat * (w ? to_double(w[c]) : 1.0) + (b ? to_double(b[c]) : 0.0);
+    return static_cast<double>(pw::act_grad<Act, A>(static_cast<A>(z), static_cast<A>(gv)));
+  }
+}
 
 template <class T>
 void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
@@ -137,119 +188,122 @@ void for_rows(const NormGeom& g, Fn f) {
   }
 }
 
-template <class T>
+template <class T, int Act>
 void apply_impl(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b, T* y) {
   const XMap m(g);
+  using A = act_t<T>;
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
     const double wc = w ? to_double(w[c]) : 1.0, bc = b ? to_double(b[c]) : 0.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      y[off + s] = from_double<T>((to_double(x[xo]) - mean[k]) * invstd[k] * wc + bc);
+      const double z = (to_double(x[xo]) - mean[k]) * invstd[k] * wc + bc;
+      if constexpr (Act < 0) y[off + s] = from_double<T>(z);
+      else y[off + s] = from_double<T>(static_cast<double>(pw::unary_fwd<Act, A>(static_cast<A>(z), A(0))));
     });
   });
 }
 
-template <class T>
+template <class T, int Act>
 void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd,
-                        const T* w, double* sg, double* sgx, double* dw, double* db) {
+                        const T* w, const T* b, double* sg, double* sgx, double* dw, double* db) {
+  // One pass over x and gy. Row r = (a, c) of S elements: its partials p1 = sum gz and p2 = sum gz
+  // xhat (in element order, one thread per row) give dw[c] = sum_a p2 and db[c] = sum_a p1. In the
+  // batch and group kinds a row has one statistic, so sg[k] = sum w[c] p1 and sgx[k] = sum w[c] p2
+  // over the rows of statistic k (rows in order); in the layer kind (statistic a * S + s) the same
+  // pass adds gz w[c] and gz w[c] xhat into sg and sgx (one thread per sample a, channels in
+  // order). gz, and with it a fused activation's derivative, is evaluated once per element.
   const index_t A = g.A, C = g.C, S = g.S, K = g.stats();
+  if (!sg && !sgx && !dw && !db) return;
   const XMap m(g);
-  if (sg) std::fill_n(sg, K, 0.0);
-  if (sgx) std::fill_n(sgx, K, 0.0);
-  if (dw) std::fill_n(dw, C, 0.0);
-  if (db) std::fill_n(db, C, 0.0);
-  // Per-channel sums (dw, db): parallel over c.
-  if (dw || db) {
+  const ActGrad<T, Act> gz{w, b};
+  const bool layer = g.kind == NormKind::layer;
+  const index_t cg = g.kind == NormKind::group ? C / g.G : 1;
+  std::vector<double> p(static_cast<std::size_t>(2 * A * C));
+  auto p1 = [&](index_t a, index_t c) -> double& { return p[static_cast<std::size_t>(2 * (a * C + c))]; };
+  auto p2 = [&](index_t a, index_t c) -> double& { return p[static_cast<std::size_t>(2 * (a * C + c) + 1)]; };
+  if (layer) {
+    if (sg) std::fill_n(sg, K, 0.0);
+    if (sgx) std::fill_n(sgx, K, 0.0);
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
-    for (index_t c = 0; c < C; ++c) {
-      double aw = 0, ab = 0;
-      const index_t cg = g.kind == NormKind::group ? C / g.G : 1;
-      for (index_t a = 0; a < A; ++a) {
-        const index_t off = (a * C + c) * S;
-        for_s(m, a, c, [&](index_t s, index_t xo) {
-          const index_t k = g.kind == NormKind::batch ? c : g.kind == NormKind::group ? a * g.G + c / cg : a * S + s;
-          const double gv = to_double(gy[off + s]);
-          aw += gv * (to_double(x[xo]) - mean[k]) * invstd[k];
-          ab += gv;
-        });
-      }
-      if (dw) dw[c] = aw;
-      if (db) db[c] = ab;
-    }
-  }
-  if (!sg && !sgx) return;
-  // Per-statistic sums of dxhat = gy * w and dxhat * xhat.
-  switch (g.kind) {
-    case NormKind::batch:
-#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+    for (index_t a = 0; a < A; ++a) {
       for (index_t c = 0; c < C; ++c) {
         const double wc = w ? to_double(w[c]) : 1.0;
-        double a1 = 0, a2 = 0;
-        for (index_t a = 0; a < A; ++a) {
-          const index_t off = (a * C + c) * S;
-          for_s(m, a, c, [&](index_t s, index_t xo) {
-            const double d = to_double(gy[off + s]) * wc;
-            a1 += d;
-            a2 += d * (to_double(x[xo]) - mean[c]) * invstd[c];
-          });
-        }
-        sg[c] = a1;
-        sgx[c] = a2;
-      }
-      break;
-    case NormKind::group: {
-      const index_t G = g.G, cg = C / G;
-#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
-      for (index_t k = 0; k < A * G; ++k) {
-        const index_t a = k / G, grp = k % G;
-        double a1 = 0, a2 = 0;
-        for (index_t ci = 0; ci < cg; ++ci) {
-          const index_t c = grp * cg + ci;
-          const double wc = w ? to_double(w[c]) : 1.0;
-          const index_t off = (a * C + c) * S;
-          for_s(m, a, c, [&](index_t s, index_t xo) {
-            const double d = to_double(gy[off + s]) * wc;
-            a1 += d;
-            a2 += d * (to_double(x[xo]) - mean[k]) * invstd[k];
-          });
-        }
-        sg[k] = a1;
-        sgx[k] = a2;
-      }
-      break;
-    }
-    case NormKind::layer:
-#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
-      for (index_t a = 0; a < A; ++a) {
-        for (index_t c = 0; c < C; ++c) {
-          const double wc = w ? to_double(w[c]) : 1.0;
-          const index_t off = (a * C + c) * S;
-          for_s(m, a, c, [&](index_t s, index_t xo) {
-            const index_t k = a * S + s;
-            const double d = to_double(gy[off + s]) * wc;
+        const index_t off = (a * C + c) * S;
+        double r1 = 0, r2 = 0;
+        for_s(m, a, c, [&](index_t s, index_t xo) {
+          const index_t k = a * S + s;
+          const double xhat = (to_double(x[xo]) - mean[k]) * invstd[k];
+          const double gv = gz(to_double(gy[off + s]), xhat, c);
+          r1 += gv;
+          r2 += gv * xhat;
+          if (sg && sgx) {
+            const double d = gv * wc;
             sg[k] += d;
-            sgx[k] += d * (to_double(x[xo]) - mean[k]) * invstd[k];
-          });
-        }
+            sgx[k] += d * xhat;
+          }
+        });
+        p1(a, c) = r1;
+        p2(a, c) = r2;
       }
-      break;
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+    for (index_t r = 0; r < A * C; ++r) {
+      const index_t a = r / C, c = r % C;
+      const index_t k = g.kind == NormKind::batch ? c : a * g.G + c / cg;
+      const double mk = mean[k], ik = invstd[k];
+      const index_t off = r * S;
+      double r1 = 0, r2 = 0;
+      for_s(m, a, c, [&](index_t s, index_t xo) {
+        const double xhat = (to_double(x[xo]) - mk) * ik;
+        const double gv = gz(to_double(gy[off + s]), xhat, c);
+        r1 += gv;
+        r2 += gv * xhat;
+      });
+      p1(a, c) = r1;
+      p2(a, c) = r2;
+    }
+  }
+  for (index_t c = 0; c < C; ++c) {
+    double aw = 0, ab = 0;
+    for (index_t a = 0; a < A; ++a) aw += p2(a, c), ab += p1(a, c);
+    if (dw) dw[c] = aw;
+    if (db) db[c] = ab;
+  }
+  if (layer || (!sg && !sgx)) return;
+  for (index_t k = 0; k < K; ++k) {
+    double a1 = 0, a2 = 0;
+    if (g.kind == NormKind::batch) {
+      const double wc = w ? to_double(w[k]) : 1.0;
+      for (index_t a = 0; a < A; ++a) a1 += wc * p1(a, k), a2 += wc * p2(a, k);
+    } else {
+      const index_t a = k / g.G, grp = k % g.G;
+      for (index_t c = grp * cg; c < (grp + 1) * cg; ++c) {
+        const double wc = w ? to_double(w[c]) : 1.0;
+        a1 += wc * p1(a, c);
+        a2 += wc * p2(a, c);
+      }
+    }
+    if (sg) sg[k] = a1;
+    if (sgx) sgx[k] = a2;
   }
 }
 
-template <class T>
+template <class T, int Act>
 void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd, const T* w,
-                      const double* sg, const double* sgx, double inv_count, T* dx) {
+                      const T* b, const double* sg, const double* sgx, double inv_count, T* dx) {
   const XMap m(g);
+  const ActGrad<T, Act> gz{w, b};
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
     const double wc = w ? to_double(w[c]) : 1.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      const double d = to_double(gy[off + s]) * wc;
+      const double xhat = (to_double(x[xo]) - mean[k]) * invstd[k];
+      const double d = gz(to_double(gy[off + s]), xhat, c) * wc;
       if (!sg) {
         dx[off + s] = from_double<T>(d * invstd[k]);
         return;
       }
-      const double xhat = (to_double(x[xo]) - mean[k]) * invstd[k];
       dx[off + s] = from_double<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
     });
   });
@@ -314,22 +368,31 @@ struct CpuNorm final : NormKernels {
   void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
   }
+  // The activation code becomes a template argument (with_act) once per call.
   void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
              const void* b, void* y, ExecContext&) const override {
-    SHARD_NORM_DISPATCH(dt, apply_impl<T>(g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w),
-                                          static_cast<const T*>(b), static_cast<T*>(y)));
+    SHARD_NORM_DISPATCH(dt, with_act(g.act, [&](auto act) {
+      apply_impl<T, decltype(act)::value>(g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w),
+                                          static_cast<const T*>(b), static_cast<T*>(y));
+    }));
   }
   void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                     const double* invstd, const void* w, double* sg, double* sgx, double* dw, double* db,
-                     ExecContext&) const override {
-    SHARD_NORM_DISPATCH(dt, backward_sums_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
-                                                  static_cast<const T*>(w), sg, sgx, dw, db));
+                     const double* invstd, const void* w, const void* b, double* sg, double* sgx, double* dw,
+                     double* db, ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, with_act(g.act, [&](auto act) {
+      backward_sums_impl<T, decltype(act)::value>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean,
+                                                  invstd, static_cast<const T*>(w), static_cast<const T*>(b), sg, sgx,
+                                                  dw, db);
+    }));
   }
   void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                   const double* invstd, const void* w, const double* sg, const double* sgx, double inv_count,
-                   void* dx, ExecContext&) const override {
-    SHARD_NORM_DISPATCH(dt, backward_dx_impl<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
-                                                static_cast<const T*>(w), sg, sgx, inv_count, static_cast<T*>(dx)));
+                   const double* invstd, const void* w, const void* b, const double* sg, const double* sgx,
+                   double inv_count, void* dx, ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, with_act(g.act, [&](auto act) {
+      backward_dx_impl<T, decltype(act)::value>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
+                                                static_cast<const T*>(w), static_cast<const T*>(b), sg, sgx,
+                                                inv_count, static_cast<T*>(dx));
+    }));
   }
   void load_f64(DType dt, index_t n, const void* src, double* host, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, load_impl<T>(n, static_cast<const T*>(src), host));

@@ -17,6 +17,9 @@ using idx = std::int64_t;
 struct Geom {
   int kind;
   idx A, C, S, G;
+  /// Activation fused after the affine: a pointwise unary code (relu, gelu, gelu_tanh, silu, tanh,
+  /// sigmoid; src/kernels_api/pointwise_ops.hpp act_fwd / act_bwd) or -1 for none.
+  int act = -1;
 };
 
 /// Doubles of device workspace sums / backward_sums need for g (their chunk partials).
@@ -24,15 +27,18 @@ idx workspace(Geom g);
 /// out[k] = sum over statistic k of x (mean == nullptr) or (x - mean[k])^2, in double. ws:
 /// workspace(g) doubles (null: one block per statistic).
 int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream);
-/// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b may be null).
+/// y = act(z), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b may be null).
 int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream);
-/// sg[k], sgx[k] (both or neither) and dw[c], db[c] (each may be null), in double.
+/// sg[k], sgx[k] (both or neither) and dw[c], db[c] (each may be null), in double, of gz = gy
+/// act'(z) (gy without an activation; b is read only to recompute z).
 int backward_sums(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
-                  const void* w, double* sg, double* sgx, double* dw, double* db, double* ws, void* stream);
-/// dx = invstd (gy w - sg inv_count - xhat sgx inv_count), or invstd gy w when sg == nullptr.
+                  const void* w, const void* b, double* sg, double* sgx, double* dw, double* db, double* ws,
+                  void* stream);
+/// dx = invstd (gz w - sg inv_count - xhat sgx inv_count), or invstd gz w when sg == nullptr.
 int backward_dx(int dtype, Geom g, const void* x, const void* gy, const double* mean, const double* invstd,
-                const void* w, const double* sg, const double* sgx, double inv_count, void* dx, void* stream);
+                const void* w, const void* b, const double* sg, const double* sgx, double inv_count, void* dx,
+                void* stream);
 /// dst[i] = (double) src[i].
 int to_f64(int dtype, idx n, const void* src, double* dst, void* stream);
 /// dst[i] = (T) src[i] (through float for bf16 / f16).

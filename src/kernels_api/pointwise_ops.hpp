@@ -87,6 +87,38 @@ template <int Op, class T> SHARD_HD T unary_bwd(T v, T y, T g, T a) {
   else return -g * y / v;  // u_rdiv_scalar
 }
 
+/// unary_fwd with a run-time op code, for the activations a norm fuses (relu, gelu, gelu_tanh,
+/// silu, tanh, sigmoid: exec::NormAct); any other code (none: -1) returns v.
+template <class T> SHARD_HD T act_fwd(int op, T v) {
+  switch (op) {
+    case u_relu: return unary_fwd<u_relu>(v, T(0));
+    case u_gelu: return unary_fwd<u_gelu>(v, T(0));
+    case u_gelu_tanh: return unary_fwd<u_gelu_tanh>(v, T(0));
+    case u_silu: return unary_fwd<u_silu>(v, T(0));
+    case u_tanh: return unary_fwd<u_tanh>(v, T(0));
+    case u_sigmoid: return unary_fwd<u_sigmoid>(v, T(0));
+    default: return v;
+  }
+}
+/// g * act'(v) for one activation Op (unary_bwd's formula; the output recomputed where the
+/// formula reads it: tanh, sigmoid).
+template <int Op, class T> SHARD_HD T act_grad(T v, T g) {
+  if constexpr (Op == u_tanh || Op == u_sigmoid) return unary_bwd<Op, T>(v, unary_fwd<Op, T>(v, T(0)), g, T(0));
+  else return unary_bwd<Op, T>(v, T(0), g, T(0));
+}
+/// act_grad with a run-time code (those of act_fwd); any other code returns g.
+template <class T> SHARD_HD T act_bwd(int op, T v, T g) {
+  switch (op) {
+    case u_relu: return act_grad<u_relu>(v, g);
+    case u_gelu: return act_grad<u_gelu>(v, g);
+    case u_gelu_tanh: return act_grad<u_gelu_tanh>(v, g);
+    case u_silu: return act_grad<u_silu>(v, g);
+    case u_tanh: return act_grad<u_tanh>(v, g);
+    case u_sigmoid: return act_grad<u_sigmoid>(v, g);
+    default: return g;
+  }
+}
+
 /// a (op) b.
 template <int Op, class T> SHARD_HD T binary_fwd(T x, T y) {
   if constexpr (Op == b_add) return x + y;

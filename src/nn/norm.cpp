@@ -62,7 +62,8 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
   exec::norm_apply(geo, x, w, b, mean, invstd, y, ctx);
 }
 
-void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const NormStats& st,
+void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const Block* b,
+                   const NormStats& st,
                    index_t count, bool stats_grad, bool reduce_params, const CommPtr& comm, std::uint64_t key,
                    const char* op, const Block* dx, const Block* dw, const Block* db, ExecContext& ctx) {
   const index_t K = geo.stats(), C = geo.C;
@@ -75,7 +76,7 @@ void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const B
   double* sgx = sg + K;
   double* hdw = sgx + K;
   double* hdb = hdw + C;
-  exec::norm_backward_sums(geo, x, gy, w, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
+  exec::norm_backward_sums(geo, x, gy, w, b, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
                            dw ? hdw : nullptr, db ? hdb : nullptr, ctx);
   exec::NormFinishArgs a;
   a.mode = exec::NormFinish::check;
@@ -90,7 +91,7 @@ void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const B
   }
   if (a.check) exec::norm_finish(a, ctx);
   if (dx)
-    exec::norm_backward_dx(geo, x, gy, w, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
+    exec::norm_backward_dx(geo, x, gy, w, b, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
                            1.0 / static_cast<double>(count), *dx, ctx);
   if (dw) exec::store_f64(hdw, *dw, ctx);
   if (db) exec::store_f64(hdb, *db, ctx);

@@ -31,9 +31,12 @@ void close_host(const std::vector<double>& a, const std::vector<double>& b, doub
 double* f64(const Block& b) { return static_cast<double*>(b.data); }
 
 template <class T>
-void norm_case(exec::NormKind kind, index_t G, index_t A = 3, index_t C = 4, index_t S = 45) {
+void norm_case(exec::NormKind kind, index_t G, index_t A = 3, index_t C = 4, index_t S = 45,
+               exec::NormAct act = exec::NormAct::none) {
   using exec::NormKernels;
+  INFO("fused activation code " << static_cast<int>(act));
   exec::NormGeom g;
+  g.act = act;
   g.kind = kind;
   g.A = A;
   g.C = C;
@@ -62,18 +65,20 @@ void norm_case(exec::NormKind kind, index_t G, index_t A = 3, index_t C = 4, ind
   GPUSIM_CHECK_CLOSE(y, T, "apply");
   Pair<double> sg(ks), sgx(ks), dw({C}), db({C});
   cpu<NormKernels>().backward_sums(dtype_of<T>, g, x.h.data, gy.h.data, f64(mean.h), f64(invstd.h), w.h.data,
-                                   f64(sg.h), f64(sgx.h), f64(dw.h), f64(db.h), hctx());
+                                   b.h.data, f64(sg.h), f64(sgx.h), f64(dw.h), f64(db.h), hctx());
   cu<NormKernels>().backward_sums(dtype_of<T>, g, x.d.data, gy.d.data, f64(mean.d), f64(invstd.d), w.d.data,
-                                  f64(sg.d), f64(sgx.d), f64(dw.d), f64(db.d), gctx());
+                                  b.d.data, f64(sg.d), f64(sgx.d), f64(dw.d), f64(db.d), gctx());
   close_host(sg.host(), sg.device(), 1e-9, "backward sg");
   close_host(sgx.host(), sgx.device(), 1e-9, "backward sgx");
   close_host(dw.host(), dw.device(), 1e-9, "backward dw");
   close_host(db.host(), db.device(), 1e-9, "backward db");
   sg.upload();  // the host table's sums on both sides: dx compares the dx kernels alone
   sgx.upload();
-  cpu<NormKernels>().backward_dx(dtype_of<T>, g, x.h.data, gy.h.data, f64(mean.h), f64(invstd.h), w.h.data, f64(sg.h),
+  cpu<NormKernels>().backward_dx(dtype_of<T>, g, x.h.data, gy.h.data, f64(mean.h), f64(invstd.h), w.h.data, b.h.data,
+                                 f64(sg.h),
                                  f64(sgx.h), 1.0 / cnt, dx.h.data, hctx());
-  cu<NormKernels>().backward_dx(dtype_of<T>, g, x.d.data, gy.d.data, f64(mean.d), f64(invstd.d), w.d.data, f64(sg.d),
+  cu<NormKernels>().backward_dx(dtype_of<T>, g, x.d.data, gy.d.data, f64(mean.d), f64(invstd.d), w.d.data, b.d.data,
+                                f64(sg.d),
                                 f64(sgx.d), 1.0 / cnt, dx.d.data, gctx());
   GPUSIM_CHECK_CLOSE(dx, T, "backward_dx");
   // f64 load / store, device to device
@@ -219,6 +224,21 @@ TEST_CASE("gpusim norm: long rows and few statistics (chunked sums, row kernels)
     // (the layer kind has no chunked path; its 4000 statistics would only slow the simulator)
     if (kind != exec::NormKind::layer) norm_case<double>(kind, G, 40, 4, 100);
   }
+}
+
+TEST_CASE("gpusim norm: a fused activation in apply, the backward sums and dx (flat and row kernels)", "[gpusim][norm]") {
+  // y = act(xhat w + b) and gz = gy act'(z) recomputed in every backward kernel: the one-block
+  // and chunked sums, the per-channel sums, the flat (S < 128) and row (S >= 128) apply / dx.
+  GPUSIM_REQUIRE_GPU();
+  using exec::NormAct;
+  for (NormAct act : {NormAct::silu, NormAct::gelu, NormAct::gelu_tanh, NormAct::relu, NormAct::tanh,
+                      NormAct::sigmoid}) {
+    norm_case<float>(exec::NormKind::group, 2, 3, 4, 45, act);
+    norm_case<double>(exec::NormKind::layer, 1, 3, 4, 45, act);
+  }
+  norm_case<float>(exec::NormKind::group, 2, 2, 4, 2048, NormAct::silu);
+  norm_case<double>(exec::NormKind::batch, 1, 40, 4, 100, NormAct::silu);
+  norm_case<float>(exec::NormKind::layer, 1, 2, 4, 300, NormAct::gelu);
 }
 
 TEST_CASE("gpusim norm: finishing the statistics on the device (mean, invstd with running statistics, eval, check)",

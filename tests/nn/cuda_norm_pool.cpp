@@ -93,6 +93,26 @@ TEMPLATE_TEST_CASE("CUDA norms match the CPU (forward, input/weight/bias gradien
   }
 }
 
+TEMPLATE_TEST_CASE("CUDA norms with a fused activation match the CPU (forward, input/weight/bias gradients)",
+                   "[cuda][norm][fused]", float, double) {
+  // Short rows (flat kernels) and rows of 128 and more (row kernels, chunked sums).
+  SHARD_REQUIRE_GPU();
+  using T = TestType;
+  using OptP = std::optional<Var<T, 1>>;
+  using A = F::NormAct;
+  for (A act : {A::silu, A::gelu, A::gelu_tanh, A::relu, A::tanh, A::sigmoid}) {
+    INFO("activation code " << static_cast<int>(act));
+    for (bool affine : {true, false}) {
+      compare_op<T, 4>({3, 6, 5, 7}, 6, affine, [act](auto x, OptP w, OptP b) {
+        return F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, act);
+      });
+      compare_op<T, 4>({3, 6, 5, 7}, 6, affine, [act](auto x, OptP w, OptP b) { return F::group_norm(x, 3, w, b, 1e-5, act); });
+      compare_op<T, 4>({2, 8, 24, 40}, 8, affine, [act](auto x, OptP w, OptP b) { return F::group_norm(x, 2, w, b, 1e-5, act); });
+      compare_op<T, 4>({2, 6, 4, 5}, 6, affine, [act](auto x, OptP w, OptP b) { return F::layer_norm(x, w, b, 1e-5, 1, act); });
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("CUDA batch norm running statistics and eval mode match the CPU", "[cuda][norm]", float, double) {
   SHARD_REQUIRE_GPU();
   using T = TestType;

@@ -1,7 +1,8 @@
 // MPI tests of the normalisations with global statistics: sharded forward, running statistics and
 // every gradient (input, weight, bias) equal the unsharded computation at 1..4 ranks on 1-D and 2-D
 // meshes (spatial sharding, data x domain, empty shards), 2-D and 3-D fields, fp64 finite
-// differences on sharded layouts, and bad input failing on every rank.
+// differences on sharded layouts, and bad input failing on every rank; with and without a fused
+// activation.
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
@@ -38,6 +39,11 @@ Body<T> norm_body(const Shape<R>& s, index_t groups, bool stats_outputs = true) 
     c.output(F::group_norm(x, 1));
     c.output(F::instance_norm(x, w, b));
     c.output(F::layer_norm(x, w, b));
+    // Fused activations (the norm's own passes apply act and its derivative).
+    c.output(F::group_norm(x, groups, w, b, 1e-5, F::NormAct::silu));
+    c.output(F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, F::NormAct::gelu));
+    c.output(F::instance_norm(x, w, b, 1e-5, F::NormAct::tanh));
+    c.output(F::layer_norm(x, w, b, 1e-5, 1, F::NormAct::sigmoid));
   };
 }
 

@@ -4,6 +4,11 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "nn/functional_oracle.hpp"
 
@@ -142,6 +147,98 @@ TEST_CASE("norm gradients match finite differences (fp64, one rank)", "[nn][norm
   test::fn::check_finite_differences(mesh1(), test::fn::reference_layout(), body, 40);
 }
 
+TEMPLATE_TEST_CASE("a norm with a fused activation equals the norm followed by the activation op", "[nn][norm][fused]",
+                   float, double) {
+  // Forward and every gradient (x, w, b) of F::*_norm(..., act) against activate(a, F::*_norm(...))
+  // (the activation op of nn/functional/activation.hpp). Every activation the norms fuse, every
+  // norm kind, with and without affine parameters.
+  using T = TestType;
+  using V = autograd::Var<T, 4>;
+  // Bit for bit on the CPU: the fused kernels round z to the activation's type (float for f32)
+  // and evaluate the pointwise family's formulas, exactly the roundings of the two-op route.
+  const double tol = 0;
+  const std::pair<nn::Activation, F::NormAct> acts[] = {
+      {nn::Activation::silu, F::NormAct::silu},       {nn::Activation::gelu, F::NormAct::gelu},
+      {nn::Activation::relu, F::NormAct::relu},       {nn::Activation::tanh, F::NormAct::tanh},
+      {nn::Activation::sigmoid, F::NormAct::sigmoid}};
+  using Fn = std::function<V(const V&, F::NormAct)>;
+  const auto w = rnd<T, 1>({4}, 3, true, RandomInit::uniform(0.5, 1.5));
+  const auto b = rnd<T, 1>({4}, 4);
+  auto rm = DistTensor<T, 1>::random({4}, mesh1(), {Replicate()}, 5);
+  auto rv = DistTensor<T, 1>::random({4}, mesh1(), {Replicate()}, 6, RandomInit::uniform(0.5, 1.5));
+  const std::pair<const char*, Fn> norms[] = {
+      {"group", [&](const V& x, F::NormAct a) { return F::group_norm(x, 2, w, b, 1e-5, a); }},
+      {"group, no affine", [&](const V& x, F::NormAct a) { return F::group_norm(x, 1, std::nullopt, std::nullopt, 1e-5, a); }},
+      {"instance", [&](const V& x, F::NormAct a) { return F::instance_norm(x, w, b, 1e-5, a); }},
+      {"layer", [&](const V& x, F::NormAct a) { return F::layer_norm(x, w, b, 1e-5, 1, a); }},
+      {"batch", [&](const V& x, F::NormAct a) { return F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, a); }},
+      {"batch eval", [&](const V& x, F::NormAct a) { return F::batch_norm(x, &rm, &rv, w, b, false, 0.1, 1e-5, a); }}};
+  const auto gy = DistTensor<T, 4>::random({2, 4, 5, 3}, mesh1(), {Replicate()}, 9);
+  for (const auto& [act, code] : acts) {
+    for (const auto& [name, norm] : norms) {
+      INFO(nn::activation_name(act) << " after " << name << " norm");
+      auto run = [&](bool fused) {
+        V x = rnd<T, 4>({2, 4, 5, 3}, 7, true, RandomInit::uniform(-1, 2));
+        w.zero_grad();
+        b.zero_grad();
+        V y = fused ? norm(x, code) : nn::activate(act, norm(x, F::NormAct::none));
+        F::sum(F::mul(y, V(gy, false))).backward();
+        auto grad_of = [](const autograd::Var<T, 1>& p) {  // an unused parameter: zeros
+          return p.has_grad() ? p.grad().local().contiguous() : Tensor<T, 1>::zeros({4});
+        };
+        return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(), grad_of(w), grad_of(b)};
+      };
+      const auto [yf, dxf, dwf, dbf] = run(true);
+      const auto [yu, dxu, dwu, dbu] = run(false);
+      auto close = [&](const auto& a, const auto& e, const char* what) {
+        double worst = 0, scale = 1;
+        for (index_t i = 0; i < e.numel(); ++i) scale = std::max(scale, std::abs(double(e.data()[i])));
+        for (index_t i = 0; i < e.numel(); ++i) worst = std::max(worst, std::abs(double(a.data()[i]) - double(e.data()[i])));
+        INFO(what << ": worst difference " << worst << " against a scale of " << scale);
+        CHECK(worst <= tol * scale);
+      };
+      close(yf, yu, "y");
+      close(dxf, dxu, "dx");
+      close(dwf, dwu, "dw");
+      close(dbf, dbu, "db");
+    }
+  }
+}
+
+TEST_CASE("fused norm activations: finite differences (fp64, one rank) and the module path", "[nn][norm][fused][fd]") {
+  Body<double> body = [](Ctx<double>& c) {
+    auto x = c.act<4>({2, 4, 3, 3}, true, RandomInit::uniform(-1, 2));
+    auto w = c.param<1>({4});
+    auto b = c.param<1>({4});
+    c.output(F::group_norm(x, 2, w, b, 1e-5, F::NormAct::silu));
+    c.output(F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, F::NormAct::gelu));
+    c.output(F::layer_norm(x, w, b, 1e-5, 1, F::NormAct::tanh));
+    c.output(F::instance_norm(x, w, b, 1e-5, F::NormAct::sigmoid));
+    c.output(F::group_norm(x, 1, std::nullopt, std::nullopt, 1e-5, F::NormAct::gelu_tanh));
+  };
+  test::fn::check_finite_differences(mesh1(), test::fn::reference_layout(), body, 40);
+
+  // The module path: forward_act is one op (one tape node, not two) with the values of the module
+  // followed by the activation; nn::norm_then_activate takes it where the fusion is on for the
+  // tensor's device (by default CUDA only; SHARDTENSOR_FUSED_NORM_ACT=1 / 0 force it) and for
+  // the affine norms only (Identity: the activation alone).
+  nn::GroupNorm<double, 4> gn(mesh1(), 2, 4);
+  nn::Identity<double, 4> id;
+  auto x = rnd<double, 4>({2, 4, 3, 3}, 11);
+  const auto fused = gn.forward_act(x, nn::Activation::silu);
+  const auto two = nn::activate(nn::Activation::silu, gn.forward(x));
+  CHECK(fused.node()->name == "group_norm");
+  CHECK(two.node()->name == "silu");
+  const auto a = fused.value().local().contiguous(), e = two.value().local().contiguous();
+  for (index_t i = 0; i < a.numel(); ++i) CHECK(a.data()[i] == e.data()[i]);
+  const auto chosen = nn::norm_then_activate<double, 4>(gn, nn::Activation::silu, x);
+  CHECK(chosen.node()->name == (nn::fused_norm_act_on(Device::cpu()) ? "group_norm" : "silu"));
+  CHECK(nn::fused_norm_act_on(Device::cuda(0)) == (std::getenv("SHARDTENSOR_FUSED_NORM_ACT") == nullptr ||
+                                                   std::string(std::getenv("SHARDTENSOR_FUSED_NORM_ACT")) != "0"));
+  const auto via_id = nn::norm_then_activate<double, 4>(id, nn::Activation::silu, x);
+  CHECK(via_id.node()->name == "silu");
+}
+
 TEST_CASE("norms refuse bad input", "[nn][norm][errors]") {
   using V = autograd::Var<double, 4>;
   V x(DistTensor<double, 4>::random({2, 4, 3, 3}, mesh1(), {Replicate()}, 1), true);
@@ -158,6 +255,8 @@ TEST_CASE("norms refuse bad input", "[nn][norm][errors]") {
   CHECK_THROWS_AS(F::layer_norm(xc, w4, w4), shard::Error);
   CHECK_THROWS_AS(F::instance_norm(x, w3), shard::Error);
   CHECK_THROWS_AS(F::layer_norm(x, w4, std::nullopt, 1e-5, -1), shard::Error);  // last dim has 3, not 4
+  // A fused activation the norm kernels do not know.
+  CHECK_THROWS_AS(F::group_norm(x, 2, w4, w4, 1e-5, static_cast<F::NormAct>(3)), shard::Error);
 }
 
 }  // namespace st_nn_test_norm

@@ -25,6 +25,13 @@ enum class NormKind : std::uint8_t {
   layer   ///< statistic k = a * S + s (over the channels)
 };
 
+/// A pointwise activation fused into a norm (applied after the affine: y = act(xhat w + b)). The
+/// values equal the matching exec::UnaryOp codes (and the kernels' pointwise codes), so the norm
+/// kernels evaluate the pointwise family's own formulas (src/kernels_api/pointwise_ops.hpp), in
+/// double. The backward recomputes z = xhat w + b from x, the statistics, w and b: the fused op
+/// saves x only, where norm-then-activation also keeps the norm's output for the activation.
+enum class NormAct : int { none = -1, relu = 6, gelu = 8, gelu_tanh = 9, silu = 10, tanh = 11, sigmoid = 12 };
+
 /// A local block viewed as [A, C, S] with G groups (group kind).
 struct NormGeom {
   NormKind kind = NormKind::batch;
@@ -38,6 +45,8 @@ struct NormGeom {
   /// made by the front.
   int xrank = 0;
   std::array<index_t, 8> xshape{}, xstrides{};
+  /// The activation fused after the affine (none: y is the normalised, affine output).
+  NormAct act = NormAct::none;
   /// Number of statistics K.
   index_t stats() const {
     switch (kind) {
@@ -50,18 +59,20 @@ struct NormGeom {
 
 /// out[k] = sum of x (mean == null) or of (x - mean[k])^2 over the elements of statistic k.
 void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx);
-/// y = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b [C] may be null).
+/// y = act(z), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b [C] may be null; act: g.act).
 void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const double* mean,
                 const double* invstd, const Block& y, ExecContext& ctx);
-/// Sums sg[k] = sum gy w[c], sgx[k] = sum gy w[c] xhat, dw[c] = sum gy xhat, db[c] = sum gy
-/// (each may be null).
-void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
-                        const double* invstd, double* sg, double* sgx, double* dw, double* db, ExecContext& ctx);
-/// dx = invstd (gy w - sg/n - xhat sgx/n) with n = 1/inv_count; with sg == null (fixed
-/// statistics) dx = invstd gy w.
-void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const double* mean,
-                      const double* invstd, const double* sg, const double* sgx, double inv_count, const Block& dx,
-                      ExecContext& ctx);
+/// Sums sg[k] = sum gz w[c], sgx[k] = sum gz w[c] xhat, dw[c] = sum gz xhat, db[c] = sum gz
+/// (each may be null), where gz = gy act'(z) (gz = gy without an activation; b is only read to
+/// recompute z when g.act is set).
+void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
+                        const double* mean, const double* invstd, double* sg, double* sgx, double* dw, double* db,
+                        ExecContext& ctx);
+/// dx = invstd (gz w - sg/n - xhat sgx/n) with n = 1/inv_count; with sg == null (fixed
+/// statistics) dx = invstd gz w (gz as in norm_backward_sums).
+void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
+                      const double* mean, const double* invstd, const double* sg, const double* sgx, double inv_count,
+                      const Block& dx, ExecContext& ctx);
 /// out[i] = (double) src[i] for the elements of a contiguous src (statistics, parameters); out
 /// in the context's device memory.
 void load_f64(const Block& src, double* out, ExecContext& ctx);

@@ -6,8 +6,10 @@
 /// [C] are Replicate parameters. BatchNorm's running_mean / running_var are registered as
 /// parameters that do NOT require grad, so Module::save / load carry them (and optimisers skip
 /// them: they never get a gradient). The NormType enum and make_norm serve configurable models.
+#include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "shardtensor/nn/activation_layers.hpp"
 #include "shardtensor/nn/functional/norm.hpp"
@@ -26,6 +28,18 @@ DistTensor<T, 1> channel_constant(const DeviceMesh& mesh, index_t c, T v) {
   return t;
 }
 
+/// The norm-fused form of an activation (identity: none).
+constexpr F::NormAct norm_act(Activation a) {
+  switch (a) {
+    case Activation::relu: return F::NormAct::relu;
+    case Activation::gelu: return F::NormAct::gelu;
+    case Activation::silu: return F::NormAct::silu;
+    case Activation::tanh: return F::NormAct::tanh;
+    case Activation::sigmoid: return F::NormAct::sigmoid;
+    default: return F::NormAct::none;
+  }
+}
+
 /// Throws unless `c` >= 1.
 inline void check_channels(index_t c, const char* op) {
   SHARD_CHECK(c >= 1, op, "number of channels must be >= 1 (got {})", c);
@@ -39,6 +53,10 @@ class AffineNorm : public UnaryModule<T, R> {
  public:
   /// Number of channels normalised.
   index_t channels() const { return c_; }
+  /// act(forward(x)) as one op: the activation fused into the norm's passes (F's `act`
+  /// argument), equal to activate(a, forward(x)) to the rounding of the intermediate; saves one
+  /// activation tensor of memory and one pass each way.
+  virtual autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) = 0;
   /// The affine weight / bias (empty when affine = false).
   using P = master_t<T>;  ///< the parameters' dtype (f32 masters for a bf16 / f16 module)
   const std::optional<autograd::Var<P, 1>>& weight() const { return w_; }
@@ -94,10 +112,13 @@ class BatchNorm : public AffineNorm<T, R> {
     }
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    return forward_act(x, Activation::identity);
+  }
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
     this->check_input(x, 1, "BatchNorm");
     const bool use_batch = this->is_training() || !mean_;
     return F::batch_norm(x, mean_ ? &*mean_ : nullptr, mean_ ? &*var_ : nullptr, this->cw(), this->cb(), use_batch,
-                         momentum_, this->eps_);
+                         momentum_, this->eps_, detail::norm_act(a));
   }
   /// Running statistics (shared storage with the registered buffers; absent without tracking).
   const std::optional<DistTensor<P, 1>>& running_mean() const { return mean_; }
@@ -118,8 +139,11 @@ class GroupNorm : public AffineNorm<T, R> {
                 channels, groups);
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    return forward_act(x, Activation::identity);
+  }
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
     this->check_input(x, 1, "GroupNorm");
-    return F::group_norm(x, groups_, this->cw(), this->cb(), this->eps_);
+    return F::group_norm(x, groups_, this->cw(), this->cb(), this->eps_, detail::norm_act(a));
   }
   index_t groups() const { return groups_; }
 
@@ -135,8 +159,11 @@ class InstanceNorm : public AffineNorm<T, R> {
   InstanceNorm(const DeviceMesh& mesh, index_t channels, double eps = 1e-5, bool affine = false)
       : AffineNorm<T, R>(mesh, channels, affine, eps, "InstanceNorm") {}
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    return forward_act(x, Activation::identity);
+  }
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
     this->check_input(x, 1, "InstanceNorm");
-    return F::instance_norm(x, this->cw(), this->cb(), this->eps_);
+    return F::instance_norm(x, this->cw(), this->cb(), this->eps_, detail::norm_act(a));
   }
 };
 
@@ -150,8 +177,11 @@ class LayerNorm : public AffineNorm<T, R> {
     SHARD_CHECK(dim_ >= 0 && dim_ < R, "LayerNorm", "dim {} out of range for rank-{} inputs", dim, R);
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
+    return forward_act(x, Activation::identity);
+  }
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
     this->check_input(x, dim_, "LayerNorm");
-    return F::layer_norm(x, this->cw(), this->cb(), this->eps_, dim_);
+    return F::layer_norm(x, this->cw(), this->cb(), this->eps_, dim_, detail::norm_act(a));
   }
 
  private:
@@ -193,6 +223,33 @@ std::shared_ptr<UnaryModule<T, R>> make_norm(NormType n, const DeviceMesh& mesh,
     case NormType::layer: return std::make_shared<LayerNorm<T, R>>(mesh, channels);
   }
   SHARD_FAIL("make_norm", "unknown norm type {}", static_cast<int>(n));
+}
+
+/// Whether models fuse a norm and the activation after it (nn::norm_then_activate), from
+/// SHARDTENSOR_FUSED_NORM_ACT (read once): "1" everywhere, "0" nowhere (two ops: the A/B switch),
+/// unset or anything else: on CUDA tensors only. On a GPU the norm kernels are memory-bound and
+/// the fused activation saves a tensor of memory and a pass each way; on the CPU the activation
+/// is compute-bound and the fused backward evaluates its derivative twice (the sums pass and the
+/// dx pass), which measured slower than the two ops (docs/performance.md), so the CPU default
+/// keeps them apart.
+inline bool fused_norm_act_on(const Device& d) {
+  static const int mode = [] {
+    const char* v = std::getenv("SHARDTENSOR_FUSED_NORM_ACT");
+    if (v && std::string_view(v) == "1") return 1;
+    if (v && std::string_view(v) == "0") return 0;
+    return -1;
+  }();
+  return mode == 1 || (mode == -1 && d.is_cuda());
+}
+
+/// act(norm(x)): one fused op when `norm` is one of the norms above and the fusion is on for x's
+/// device (fused_norm_act_on), else the module followed by the activation (e.g. Identity for
+/// NormType::none). Both give the same values (on the CPU bit for bit).
+template <class T, int R>
+autograd::Var<T, R> norm_then_activate(UnaryModule<T, R>& norm, Activation a, const autograd::Var<T, R>& x) {
+  if (a != Activation::identity && fused_norm_act_on(x.value().device()))
+    if (auto* n = dynamic_cast<AffineNorm<T, R>*>(&norm)) return n->forward_act(x, a);
+  return activate(a, norm.forward(x));
 }
 
 }  // namespace shard::nn

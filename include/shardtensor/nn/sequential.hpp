@@ -83,7 +83,7 @@ class ResidualBlock : public UnaryModule<T, S + 2> {
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     detail::check_in_channels(x, in_, "ResidualBlock");
-    auto h = activate(act_, norm1_->forward(conv1_->forward(x)));
+    auto h = norm_then_activate(*norm1_, act_, conv1_->forward(x));  // the activation fused into the norm
     h = norm2_->forward(conv2_->forward(h));
     auto s = proj_ ? proj_->forward(x) : x;
     // 'same' convs keep x's layout; realign defensively should a conv ever choose another one.

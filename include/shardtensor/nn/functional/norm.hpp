@@ -18,6 +18,12 @@
 /// running variance uses the unbiased one (as PyTorch). The local work runs in the norm kernel
 /// family (exec/norm.hpp) on the input's device; the statistics are small host arrays of doubles,
 /// reduced across ranks here.
+/// Each norm takes an optional fused activation (`act`: NormAct::silu, gelu, relu, ...): y =
+/// act(norm(x)) in one op, the activation applied in the norm's own apply pass, its derivative in
+/// the norm's backward passes, all in double. It equals the norm followed by the activation op
+/// (to the rounding of the intermediate, which the fused op does not store), reads and writes the
+/// activation tensor once less each way, and saves only x for the backward (the unfused pair also
+/// keeps the norm's output for the activation's backward).
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -27,6 +33,9 @@
 #include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard::nn::functional {
+
+/// The activation a norm can fuse (exec/norm.hpp): none, relu, gelu, gelu_tanh, silu, tanh, sigmoid.
+using NormAct = exec::NormAct;
 
 namespace detail {
 
@@ -79,7 +88,8 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
 /// Gradients from gy: dx (stats_grad: through the global statistics, else with them fixed), dw and
 /// db [C] (local sums; with reduce_params summed over `comm` with the statistics' sums). Each of
 /// dx, dw, db may be null.
-void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const NormStats& stats,
+void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const Block* b,
+                   const NormStats& stats,
                    index_t count, bool stats_grad, bool reduce_params,
                    const CommPtr& comm, std::uint64_t key, const char* op, const Block* dx, const Block* dw,
                    const Block* db, ExecContext& ctx);
@@ -88,7 +98,7 @@ void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const B
 template <class T, int R, class S = T>
 Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim, const std::optional<Var<T, 1>>& w,
                     const std::optional<Var<T, 1>>& b, double eps, const char* op, const RunningStats<S>& rs = {},
-                    bool training = true) {
+                    bool training = true, NormAct act = NormAct::none) {
   static_assert(is_float_type<T>, "norms support float, double, bf16 and f16");
   const Device dev = x.value().device();
   const DistSpec& xs = x.value().spec();
@@ -126,13 +136,15 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   // The cheap check carried by the statistics allreduces (allreduce_sum): every argument that
   // must agree between the ranks.
   const std::uint64_t key = shard::detail::CallKey(op).add(kind).add(groups).add(cdim).add(eps).add(count).add(xs)
-                                .add(batch_eval).add(w.has_value()).add(b.has_value()).add(rs.momentum).value();
+                                .add(batch_eval).add(w.has_value()).add(b.has_value()).add(rs.momentum)
+                                .add(static_cast<int>(act)).value();
 
   // A strided local view (e.g. the interior of a halo-padded user array) is read in place by the
   // norm kernels and saved as it is.
   const auto xl = x.local();
   NormGeom geo{kind, 1, C, 1, kind == NormKind::group ? groups : 1};
   geo.cdim = cdim;
+  geo.act = act;
   for (int d = 0; d < cdim; ++d) geo.A *= xl.size(d);
   for (int d = cdim + 1; d < R; ++d) geo.S *= xl.size(d);
   auto stats = std::make_shared<NormStats>();
@@ -152,7 +164,7 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   const bool reduce_params = kind == NormKind::batch && training;  // dW, db ride on the stats allreduce
   return Var<T, R>::make(
       DistTensor<T, R>(xs, y), op, {x.ref(), w ? w->ref() : autograd::VarRef{}, b ? b->ref() : autograd::VarRef{}},
-      [x, w, b, xs, xl, wl, geo, stats, comm, key, op, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
+      [x, w, b, xs, xl, wl, bl, geo, stats, comm, key, op, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
         const auto g = autograd::gradient_as(xs, gin, autograd::PartialGrad::resolve).local().contiguous();
         const index_t C = geo.C;
         const Device dev = xl.device();
@@ -162,8 +174,8 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
         Tensor<T, 1> dw, db;
         if (need_w) dw = Tensor<T, 1>::empty({C}, dev);
         if (need_b) db = Tensor<T, 1>::empty({C}, dev);
-        const Block bw = as_block(wl), bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
-        norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, *stats, count, stats_grad,
+        const Block bw = as_block(wl), bb = as_block(bl), bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
+        norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, b ? &bb : nullptr, *stats, count, stats_grad,
                       reduce_params, comm, key, op, need_x ? &bdx : nullptr, need_w ? &bdw : nullptr, need_b ? &bdb : nullptr,
                       current_context(dev));
         if (need_x) x.accumulate_grad(DistTensor<T, R>(xs, dx));
@@ -186,38 +198,43 @@ template <class T, int R, class S = master_t<T>>
 Var<T, R> batch_norm(const Var<T, R>& x, std::type_identity_t<DistTensor<S, 1>>* running_mean,
                      std::type_identity_t<DistTensor<S, 1>>* running_var,
                      const std::type_identity_t<std::optional<Var<T, 1>>>& weight, const std::type_identity_t<std::optional<Var<T, 1>>>& bias, bool training,
-                     double momentum = 0.1, double eps = 1e-5) {
+                     double momentum = 0.1, double eps = 1e-5, NormAct act = NormAct::none) {
   static_assert(R >= 2, "batch_norm needs N, C, ... inputs");
   return detail::normalize(x, detail::NormKind::batch, 1, 1, weight, bias, eps, "batch_norm",
-                           detail::RunningStats<S>{running_mean, running_var, momentum}, training);
+                           detail::RunningStats<S>{running_mean, running_var, momentum}, training, act);
 }
 
 /// Group normalisation: C channels in `groups` groups; statistics per (sample, group) over the
 /// group's channels and all spatial dims (global). weight, bias: optional [C] Replicate.
 template <class T, int R>
 Var<T, R> group_norm(const Var<T, R>& x, index_t groups, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
-                     const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5) {
+                     const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5,
+                     NormAct act = NormAct::none) {
   static_assert(R >= 2, "group_norm needs N, C, ... inputs");
-  return detail::normalize(x, detail::NormKind::group, groups, 1, weight, bias, eps, "group_norm");
+  return detail::normalize(x, detail::NormKind::group, groups, 1, weight, bias, eps, "group_norm",
+                           detail::RunningStats<T>{}, true, act);
 }
 
 /// Instance normalisation: statistics per (sample, channel) over all spatial dims (global); no
 /// running statistics (PyTorch's default track_running_stats=False). weight, bias optional [C].
 template <class T, int R>
 Var<T, R> instance_norm(const Var<T, R>& x, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
-                        const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5) {
+                        const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5,
+                        NormAct act = NormAct::none) {
   static_assert(R >= 2, "instance_norm needs N, C, ... inputs");
   return detail::normalize(x, detail::NormKind::group, x.value().global_shape()[1], 1, weight, bias, eps,
-                           "instance_norm");
+                           "instance_norm", detail::RunningStats<T>{}, true, act);
 }
 
 /// Layer normalisation over one unsharded dim (default 1: the channels of N, C, spatial...;
 /// -1: the features of tokens [..., C]): per position, purely local. weight, bias optional [C].
 template <class T, int R>
 Var<T, R> layer_norm(const Var<T, R>& x, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
-                     const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5, int dim = 1) {
+                     const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5, int dim = 1,
+                     NormAct act = NormAct::none) {
   SHARD_CHECK(dim >= -R && dim < R, "layer_norm", "dim {} out of range for a rank-{} input", dim, R);
-  return detail::normalize(x, detail::NormKind::layer, 1, dim < 0 ? dim + R : dim, weight, bias, eps, "layer_norm");
+  return detail::normalize(x, detail::NormKind::layer, 1, dim < 0 ? dim + R : dim, weight, bias, eps, "layer_norm",
+                           detail::RunningStats<T>{}, true, act);
 }
 
 }  // namespace shard::nn::functional
