@@ -56,12 +56,12 @@ void run_case(const std::string& name, index_t N, index_t C, index_t H, index_t 
     F::detail::NormStats st;
     ctx.synchronize();
     const double t0 = now_ms();
-    F::detail::norm_forward(geo, bx, &bw, &bb, nullptr, nullptr, 0.1, 1e-5, false, count, nullptr, 0, "group_norm", st,
+    F::detail::norm_forward(geo, bx, &bw, &bb, nullptr, nullptr, nullptr, 0.1, 1e-5, false, count, nullptr, 0, "group_norm", st,
                             by, ctx);
     ctx.synchronize();
     const double t1 = now_ms();
-    F::detail::norm_backward(geo, bx, bgy, &bw, &bb, st, count, true, false, nullptr, 0, "group_norm", &bdx, &bdw, &bdb,
-                             ctx);
+    F::detail::norm_backward(geo, bx, bgy, &bw, &bb, nullptr, st, count, true, false, nullptr, 0, "group_norm", &bdx,
+                             &bdw, &bdb, nullptr, ctx);
     ctx.synchronize();
     const double t2 = now_ms();
     if (r >= 3) fwd.push_back(t1 - t0), bwd.push_back(t2 - t1);

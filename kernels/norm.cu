@@ -60,20 +60,31 @@ __device__ inline idx stat_of(const Geom& g, idx off, idx* c) {
 template <class T>
 using act_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
 
-/// The fused activation's side of the backward (src/exec/norm_cpu.cpp's ActGrad): gz = gy act'(z),
-/// z = xhat w[c] + b[c]; gy itself without an activation.
+/// The fused activation's side of the backward (src/exec/norm_cpu.cpp's ActGrad): gz = gy act'(u),
+/// u = z + res[off] in act_t<T> (z = xhat w[c] + b[c]; res: g.res, optional); gy itself without
+/// an activation.
 template <class T>
-__device__ inline double grad_z(const Geom& g, double gv, double xhat, const T* w, const T* b, idx c) {
+__device__ inline double grad_z(const Geom& g, double gv, double xhat, const T* w, const T* b, idx c, idx off) {
   if (g.act < 0) return gv;
   using A = act_t<T>;
   const double z = xhat * (w ? wide(w[c]) : 1.0) + (b ? wide(b[c]) : 0.0);
-  return static_cast<double>(pw::act_bwd<A>(g.act, static_cast<A>(z), static_cast<A>(gv)));
+  A u = static_cast<A>(z);
+  if (g.res) u = u + static_cast<A>(wide(static_cast<const T*>(g.res)[off]));
+  return static_cast<double>(pw::act_bwd<A>(g.act, u, static_cast<A>(gv)));
 }
-/// act(z) in act_t<T> (z itself without an activation).
+/// act(z + res[off]) in act_t<T> (z itself without an activation or a residual).
 template <class T>
-__device__ inline double act_value(int act, double z) {
+__device__ inline double act_value(const Geom& g, double z, idx off) {
   using A = act_t<T>;
-  return act < 0 ? z : static_cast<double>(pw::act_fwd<A>(act, static_cast<A>(z)));
+  if (g.act < 0 && !g.res) return z;
+  A u = static_cast<A>(z);
+  if (g.res) u = u + static_cast<A>(wide(static_cast<const T*>(g.res)[off]));
+  return static_cast<double>(g.act < 0 ? u : pw::act_fwd<A>(g.act, u));
+}
+/// The residual's gradient (gz) at off, when asked for.
+template <class T>
+__device__ inline void store_dres(const Geom& g, idx off, double gz) {
+  if (g.dres) static_cast<T*>(g.dres)[off] = narrow<T>(gz);
 }
 
 /// Fixed-order tree reduction of two values over the block; thread 0 gets the totals.
@@ -115,7 +126,7 @@ __global__ void backward_stat_kernel(Geom g, const T* __restrict__ x, const T* _
       const idx off = stat_elem(g, k, j, &c);
       const double wc = w ? wide(w[c]) : 1.0;
       const double xhat = (wide(x[off]) - mean[k]) * invstd[k];
-      const double d = grad_z(g, wide(gy[off]), xhat, w, b, c) * wc;
+      const double d = grad_z(g, wide(gy[off]), xhat, w, b, c, off) * wc;
       a1 += d;
       a2 += d * xhat;
     }
@@ -139,7 +150,7 @@ __global__ void backward_channel_kernel(Geom g, const T* __restrict__ x, const T
       idx cc;
       const idx k = stat_of(g, off, &cc);
       const double xhat = (wide(x[off]) - mean[k]) * invstd[k];
-      const double gv = grad_z(g, wide(gy[off]), xhat, w, b, c);
+      const double gv = grad_z(g, wide(gy[off]), xhat, w, b, c, off);
       aw += gv * xhat;
       ab += gv;
     }
@@ -159,7 +170,7 @@ __global__ void apply_kernel(Geom g, idx total, const T* __restrict__ x, const d
     idx c;
     const idx k = stat_of(g, i, &c);
     const double wc = w ? wide(w[c]) : 1.0, bc = b ? wide(b[c]) : 0.0;
-    y[i] = narrow<T>(act_value<T>(g.act, (wide(x[i]) - mean[k]) * invstd[k] * wc + bc));
+    y[i] = narrow<T>(act_value<T>(g, (wide(x[i]) - mean[k]) * invstd[k] * wc + bc, i));
   }
 }
 
@@ -173,7 +184,9 @@ __global__ void dx_kernel(Geom g, idx total, const T* __restrict__ x, const T* _
     const idx k = stat_of(g, i, &c);
     const double wc = w ? wide(w[c]) : 1.0;
     const double xhat = (wide(x[i]) - mean[k]) * invstd[k];
-    const double d = grad_z(g, wide(gy[i]), xhat, w, b, c) * wc;
+    const double gz = grad_z(g, wide(gy[i]), xhat, w, b, c, i);
+    store_dres<T>(g, i, gz);
+    const double d = gz * wc;
     if (!sg) {
       dx[i] = narrow<T>(d * invstd[k]);
       continue;
@@ -264,7 +277,7 @@ __global__ void backward_stat_chunk_kernel(Geom g, idx K, idx chunks, const T* _
       const idx c = r.c0 + i * r.cstep;
       const double wc = w ? wide(w[c]) : 1.0;
       const double xhat = (wide(x[off]) - m) * is;
-      const double d = grad_z(g, wide(gy[off]), xhat, w, b, c) * wc;
+      const double d = grad_z(g, wide(gy[off]), xhat, w, b, c, off) * wc;
       a1 += d;
       a2 += d * xhat;
     });
@@ -292,7 +305,7 @@ __global__ void backward_channel_chunk_kernel(Geom g, idx chunks, const T* __res
       const idx off = r.base + i * r.rstride + s;
       const idx k = g.kind == 0 ? c : i * g.G + c / (g.C / g.G);
       const double xhat = (wide(x[off]) - mean[k]) * invstd[k];
-      const double gv = grad_z(g, wide(gy[off]), xhat, w, b, c);
+      const double gv = grad_z(g, wide(gy[off]), xhat, w, b, c, off);
       aw += gv * xhat;
       ab += gv;
     });
@@ -335,12 +348,12 @@ __global__ void apply_rows_kernel(Geom g, const T* __restrict__ x, const double*
       const double* mk = mean + a * g.S;
       const double* ik = invstd + a * g.S;
       for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step)
-        yr[s] = narrow<T>(act_value<T>(g.act, (wide(xr[s]) - mk[s]) * ik[s] * wc + bc));
+        yr[s] = narrow<T>(act_value<T>(g, (wide(xr[s]) - mk[s]) * ik[s] * wc + bc, r * g.S + s));
     } else {
       const idx k = g.kind == 0 ? c : a * g.G + c / (g.C / g.G);
       const double m = mean[k], is = invstd[k];
       for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step)
-        yr[s] = narrow<T>(act_value<T>(g.act, (wide(xr[s]) - m) * is * wc + bc));
+        yr[s] = narrow<T>(act_value<T>(g, (wide(xr[s]) - m) * is * wc + bc, r * g.S + s));
     }
   }
 }
@@ -361,7 +374,9 @@ __global__ void dx_rows_kernel(Geom g, const T* __restrict__ x, const T* __restr
     for (idx s = blockIdx.x * static_cast<idx>(blockDim.x) + threadIdx.x; s < g.S; s += step) {
       const idx k = k0 + s * dk;
       const double xhat = (wide(xr[s]) - mean[k]) * invstd[k];
-      const double d = grad_z(g, wide(gr[s]), xhat, w, b, c) * wc;
+      const double gz = grad_z(g, wide(gr[s]), xhat, w, b, c, r * g.S + s);
+      store_dres<T>(g, r * g.S + s, gz);
+      const double d = gz * wc;
       if (!sg) {
         dr[s] = narrow<T>(d * invstd[k]);
         continue;

@@ -34,27 +34,34 @@ struct CudaNorm final : NormKernels {
     check(k::sums(storage_code(dt), geom(g), x, mean, out, workspace(g, ctx), s), op);
   }
   void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
-             const void* b, void* y, ExecContext& ctx) const override {
+             const void* b, const void* r, void* y, ExecContext& ctx) const override {
     const char* op = "norm_apply (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
-    check(k::apply(storage_code(dt), geom(g), x, mean, invstd, w, b, y, s), op);
+    k::Geom kg = geom(g);
+    kg.res = r;
+    check(k::apply(storage_code(dt), kg, x, mean, invstd, w, b, y, s), op);
   }
   void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                     const double* invstd, const void* w, const void* b, double* sg, double* sgx, double* dw,
-                     double* db, ExecContext& ctx) const override {
+                     const double* invstd, const void* w, const void* b, const void* r, double* sg, double* sgx,
+                     double* dw, double* db, ExecContext& ctx) const override {
     const char* op = "norm_backward_sums (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
-    check(k::backward_sums(storage_code(dt), geom(g), x, gy, mean, invstd, w, b, sg && sgx ? sg : nullptr,
+    k::Geom kg = geom(g);
+    kg.res = r;
+    check(k::backward_sums(storage_code(dt), kg, x, gy, mean, invstd, w, b, sg && sgx ? sg : nullptr,
                            sg && sgx ? sgx : nullptr, dw, db, workspace(g, ctx), s),
           op);
   }
   void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                   const double* invstd, const void* w, const void* b, const double* sg, const double* sgx,
-                   double inv_count, void* dx, ExecContext& ctx) const override {
+                   const double* invstd, const void* w, const void* b, const void* r, const double* sg,
+                   const double* sgx, double inv_count, void* dx, void* dr, ExecContext& ctx) const override {
     const char* op = "norm_backward_dx (cuda)";
     const auto s = cuda_glue::enter(ctx, op);
     const bool stats = sg && sgx;
-    check(k::backward_dx(storage_code(dt), geom(g), x, gy, mean, invstd, w, b, stats ? sg : nullptr,
+    k::Geom kg = geom(g);
+    kg.res = r;
+    kg.dres = dr;
+    check(k::backward_dx(storage_code(dt), kg, x, gy, mean, invstd, w, b, stats ? sg : nullptr,
                          stats ? sgx : nullptr, inv_count, dx, s),
           op);
   }

@@ -62,6 +62,14 @@ const NormKernels& norm_table(const char* op, KernelPass pass, const NormGeom& g
 }
 const void* data(const Block* b) { return b ? b->data : nullptr; }
 
+/// Throws unless an optional residual (or its gradient) is a dense [A, C, S] block of x's dtype.
+void check_residual(const char* op, const char* what, const Block* r, const NormGeom& g, const Block& x,
+                    const ExecContext& ctx) {
+  if (!r) return;
+  detail::check_block(op, what, *r, x.dtype, g.A * g.C * g.S, ctx);
+  SHARD_CHECK(r->is_contiguous(), op, "the {} must be a dense [A, C, S] block", what);
+}
+
 /// Throws unless g.act is one of the NormAct values.
 void check_act(const char* op, const NormGeom& g) {
   switch (g.act) {
@@ -99,63 +107,72 @@ void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* ou
   tab.sums(x.dtype, in.g, in.x, mean, out, ctx);
 }
 
-void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const double* mean,
+void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const Block* r, const double* mean,
                 const double* invstd, const Block& y, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "norm", "apply", &ctx);
-  if (detail::F32Work::needed(x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same("norm_apply", {x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), y.dtype});
+  const DType rt = r ? r->dtype : x.dtype;
+  if (detail::F32Work::needed(x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), rt, y.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("norm_apply", {x.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), rt, y.dtype});
     if (!norm_storage_native(x.dtype, KernelPass::forward, ctx)) {
       detail::F32Work f(ctx);
-      norm_apply(g, f.in(x), f.in(w), f.in(b), mean, invstd, f.out(y), ctx);
+      norm_apply(g, f.in(x), f.in(w), f.in(b), f.in(r), mean, invstd, f.out(y), ctx);
       return f.finish();
     }
   }
   const char* op = "norm_apply";
   check_act(op, g);
   const auto& tab = norm_table(op, KernelPass::forward, g, x, &y, "output", w, b, ctx);
+  check_residual(op, "residual", r, g, x, ctx);
   const Input in = input(op, tab, g, x, ctx);
-  tab.apply(x.dtype, in.g, in.x, mean, invstd, data(w), data(b), y.data, ctx);
+  tab.apply(x.dtype, in.g, in.x, mean, invstd, data(w), data(b), data(r), y.data, ctx);
 }
 
 void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
-                        const double* mean, const double* invstd, double* sg, double* sgx, double* dw, double* db,
-                        ExecContext& ctx) {
+                        const Block* r, const double* mean, const double* invstd, double* sg, double* sgx, double* dw,
+                        double* db, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "norm", "backward_sums", &ctx);
   const char* op = "norm_backward_sums";
   check_act(op, g);
-  if (g.act == NormAct::none) b = nullptr;  // only read to recompute z
-  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype))) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same(op, {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype)});
+  if (g.act == NormAct::none) b = r = nullptr;  // only read to recompute z + r
+  const DType bt = b ? b->dtype : x.dtype, rt = r ? r->dtype : x.dtype;
+  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), bt, rt)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op, {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), bt, rt});
     if (!norm_storage_native(x.dtype, KernelPass::backward_data, ctx)) {
       detail::F32Work f(ctx);
-      norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), f.in(b), mean, invstd, sg, sgx, dw, db, ctx);
+      norm_backward_sums(g, f.in(x), f.in(gy), f.in(w), f.in(b), f.in(r), mean, invstd, sg, sgx, dw, db, ctx);
       return f.finish();
     }
   }
   const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, b, ctx);
+  check_residual(op, "residual", r, g, x, ctx);
   const Input in = input(op, tab, g, x, ctx);
-  tab.backward_sums(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), data(b), sg, sgx, dw, db, ctx);
+  tab.backward_sums(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), data(b), data(r), sg, sgx, dw, db, ctx);
 }
 
 void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
-                      const double* mean, const double* invstd, const double* sg, const double* sgx, double inv_count,
-                      const Block& dx, ExecContext& ctx) {
+                      const Block* r, const double* mean, const double* invstd, const double* sg, const double* sgx,
+                      double inv_count, const Block& dx, const Block* dr, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "norm", "backward_dx", &ctx);
   const char* op = "norm_backward_dx";
   check_act(op, g);
-  if (g.act == NormAct::none) b = nullptr;  // only read to recompute z
-  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), dx.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
-    detail::F32Work::check_same(op, {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), (b ? b->dtype : x.dtype), dx.dtype});
+  if (g.act == NormAct::none) b = r = nullptr;  // only read to recompute z + r
+  const DType bt = b ? b->dtype : x.dtype, rt = r ? r->dtype : x.dtype, drt = dr ? dr->dtype : x.dtype;
+  if (detail::F32Work::needed(x.dtype, gy.dtype, (w ? w->dtype : x.dtype), bt, rt, dx.dtype, drt)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same(op, {x.dtype, gy.dtype, (w ? w->dtype : x.dtype), bt, rt, dx.dtype, drt});
     if (!norm_storage_native(x.dtype, KernelPass::backward_data, ctx)) {
       detail::F32Work f(ctx);
-      norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), f.in(b), mean, invstd, sg, sgx, inv_count, f.out(dx), ctx);
+      norm_backward_dx(g, f.in(x), f.in(gy), f.in(w), f.in(b), f.in(r), mean, invstd, sg, sgx, inv_count, f.out(dx),
+                       f.out(dr), ctx);
       return f.finish();
     }
   }
   const auto& tab = norm_table(op, KernelPass::backward_data, g, x, &gy, "output gradient", w, b, ctx);
   detail::check_block(op, "input gradient", dx, x.dtype, g.A * g.C * g.S, ctx);
+  check_residual(op, "residual", r, g, x, ctx);
+  check_residual(op, "residual gradient", dr, g, x, ctx);
   const Input in = input(op, tab, g, x, ctx);
-  tab.backward_dx(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), data(b), sg, sgx, inv_count, dx.data, ctx);
+  tab.backward_dx(x.dtype, in.g, in.x, gy.data, mean, invstd, data(w), data(b), data(r), sg, sgx, inv_count, dx.data,
+                  dr ? dr->data : nullptr, ctx);
 }
 
 void load_f64(const Block& src, double* host, ExecContext& ctx) {  // host: device memory of ctx

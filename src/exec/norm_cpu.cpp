@@ -90,14 +90,16 @@ static_assert(static_cast<int>(NormAct::relu) == pw::u_relu && static_cast<int>(
 template <class T>
 using act_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-/// The fused activation's side of the backward: gz = gy act'(z), z = xhat w[c] + b[c] (gy itself
-/// without an activation). Act: the activation's pointwise code, -1 for none (a template
-/// parameter: the kernels below are instantiated per activation, so no element pays a switch).
+/// The fused activation's side of the backward: gz = gy act'(u), u = z + r (z = xhat w[c] + b[c];
+/// r: the optional dense residual, element ro), evaluated in act_t<T> (gy itself without an
+/// activation). Act: the activation's pointwise code, -1 for none (a template parameter: the
+/// kernels below are instantiated per activation, so no element pays a switch).
 template <class T, int Act>
 struct ActGrad {
   const T* w;
   const T* b;
-  double operator()(double gv, double xhat, index_t c) const;
+  const T* r;
+  double operator()(double gv, double xhat, index_t c, index_t ro) const;
 };
 
 /// f(std::integral_constant<int, code>) for the activation code `act` of a NormGeom.
@@ -118,14 +120,16 @@ using storage::from_double;  // double -> T: bf16 / f16 through float (the f32 r
 using storage::to_double;    // T -> double, exact
 
 template <class T, int Act>
-double ActGrad<T, Act>::operator()(double gv, double xhat, index_t c) const {
+double ActGrad<T, Act>::operator()(double gv, double xhat, index_t c, index_t ro) const {
   if constexpr (Act < 0) {
-    (void)xhat, (void)c;
+    (void)xhat, (void)c, (void)ro;
     return gv;
   } else {
     using A = act_t<T>;
     const double z = xhat * (w ? to_double(w[c]) : 1.0) + (b ? to_double(b[c]) : 0.0);
-    return static_cast<double>(pw::act_grad<Act, A>(static_cast<A>(z), static_cast<A>(gv)));
+    A u = static_cast<A>(z);
+    if (r) u = u + static_cast<A>(to_double(r[ro]));
+    return static_cast<double>(pw::act_grad<Act, A>(u, static_cast<A>(gv)));
   }
 }
 
@@ -189,7 +193,8 @@ void for_rows(const NormGeom& g, Fn f) {
 }
 
 template <class T, int Act>
-void apply_impl(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b, T* y) {
+void apply_impl(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b,
+                const T* r, T* y) {
   const XMap m(g);
   using A = act_t<T>;
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
@@ -197,15 +202,18 @@ void apply_impl(const NormGeom& g, const T* x, const double* mean, const double*
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
       const double z = (to_double(x[xo]) - mean[k]) * invstd[k] * wc + bc;
-      if constexpr (Act < 0) y[off + s] = from_double<T>(z);
-      else y[off + s] = from_double<T>(static_cast<double>(pw::unary_fwd<Act, A>(static_cast<A>(z), A(0))));
+      // With a residual: z rounded to A, then + r in A (the add op's rounding), then act.
+      A u = static_cast<A>(z);
+      if (r) u = u + static_cast<A>(to_double(r[off + s]));
+      if constexpr (Act < 0) y[off + s] = r ? from_double<T>(static_cast<double>(u)) : from_double<T>(z);
+      else y[off + s] = from_double<T>(static_cast<double>(pw::unary_fwd<Act, A>(u, A(0))));
     });
   });
 }
 
 template <class T, int Act>
 void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd,
-                        const T* w, const T* b, double* sg, double* sgx, double* dw, double* db) {
+                        const T* w, const T* b, const T* r, double* sg, double* sgx, double* dw, double* db) {
   // One pass over x and gy. Row r = (a, c) of S elements: its partials p1 = sum gz and p2 = sum gz
   // xhat (in element order, one thread per row) give dw[c] = sum_a p2 and db[c] = sum_a p1. In the
   // batch and group kinds a row has one statistic, so sg[k] = sum w[c] p1 and sgx[k] = sum w[c] p2
@@ -215,7 +223,7 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
   const index_t A = g.A, C = g.C, S = g.S, K = g.stats();
   if (!sg && !sgx && !dw && !db) return;
   const XMap m(g);
-  const ActGrad<T, Act> gz{w, b};
+  const ActGrad<T, Act> gz{w, b, r};
   const bool layer = g.kind == NormKind::layer;
   const index_t cg = g.kind == NormKind::group ? C / g.G : 1;
   std::vector<double> p(static_cast<std::size_t>(2 * A * C));
@@ -233,7 +241,7 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
         for_s(m, a, c, [&](index_t s, index_t xo) {
           const index_t k = a * S + s;
           const double xhat = (to_double(x[xo]) - mean[k]) * invstd[k];
-          const double gv = gz(to_double(gy[off + s]), xhat, c);
+          const double gv = gz(to_double(gy[off + s]), xhat, c, off + s);
           r1 += gv;
           r2 += gv * xhat;
           if (sg && sgx) {
@@ -256,7 +264,7 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
       double r1 = 0, r2 = 0;
       for_s(m, a, c, [&](index_t s, index_t xo) {
         const double xhat = (to_double(x[xo]) - mk) * ik;
-        const double gv = gz(to_double(gy[off + s]), xhat, c);
+        const double gv = gz(to_double(gy[off + s]), xhat, c, off + s);
         r1 += gv;
         r2 += gv * xhat;
       });
@@ -291,15 +299,17 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
 
 template <class T, int Act>
 void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd, const T* w,
-                      const T* b, const double* sg, const double* sgx, double inv_count, T* dx) {
+                      const T* b, const T* r, const double* sg, const double* sgx, double inv_count, T* dx, T* dr) {
   const XMap m(g);
-  const ActGrad<T, Act> gz{w, b};
+  const ActGrad<T, Act> gz{w, b, r};
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
     const double wc = w ? to_double(w[c]) : 1.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
       const double xhat = (to_double(x[xo]) - mean[k]) * invstd[k];
-      const double d = gz(to_double(gy[off + s]), xhat, c) * wc;
+      const double gv = gz(to_double(gy[off + s]), xhat, c, off + s);
+      if (dr) dr[off + s] = from_double<T>(gv);  // the residual's gradient
+      const double d = gv * wc;
       if (!sg) {
         dx[off + s] = from_double<T>(d * invstd[k]);
         return;
@@ -370,28 +380,29 @@ struct CpuNorm final : NormKernels {
   }
   // The activation code becomes a template argument (with_act) once per call.
   void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
-             const void* b, void* y, ExecContext&) const override {
+             const void* b, const void* r, void* y, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, with_act(g.act, [&](auto act) {
       apply_impl<T, decltype(act)::value>(g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w),
-                                          static_cast<const T*>(b), static_cast<T*>(y));
+                                          static_cast<const T*>(b), static_cast<const T*>(r), static_cast<T*>(y));
     }));
   }
   void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                     const double* invstd, const void* w, const void* b, double* sg, double* sgx, double* dw,
-                     double* db, ExecContext&) const override {
+                     const double* invstd, const void* w, const void* b, const void* r, double* sg, double* sgx,
+                     double* dw, double* db, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, with_act(g.act, [&](auto act) {
       backward_sums_impl<T, decltype(act)::value>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean,
-                                                  invstd, static_cast<const T*>(w), static_cast<const T*>(b), sg, sgx,
-                                                  dw, db);
+                                                  invstd, static_cast<const T*>(w), static_cast<const T*>(b),
+                                                  static_cast<const T*>(r), sg, sgx, dw, db);
     }));
   }
   void backward_dx(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,
-                   const double* invstd, const void* w, const void* b, const double* sg, const double* sgx,
-                   double inv_count, void* dx, ExecContext&) const override {
+                   const double* invstd, const void* w, const void* b, const void* r, const double* sg,
+                   const double* sgx, double inv_count, void* dx, void* dr, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, with_act(g.act, [&](auto act) {
       backward_dx_impl<T, decltype(act)::value>(g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd,
-                                                static_cast<const T*>(w), static_cast<const T*>(b), sg, sgx,
-                                                inv_count, static_cast<T*>(dx));
+                                                static_cast<const T*>(w), static_cast<const T*>(b),
+                                                static_cast<const T*>(r), sg, sgx, inv_count, static_cast<T*>(dx),
+                                                static_cast<T*>(dr));
     }));
   }
   void load_f64(DType dt, index_t n, const void* src, double* host, ExecContext&) const override {

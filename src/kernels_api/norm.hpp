@@ -20,6 +20,10 @@ struct Geom {
   /// Activation fused after the affine: a pointwise unary code (relu, gelu, gelu_tanh, silu, tanh,
   /// sigmoid; src/kernels_api/pointwise_ops.hpp act_fwd / act_bwd) or -1 for none.
   int act = -1;
+  /// Optional residual added before the activation (a dense [A, C, S] block of the storage type,
+  /// read by apply, backward_sums and backward_dx) and its gradient (written by backward_dx: gz).
+  const void* res = nullptr;
+  void* dres = nullptr;
 };
 
 /// Doubles of device workspace sums / backward_sums need for g (their chunk partials).
@@ -27,7 +31,7 @@ idx workspace(Geom g);
 /// out[k] = sum over statistic k of x (mean == nullptr) or (x - mean[k])^2, in double. ws:
 /// workspace(g) doubles (null: one block per statistic).
 int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream);
-/// y = act(z), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b may be null).
+/// y = act(z + res), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b, g.res may be null).
 int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream);
 /// sg[k], sgx[k] (both or neither) and dw[c], db[c] (each may be null), in double, of gz = gy

@@ -21,7 +21,8 @@ index_t ranks(const CommPtr& comm) { return comm ? comm->size() : 1; }
 
 }  // namespace
 
-void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* run_mean,
+void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* res,
+                  const Block* run_mean,
                   const Block* run_var, double momentum, double eps, bool batch_eval, index_t count,
                   const CommPtr& comm, std::uint64_t key, const char* op, NormStats& st, const Block& y,
                   ExecContext& ctx) {
@@ -59,13 +60,14 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
     a.check = allreduce_sum_on_device(comm, part(st.buf, K + 2, K + 2), K, key, op, ctx);
     exec::norm_finish(a, ctx);
   }
-  exec::norm_apply(geo, x, w, b, mean, invstd, y, ctx);
+  exec::norm_apply(geo, x, w, b, res, mean, invstd, y, ctx);
 }
 
 void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const Block* b,
-                   const NormStats& st,
+                   const Block* res, const NormStats& st,
                    index_t count, bool stats_grad, bool reduce_params, const CommPtr& comm, std::uint64_t key,
-                   const char* op, const Block* dx, const Block* dw, const Block* db, ExecContext& ctx) {
+                   const char* op, const Block* dx, const Block* dw, const Block* db, const Block* dres,
+                   ExecContext& ctx) {
   const index_t K = geo.stats(), C = geo.C;
   const bool sums = dx && stats_grad;
   // [2 check values | sg K | sgx K | dw C | db C], zeroed: the parts a call does not compute still
@@ -76,7 +78,7 @@ void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const B
   double* sgx = sg + K;
   double* hdw = sgx + K;
   double* hdb = hdw + C;
-  exec::norm_backward_sums(geo, x, gy, w, b, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
+  exec::norm_backward_sums(geo, x, gy, w, b, res, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
                            dw ? hdw : nullptr, db ? hdb : nullptr, ctx);
   exec::NormFinishArgs a;
   a.mode = exec::NormFinish::check;
@@ -90,9 +92,13 @@ void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const B
     a.check = allreduce_sum_on_device(comm, part(buf, 0, 2 * K + 2), a.K, key, op, ctx);
   }
   if (a.check) exec::norm_finish(a, ctx);
-  if (dx)
-    exec::norm_backward_dx(geo, x, gy, w, b, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
-                           1.0 / static_cast<double>(count), *dx, ctx);
+  if (dx || dres) {
+    // The residual's gradient comes out of the dx pass; without dx, that pass writes a scratch dx.
+    Block scratch;
+    if (!dx) scratch = Block::allocate(x.dtype, ctx.device(), {geo.A * geo.C * geo.S});
+    exec::norm_backward_dx(geo, x, gy, w, b, res, st.mean(), st.invstd(), sums ? sg : nullptr, sums ? sgx : nullptr,
+                           1.0 / static_cast<double>(count), dx ? *dx : scratch, dres, ctx);
+  }
   if (dw) exec::store_f64(hdw, *dw, ctx);
   if (db) exec::store_f64(hdb, *db, ctx);
 }

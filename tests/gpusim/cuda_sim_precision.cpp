@@ -370,17 +370,17 @@ TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 norm kernels read and write the
     auto y = Tensor<L, 1>::empty({n}, gpu());
     auto yf = Tensor<float, 1>::empty({n}, gpu());
     auto yc = Tensor<L, 1>::empty({n});
-    exec::norm_apply(g, as_block(dx), &bw, &bb, smean.p(), sinv.p(), as_block(y), gctx());
-    exec::norm_apply(g, as_block(wx), &fw, &fb, smean.p(), sinv.p(), as_block(yf), gctx());
-    exec::norm_apply(g, as_block(hx), &cw, &cb, mean.data(), invstd.data(), as_block(yc), hctx());
+    exec::norm_apply(g, as_block(dx), &bw, &bb, nullptr, smean.p(), sinv.p(), as_block(y), gctx());
+    exec::norm_apply(g, as_block(wx), &fw, &fb, nullptr, smean.p(), sinv.p(), as_block(yf), gctx());
+    exec::norm_apply(g, as_block(hx), &cw, &cb, nullptr, mean.data(), invstd.data(), as_block(yc), hctx());
     gctx().synchronize();
     CHECK(rounded_equal(y, yf) == 0);
     CHECK(within_ulp(yc, y) == 0);
     DevStats sg(K), sgx(K), gw(static_cast<std::size_t>(C)), gb(static_cast<std::size_t>(C)), sgf(K), sgxf(K),
         gwf(static_cast<std::size_t>(C)), gbf(static_cast<std::size_t>(C));
-    exec::norm_backward_sums(g, as_block(dx), as_block(dg), &bw, &bb, smean.p(), sinv.p(), sg.p(), sgx.p(), gw.p(), gb.p(),
+    exec::norm_backward_sums(g, as_block(dx), as_block(dg), &bw, &bb, nullptr, smean.p(), sinv.p(), sg.p(), sgx.p(), gw.p(), gb.p(),
                              gctx());
-    exec::norm_backward_sums(g, as_block(wx), as_block(wg), &fw, &fb, smean.p(), sinv.p(), sgf.p(), sgxf.p(), gwf.p(),
+    exec::norm_backward_sums(g, as_block(wx), as_block(wg), &fw, &fb, nullptr, smean.p(), sinv.p(), sgf.p(), sgxf.p(), gwf.p(),
                              gbf.p(), gctx());
     CHECK(sg.get() == sgf.get());
     CHECK(sgx.get() == sgxf.get());
@@ -390,12 +390,12 @@ TEMPLATE_TEST_CASE("gpusim precision: bf16 / f16 norm kernels read and write the
     auto gx = Tensor<L, 1>::empty({n}, gpu());
     auto gxf = Tensor<float, 1>::empty({n}, gpu());
     auto gxc = Tensor<L, 1>::empty({n});
-    exec::norm_backward_dx(g, as_block(dx), as_block(dg), &bw, &bb, smean.p(), sinv.p(), sg.p(), sgx.p(), 1.0 / cnt,
-                           as_block(gx), gctx());
-    exec::norm_backward_dx(g, as_block(wx), as_block(wg), &fw, &fb, smean.p(), sinv.p(), sg.p(), sgx.p(), 1.0 / cnt,
-                           as_block(gxf), gctx());
-    exec::norm_backward_dx(g, as_block(hx), as_block(hg), &cw, &cb, mean.data(), invstd.data(), hsg.data(), hsgx.data(),
-                           1.0 / cnt, as_block(gxc), hctx());
+    exec::norm_backward_dx(g, as_block(dx), as_block(dg), &bw, &bb, nullptr, smean.p(), sinv.p(), sg.p(), sgx.p(), 1.0 / cnt,
+                           as_block(gx), nullptr, gctx());
+    exec::norm_backward_dx(g, as_block(wx), as_block(wg), &fw, &fb, nullptr, smean.p(), sinv.p(), sg.p(), sgx.p(), 1.0 / cnt,
+                           as_block(gxf), nullptr, gctx());
+    exec::norm_backward_dx(g, as_block(hx), as_block(hg), &cw, &cb, nullptr, mean.data(), invstd.data(), hsg.data(), hsgx.data(),
+                           1.0 / cnt, as_block(gxc), nullptr, hctx());
     gctx().synchronize();
     CHECK(rounded_equal(gx, gxf) == 0);
     CHECK(within_ulp(gxc, gx) == 0);

@@ -113,6 +113,32 @@ TEMPLATE_TEST_CASE("CUDA norms with a fused activation match the CPU (forward, i
   }
 }
 
+TEMPLATE_TEST_CASE("CUDA norms with a residual and a fused activation match the CPU (every gradient, the residual's "
+                   "too)",
+                   "[cuda][norm][fused]", float, double) {
+  SHARD_REQUIRE_GPU();
+  using T = TestType;
+  using A = F::NormAct;
+  for (A act : {A::silu, A::gelu, A::none}) {
+    for (Shape<4> s : {Shape<4>{3, 6, 5, 7}, Shape<4>{2, 6, 24, 40}}) {
+      INFO("activation code " << static_cast<int>(act) << ", shape " << fmt::format("{}", s));
+      auto [xh, xg] = leaf_pair<T, 4>(s, 21);
+      auto [rh, rg] = leaf_pair<T, 4>(s, 22);
+      auto [wh, wg] = leaf_pair<T, 1>({6}, 23);
+      auto [bh, bg] = leaf_pair<T, 1>({6}, 24);
+      const auto yh = F::group_norm(xh, 3, wh, bh, 1e-5, act, rh);
+      const auto yg = F::group_norm(xg, 3, wg, bg, 1e-5, act, rg);
+      check_same(yg.local(), yh.local(), "forward");
+      backward_with_seed(yh, 98);
+      backward_with_seed(yg, 98);
+      check_same(xg.grad().local(), xh.grad().local(), "input gradient");
+      check_same(rg.grad().local(), rh.grad().local(), "residual gradient");
+      check_same(wg.grad().local(), wh.grad().local(), "weight gradient");
+      check_same(bg.grad().local(), bh.grad().local(), "bias gradient");
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("CUDA batch norm running statistics and eval mode match the CPU", "[cuda][norm]", float, double) {
   SHARD_REQUIRE_GPU();
   using T = TestType;

@@ -44,6 +44,10 @@ Body<T> norm_body(const Shape<R>& s, index_t groups, bool stats_outputs = true) 
     c.output(F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, F::NormAct::gelu));
     c.output(F::instance_norm(x, w, b, 1e-5, F::NormAct::tanh));
     c.output(F::layer_norm(x, w, b, 1e-5, 1, F::NormAct::sigmoid));
+    // ... and a residual added before it (the residual's gradient too).
+    auto r = c.template act<R>(s, true, RandomInit::uniform(-1, 1));
+    c.output(F::group_norm(x, groups, w, b, 1e-5, F::NormAct::silu, r));
+    c.output(F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, F::NormAct::none, r));
   };
 }
 

@@ -147,60 +147,79 @@ TEST_CASE("norm gradients match finite differences (fp64, one rank)", "[nn][norm
   test::fn::check_finite_differences(mesh1(), test::fn::reference_layout(), body, 40);
 }
 
-TEMPLATE_TEST_CASE("a norm with a fused activation equals the norm followed by the activation op", "[nn][norm][fused]",
-                   float, double) {
-  // Forward and every gradient (x, w, b) of F::*_norm(..., act) against activate(a, F::*_norm(...))
-  // (the activation op of nn/functional/activation.hpp). Every activation the norms fuse, every
-  // norm kind, with and without affine parameters.
+TEMPLATE_TEST_CASE("a norm with a fused activation (and residual) equals the norm, add and activation ops",
+                   "[nn][norm][fused]", float, double) {
+  // Forward and every gradient (x, w, b, residual) of F::*_norm(..., act, residual) against
+  // activate(a, F::add(F::*_norm(...), residual)) (the ops of nn/functional/activation.hpp and
+  // pointwise.hpp). Every activation the norms fuse (and none, with a residual), every norm kind,
+  // with and without affine parameters, with and without a residual.
   using T = TestType;
   using V = autograd::Var<T, 4>;
-  // Bit for bit on the CPU: the fused kernels round z to the activation's type (float for f32)
-  // and evaluate the pointwise family's formulas, exactly the roundings of the two-op route.
+  using OptV = std::optional<V>;
+  // Bit for bit on the CPU: the fused kernels round z to the activation's type (float for f32),
+  // add the residual in it and evaluate the pointwise family's formulas: exactly the roundings of
+  // the three-op route.
   const double tol = 0;
   const std::pair<nn::Activation, F::NormAct> acts[] = {
       {nn::Activation::silu, F::NormAct::silu},       {nn::Activation::gelu, F::NormAct::gelu},
       {nn::Activation::relu, F::NormAct::relu},       {nn::Activation::tanh, F::NormAct::tanh},
-      {nn::Activation::sigmoid, F::NormAct::sigmoid}};
-  using Fn = std::function<V(const V&, F::NormAct)>;
+      {nn::Activation::sigmoid, F::NormAct::sigmoid}, {nn::Activation::identity, F::NormAct::none}};
+  using Fn = std::function<V(const V&, F::NormAct, const OptV&)>;
   const auto w = rnd<T, 1>({4}, 3, true, RandomInit::uniform(0.5, 1.5));
   const auto b = rnd<T, 1>({4}, 4);
   auto rm = DistTensor<T, 1>::random({4}, mesh1(), {Replicate()}, 5);
   auto rv = DistTensor<T, 1>::random({4}, mesh1(), {Replicate()}, 6, RandomInit::uniform(0.5, 1.5));
   const std::pair<const char*, Fn> norms[] = {
-      {"group", [&](const V& x, F::NormAct a) { return F::group_norm(x, 2, w, b, 1e-5, a); }},
-      {"group, no affine", [&](const V& x, F::NormAct a) { return F::group_norm(x, 1, std::nullopt, std::nullopt, 1e-5, a); }},
-      {"instance", [&](const V& x, F::NormAct a) { return F::instance_norm(x, w, b, 1e-5, a); }},
-      {"layer", [&](const V& x, F::NormAct a) { return F::layer_norm(x, w, b, 1e-5, 1, a); }},
-      {"batch", [&](const V& x, F::NormAct a) { return F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, a); }},
-      {"batch eval", [&](const V& x, F::NormAct a) { return F::batch_norm(x, &rm, &rv, w, b, false, 0.1, 1e-5, a); }}};
+      {"group", [&](const V& x, F::NormAct a, const OptV& r) { return F::group_norm(x, 2, w, b, 1e-5, a, r); }},
+      {"group, no affine",
+       [&](const V& x, F::NormAct a, const OptV& r) { return F::group_norm(x, 1, std::nullopt, std::nullopt, 1e-5, a, r); }},
+      {"instance", [&](const V& x, F::NormAct a, const OptV& r) { return F::instance_norm(x, w, b, 1e-5, a, r); }},
+      {"layer", [&](const V& x, F::NormAct a, const OptV& r) { return F::layer_norm(x, w, b, 1e-5, 1, a, r); }},
+      {"batch",
+       [&](const V& x, F::NormAct a, const OptV& r) {
+         return F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, a, r);
+       }},
+      {"batch eval",
+       [&](const V& x, F::NormAct a, const OptV& r) { return F::batch_norm(x, &rm, &rv, w, b, false, 0.1, 1e-5, a, r); }}};
   const auto gy = DistTensor<T, 4>::random({2, 4, 5, 3}, mesh1(), {Replicate()}, 9);
-  for (const auto& [act, code] : acts) {
-    for (const auto& [name, norm] : norms) {
-      INFO(nn::activation_name(act) << " after " << name << " norm");
-      auto run = [&](bool fused) {
-        V x = rnd<T, 4>({2, 4, 5, 3}, 7, true, RandomInit::uniform(-1, 2));
-        w.zero_grad();
-        b.zero_grad();
-        V y = fused ? norm(x, code) : nn::activate(act, norm(x, F::NormAct::none));
-        F::sum(F::mul(y, V(gy, false))).backward();
-        auto grad_of = [](const autograd::Var<T, 1>& p) {  // an unused parameter: zeros
-          return p.has_grad() ? p.grad().local().contiguous() : Tensor<T, 1>::zeros({4});
+  for (const bool with_res : {false, true}) {
+    for (const auto& [act, code] : acts) {
+      if (!with_res && code == F::NormAct::none) continue;  // the plain norm
+      for (const auto& [name, norm] : norms) {
+        INFO(nn::activation_name(act) << " after " << name << " norm" << (with_res ? " plus a residual" : ""));
+        auto run = [&](bool fused) {
+          V x = rnd<T, 4>({2, 4, 5, 3}, 7, true, RandomInit::uniform(-1, 2));
+          V r = rnd<T, 4>({2, 4, 5, 3}, 8, true, RandomInit::uniform(-1.5, 1.5));
+          w.zero_grad();
+          b.zero_grad();
+          V y = fused ? norm(x, code, with_res ? OptV(r) : std::nullopt)
+                      : nn::activate(act, with_res ? F::add(norm(x, F::NormAct::none, std::nullopt), r)
+                                                   : norm(x, F::NormAct::none, std::nullopt));
+          F::sum(F::mul(y, V(gy, false))).backward();
+          auto grad_of = [](const auto& p) {  // an unused operand: zeros
+            using P = std::decay_t<decltype(p.value().local())>;
+            return p.has_grad() ? p.grad().local().contiguous() : P::zeros(p.value().local().shape());
+          };
+          return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(), grad_of(w), grad_of(b),
+                            grad_of(r)};
         };
-        return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(), grad_of(w), grad_of(b)};
-      };
-      const auto [yf, dxf, dwf, dbf] = run(true);
-      const auto [yu, dxu, dwu, dbu] = run(false);
-      auto close = [&](const auto& a, const auto& e, const char* what) {
-        double worst = 0, scale = 1;
-        for (index_t i = 0; i < e.numel(); ++i) scale = std::max(scale, std::abs(double(e.data()[i])));
-        for (index_t i = 0; i < e.numel(); ++i) worst = std::max(worst, std::abs(double(a.data()[i]) - double(e.data()[i])));
-        INFO(what << ": worst difference " << worst << " against a scale of " << scale);
-        CHECK(worst <= tol * scale);
-      };
-      close(yf, yu, "y");
-      close(dxf, dxu, "dx");
-      close(dwf, dwu, "dw");
-      close(dbf, dbu, "db");
+        const auto [yf, dxf, dwf, dbf, drf] = run(true);
+        const auto [yu, dxu, dwu, dbu, dru] = run(false);
+        auto close = [&](const auto& a, const auto& e, const char* what) {
+          double worst = 0, scale = 1;
+          for (index_t i = 0; i < e.numel(); ++i) scale = std::max(scale, std::abs(double(e.data()[i])));
+          for (index_t i = 0; i < e.numel(); ++i)
+            worst = std::max(worst, std::abs(double(a.data()[i]) - double(e.data()[i])));
+          INFO(what << ": worst difference " << worst << " against a scale of " << scale);
+          CHECK(worst <= tol * scale);
+        };
+        close(yf, yu, "y");
+        close(dxf, dxu, "dx");
+        close(dwf, dwu, "dw");
+        close(dbf, dbu, "db");
+        close(drf, dru, "the residual's gradient");
+        if (with_res) CHECK(drf.numel() > 0);
+      }
     }
   }
 }
@@ -215,6 +234,9 @@ TEST_CASE("fused norm activations: finite differences (fp64, one rank) and the m
     c.output(F::layer_norm(x, w, b, 1e-5, 1, F::NormAct::tanh));
     c.output(F::instance_norm(x, w, b, 1e-5, F::NormAct::sigmoid));
     c.output(F::group_norm(x, 1, std::nullopt, std::nullopt, 1e-5, F::NormAct::gelu_tanh));
+    auto r = c.act<4>({2, 4, 3, 3}, true, RandomInit::uniform(-1, 1));  // a residual before the activation
+    c.output(F::group_norm(x, 2, w, b, 1e-5, F::NormAct::silu, r));
+    c.output(F::layer_norm(x, w, b, 1e-5, 1, F::NormAct::none, r));
   };
   test::fn::check_finite_differences(mesh1(), test::fn::reference_layout(), body, 40);
 
@@ -237,6 +259,15 @@ TEST_CASE("fused norm activations: finite differences (fp64, one rank) and the m
                                                    std::string(std::getenv("SHARDTENSOR_FUSED_NORM_ACT")) != "0"));
   const auto via_id = nn::norm_then_activate<double, 4>(id, nn::Activation::silu, x);
   CHECK(via_id.node()->name == "silu");
+  // norm_add_activate: one op with the residual where the fusion is on, else norm, add, activation.
+  auto r = rnd<double, 4>({2, 4, 3, 3}, 12);
+  const auto three = nn::activate(nn::Activation::silu, F::add(gn.forward(x), r));
+  const auto one = gn.forward_act(x, nn::Activation::silu, r);
+  CHECK(one.node()->name == "group_norm");
+  const auto a3 = one.value().local().contiguous(), e3 = three.value().local().contiguous();
+  for (index_t i = 0; i < a3.numel(); ++i) CHECK(a3.data()[i] == e3.data()[i]);
+  const auto chosen3 = nn::norm_add_activate<double, 4>(gn, nn::Activation::silu, x, r);
+  CHECK(chosen3.node()->name == (nn::fused_norm_act_on(Device::cpu()) ? "group_norm" : "silu"));
 }
 
 TEST_CASE("norms refuse bad input", "[nn][norm][errors]") {
@@ -257,6 +288,10 @@ TEST_CASE("norms refuse bad input", "[nn][norm][errors]") {
   CHECK_THROWS_AS(F::layer_norm(x, w4, std::nullopt, 1e-5, -1), shard::Error);  // last dim has 3, not 4
   // A fused activation the norm kernels do not know.
   CHECK_THROWS_AS(F::group_norm(x, 2, w4, w4, 1e-5, static_cast<F::NormAct>(3)), shard::Error);
+  // A residual of another shape or layout than the input.
+  V r3(DistTensor<double, 4>::random({2, 4, 3, 2}, mesh1(), {Replicate()}, 4), true);
+  CHECK_THROWS_AS(F::group_norm(x, 2, w4, w4, 1e-5, F::NormAct::silu, r3), shard::Error);
+  CHECK_THROWS_AS(F::group_norm(x, 2, w4, w4, 1e-5, F::NormAct::silu, xc), shard::Error);
 }
 
 }  // namespace st_nn_test_norm

@@ -59,20 +59,24 @@ struct NormGeom {
 
 /// out[k] = sum of x (mean == null) or of (x - mean[k])^2 over the elements of statistic k.
 void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx);
-/// y = act(z), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b [C] may be null; act: g.act).
-void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const double* mean,
+/// y = act(z + r), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b [C] may be null; act: g.act;
+/// r: an optional residual, a dense [A, C, S] block added before the activation). With r or an
+/// activation, z + r and act are evaluated in the activation type (float for f32 / bf16 / f16,
+/// double for f64), z rounded to it first: the roundings of norm, add and activation as three ops.
+void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const Block* r, const double* mean,
                 const double* invstd, const Block& y, ExecContext& ctx);
 /// Sums sg[k] = sum gz w[c], sgx[k] = sum gz w[c] xhat, dw[c] = sum gz xhat, db[c] = sum gz
-/// (each may be null), where gz = gy act'(z) (gz = gy without an activation; b is only read to
-/// recompute z when g.act is set).
+/// (each may be null), where gz = gy act'(z + r) (gz = gy without an activation; b and r are
+/// only read to recompute z + r when g.act is set).
 void norm_backward_sums(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
-                        const double* mean, const double* invstd, double* sg, double* sgx, double* dw, double* db,
-                        ExecContext& ctx);
+                        const Block* r, const double* mean, const double* invstd, double* sg, double* sgx, double* dw,
+                        double* db, ExecContext& ctx);
 /// dx = invstd (gz w - sg/n - xhat sgx/n) with n = 1/inv_count; with sg == null (fixed
-/// statistics) dx = invstd gz w (gz as in norm_backward_sums).
+/// statistics) dx = invstd gz w (gz as in norm_backward_sums); dr (optional, dense [A, C, S]): the
+/// residual's gradient, gz itself.
 void norm_backward_dx(const NormGeom& g, const Block& x, const Block& gy, const Block* w, const Block* b,
-                      const double* mean, const double* invstd, const double* sg, const double* sgx, double inv_count,
-                      const Block& dx, ExecContext& ctx);
+                      const Block* r, const double* mean, const double* invstd, const double* sg, const double* sgx,
+                      double inv_count, const Block& dx, const Block* dr, ExecContext& ctx);
 /// out[i] = (double) src[i] for the elements of a contiguous src (statistics, parameters); out
 /// in the context's device memory.
 void load_f64(const Block& src, double* out, ExecContext& ctx);

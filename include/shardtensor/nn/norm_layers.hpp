@@ -53,10 +53,12 @@ class AffineNorm : public UnaryModule<T, R> {
  public:
   /// Number of channels normalised.
   index_t channels() const { return c_; }
-  /// act(forward(x)) as one op: the activation fused into the norm's passes (F's `act`
-  /// argument), equal to activate(a, forward(x)) to the rounding of the intermediate; saves one
-  /// activation tensor of memory and one pass each way.
-  virtual autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) = 0;
+  /// act(forward(x) + residual) as one op: the residual add and the activation fused into the
+  /// norm's passes (F's `act` and `residual` arguments), equal to activate(a, forward(x) [+
+  /// residual]) (on the CPU bit for bit); saves one activation tensor of memory and passes each
+  /// way. The residual must have x's shape and layout.
+  virtual autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
+                                          const std::optional<autograd::Var<T, R>>& residual = std::nullopt) = 0;
   /// The affine weight / bias (empty when affine = false).
   using P = master_t<T>;  ///< the parameters' dtype (f32 masters for a bf16 / f16 module)
   const std::optional<autograd::Var<P, 1>>& weight() const { return w_; }
@@ -114,11 +116,12 @@ class BatchNorm : public AffineNorm<T, R> {
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     return forward_act(x, Activation::identity);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
+                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
     this->check_input(x, 1, "BatchNorm");
     const bool use_batch = this->is_training() || !mean_;
     return F::batch_norm(x, mean_ ? &*mean_ : nullptr, mean_ ? &*var_ : nullptr, this->cw(), this->cb(), use_batch,
-                         momentum_, this->eps_, detail::norm_act(a));
+                         momentum_, this->eps_, detail::norm_act(a), residual);
   }
   /// Running statistics (shared storage with the registered buffers; absent without tracking).
   const std::optional<DistTensor<P, 1>>& running_mean() const { return mean_; }
@@ -141,9 +144,10 @@ class GroupNorm : public AffineNorm<T, R> {
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     return forward_act(x, Activation::identity);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
+                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
     this->check_input(x, 1, "GroupNorm");
-    return F::group_norm(x, groups_, this->cw(), this->cb(), this->eps_, detail::norm_act(a));
+    return F::group_norm(x, groups_, this->cw(), this->cb(), this->eps_, detail::norm_act(a), residual);
   }
   index_t groups() const { return groups_; }
 
@@ -161,9 +165,10 @@ class InstanceNorm : public AffineNorm<T, R> {
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     return forward_act(x, Activation::identity);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
+                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
     this->check_input(x, 1, "InstanceNorm");
-    return F::instance_norm(x, this->cw(), this->cb(), this->eps_, detail::norm_act(a));
+    return F::instance_norm(x, this->cw(), this->cb(), this->eps_, detail::norm_act(a), residual);
   }
 };
 
@@ -179,9 +184,10 @@ class LayerNorm : public AffineNorm<T, R> {
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     return forward_act(x, Activation::identity);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a) override {
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
+                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
     this->check_input(x, dim_, "LayerNorm");
-    return F::layer_norm(x, this->cw(), this->cb(), this->eps_, dim_, detail::norm_act(a));
+    return F::layer_norm(x, this->cw(), this->cb(), this->eps_, dim_, detail::norm_act(a), residual);
   }
 
  private:
@@ -240,6 +246,17 @@ inline bool fused_norm_act_on(const Device& d) {
     return -1;
   }();
   return mode == 1 || (mode == -1 && d.is_cuda());
+}
+
+/// act(norm(x) + residual) (residual: x's shape and layout): one fused op when `norm` is one of
+/// the norms above and the fusion is on for x's device, else the module, F::add and the activation
+/// as separate ops. Both give the same values (on the CPU bit for bit).
+template <class T, int R>
+autograd::Var<T, R> norm_add_activate(UnaryModule<T, R>& norm, Activation a, const autograd::Var<T, R>& x,
+                                      const autograd::Var<T, R>& residual) {
+  if (fused_norm_act_on(x.value().device()))
+    if (auto* n = dynamic_cast<AffineNorm<T, R>*>(&norm)) return n->forward_act(x, a, residual);
+  return activate(a, F::add(norm.forward(x), residual));
 }
 
 /// act(norm(x)): one fused op when `norm` is one of the norms above and the fusion is on for x's

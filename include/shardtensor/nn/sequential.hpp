@@ -83,12 +83,14 @@ class ResidualBlock : public UnaryModule<T, S + 2> {
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     detail::check_in_channels(x, in_, "ResidualBlock");
-    auto h = norm_then_activate(*norm1_, act_, conv1_->forward(x));  // the activation fused into the norm
-    h = norm2_->forward(conv2_->forward(h));
+    // The norms take the activation (and the second one the skip add) into their own passes where
+    // the fusion is on (nn::fused_norm_act_on: CUDA tensors by default).
+    auto h = norm_then_activate(*norm1_, act_, conv1_->forward(x));
+    h = conv2_->forward(h);
     auto s = proj_ ? proj_->forward(x) : x;
     // 'same' convs keep x's layout; realign defensively should a conv ever choose another one.
     s = F::redistribute_like(s, h.value().spec());
-    return activate(act_, F::add(h, s));
+    return norm_add_activate(*norm2_, act_, h, s);
   }
   index_t in_channels() const { return in_; }
   index_t out_channels() const { return out_; }

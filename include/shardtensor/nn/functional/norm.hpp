@@ -23,7 +23,10 @@
 /// the norm's backward passes, all in double. It equals the norm followed by the activation op
 /// (to the rounding of the intermediate, which the fused op does not store), reads and writes the
 /// activation tensor once less each way, and saves only x for the backward (the unfused pair also
-/// keeps the norm's output for the activation's backward).
+/// keeps the norm's output for the activation's backward). A `residual` (a tensor of x's shape and
+/// layout) may be added before the activation: y = act(norm(x) + residual), the epilogue of a
+/// residual block, whose backward also writes the residual's gradient; it saves the sum that
+/// add-then-activation keeps for the activation's backward.
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -81,7 +84,8 @@ struct NormStats {
 /// Training (run_mean, run_var null or the running statistics to update in place with `momentum`):
 /// two-pass global statistics over `count` elements, then y; eval (batch_eval): y from the running
 /// statistics (both given). Fills `stats`.
-void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* run_mean,
+void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* res,
+                  const Block* run_mean,
                   const Block* run_var, double momentum, double eps, bool batch_eval, index_t count,
                   const CommPtr& comm, std::uint64_t key, const char* op, NormStats& stats, const Block& y,
                   ExecContext& ctx);
@@ -89,16 +93,16 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
 /// db [C] (local sums; with reduce_params summed over `comm` with the statistics' sums). Each of
 /// dx, dw, db may be null.
 void norm_backward(const NormGeom& geo, const Block& x, const Block& gy, const Block* w, const Block* b,
-                   const NormStats& stats,
+                   const Block* res, const NormStats& stats,
                    index_t count, bool stats_grad, bool reduce_params,
                    const CommPtr& comm, std::uint64_t key, const char* op, const Block* dx, const Block* dw,
-                   const Block* db, ExecContext& ctx);
+                   const Block* db, const Block* dres, ExecContext& ctx);
 
 /// The shared front of all norms. `training` only matters for batch (eval uses `rs`).
 template <class T, int R, class S = T>
 Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim, const std::optional<Var<T, 1>>& w,
                     const std::optional<Var<T, 1>>& b, double eps, const char* op, const RunningStats<S>& rs = {},
-                    bool training = true, NormAct act = NormAct::none) {
+                    bool training = true, NormAct act = NormAct::none, const std::optional<Var<T, R>>& res = std::nullopt) {
   static_assert(is_float_type<T>, "norms support float, double, bf16 and f16");
   const Device dev = x.value().device();
   const DistSpec& xs = x.value().spec();
@@ -121,6 +125,16 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
     SHARD_CHECK(r->global_shape()[0] == C, op, "running statistic of shape {} for {} channels", r->global_shape(), C);
   }
   SHARD_CHECK(!batch_eval || (rs.mean && rs.var), op, "evaluation mode needs running_mean and running_var");
+  if (res) {  // added before the activation, element by element: the same global shape and layout
+    SHARD_CHECK(res->value().device() == dev, op, "operands on different devices: residual on {} but the input on {}",
+                res->value().device(), dev);
+    SHARD_CHECK(res->value().mesh() == xs.mesh(), op, "residual and input live on different meshes: {}",
+                mesh_mismatch(res->value().mesh(), xs.mesh()));
+    SHARD_CHECK(res->value().spec() == xs, op,
+                "the residual (global shape {}, placements {}) must have the input's shape and layout (global shape {}, "
+                "placements {}); redistribute_like it first",
+                res->value().global_shape(), res->value().placements(), xs.global_shape(), xs.placements());
+  }
 
   // Statistics: which dims they reduce over, globally.
   auto reduced = [&](int d) {
@@ -137,7 +151,7 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   // must agree between the ranks.
   const std::uint64_t key = shard::detail::CallKey(op).add(kind).add(groups).add(cdim).add(eps).add(count).add(xs)
                                 .add(batch_eval).add(w.has_value()).add(b.has_value()).add(rs.momentum)
-                                .add(static_cast<int>(act)).value();
+                                .add(static_cast<int>(act)).add(res.has_value()).value();
 
   // A strided local view (e.g. the interior of a halo-padded user array) is read in place by the
   // norm kernels and saved as it is.
@@ -155,30 +169,37 @@ Var<T, R> normalize(const Var<T, R>& x, NormKind kind, index_t groups, int cdim,
   const Tensor<S, 1> rm = rs.mean ? (batch_eval ? rs.mean->local().contiguous() : rs.mean->local()) : Tensor<S, 1>();
   const Tensor<S, 1> rv = rs.var ? (batch_eval ? rs.var->local().contiguous() : rs.var->local()) : Tensor<S, 1>();
   auto y = Tensor<T, R>::empty(xl.shape(), dev);
-  const Block bw = as_block(wl), bb = as_block(bl), brm = as_block(rm), brv = as_block(rv);
-  norm_forward(geo, as_block(xl), w ? &bw : nullptr, b ? &bb : nullptr, rs.mean ? &brm : nullptr,
+  const auto rl = res ? res->local().contiguous() : Tensor<T, R>();
+  const Block bw = as_block(wl), bb = as_block(bl), brm = as_block(rm), brv = as_block(rv), br = as_block(rl);
+  norm_forward(geo, as_block(xl), w ? &bw : nullptr, b ? &bb : nullptr, res ? &br : nullptr, rs.mean ? &brm : nullptr,
                rs.var ? &brv : nullptr, rs.momentum, eps, batch_eval, count, comm, key, op, *stats, as_block(y),
                current_context(dev));
 
   const bool stats_grad = !batch_eval;
   const bool reduce_params = kind == NormKind::batch && training;  // dW, db ride on the stats allreduce
   return Var<T, R>::make(
-      DistTensor<T, R>(xs, y), op, {x.ref(), w ? w->ref() : autograd::VarRef{}, b ? b->ref() : autograd::VarRef{}},
-      [x, w, b, xs, xl, wl, bl, geo, stats, comm, key, op, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
+      DistTensor<T, R>(xs, y), op,
+      {x.ref(), w ? w->ref() : autograd::VarRef{}, b ? b->ref() : autograd::VarRef{},
+       res ? res->ref() : autograd::VarRef{}},
+      [x, w, b, res, xs, xl, wl, bl, rl, geo, stats, comm, key, op, count, stats_grad, reduce_params](const DistTensor<T, R>& gin) {
         const auto g = autograd::gradient_as(xs, gin, autograd::PartialGrad::resolve).local().contiguous();
         const index_t C = geo.C;
         const Device dev = xl.device();
         const bool need_x = x.requires_grad(), need_w = w && w->requires_grad(), need_b = b && b->requires_grad();
-        Tensor<T, R> dx;
+        const bool need_r = res && res->requires_grad();
+        Tensor<T, R> dx, dr;
         if (need_x) dx = Tensor<T, R>::empty(xl.shape(), dev);
+        if (need_r) dr = Tensor<T, R>::empty(xl.shape(), dev);
         Tensor<T, 1> dw, db;
         if (need_w) dw = Tensor<T, 1>::empty({C}, dev);
         if (need_b) db = Tensor<T, 1>::empty({C}, dev);
-        const Block bw = as_block(wl), bb = as_block(bl), bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
-        norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, b ? &bb : nullptr, *stats, count, stats_grad,
-                      reduce_params, comm, key, op, need_x ? &bdx : nullptr, need_w ? &bdw : nullptr, need_b ? &bdb : nullptr,
-                      current_context(dev));
+        const Block bw = as_block(wl), bb = as_block(bl), br = as_block(rl), bdx = as_block(dx), bdw = as_block(dw),
+                    bdb = as_block(db), bdr = as_block(dr);
+        norm_backward(geo, as_block(xl), as_block(g), w ? &bw : nullptr, b ? &bb : nullptr, res ? &br : nullptr, *stats,
+                      count, stats_grad, reduce_params, comm, key, op, need_x ? &bdx : nullptr, need_w ? &bdw : nullptr,
+                      need_b ? &bdb : nullptr, need_r ? &bdr : nullptr, current_context(dev));
         if (need_x) x.accumulate_grad(DistTensor<T, R>(xs, dx));
+        if (need_r) res->accumulate_grad(DistTensor<T, R>(xs, dr));
         auto push = [&](const std::optional<Var<T, 1>>& p, const Tensor<T, 1>& t) {
           const DistSpec& ps = p->value().spec();
           p->accumulate_grad(DistTensor<T, 1>(reduce_params ? ps : param_grad_spec(ps, xs), t));
@@ -198,10 +219,11 @@ template <class T, int R, class S = master_t<T>>
 Var<T, R> batch_norm(const Var<T, R>& x, std::type_identity_t<DistTensor<S, 1>>* running_mean,
                      std::type_identity_t<DistTensor<S, 1>>* running_var,
                      const std::type_identity_t<std::optional<Var<T, 1>>>& weight, const std::type_identity_t<std::optional<Var<T, 1>>>& bias, bool training,
-                     double momentum = 0.1, double eps = 1e-5, NormAct act = NormAct::none) {
+                     double momentum = 0.1, double eps = 1e-5, NormAct act = NormAct::none,
+                     const std::type_identity_t<std::optional<Var<T, R>>>& residual = std::nullopt) {
   static_assert(R >= 2, "batch_norm needs N, C, ... inputs");
   return detail::normalize(x, detail::NormKind::batch, 1, 1, weight, bias, eps, "batch_norm",
-                           detail::RunningStats<S>{running_mean, running_var, momentum}, training, act);
+                           detail::RunningStats<S>{running_mean, running_var, momentum}, training, act, residual);
 }
 
 /// Group normalisation: C channels in `groups` groups; statistics per (sample, group) over the
@@ -209,10 +231,11 @@ Var<T, R> batch_norm(const Var<T, R>& x, std::type_identity_t<DistTensor<S, 1>>*
 template <class T, int R>
 Var<T, R> group_norm(const Var<T, R>& x, index_t groups, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
                      const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5,
-                     NormAct act = NormAct::none) {
+                     NormAct act = NormAct::none,
+                     const std::type_identity_t<std::optional<Var<T, R>>>& residual = std::nullopt) {
   static_assert(R >= 2, "group_norm needs N, C, ... inputs");
   return detail::normalize(x, detail::NormKind::group, groups, 1, weight, bias, eps, "group_norm",
-                           detail::RunningStats<T>{}, true, act);
+                           detail::RunningStats<T>{}, true, act, residual);
 }
 
 /// Instance normalisation: statistics per (sample, channel) over all spatial dims (global); no
@@ -220,10 +243,11 @@ Var<T, R> group_norm(const Var<T, R>& x, index_t groups, const std::type_identit
 template <class T, int R>
 Var<T, R> instance_norm(const Var<T, R>& x, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
                         const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5,
-                        NormAct act = NormAct::none) {
+                        NormAct act = NormAct::none,
+                        const std::type_identity_t<std::optional<Var<T, R>>>& residual = std::nullopt) {
   static_assert(R >= 2, "instance_norm needs N, C, ... inputs");
   return detail::normalize(x, detail::NormKind::group, x.value().global_shape()[1], 1, weight, bias, eps,
-                           "instance_norm", detail::RunningStats<T>{}, true, act);
+                           "instance_norm", detail::RunningStats<T>{}, true, act, residual);
 }
 
 /// Layer normalisation over one unsharded dim (default 1: the channels of N, C, spatial...;
@@ -231,10 +255,11 @@ Var<T, R> instance_norm(const Var<T, R>& x, const std::type_identity_t<std::opti
 template <class T, int R>
 Var<T, R> layer_norm(const Var<T, R>& x, const std::type_identity_t<std::optional<Var<T, 1>>>& weight = std::nullopt,
                      const std::type_identity_t<std::optional<Var<T, 1>>>& bias = std::nullopt, double eps = 1e-5, int dim = 1,
-                     NormAct act = NormAct::none) {
+                     NormAct act = NormAct::none,
+                     const std::type_identity_t<std::optional<Var<T, R>>>& residual = std::nullopt) {
   SHARD_CHECK(dim >= -R && dim < R, "layer_norm", "dim {} out of range for a rank-{} input", dim, R);
   return detail::normalize(x, detail::NormKind::layer, 1, dim < 0 ? dim + R : dim, weight, bias, eps, "layer_norm",
-                           detail::RunningStats<T>{}, true, act);
+                           detail::RunningStats<T>{}, true, act, residual);
 }
 
 }  // namespace shard::nn::functional
