@@ -14,11 +14,16 @@
 // backward reads x and gy and writes dx (3 x bytes(x)); the two statistics passes over x are extra
 // traffic on top, so 2-pass forward at full bandwidth shows as ~2/4 of the HBM peak.
 // The gn_silu_* cases are group_norm with the SiLU fused (F::group_norm(..., NormAct::silu), what
-// the U-Net's ResidualBlock runs); the torch twin times silu(group_norm(x)) as two ops.
+// the U-Net's ResidualBlock runs after its first conv); the torch twin times silu(group_norm(x)) as
+// two ops. The gn_res_silu_* cases add a residual before the SiLU (the block's second norm:
+// F::group_norm(..., NormAct::silu, r), with the residual's gradient); torch: silu(group_norm(x) +
+// r), three ops. Their GB/s count x and r read, y written (3 x bytes(x)) forward and x, gy, r read,
+// dx and dr written (5 x) backward.
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -37,7 +42,7 @@ using shard::bench::median;
 using shard::bench::now_ms;
 
 void run_case(const std::string& name, index_t N, index_t C, index_t H, index_t W, index_t G, exec::NormAct act,
-              int reps, ExecContext& ctx) {
+              bool residual, int reps, ExecContext& ctx) {
   const Device dev = ctx.device();
   const DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
   const auto x = DistTensor<float, 4>::random({N, C, H, W}, mesh, {Replicate()}, 1).to(dev).local();
@@ -46,6 +51,9 @@ void run_case(const std::string& name, index_t N, index_t C, index_t H, index_t 
   const auto b = DistTensor<float, 1>::random({C}, mesh, {Replicate()}, 4).to(dev).local();
   auto y = Tensor<float, 4>::empty(x.shape(), dev), dx = Tensor<float, 4>::empty(x.shape(), dev);
   auto dw = Tensor<float, 1>::empty({C}, dev), db = Tensor<float, 1>::empty({C}, dev);
+  const auto r = DistTensor<float, 4>::random({N, C, H, W}, mesh, {Replicate()}, 5).to(dev).local();
+  auto dr = Tensor<float, 4>::empty(x.shape(), dev);
+  const Block br = as_block(r), bdr = as_block(dr);
   exec::NormGeom geo{exec::NormKind::group, N, C, H * W, G};
   geo.act = act;
   const Block bx = as_block(x), bgy = as_block(gy), bw = as_block(w), bb = as_block(b), by = as_block(y),
@@ -56,20 +64,21 @@ void run_case(const std::string& name, index_t N, index_t C, index_t H, index_t 
     F::detail::NormStats st;
     ctx.synchronize();
     const double t0 = now_ms();
-    F::detail::norm_forward(geo, bx, &bw, &bb, nullptr, nullptr, nullptr, 0.1, 1e-5, false, count, nullptr, 0, "group_norm", st,
+    F::detail::norm_forward(geo, bx, &bw, &bb, residual ? &br : nullptr, nullptr, nullptr, 0.1, 1e-5, false, count, nullptr, 0, "group_norm", st,
                             by, ctx);
     ctx.synchronize();
     const double t1 = now_ms();
-    F::detail::norm_backward(geo, bx, bgy, &bw, &bb, nullptr, st, count, true, false, nullptr, 0, "group_norm", &bdx,
-                             &bdw, &bdb, nullptr, ctx);
+    F::detail::norm_backward(geo, bx, bgy, &bw, &bb, residual ? &br : nullptr, st, count, true, false, nullptr, 0,
+                             "group_norm", &bdx, &bdw, &bdb, residual ? &bdr : nullptr, ctx);
     ctx.synchronize();
     const double t2 = now_ms();
     if (r >= 3) fwd.push_back(t1 - t0), bwd.push_back(t2 - t1);
   }
   const double bytes = static_cast<double>(x.numel()) * sizeof(float);
   const double f = median(fwd), g = median(bwd);
-  fmt::print("RESULT {} fwd_ms {:.4f} bwd_ms {:.4f} fwd_gbs {:.1f} bwd_gbs {:.1f}\n", name, f, g, 2 * bytes / f / 1e6,
-             3 * bytes / g / 1e6);
+  const double fb = residual ? 3 : 2, bb2 = residual ? 5 : 3;
+  fmt::print("RESULT {} fwd_ms {:.4f} bwd_ms {:.4f} fwd_gbs {:.1f} bwd_gbs {:.1f}\n", name, f, g, fb * bytes / f / 1e6,
+             bb2 * bytes / g / 1e6);
 }
 
 }  // namespace
@@ -97,11 +106,13 @@ int main(int argc, char** argv) {
   fmt::print("bench_norm_gpu: group_norm fp32, affine, on {}, {} timed reps after 3 warm-up reps{}\n", ctx.device(),
              reps, shrink > 1 ? fmt::format(", extents / {}", shrink) : "");
   // The U-Net of bench/run_gpu_unet.sh: batch 4, width 32 at 1024^2, 64 at 512^2; 8 groups.
-  for (const auto& [prefix, act] : {std::pair{"gn", exec::NormAct::none}, std::pair{"gn_silu", exec::NormAct::silu}}) {
+  for (const auto& [prefix, act, res] : {std::tuple{"gn", exec::NormAct::none, false},
+                                         std::tuple{"gn_silu", exec::NormAct::silu, false},
+                                         std::tuple{"gn_res_silu", exec::NormAct::silu, true}}) {
     const std::string p = prefix;
-    run_case(p + "_4x32x1024^2_G8", 4, 32, 1024 / shrink, 1024 / shrink, 8, act, reps, ctx);
-    run_case(p + "_4x64x512^2_G8", 4, 64, 512 / shrink, 512 / shrink, 8, act, reps, ctx);
-    run_case(p + "_4x128x256^2_G8", 4, 128, 256 / shrink, 256 / shrink, 8, act, reps, ctx);
+    run_case(p + "_4x32x1024^2_G8", 4, 32, 1024 / shrink, 1024 / shrink, 8, act, res, reps, ctx);
+    run_case(p + "_4x64x512^2_G8", 4, 64, 512 / shrink, 512 / shrink, 8, act, res, reps, ctx);
+    run_case(p + "_4x128x256^2_G8", 4, 128, 256 / shrink, 256 / shrink, 8, act, res, reps, ctx);
   }
   return 0;
 }

@@ -3,7 +3,8 @@
 #   bench/run_gpu_norm.sh [BUILD_DIR=build] [REPS=20] [PYTHON=python3]
 # Runs build/bench/bench_norm_gpu and bench/torch_norm_gpu.py, alternating (ours, torch, ours,
 # torch), and prints per case the best median of each side, the achieved GB/s (bytes the op must
-# move: 2 x bytes(x) forward, 3 x backward) and the ratio torch_time / our_time (>= 1: ours is
+# move: 2 x bytes(x) forward, 3 x backward; with a residual, gn_res_silu_*: 3 x and 5 x) and the
+# ratio torch_time / our_time (>= 1: ours is
 # faster). Without a GPU both sides print SKIP and this script exits 0.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

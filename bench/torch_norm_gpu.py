@@ -2,8 +2,9 @@
 """PyTorch twin of bench/bench_norm_gpu.cpp: torch.nn.functional.group_norm (affine, fp32) forward
 and backward on the same shapes, medians over --reps after 3 warm-up reps, each rep timed between
 torch.cuda.synchronize() calls. Prints the same RESULT lines (GB/s: 2 x bytes(x) forward, 3 x
-backward). The gn_silu_* cases time silu(group_norm(x)), two ops (ours fuses them). Without a GPU it
-prints SKIP and exits 0."""
+backward). The gn_silu_* cases time silu(group_norm(x)), two ops (ours fuses them); gn_res_silu_*
+silu(group_norm(x) + r) with r's gradient, three ops (GB/s: 3 x forward, 5 x backward). Without a
+GPU it prints SKIP and exits 0."""
 import argparse
 import statistics
 import time
@@ -16,7 +17,8 @@ except ImportError:  # no torch on this machine
 
 SHAPES = [("4x32x1024^2_G8", 4, 32, 1024, 1024, 8), ("4x64x512^2_G8", 4, 64, 512, 512, 8),
           ("4x128x256^2_G8", 4, 128, 256, 256, 8)]
-CASES = [(p + "_" + n, silu, *rest) for p, silu in (("gn", False), ("gn_silu", True)) for n, *rest in SHAPES]
+CASES = [(p + "_" + n, silu, res, *rest) for p, silu, res in (("gn", False, False), ("gn_silu", True, False),
+                                                                 ("gn_res_silu", True, True)) for n, *rest in SHAPES]
 
 
 def main():
@@ -29,17 +31,20 @@ def main():
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda:0")
     print(f"torch_norm_gpu: torch {torch.__version__}, group_norm fp32, affine, {a.reps} timed reps after 3 warm-up")
-    for name, silu, n, c, h, w, g in CASES:
+    for name, silu, res, n, c, h, w, g in CASES:
         x = torch.randn(n, c, h, w, device=dev, requires_grad=True)
         gy = torch.randn(n, c, h, w, device=dev)
         wt = torch.randn(c, device=dev, requires_grad=True)
         bs = torch.randn(c, device=dev, requires_grad=True)
+        rr = torch.randn(n, c, h, w, device=dev, requires_grad=True)
         fwd, bwd = [], []
         for r in range(a.reps + 3):
-            x.grad = wt.grad = bs.grad = None
+            x.grad = wt.grad = bs.grad = rr.grad = None
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             y = torch.nn.functional.group_norm(x, g, wt, bs, 1e-5)
+            if res:
+                y = y + rr
             if silu:
                 y = torch.nn.functional.silu(y)
             torch.cuda.synchronize()
@@ -52,8 +57,9 @@ def main():
                 bwd.append((t2 - t1) * 1e3)
         f, b = statistics.median(fwd), statistics.median(bwd)
         nbytes = x.numel() * 4
-        print(f"RESULT {name} fwd_ms {f:.4f} bwd_ms {b:.4f} fwd_gbs {2 * nbytes / f / 1e6:.1f} "
-              f"bwd_gbs {3 * nbytes / b / 1e6:.1f}")
+        fm, bm = (3, 5) if res else (2, 3)
+        print(f"RESULT {name} fwd_ms {f:.4f} bwd_ms {b:.4f} fwd_gbs {fm * nbytes / f / 1e6:.1f} "
+              f"bwd_gbs {bm * nbytes / b / 1e6:.1f}")
 
 
 if __name__ == "__main__":
