@@ -331,6 +331,87 @@ __global__ void chunk_total_kernel(idx K, idx chunks, int width, const double* _
   }
 }
 
+// ---- One-pass backward sums (batch and group kinds, rows of at least kRowMin elements): a row
+// (a, c) of S contiguous elements has one statistic, so the partials p1 = sum gz and p2 = sum gz
+// xhat of its chunks give every output (src/exec/norm_cpu.cpp's backward_sums_impl, same
+// structure): dw[c] = sum_a p2, db[c] = sum_a p1, sg[k] = sum w[c] p1 and sgx[k] = sum w[c] p2
+// over the rows of statistic k. x and gy are read once (the channel and statistic passes above
+// read them twice), and a fused activation's derivative is evaluated once per element.
+
+/// Partials (p1, p2) per (row, chunk) into part[2 * (row * chunks + chunk)].
+template <class T>
+__global__ void backward_row_chunk_kernel(Geom g, idx chunks, const T* __restrict__ x, const T* __restrict__ gy,
+                                          const double* __restrict__ mean, const double* __restrict__ invstd,
+                                          const T* __restrict__ w, const T* __restrict__ b,
+                                          double* __restrict__ part) {
+  const idx rows = g.A * g.C, per = (g.S + chunks - 1) / chunks;
+  for (idx r = blockIdx.y; r < rows; r += gridDim.y) {
+    const idx a = r / g.C, c = r - a * g.C;
+    const idx k = g.kind == 0 ? c : a * g.G + c / (g.C / g.G);
+    const double m = mean[k], is = invstd[k];
+    const idx s0 = blockIdx.x * per, s1 = s0 + per < g.S ? s0 + per : g.S;
+    double p1 = 0, p2 = 0;
+    for (idx s = s0 + threadIdx.x; s < s1; s += blockDim.x) {
+      const idx off = r * g.S + s;
+      const double xhat = (wide(x[off]) - m) * is;
+      const double gz = grad_z(g, wide(gy[off]), xhat, w, b, c, off);
+      p1 += gz;
+      p2 += gz * xhat;
+    }
+    block_reduce2(p1, p2);
+    if (threadIdx.x == 0) {
+      part[2 * (r * chunks + blockIdx.x)] = p1;
+      part[2 * (r * chunks + blockIdx.x) + 1] = p2;
+    }
+    __syncthreads();
+  }
+}
+/// One thread per output, fixed order: threads [0, C) the channel sums dw, db; [C, C + K) the
+/// statistic sums sg, sgx (each output may be null).
+template <class T>
+__global__ void backward_row_combine_kernel(Geom g, idx chunks, const double* __restrict__ part,
+                                            const T* __restrict__ w, double* sg, double* sgx, double* dw,
+                                            double* db) {
+  const idx K = stat_count(g);
+  auto row_total = [&](idx r, int j) {
+    double t = 0;
+    for (idx ch = 0; ch < chunks; ++ch) t += part[2 * (r * chunks + ch) + j];
+    return t;
+  };
+  SHARD_GRID_STRIDE(t, g.C + K) {
+    if (t < g.C) {
+      if (!dw && !db) continue;
+      double aw = 0, ab = 0;
+      for (idx a = 0; a < g.A; ++a) {
+        aw += row_total(a * g.C + t, 1);
+        ab += row_total(a * g.C + t, 0);
+      }
+      if (dw) dw[t] = aw;
+      if (db) db[t] = ab;
+      continue;
+    }
+    if (!sg || !sgx) continue;
+    const idx k = t - g.C;
+    double a1 = 0, a2 = 0;
+    if (g.kind == 0) {
+      const double wc = w ? wide(w[k]) : 1.0;
+      for (idx a = 0; a < g.A; ++a) {
+        a1 += wc * row_total(a * g.C + k, 0);
+        a2 += wc * row_total(a * g.C + k, 1);
+      }
+    } else {
+      const idx cg = g.C / g.G, a = k / g.G, grp = k - a * g.G;
+      for (idx c = grp * cg; c < (grp + 1) * cg; ++c) {
+        const double wc = w ? wide(w[c]) : 1.0;
+        a1 += wc * row_total(a * g.C + c, 0);
+        a2 += wc * row_total(a * g.C + c, 1);
+      }
+    }
+    sg[k] = a1;
+    sgx[k] = a2;
+  }
+}
+
 // ---- Row kernels for apply and dx: one (sample, channel) row of S contiguous elements per
 // blockIdx.y, the statistic and the affine parameters read once per row: no index division per
 // element (the flat kernels above divide three times per element).
@@ -404,6 +485,18 @@ dim3 row_grid(const Geom& g) {
   idx gx = (g.S + kBlock - 1) / kBlock;
   if (gx > 64) gx = 64;
   return dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+}
+/// Whether backward_sums takes the one-pass row kernels (batch / group kinds, long rows).
+bool row_sums(const Geom& g) { return g.kind != 2 && g.S >= kRowMin && g.A * g.C > 0; }
+/// Chunks per row for the one-pass backward sums: enough blocks to fill the GPU, each thread with
+/// at least 4 elements of its chunk.
+idx row_chunks(const Geom& g) {
+  const idx rows = g.A * g.C;
+  if (rows <= 0 || g.S <= 0) return 1;
+  idx c = (kTargetBlocks + rows - 1) / rows;
+  const idx most = (g.S + 4 * kBlock - 1) / (4 * kBlock);
+  if (c > most) c = most;
+  return c < 1 ? 1 : c;
 }
 dim3 chunk_grid(idx chunks, idx items) {
   return dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(items < 65535 ? items : 65535));
@@ -495,6 +588,16 @@ int backward_sums_t(Geom g, const void* x, const void* gy, const double* mean, c
   const auto* gt = static_cast<const T*>(gy);
   const auto* wt = static_cast<const T*>(w);
   const auto* bt = static_cast<const T*>(b);
+  const idx K = stat_count(g);
+  if (row_sums(g) && ws) {  // one pass over x and gy
+    const idx chunks = row_chunks(g);
+    backward_row_chunk_kernel<T><<<chunk_grid(chunks, g.A * g.C), kBlock, 0, s>>>(g, chunks, xt, gt, mean, invstd, wt,
+                                                                                bt, ws);
+    if (const int e = done()) return e;
+    backward_row_combine_kernel<T><<<blocks_for(g.C + K), kBlock, 0, s>>>(g, chunks, ws, wt, sg && sgx ? sg : nullptr,
+                                                                          sg && sgx ? sgx : nullptr, dw, db);
+    return done();
+  }
   if ((dw || db) && g.C > 0) {
     const idx chunks = chunks_for(g, g.C, g.A * g.S);
     if (chunks > 1 && ws) {
@@ -507,7 +610,6 @@ int backward_sums_t(Geom g, const void* x, const void* gy, const double* mean, c
     }
     if (const int e = done()) return e;
   }
-  const idx K = stat_count(g);
   if (sg && sgx && K > 0) {
     const idx chunks = chunks_for(g, K, stat_len(g));
     if (chunks > 1 && ws) {
@@ -544,7 +646,9 @@ int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, con
 idx workspace(Geom g) {
   const idx K = stat_count(g);
   const idx a = 2 * K * chunks_for(g, K, stat_len(g)), b = 2 * g.C * chunks_for(g, g.C, g.A * g.S);
-  return a > b ? a : b;
+  const idx r = row_sums(g) ? 2 * g.A * g.C * row_chunks(g) : 0;
+  const idx m = a > b ? a : b;
+  return m > r ? m : r;
 }
 int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream) {
   return by_storage(dtype, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, ws, stream); });

@@ -234,6 +234,10 @@ TEST_CASE("gpusim norm: long rows and few statistics (chunked sums, row kernels)
     // (the layer kind has no chunked path; its 4000 statistics would only slow the simulator)
     if (kind != exec::NormKind::layer) norm_case<double>(kind, G, 40, 4, 100);
   }
+  // The one-pass backward sums (batch and group kinds, rows >= 128): one chunk per row (S = 256),
+  // odd row counts, and several chunks per row (S = 2048 above).
+  norm_case<double>(exec::NormKind::batch, 1, 3, 5, 256);
+  norm_case<float>(exec::NormKind::group, 5, 3, 5, 130);
 }
 
 TEST_CASE("gpusim norm: a fused activation in apply, the backward sums and dx (flat and row kernels)", "[gpusim][norm]") {
