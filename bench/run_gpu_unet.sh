@@ -10,6 +10,8 @@
 #   (memory ratio ours/torch ..); whole run: ours .. torch ..
 #   BUILD_DIR=build GRID=1024 WIDTH=32 DEPTH=3 BATCH=4 WARMUP=3 STEPS=20 bash bench/run_gpu_unet.sh
 # Extra arguments go to unet_surrogate (e.g. --precision bf16). PYTHON (python3) runs the torch side.
+# FUSION_AB=1 (default) also runs ours with SHARDTENSOR_FUSED_NORM_ACT=0 (each norm, skip add and
+# activation as separate ops) and prints "fusion A/B: ..." with both steady-state times and peaks.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -27,6 +29,21 @@ ours=$($MPIRUN "$EX" --device cuda --grid "$GRID" --width "$WIDTH" --depth "$DEP
        --samples "$BATCH" --steps "$((STEPS + WARMUP))" --warmup "$WARMUP" --log-every "$((STEPS + WARMUP))" "$@" |
        tee /dev/stderr)
 steady=$(echo "$ours" | grep '^steady state:' | tail -1)
+if [ "${FUSION_AB:-1}" = 1 ]; then
+  sep=$(SHARDTENSOR_FUSED_NORM_ACT=0 $MPIRUN "$EX" --device cuda --grid "$GRID" --width "$WIDTH" --depth "$DEPTH" \
+        --batch "$BATCH" --samples "$BATCH" --steps "$((STEPS + WARMUP))" --warmup "$WARMUP" \
+        --log-every "$((STEPS + WARMUP))" "$@" | grep '^steady state:' | tail -1 || true)
+  python3 - "$steady" "$sep" <<'PY'
+import re, sys
+def get(s):
+    t = re.search(r"([0-9.]+) s/step", s)
+    m = re.search(r"steady state ([0-9.]+) MiB\)", s)
+    return (float(t.group(1)) if t else float("nan")), (float(m.group(1)) if m else float("nan"))
+(ft, fm), (st, sm) = get(sys.argv[1]), get(sys.argv[2])
+print(f"fusion A/B (norm + activation + skip add): fused {ft*1e3:.2f} ms, GPU peak {fm:.1f} MiB; separate ops "
+      f"{st*1e3:.2f} ms, GPU peak {sm:.1f} MiB; time fused/separate {ft/st:.3f}, peak fused/separate {fm/sm:.3f}")
+PY
+fi
 torch_line=$("$PY" "$ROOT/bench/torch_unet_gpu.py" --grid "$GRID" --width "$WIDTH" --depth "$DEPTH" \
              --batch "$BATCH" --warmup "$WARMUP" --steps "$STEPS" | grep '^torch_unet ')
 echo "$torch_line"
