@@ -231,9 +231,9 @@ std::shared_ptr<UnaryModule<T, R>> make_norm(NormType n, const DeviceMesh& mesh,
   SHARD_FAIL("make_norm", "unknown norm type {}", static_cast<int>(n));
 }
 
-/// Whether models fuse a norm and the activation after it (nn::norm_then_activate), from
-/// SHARDTENSOR_FUSED_NORM_ACT (read once): "1" everywhere, "0" nowhere (two ops: the A/B switch),
-/// unset or anything else: on CUDA tensors only. On a GPU the norm kernels are memory-bound and
+/// Whether models fuse a norm and the activation after it (nn::norm_then_activate; with the skip
+/// add, nn::norm_add_activate), from SHARDTENSOR_FUSED_NORM_ACT (read once): "1" everywhere, "0"
+/// nowhere (separate ops: the A/B switch), unset or anything else: on CUDA tensors only. On a GPU the norm kernels are memory-bound and
 /// the fused activation saves a tensor of memory and a pass each way; on the CPU the activation
 /// is compute-bound and the fused backward evaluates its derivative twice (the sums pass and the
 /// dx pass), which measured slower than the two ops (docs/performance.md), so the CPU default
