@@ -357,6 +357,65 @@ TEMPLATE_TEST_CASE("fake device: every norm keeps its statistics on the device a
   });
 }
 
+TEMPLATE_TEST_CASE("fake device: norms fused with their activation (and a residual) equal the separate ops on the "
+                   "host bit for bit",
+                   "[nn][norm][fused][device][mpi]", float, double) {
+  // On CUDA tensors models fuse each norm with the activation after it (nn::fused_norm_act_on):
+  // Sequential's norm + activation-module pairs (GELU's tanh form included) and ResidualBlock's
+  // two norms (the second with the skip add). On the fake cuda:0 (the CPU tables) the fused ops
+  // must equal the host's separate ops exactly, values and every gradient, at 1-4 ranks; the
+  // fused tape has one node where the host has two.
+  using T = TestType;
+  for_each_comm_size([&](CommPtr c) {
+    const int P = c->size();
+    const DirectDeviceTransport direct(c);
+    const DeviceMesh mesh(c, {P});
+    std::string last;  // the tape node that made the output
+    auto run = [&](Device dev) {
+      nn::Sequential<T, 4> seq;
+      seq.add(std::make_shared<nn::GroupNorm<T, 4>>(mesh, 2, 4));
+      seq.add(std::make_shared<nn::SiLU<T, 4>>());
+      seq.add(std::make_shared<nn::LayerNorm<T, 4>>(mesh, 4));
+      seq.add(std::make_shared<nn::GELU<T, 4>>(F::GeluApprox::tanh));
+      seq.add(std::make_shared<nn::InstanceNorm<T, 4>>(mesh, 4, 1e-5, true));
+      seq.add(std::make_shared<nn::Identity<T, 4>>());
+      nn::ResidualBlock<T, 2> block(mesh, 4, 4);
+      seq.to(dev);
+      block.to(dev);
+      const Shape<4> gs{2, 4, 2 * P + 3, 5};
+      Var<T, 4> x(DistTensor<T, 4>::random(gs, mesh, {Shard(2)}, 21).to(dev), true);
+      Var<T, 4> y = block.forward(seq.forward(x));
+      last = y.node()->name;
+      const auto gy = DistTensor<T, 4>::random(gs, mesh, y.value().placements(), 22, {}, y.value().spec().sizes());
+      F::sum(F::mul(y, Var<T, 4>(gy.to(dev), false))).backward();
+      std::vector<std::vector<T>> out{host_values(y.value().local()), host_values(x.grad().local())};
+      for (auto* m : {static_cast<nn::Module<T>*>(&seq), static_cast<nn::Module<T>*>(&block)})
+        for (auto& p : m->parameters()) {
+          const auto g = p->grad_flat();
+          REQUIRE(g.numel() > 0);  // every parameter gets a gradient
+          out.push_back(host_values(g));
+        }
+      return out;
+    };
+    const auto h = run(Device::cpu());
+    const std::string host_last = last;
+    std::vector<std::vector<T>> dv;
+    {
+      FakeDevice fake;
+      dv = run(Device::cuda(0));
+    }
+    // The block's last op: the activation on the host (unless SHARDTENSOR_FUSED_NORM_ACT=1), the
+    // fused norm on the device (unless =0).
+    CHECK(host_last == (nn::fused_norm_act_on(Device::cpu()) ? "group_norm" : "silu"));
+    CHECK(last == (nn::fused_norm_act_on(Device::cuda(0)) ? "group_norm" : "silu"));
+    REQUIRE(dv.size() == h.size());
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      INFO("ranks " << P << ", result " << i << " (y, dx, then the parameters' gradients)");
+      CHECK(dv[i] == h[i]);
+    }
+  });
+}
+
 TEST_CASE("fake device: a norm whose ranks disagree gives NaN on every rank without a host read",
           "[nn][norm][device][mpi][consistency]") {
   // On a device the norms' statistics allreduce carries the cheap check's two values in device

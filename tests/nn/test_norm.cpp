@@ -270,6 +270,28 @@ TEST_CASE("fused norm activations: finite differences (fp64, one rank) and the m
   CHECK(chosen3.node()->name == (nn::fused_norm_act_on(Device::cpu()) ? "group_norm" : "silu"));
 }
 
+namespace {
+/// A user's activation module (its forward could be anything): never fused.
+struct MyAct : nn::ActivationModule<double, 4> {
+  MyAct() : nn::ActivationModule<double, 4>(nn::Activation::silu) {}
+  autograd::Var<double, 4> forward(const autograd::Var<double, 4>& x) override { return F::tanh(x); }
+};
+}  // namespace
+
+TEST_CASE("which activation modules a norm may fuse (Sequential)", "[nn][norm][fused]") {
+  using nn::fusable_activation;
+  CHECK(fusable_activation<double, 4>(nn::SiLU<double, 4>()) == F::NormAct::silu);
+  CHECK(fusable_activation<double, 4>(nn::ReLU<double, 4>()) == F::NormAct::relu);
+  CHECK(fusable_activation<double, 4>(nn::Tanh<double, 4>()) == F::NormAct::tanh);
+  CHECK(fusable_activation<double, 4>(nn::Sigmoid<double, 4>()) == F::NormAct::sigmoid);
+  CHECK(fusable_activation<double, 4>(nn::GELU<double, 4>()) == F::NormAct::gelu);
+  CHECK(fusable_activation<double, 4>(nn::GELU<double, 4>(F::GeluApprox::tanh)) == F::NormAct::gelu_tanh);
+  CHECK(fusable_activation<double, 4>(nn::ActivationModule<double, 4>(nn::Activation::gelu)) == F::NormAct::gelu);
+  CHECK(fusable_activation<double, 4>(nn::Identity<double, 4>()) == F::NormAct::none);
+  CHECK(fusable_activation<double, 4>(MyAct()) == F::NormAct::none);
+  CHECK(fusable_activation<double, 4>(nn::GroupNorm<double, 4>(mesh1(), 2, 4)) == F::NormAct::none);
+}
+
 TEST_CASE("norms refuse bad input", "[nn][norm][errors]") {
   using V = autograd::Var<double, 4>;
   V x(DistTensor<double, 4>::random({2, 4, 3, 3}, mesh1(), {Replicate()}, 1), true);

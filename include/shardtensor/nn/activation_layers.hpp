@@ -70,6 +70,8 @@ class GELU final : public ActivationModule<T, R> {
  public:
   explicit GELU(F::GeluApprox approx = F::GeluApprox::none) : ActivationModule<T, R>(Activation::gelu), approx_(approx) {}
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override { return F::gelu(x, approx_); }
+  /// Exact or the tanh approximation.
+  F::GeluApprox approx() const { return approx_; }
 
  private:
   F::GeluApprox approx_;

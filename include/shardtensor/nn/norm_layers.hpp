@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <typeinfo>
 
 #include "shardtensor/nn/activation_layers.hpp"
 #include "shardtensor/nn/functional/norm.hpp"
@@ -57,8 +58,13 @@ class AffineNorm : public UnaryModule<T, R> {
   /// norm's passes (F's `act` and `residual` arguments), equal to activate(a, forward(x) [+
   /// residual]) (on the CPU bit for bit); saves one activation tensor of memory and passes each
   /// way. The residual must have x's shape and layout.
-  virtual autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
-                                          const std::optional<autograd::Var<T, R>>& residual = std::nullopt) = 0;
+  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
+                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) {
+    return forward_fused(x, detail::norm_act(a), residual);
+  }
+  /// forward_act with the kernel-level activation code (F::NormAct: also gelu_tanh).
+  virtual autograd::Var<T, R> forward_fused(const autograd::Var<T, R>& x, F::NormAct act,
+                                            const std::optional<autograd::Var<T, R>>& residual) = 0;
   /// The affine weight / bias (empty when affine = false).
   using P = master_t<T>;  ///< the parameters' dtype (f32 masters for a bf16 / f16 module)
   const std::optional<autograd::Var<P, 1>>& weight() const { return w_; }
@@ -114,14 +120,14 @@ class BatchNorm : public AffineNorm<T, R> {
     }
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
-    return forward_act(x, Activation::identity);
+    return forward_fused(x, F::NormAct::none, std::nullopt);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
-                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
+  autograd::Var<T, R> forward_fused(const autograd::Var<T, R>& x, F::NormAct act,
+                                    const std::optional<autograd::Var<T, R>>& residual) override {
     this->check_input(x, 1, "BatchNorm");
     const bool use_batch = this->is_training() || !mean_;
     return F::batch_norm(x, mean_ ? &*mean_ : nullptr, mean_ ? &*var_ : nullptr, this->cw(), this->cb(), use_batch,
-                         momentum_, this->eps_, detail::norm_act(a), residual);
+                         momentum_, this->eps_, act, residual);
   }
   /// Running statistics (shared storage with the registered buffers; absent without tracking).
   const std::optional<DistTensor<P, 1>>& running_mean() const { return mean_; }
@@ -142,12 +148,12 @@ class GroupNorm : public AffineNorm<T, R> {
                 channels, groups);
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
-    return forward_act(x, Activation::identity);
+    return forward_fused(x, F::NormAct::none, std::nullopt);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
-                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
+  autograd::Var<T, R> forward_fused(const autograd::Var<T, R>& x, F::NormAct act,
+                                    const std::optional<autograd::Var<T, R>>& residual) override {
     this->check_input(x, 1, "GroupNorm");
-    return F::group_norm(x, groups_, this->cw(), this->cb(), this->eps_, detail::norm_act(a), residual);
+    return F::group_norm(x, groups_, this->cw(), this->cb(), this->eps_, act, residual);
   }
   index_t groups() const { return groups_; }
 
@@ -163,12 +169,12 @@ class InstanceNorm : public AffineNorm<T, R> {
   InstanceNorm(const DeviceMesh& mesh, index_t channels, double eps = 1e-5, bool affine = false)
       : AffineNorm<T, R>(mesh, channels, affine, eps, "InstanceNorm") {}
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
-    return forward_act(x, Activation::identity);
+    return forward_fused(x, F::NormAct::none, std::nullopt);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
-                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
+  autograd::Var<T, R> forward_fused(const autograd::Var<T, R>& x, F::NormAct act,
+                                    const std::optional<autograd::Var<T, R>>& residual) override {
     this->check_input(x, 1, "InstanceNorm");
-    return F::instance_norm(x, this->cw(), this->cb(), this->eps_, detail::norm_act(a), residual);
+    return F::instance_norm(x, this->cw(), this->cb(), this->eps_, act, residual);
   }
 };
 
@@ -182,12 +188,12 @@ class LayerNorm : public AffineNorm<T, R> {
     SHARD_CHECK(dim_ >= 0 && dim_ < R, "LayerNorm", "dim {} out of range for rank-{} inputs", dim, R);
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
-    return forward_act(x, Activation::identity);
+    return forward_fused(x, F::NormAct::none, std::nullopt);
   }
-  autograd::Var<T, R> forward_act(const autograd::Var<T, R>& x, Activation a,
-                                  const std::optional<autograd::Var<T, R>>& residual = std::nullopt) override {
+  autograd::Var<T, R> forward_fused(const autograd::Var<T, R>& x, F::NormAct act,
+                                    const std::optional<autograd::Var<T, R>>& residual) override {
     this->check_input(x, dim_, "LayerNorm");
-    return F::layer_norm(x, this->cw(), this->cb(), this->eps_, dim_, detail::norm_act(a), residual);
+    return F::layer_norm(x, this->cw(), this->cb(), this->eps_, dim_, act, residual);
   }
 
  private:
@@ -246,6 +252,21 @@ inline bool fused_norm_act_on(const Device& d) {
     return -1;
   }();
   return mode == 1 || (mode == -1 && d.is_cuda());
+}
+
+/// The norm-fused form of activation module m when m is one of the library's own activation
+/// modules (whose forward is exactly the activation: ActivationModule, ReLU, GELU, SiLU, Tanh,
+/// Sigmoid; not a subclass that might override forward), else none.
+template <class T, int R>
+F::NormAct fusable_activation(const UnaryModule<T, R>& m) {
+  const std::type_info& t = typeid(m);
+  if (t == typeid(ActivationModule<T, R>) || t == typeid(ReLU<T, R>) || t == typeid(SiLU<T, R>) ||
+      t == typeid(Tanh<T, R>) || t == typeid(Sigmoid<T, R>))
+    return detail::norm_act(static_cast<const ActivationModule<T, R>&>(m).kind());
+  if (t == typeid(GELU<T, R>))
+    return static_cast<const GELU<T, R>&>(m).approx() == F::GeluApprox::tanh ? F::NormAct::gelu_tanh
+                                                                              : F::NormAct::gelu;
+  return F::NormAct::none;
 }
 
 /// act(norm(x) + residual) (residual: x's shape and layout): one fused op when `norm` is one of

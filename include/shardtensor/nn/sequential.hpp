@@ -15,7 +15,10 @@
 
 namespace shard::nn {
 
-/// Applies its modules in order (an empty Sequential is the identity).
+/// Applies its modules in order (an empty Sequential is the identity). A norm (BatchNorm,
+/// GroupNorm, InstanceNorm, LayerNorm) directly followed by one of the library's activation modules
+/// runs as one fused op where the fusion is on (nn::fused_norm_act_on: CUDA tensors by default):
+/// the same values, one tensor less kept for the backward.
 template <class T, int R>
 class Sequential : public UnaryModule<T, R> {
  public:
@@ -38,7 +41,16 @@ class Sequential : public UnaryModule<T, R> {
   }
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override {
     autograd::Var<T, R> h = x;
-    for (auto& m : mods_) h = m->forward(h);
+    for (std::size_t i = 0; i < mods_.size(); ++i) {
+      if (i + 1 < mods_.size() && fused_norm_act_on(h.value().device()))
+        if (auto* n = dynamic_cast<AffineNorm<T, R>*>(mods_[i].get()))
+          if (const F::NormAct act = fusable_activation(*mods_[i + 1]); act != F::NormAct::none) {
+            h = n->forward_fused(h, act, std::nullopt);
+            ++i;
+            continue;
+          }
+      h = mods_[i]->forward(h);
+    }
     return h;
   }
   std::size_t size() const { return mods_.size(); }
