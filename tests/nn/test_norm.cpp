@@ -270,6 +270,29 @@ TEST_CASE("fused norm activations: finite differences (fp64, one rank) and the m
   CHECK(chosen3.node()->name == (nn::fused_norm_act_on(Device::cpu()) ? "group_norm" : "silu"));
 }
 
+TEST_CASE("a norm whose residual is its own input (y = act(norm(x) + x)) equals the separate ops",
+          "[nn][norm][fused]") {
+  // Both gradients reach x (through the norm and as the residual), accumulated on the leaf.
+  const auto w = rnd<double, 1>({4}, 3, true, RandomInit::uniform(0.5, 1.5));
+  const auto b = rnd<double, 1>({4}, 4);
+  auto run = [&](bool fused) {
+    auto x = rnd<double, 4>({2, 4, 5, 3}, 7, true, RandomInit::uniform(-1, 2));
+    w.zero_grad();
+    b.zero_grad();
+    auto y = fused ? F::group_norm(x, 2, w, b, 1e-5, F::NormAct::silu, x)
+                   : nn::activate(nn::Activation::silu, F::add(F::group_norm(x, 2, w, b), x));
+    F::sum(F::mul(y, y)).backward();
+    return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(), w.grad().local().contiguous(),
+                      b.grad().local().contiguous()};
+  };
+  const auto [yf, dxf, dwf, dbf] = run(true);
+  const auto [yu, dxu, dwu, dbu] = run(false);
+  for (index_t i = 0; i < yu.numel(); ++i) CHECK(yf.data()[i] == yu.data()[i]);
+  for (index_t i = 0; i < dxu.numel(); ++i) CHECK(std::abs(dxf.data()[i] - dxu.data()[i]) <= 1e-14);
+  for (index_t i = 0; i < dwu.numel(); ++i) CHECK(dwf.data()[i] == dwu.data()[i]);
+  for (index_t i = 0; i < dbu.numel(); ++i) CHECK(dbf.data()[i] == dbu.data()[i]);
+}
+
 namespace {
 /// A user's activation module (its forward could be anything): never fused.
 struct MyAct : nn::ActivationModule<double, 4> {
