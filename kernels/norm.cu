@@ -55,10 +55,9 @@ __device__ inline idx stat_of(const Geom& g, idx off, idx* c) {
   return a * g.S + s;
 }
 
-/// The type a fused activation is evaluated in (src/exec/norm_cpu.cpp's act_t): float for f32 /
-/// bf16 / f16 storage, double for f64; z is rounded to it first.
-template <class T>
-using act_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
+/// The type a fused activation is evaluated in (pw::act_t, shared with the CPU table); z is
+/// rounded to it first.
+using pw::act_t;
 
 /// The fused activation's side of the backward (src/exec/norm_cpu.cpp's ActGrad): gz = gy act'(u),
 /// u = z + res[off] in act_t<T> (z = xhat w[c] + b[c]; res: g.res, optional); gy itself without

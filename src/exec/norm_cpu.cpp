@@ -84,11 +84,10 @@ static_assert(static_cast<int>(NormAct::relu) == pw::u_relu && static_cast<int>(
                   static_cast<int>(NormAct::sigmoid) == pw::u_sigmoid,
               "NormAct codes are the pointwise family's unary codes");
 
-/// The type a fused activation is evaluated in: float for f32 / bf16 / f16 storage, double for
-/// f64, as the activation op computes it. z (double) is rounded to it first, so a fused f32 norm
-/// equals norm-then-activation bit for bit on the CPU (the same roundings, the same formulas).
-template <class T>
-using act_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+/// The type a fused activation is evaluated in (pw::act_t: float for f32 / bf16 / f16 storage,
+/// double for f64). z (double) is rounded to it first, so a fused f32 norm equals
+/// norm-then-activation bit for bit on the CPU (the same roundings, the same formulas).
+using pw::act_t;
 
 /// The fused activation's side of the backward: gz = gy act'(u), u = z + r (z = xhat w[c] + b[c];
 /// r: the optional dense residual, element ro), evaluated in act_t<T> (gy itself without an

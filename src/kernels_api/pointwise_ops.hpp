@@ -3,6 +3,7 @@
 // (kernels/pointwise.cu), so both devices evaluate the same expressions. Plain C++17 (kernel
 // firewall: no fmt, no public headers). Op codes match shard::exec::UnaryOp / BinaryOp.
 #include <cmath>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define SHARD_HD __host__ __device__ __forceinline__
@@ -86,6 +87,12 @@ template <int Op, class T> SHARD_HD T unary_bwd(T v, T y, T g, T a) {
   else if constexpr (Op == u_div_scalar) return g / a;
   else return -g * y / v;  // u_rdiv_scalar
 }
+
+/// The type an activation fused into another op (the norms) is evaluated in for storage type T:
+/// double for f64, float for everything else (f32, bf16, f16), as the activation op itself
+/// computes it. One definition for the CPU and CUDA tables.
+template <class T>
+using act_t = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
 
 /// unary_fwd with a run-time op code, for the activations a norm fuses (relu, gelu, gelu_tanh,
 /// silu, tanh, sigmoid: exec::NormAct); any other code (none: -1) returns v.
