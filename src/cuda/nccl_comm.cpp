@@ -81,6 +81,19 @@ class Group {
 /// Requests on device memory are event-backed: test() is true only once the work has run on the
 /// GPU, not merely been queued on its stream; wait() keeps the stream-ordered meaning (work queued
 /// later on the same stream runs after it; the host waits with test() or a stream sync).
+///
+/// On a stream being captured into a graph (optim/captured_step.hpp) nothing is recorded: an
+/// event recorded in a capture belongs to the replays and may not be queried. Such a request is
+/// stream-ordered only (test() is true at once: the operation is part of the graph).
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
 struct RecordedEvents {
   std::vector<cudaEvent_t> events;
   RecordedEvents() = default;
@@ -90,6 +103,7 @@ struct RecordedEvents {
     for (auto e : events) cudaEventDestroy(e);
   }
   void record(cudaStream_t s, const char* op) {
+    if (capturing(s)) return;
     cudaEvent_t e = nullptr;
     cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
     if (rc == cudaSuccess) {
@@ -153,9 +167,14 @@ struct P2PQueue {
     std::vector<cudaStream_t> streams;
     for (const auto& o : todo)
       if (std::find(streams.begin(), streams.end(), o.stream) == streams.end()) streams.push_back(o.stream);
-    for (auto s : streams) ev->record(s, "NcclComm::wait");
-    // Forget groups that have completed (a later test() of theirs finds no group: done).
-    std::erase_if(groups, [](const auto& g) { return g.second->done("NcclComm::wait"); });
+    bool in_capture = false;
+    for (auto s : streams) {
+      in_capture = in_capture || capturing(s);
+      ev->record(s, "NcclComm::wait");
+    }
+    // Forget groups that have completed (a later test() of theirs finds no group: done). Not
+    // while capturing: an event query would invalidate the capture.
+    if (!in_capture) std::erase_if(groups, [](const auto& g) { return g.second->done("NcclComm::wait"); });
     groups.emplace_back(launched, std::move(ev));
   }
   /// True when the group holding `ticket` has run on the GPU.

@@ -16,7 +16,7 @@ using cuda_glue::is_f64;
 struct CudaOptim final : OptimKernels {
   void sgd(DType dt, index_t n, void* w, const void* g, void* buf, const SgdParams& p, ExecContext& ctx) const override {
     DeviceScope scope(ctx, "SGD::step");
-    check_rc(kernels::opt_sgd(is_f64(dt), n, w, g, buf, p.lr, p.momentum, p.weight_decay, p.nesterov ? 1 : 0,
+    check_rc(kernels::opt_sgd(is_f64(dt), n, w, g, buf, p.lr, p.momentum, p.weight_decay, p.nesterov ? 1 : 0, p.live,
                               ctx.stream().handle),
              "SGD::step", ctx);
   }
@@ -24,7 +24,7 @@ struct CudaOptim final : OptimKernels {
             ExecContext& ctx) const override {
     DeviceScope scope(ctx, "Adam::step");
     check_rc(kernels::opt_adam(is_f64(dt), n, w, g, m, v, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.bc1, p.bc2,
-                               p.decoupled ? 1 : 0, ctx.stream().handle),
+                               p.decoupled ? 1 : 0, p.live, ctx.stream().handle),
              "Adam::step", ctx);
   }
 };

@@ -15,6 +15,16 @@
 //   stream; out of memory, or release_cached(), synchronises the device and returns the cached
 //   blocks to the driver.
 // Set SHARDTENSOR_CUDA_CACHE=0 to use plain cudaMalloc/cudaFree instead.
+//
+// Graph capture (begin_capture .. destroy_graph; the scheme of PyTorch's private graph pools):
+// while a thread captures a stream of a device, every block it allocates or frees on that device
+// belongs to the graph's pool. The pool serves the capture's allocations first (a block freed
+// earlier in the capture is reused, as the replays reuse it in the same stream order), then takes
+// ready blocks of the shared cache or the capturing stream's own parked ones, then cudaMalloc (in
+// relaxed capture mode: it is not recorded, the graph keeps the address). No event is queried and
+// none recorded for a pool block (cudaEventQuery is illegal during a capture). The pool's blocks
+// go back to the shared cache only when the graph is destroyed, after its replays have finished:
+// until then a replay may write any of them.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -40,6 +50,17 @@ constexpr int kMaxDevices = 64;
 
 // The profiler's row of the requests that reached the driver (the rest came from the cache).
 constinit profile::Site g_prof_malloc{"alloc", "cuda", "cudaMalloc"};
+
+/// cudaMalloc that may run inside this thread's capture (relaxed mode for the call: the
+/// allocation is not part of the graph, which keeps the address for its replays).
+cudaError_t malloc_maybe_capturing(void** p, std::size_t n, bool capturing) {
+  if (!capturing) return cudaMalloc(p, n);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  const cudaError_t e = cudaMalloc(p, n);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return e;
+}
 
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 
@@ -110,7 +131,8 @@ class CudaRuntime final : public DeviceRuntime {
     const std::size_t n = round_size(bytes);
     {
       std::lock_guard<std::mutex> lk(c.mu);
-      poll(c);
+      if (t_capture == &c) return pool_allocate(c, n, bytes, device, stream);
+      if (!t_capture) poll(c);  // no event query while this thread captures
       // Best fit among the blocks parked by this stream (reusable at once) and the ready ones.
       auto pend = c.pending.end();
       for (auto it = c.pending.begin(); it != c.pending.end(); ++it)
@@ -169,6 +191,20 @@ class CudaRuntime final : public DeviceRuntime {
       } else {
         const std::size_t n = it->second;
         c.live.erase(it);
+        const auto owner = c.pool_of.find(p);
+        if (owner != c.pool_of.end() || t_capture == &c) {
+          // A graph's block (or one freed inside a capture: the graph may use it): back to the
+          // graph's pool, never to the shared cache while the graph lives.
+          Pool* pool = owner != c.pool_of.end() ? owner->second : c.capture_pool;
+          if (owner == c.pool_of.end()) {
+            c.pool_of.emplace(p, pool);
+            pool->owned += n;
+          }
+          pool->free.emplace(n, p);
+          c.pool_free += n;
+          if (prev != device) cudaSetDevice(prev);
+          return;
+        }
         c.cached += n;
         if (stream.handle && is_destroyed(stream.handle)) {
           c.ready.emplace(n, p);  // destroy_stream() synchronised it: its work is complete
@@ -328,6 +364,90 @@ class CudaRuntime final : public DeviceRuntime {
     return ms;
   }
 
+  bool supports_graphs() const noexcept override { return caching(); }
+
+  void* begin_capture(Stream s, int device) const override {
+    check_device(device, "begin_capture");
+    SHARD_CHECK(s.handle != nullptr, "begin_capture", "the default stream of cuda:{} cannot be captured (capture a "
+                "stream of create_stream)", device);
+    SHARD_CHECK(caching(), "begin_capture", "graph capture needs the caching allocator (SHARDTENSOR_CUDA_CACHE=0 is set)");
+    SHARD_CHECK(t_capture == nullptr, "begin_capture", "this thread is already capturing a graph");
+    DeviceScope scope(device, "begin_capture");
+    Cache& c = cache(device);
+    auto* g = new Graph{device, as_stream(s), new Pool};
+    {
+      std::lock_guard<std::mutex> lk(c.mu);
+      if (c.capture_pool) {
+        delete g->pool;
+        delete g;
+        SHARD_FAIL("begin_capture", "another graph capture is in progress on cuda:{}", device);
+      }
+      c.capture_pool = g->pool;
+    }
+    const cudaError_t e = cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      std::lock_guard<std::mutex> lk(c.mu);
+      release_pool(c, g->pool);
+      delete g;
+      SHARD_FAIL("begin_capture", "cudaStreamBeginCapture failed on cuda:{}: {} ({})", device, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+    }
+    t_capture = &c;
+    return g;
+  }
+
+  void end_capture(void* handle) const override {
+    auto* g = static_cast<Graph*>(handle);
+    SHARD_CHECK(g && g->capturing, "end_capture", "no capture in progress on this handle");
+    DeviceScope scope(g->device, "end_capture");
+    finish_capture(*g);
+    if (!g->graph) {
+      SHARD_FAIL("end_capture", "the capture on cuda:{} was invalidated ({}): something in the captured work "
+                 "synchronised with the host, queried an event or used the default stream", g->device,
+                 cudaGetErrorName(g->end_error));
+    }
+    check(cudaGraphInstantiate(&g->exec, g->graph, 0), "end_capture", "cudaGraphInstantiate", g->device);
+  }
+
+  void launch_graph(void* handle) const override {
+    auto* g = static_cast<Graph*>(handle);
+    SHARD_CHECK(g && g->exec, "launch_graph", "the graph was not captured and instantiated");
+    DeviceScope scope(g->device, "launch_graph");
+    check(cudaGraphLaunch(g->exec, g->stream), "launch_graph", "cudaGraphLaunch", g->device);
+  }
+
+  void destroy_graph(void* handle) const noexcept override {
+    auto* g = static_cast<Graph*>(handle);
+    if (!g) return;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) {  // runtime torn down: nothing to give back
+      cudaGetLastError();
+      return;
+    }
+    if (prev != g->device) cudaSetDevice(g->device);
+    if (g->capturing) finish_capture(*g);
+    if (g->exec && cudaStreamSynchronize(g->stream) != cudaSuccess) cudaGetLastError();  // replays done
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    cudaGetLastError();
+    {
+      Cache& c = cache(g->device);
+      std::lock_guard<std::mutex> lk(c.mu);
+      release_pool(c, g->pool);
+    }
+    const int device = g->device;
+    delete g;
+    if (prev != device) cudaSetDevice(prev);
+  }
+
+  bool is_capturing(Stream s, int device) const override {
+    DeviceScope scope(device, "is_capturing");
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(as_stream(s), &st), "is_capturing", "cudaStreamIsCapturing", device);
+    return st != cudaStreamCaptureStatusNone;
+  }
+
   void device_uuid(int device, char out[64]) const override {
     check_device(device, "device_uuid");
     cudaDeviceProp prop{};
@@ -343,7 +463,7 @@ class CudaRuntime final : public DeviceRuntime {
       Cache* c = caches_[d].load(std::memory_order_acquire);
       if (!c) continue;
       std::lock_guard<std::mutex> lk(c->mu);
-      total += c->cached;
+      total += c->cached + c->pool_free;
     }
     return total;
   }
@@ -363,6 +483,11 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
  private:
+  /// A graph's private pool: blocks it owns and, of those, the ones not handed out.
+  struct Pool {
+    std::multimap<std::size_t, void*> free;
+    std::size_t owned = 0;  // bytes
+  };
   /// A freed block waiting for the event recorded on the stream it was freed on.
   struct Pending {
     void* p;
@@ -378,7 +503,100 @@ class CudaRuntime final : public DeviceRuntime {
     std::multimap<std::size_t, void*> ready;       // reusable on every stream
     std::vector<cudaEvent_t> spare_events;
     std::size_t cached = 0;  // bytes in pending + ready
+    // Graph pools (see the file comment).
+    std::unordered_map<void*, Pool*> pool_of;  // every block a graph's pool owns (live or free)
+    Pool* capture_pool = nullptr;               // the pool of the capture in progress
+    std::size_t pool_free = 0;                  // bytes in the pools' free lists
   };
+  /// The handle of begin_capture.
+  struct Graph {
+    int device;
+    cudaStream_t stream;
+    Pool* pool;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool capturing = true;
+    cudaError_t end_error = cudaSuccess;
+  };
+  /// The cache whose device the calling thread is capturing (null: none).
+  static inline thread_local Cache* t_capture = nullptr;
+
+  /// Allocation inside a capture (c.mu held): the pool's free blocks, then the shared cache's
+  /// ready blocks or the capturing stream's parked ones, then cudaMalloc; the block joins the pool.
+  void* pool_allocate(Cache& c, std::size_t n, std::size_t bytes, int device, Stream stream) const {
+    Pool& pool = *c.capture_pool;
+    void* p = nullptr;
+    std::size_t got = 0;
+    auto f = pool.free.lower_bound(n);
+    if (f != pool.free.end() && fits(f->first, n)) {
+      p = f->second;
+      got = f->first;
+      pool.free.erase(f);
+      c.pool_free -= got;
+      c.live.emplace(p, got);
+      return p;
+    }
+    auto pend = c.pending.end();
+    for (auto it = c.pending.begin(); it != c.pending.end(); ++it)
+      if (it->stream == stream.handle && fits(it->bytes, n) && (pend == c.pending.end() || it->bytes < pend->bytes))
+        pend = it;
+    auto ready = c.ready.lower_bound(n);
+    if (ready != c.ready.end() && !fits(ready->first, n)) ready = c.ready.end();
+    if (pend != c.pending.end() && (ready == c.ready.end() || pend->bytes <= ready->first)) {
+      p = pend->p;
+      got = pend->bytes;
+      c.spare_events.push_back(pend->ev);
+      c.pending.erase(pend);
+      c.cached -= got;
+    } else if (ready != c.ready.end()) {
+      p = ready->second;
+      got = ready->first;
+      c.ready.erase(ready);
+      c.cached -= got;
+    } else {
+      const cudaError_t e = malloc_maybe_capturing(&p, n, true);
+      if (e != cudaSuccess) fail_alloc(e, bytes, device);  // no release-and-retry: it would synchronise
+      got = n;
+      profile::count_alloc(g_prof_malloc, n);
+    }
+    pool.owned += got;
+    c.pool_of.emplace(p, &pool);
+    c.live.emplace(p, got);
+    return p;
+  }
+  /// Returns `pool`'s blocks to the shared cache (free ones to the ready list, live ones become
+  /// ordinary blocks freed later as usual) and deletes it (c.mu held, its graph's work complete).
+  static void release_pool(Cache& c, Pool* pool) {
+    for (auto& [n, p] : pool->free) {
+      c.ready.emplace(n, p);
+      c.cached += n;
+      c.pool_free -= n;
+    }
+    std::erase_if(c.pool_of, [pool](const auto& kv) { return kv.second == pool; });
+    if (c.capture_pool == pool) c.capture_pool = nullptr;
+    delete pool;
+  }
+
+  /// Ends g's capture (keeping the graph when the capture is valid; else end_error says why)
+  /// and clears the device's capture slot; the pool stays g's until destroy_graph.
+  void finish_capture(Graph& g) const noexcept {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(g.stream, &graph);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      graph = nullptr;
+      g.end_error = e;
+    }
+    g.graph = graph;
+    g.capturing = false;
+    Cache& c = cache(g.device);
+    {
+      std::lock_guard<std::mutex> lk(c.mu);
+      if (c.capture_pool == g.pool) c.capture_pool = nullptr;
+    }
+    if (t_capture == &c) t_capture = nullptr;
+  }
 
   static const char* visible_devices() {
     const char* v = std::getenv("CUDA_VISIBLE_DEVICES");

@@ -20,7 +20,7 @@ struct CpuOptim final : OptimKernels {
       T* w = static_cast<T*>(wp);
       const T* g = static_cast<const T*>(gp);
       T* buf = static_cast<T*>(bufp);
-      const T lr = static_cast<T>(o.lr), mu = static_cast<T>(o.momentum), wd = static_cast<T>(o.weight_decay);
+      const T lr = static_cast<T>(o.live ? o.live[0] : o.lr), mu = static_cast<T>(o.momentum), wd = static_cast<T>(o.weight_decay);
       const bool momentum = o.momentum > 0;
       for (index_t k = 0; k < n; ++k) {
         T d = g[k] + wd * w[k];
@@ -39,16 +39,17 @@ struct CpuOptim final : OptimKernels {
       using T = decltype(tag);
       T* w = static_cast<T*>(wp);
       const T* g = static_cast<const T*>(gp);
+      const double lr = o.live ? o.live[0] : o.lr, bc1 = o.live ? o.live[1] : o.bc1, bc2 = o.live ? o.live[2] : o.bc2;
       for (index_t k = 0; k < n; ++k) {
         double gk = g[k];
         double wk = w[k];
         if (!o.decoupled) gk += o.weight_decay * wk;
-        else wk *= 1 - o.lr * o.weight_decay;
+        else wk *= 1 - lr * o.weight_decay;
         double& m = m_[k];
         double& v = v_[k];
         m = o.beta1 * m + (1 - o.beta1) * gk;
         v = o.beta2 * v + (1 - o.beta2) * gk * gk;
-        wk -= o.lr * (m / o.bc1) / (std::sqrt(v / o.bc2) + o.eps);
+        wk -= lr * (m / bc1) / (std::sqrt(v / bc2) + o.eps);
         w[k] = static_cast<T>(wk);
       }
     });

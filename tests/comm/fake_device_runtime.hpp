@@ -21,13 +21,21 @@ struct FakeDeviceRuntime final : exec::DeviceRuntime {
     std::size_t h2d_bytes = 0, d2h_bytes = 0;
     int pinned_allocs = 0, pinned_frees = 0;
     int syncs = 0;  ///< stream synchronisations
+    int captures = 0, ended = 0, launches = 0, destroyed = 0;  ///< graph calls (with `graphs` on)
   };
+  /// Graph support for CapturedStep's orchestration tests: off by default (supports_graphs()
+  /// false). On, a "capture" runs the captured work at once like every fake kernel (a real
+  /// graph records it instead), launch_graph only counts, and `invalidate` makes end_capture
+  /// fail the way an invalidated capture does.
+  mutable bool graphs = false, invalidate = false;
+  mutable bool capturing = false;
   mutable Counts n;
   /// The UUID device_uuid() reports (ranks that set the same one "share a GPU").
   mutable std::string uuid = "fake-gpu-0";
   void reset() const {
     n = Counts{};
     uuid = "fake-gpu-0";
+    graphs = invalidate = capturing = false;
   }
 
   int device_count() const noexcept override { return 1; }
@@ -62,6 +70,31 @@ struct FakeDeviceRuntime final : exec::DeviceRuntime {
   void synchronize_event(void*) const override {}
   bool query_event(void*) const override { return true; }
   void device_uuid(int, char out[64]) const override { std::snprintf(out, 64, "%s", uuid.c_str()); }
+
+  bool supports_graphs() const noexcept override { return graphs; }
+  void* begin_capture(Stream, int) const override {
+    SHARD_CHECK(graphs && !capturing, "begin_capture", "fake runtime: graphs off or already capturing");
+    ++n.captures;
+    capturing = true;
+    return new int(0);
+  }
+  void end_capture(void* g) const override {
+    SHARD_CHECK(g && capturing, "end_capture", "fake runtime: no capture");
+    capturing = false;
+    ++n.ended;
+    *static_cast<int*>(g) = 1;
+    SHARD_CHECK(!invalidate, "end_capture", "fake runtime: the capture was invalidated");
+  }
+  void launch_graph(void* g) const override {
+    SHARD_CHECK(g && *static_cast<int*>(g) == 1, "launch_graph", "fake runtime: not an instantiated graph");
+    ++n.launches;
+  }
+  void destroy_graph(void* g) const noexcept override {
+    capturing = false;
+    ++n.destroyed;
+    delete static_cast<int*>(g);
+  }
+  bool is_capturing(Stream, int) const override { return capturing; }
 };
 
 /// The process's fake runtime (static lifetime: pools that cached a pointer to it stay valid).

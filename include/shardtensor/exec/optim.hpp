@@ -14,12 +14,18 @@ namespace shard::exec {
 struct SgdParams {
   double lr = 0, momentum = 0, weight_decay = 0;
   bool nesterov = false;
+  /// When set: {lr} read from this address on the parameter's device when the update runs,
+  /// replacing `lr` (a captured step's live value: optim/captured_step.hpp, replay_scalars).
+  const double* live = nullptr;
 };
 /// Adam/AdamW hyper-parameters for one step; bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. decoupled:
 /// AdamW (w *= 1 - lr wd) instead of L2 decay added to the gradient. Math in double.
 struct AdamParams {
   double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, bc1 = 1, bc2 = 1;
   bool decoupled = false;
+  /// When set: {lr, bc1, bc2} read from this address on the parameter's device when the update
+  /// runs, replacing those fields (a captured step's live values; see SgdParams::live).
+  const double* live = nullptr;
 };
 
 /// w (f32/f64) updated in place from g; `buf` (w's dtype) is the momentum buffer (unused and may be

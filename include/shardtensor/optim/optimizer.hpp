@@ -7,6 +7,7 @@
 /// Updates run on the parameters' device through the optim kernel family (exec/optim.hpp);
 /// optimiser state lives next to each parameter.
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "shardtensor/exec/optim.hpp"
 #include "shardtensor/nn/parameter.hpp"
+#include "shardtensor/optim/captured_step.hpp"
 #include "shardtensor/runtime/profiler.hpp"
 #include "shardtensor/tensor/tensor_block.hpp"
 
@@ -68,6 +70,7 @@ class Optimizer {
     for (auto& p : params_) p->zero_grad();
   }
   double lr() const { return lr_; }
+  /// Takes effect at the next step(), also in a captured step's replays.
   void set_lr(double lr) { lr_ = lr; }
   const std::vector<std::shared_ptr<nn::ParameterBase<T>>>& params() const { return params_; }
   /// Everything step() depends on besides the parameters and gradients (for checkpoints).
@@ -77,6 +80,15 @@ class Optimizer {
   virtual void load_state(const OptimizerState& s) = 0;
 
  protected:
+  /// Inside a CapturedStep's capture: the device address of `n` live values that `fill` writes
+  /// before every replay (the graph must read each replay's learning rate and step count, not
+  /// the capture's); null otherwise (values passed as usual). Parameters without gradients are
+  /// skipped by step(), so the first with one names the device.
+  const double* live_values(std::size_t n, std::function<void(double*)> fill) const {
+    for (const auto& p : params_)
+      if (p->grad()) return replay_scalars(p->device(), n, std::move(fill));
+    return nullptr;
+  }
   void check_kind(const OptimizerState& s, const std::string& kind) const {
     SHARD_CHECK(s.kind == kind, "Optimizer::load_state", "state of a '{}' optimiser loaded into a '{}' one", s.kind,
                 kind);
@@ -105,7 +117,8 @@ class SGD final : public Optimizer<T> {
   }
   void step() override {
     SHARD_PROFILE_SCOPE("optim", "sgd", "step", nullptr);
-    const exec::SgdParams sp{this->lr_, o_.momentum, o_.weight_decay, o_.nesterov};
+    exec::SgdParams sp{this->lr_, o_.momentum, o_.weight_decay, o_.nesterov};
+    sp.live = this->live_values(1, [this](double* v) { v[0] = this->lr_; });
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       auto& p = *this->params_[i];
       const T* g = p.grad();
@@ -154,9 +167,17 @@ class Adam : public Optimizer<T> {
   }
   void step() override {
     SHARD_PROFILE_SCOPE("optim", "adam", "step", nullptr);
-    ++t_;
+    // In a capture the step count advances per replay, in fill (the capture itself runs nothing).
+    const double* live = this->live_values(3, [this](double* v) {
+      ++t_;
+      v[0] = this->lr_;
+      v[1] = 1 - std::pow(o_.beta1, t_);
+      v[2] = 1 - std::pow(o_.beta2, t_);
+    });
+    if (!live) ++t_;
     const double bc1 = 1 - std::pow(o_.beta1, t_), bc2 = 1 - std::pow(o_.beta2, t_);
-    const exec::AdamParams ap{this->lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, bc1, bc2, decoupled_};
+    exec::AdamParams ap{this->lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, bc1, bc2, decoupled_};
+    ap.live = live;
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       auto& p = *this->params_[i];
       const T* g = p.grad();

@@ -7,6 +7,7 @@
 // a CUDA header. All calls take the device index explicitly and set it themselves.
 #include <cstddef>
 
+#include "shardtensor/core/error.hpp"
 #include "shardtensor/runtime/context.hpp"
 #include "shardtensor/runtime/registry.hpp"
 
@@ -79,6 +80,43 @@ struct DeviceRuntime {
     (void)start;
     (void)stop;
     return -1.0f;
+  }
+
+  /// Graph capture (optim/captured_step.hpp). Whether the runtime can capture the work queued
+  /// on a stream into a graph and replay it (false: the default; CapturedStep then runs eagerly).
+  virtual bool supports_graphs() const noexcept { return false; }
+  /// Starts capturing the work the calling thread queues on `s` (a stream of create_stream, never
+  /// the default stream) into a new graph and returns its handle. Until destroy_graph, device
+  /// memory allocated on `s` comes from a private pool of the graph, and blocks freed on `s`
+  /// during the capture join that pool: the graph's replays write the same addresses, so none of
+  /// them goes back to the shared cache before the graph is destroyed. Work on `s` is recorded,
+  /// not run; a host synchronisation, an event query or a default-stream operation inside the
+  /// capture fails (shard::Error) and the caller must destroy_graph the handle.
+  virtual void* begin_capture(Stream s, int device) const {
+    (void)s;
+    (void)device;
+    SHARD_FAIL("begin_capture", "this device runtime cannot capture graphs");
+  }
+  /// Ends the capture of `g` and instantiates the graph (throws shard::Error when the capture
+  /// was invalidated, naming why; the handle must still be destroyed).
+  virtual void end_capture(void* g) const {
+    (void)g;
+    SHARD_FAIL("end_capture", "this device runtime cannot capture graphs");
+  }
+  /// Queues one replay of the instantiated graph `g` on the stream it was captured on.
+  virtual void launch_graph(void* g) const {
+    (void)g;
+    SHARD_FAIL("launch_graph", "this device runtime cannot capture graphs");
+  }
+  /// Waits for the graph's replays, then frees it and returns its pool to the shared cache
+  /// (blocks still held by tensors return to it when those are freed). Also ends a capture left
+  /// unfinished by an error.
+  virtual void destroy_graph(void* g) const noexcept { (void)g; }
+  /// Whether `s` is being captured into a graph now.
+  virtual bool is_capturing(Stream s, int device) const {
+    (void)s;
+    (void)device;
+    return false;
   }
 
   /// A stable identifier of the physical GPU behind `device` (its UUID as text), used to detect
