@@ -12,6 +12,9 @@
 # Extra arguments go to unet_surrogate (e.g. --precision bf16). PYTHON (python3) runs the torch side.
 # FUSION_AB=1 (default) also runs ours with SHARDTENSOR_FUSED_NORM_ACT=0 (each norm, skip add and
 # activation as separate ops) and prints "fusion A/B: ..." with both steady-state times and peaks.
+# GRAPH_AB=1 (default) also runs ours with --cuda-graph (the step captured into a CUDA graph after
+# the warm-up and replayed, shard::CapturedStep) and prints "cuda graph A/B: ..." (eager and graph
+# steady state, peaks, torch/ours-graph) and the line the runs printed about the capture.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -44,6 +47,15 @@ print(f"fusion A/B (norm + activation + skip add): fused {ft*1e3:.2f} ms, GPU pe
       f"{st*1e3:.2f} ms, GPU peak {sm:.1f} MiB; time fused/separate {ft/st:.3f}, peak fused/separate {fm/sm:.3f}")
 PY
 fi
+graph_steady=""
+if [ "${GRAPH_AB:-1}" = 1 ]; then
+  graph_out=$($MPIRUN "$EX" --device cuda --cuda-graph --grid "$GRID" --width "$WIDTH" --depth "$DEPTH" \
+              --batch "$BATCH" --samples "$BATCH" --steps "$((STEPS + WARMUP))" --warmup "$WARMUP" \
+              --log-every "$((STEPS + WARMUP))" "$@" || true)
+  echo "$graph_out" | grep '^cuda graph:' || echo "cuda graph: no capture line (the run failed?)"
+  echo "$graph_out" | grep -E '^final_loss=' | sed 's/^/graph run /' || true
+  graph_steady=$(echo "$graph_out" | grep '^steady state:' | tail -1 || true)
+fi
 torch_line=$("$PY" "$ROOT/bench/torch_unet_gpu.py" --grid "$GRID" --width "$WIDTH" --depth "$DEPTH" \
              --batch "$BATCH" --warmup "$WARMUP" --steps "$STEPS" | grep '^torch_unet ')
 echo "$torch_line"
@@ -70,3 +82,17 @@ print(f"unet step (steady state, {steps} steps after {warmup} warm-up): shardten
       f"ours {fmt(ogs)} torch {tm:.1f} (memory ratio ours/torch {(ogs or float('nan'))/tm:.3f}); whole run: "
       f"ours {fmt(og)} torch {tma:.1f}")
 PY
+if [ -n "$graph_steady" ]; then
+  "$PY" - "$steady" "$graph_steady" "$torch_line" <<'PY'
+import re, sys
+def num(pat, s):
+    m = re.search(pat, s)
+    return float(m.group(1)) if m else float("nan")
+e, g = num(r"([0-9.]+) s/step", sys.argv[1]), num(r"([0-9.]+) s/step", sys.argv[2])
+em, gm = num(r"steady state ([0-9.]+) MiB\)", sys.argv[1]), num(r"steady state ([0-9.]+) MiB\)", sys.argv[2])
+kv = dict(f.split("=", 1) for f in sys.argv[3].split()[1:] if "=" in f)
+t = float(kv.get("s_per_step", "nan"))
+print(f"cuda graph A/B: eager {e*1e3:.2f} ms, graph {g*1e3:.2f} ms (eager/graph {e/g:.3f}); GPU peak eager {em:.1f} "
+      f"MiB, graph {gm:.1f} MiB; speed ratio torch/ours-graph {t/g:.3f}")
+PY
+fi

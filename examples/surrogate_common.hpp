@@ -58,6 +58,7 @@ struct TrainArgs {
   bool resume = false;       // continue from --checkpoint
   int stop_after = 0;        // stop once this many steps (in total) are done (0: at --steps)
   std::string precision = "fp32";  // compute / activation dtype: fp32, bf16, fp16 (f32 masters, f32 loss)
+  bool cuda_graph = false;         // capture the training step into a CUDA graph (shard::CapturedStep)
 };
 
 /// Adds the common and training flags to `app` (CLI11, typed values with ranges).
@@ -99,6 +100,10 @@ inline void add_train_flags(CLI::App& app, TrainArgs& a, const cli::CommonLimits
                  "still spans --steps")
       ->check(cli::decimal_integer())
       ->check(CLI::Range(1, 1 << 30));
+  app.add_flag("--cuda-graph", a.cuda_graph,
+               "capture the whole training step (forward, backward, AdamW) into a CUDA graph after the warm-up "
+               "and replay it (shard::CapturedStep; --device cuda; NCCL or one rank, else it runs eagerly and "
+               "says why)");
   cli::add_precision(app, a.precision,
                      "activations and compute: fp32, or bf16 / fp16 with f32 master parameters, f32 loss and "
                      "optimiser (fp16 with a dynamic loss scaler); autocast-bf16: an fp32 model whose conv, linear "
@@ -135,6 +140,11 @@ inline void validate_train(TrainArgs& a, int P) {
   if (a.stop_after > a.common.steps)
     throw cli::UsageError("--stop-after " + std::to_string(a.stop_after) + " is past --steps " +
                           std::to_string(a.common.steps));
+  if (a.cuda_graph && a.common.device != "cuda")
+    throw cli::UsageError("--cuda-graph needs --device cuda (graphs capture GPU work)");
+  if (a.cuda_graph && a.precision == "fp16")
+    throw cli::UsageError("--cuda-graph with --precision fp16: the dynamic loss scaler reads the overflow flag on the "
+                          "host every step, which a CUDA graph cannot capture (use bf16)");
   if (a.stop_after > 0)
     timing::check_warmup(a.warmup, a.stop_after, "--stop-after");
   else
@@ -298,20 +308,70 @@ void train(Model& model, const HeatData& data, const TrainArgs& a, const shard::
   using LossTensor = std::decay_t<decltype(mse_of(data.val.first, data.val.second, false).value())>;
   std::vector<LossTensor> pending;  // the losses since the last log step, still on the device
   pending.reserve(static_cast<std::size_t>(std::min(a.log_every, 1024)));
+
+  // --cuda-graph: the step reads static input tensors (each batch is copied into them, on the
+  // device) and leaves its loss in a static output that every replay overwrites (copied out for
+  // the log). Captured after max(1, warm-up - 1) eager steps, so the capture falls in the
+  // untimed warm-up whenever it is at least 2 steps.
+  std::optional<shard::CapturedStep> graph;
+  std::optional<std::pair<DistTensor<T, 4>, DistTensor<T, 4>>> static_xy;
+  LossTensor graph_loss;
+  bool graph_said = false;  // the graph's outcome has been printed
+  if (a.cuda_graph && dev.is_cuda()) {
+    const auto& [x0, y0] = data.train[0];
+    static_xy.emplace(DistTensor<T, 4>(x0.spec(), x0.local().clone()), DistTensor<T, 4>(y0.spec(), y0.local().clone()));
+    CapturedStep::Options co;
+    co.warmup = static_cast<int>(std::max(1L, timing::resolve_warmup(a.warmup, stop - start) - 1));
+    co.fallback_eager = true;  // said below; the run goes on eagerly
+    co.comms.push_back(x0.mesh().comm());
+    for (int m = 0; m < x0.mesh().ndim(); ++m) co.comms.push_back(x0.mesh().dim_comm(m));
+    graph.emplace(dev, [&] {
+      opt.zero_grad();
+      auto loss = mse_of(static_xy->first, static_xy->second, true);
+      loss.backward();
+      opt.step();
+      graph_loss = loss.value();
+    }, co);
+    if (world->rank() == 0) {
+      if (graph->eager_reason().empty())
+        std::printf("cuda graph: the step is captured after %d eager step(s), then replayed\n", co.warmup);
+      else
+        std::printf("cuda graph: not captured, the step runs eagerly: %s\n", graph->eager_reason().c_str());
+      std::fflush(stdout);
+    }
+    graph_said = !graph->eager_reason().empty();
+  }
   for (long step = start; step < stop; ++step) {
     opt.set_lr(sched(step));
     const auto& [x, y] = data.train[static_cast<std::size_t>(cursor)];
     cursor = (cursor + 1) % static_cast<long>(nbatches);
-    opt.zero_grad();
-    auto loss = mse_of(x, y, true);
-    if (scaler) {
-      scaler->scale(loss).backward();
-      scaler->step(opt);  // skipped on every rank when a gradient overflowed
+    if (graph) {
+      static_xy->first.local().copy_from(x.local());
+      static_xy->second.local().copy_from(y.local());
+      graph->run();
+      if (!graph_said && (graph->captured() || !graph->eager_reason().empty())) {
+        graph_said = true;
+        if (world->rank() == 0) {
+          if (graph->captured())
+            std::printf("cuda graph: captured at step %ld\n", step + 1);
+          else
+            std::printf("cuda graph: the capture failed, the step runs eagerly: %s\n", graph->eager_reason().c_str());
+          std::fflush(stdout);
+        }
+      }
+      pending.push_back(LossTensor(graph_loss.spec(), graph_loss.local().clone()));
     } else {
-      loss.backward();
-      opt.step();
+      opt.zero_grad();
+      auto loss = mse_of(x, y, true);
+      if (scaler) {
+        scaler->scale(loss).backward();
+        scaler->step(opt);  // skipped on every rank when a gradient overflowed
+      } else {
+        loss.backward();
+        opt.step();
+      }
+      pending.push_back(loss.value());
     }
-    pending.push_back(loss.value());
     if ((step + 1) % a.log_every == 0 || step + 1 == stop) {
       // Every rank reads its pending losses at the same steps (full_tensor is collective).
       double loss_sum = 0;

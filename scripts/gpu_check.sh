@@ -13,7 +13,7 @@
 #                        binary run, and that no test skipped for want of a GPU while one is
 #                        visible. The CPU suite is not run here (CI runs it).
 #   gpu_check.sh bench   bench/run_gpu_*.sh, each under a time budget (BENCH_ONLY="vit nbhd": those
-#                        alone, in that order; default unet attention norm vit nbhd conv halo knn,
+#                        alone, in that order; default unet unet_small attention norm vit nbhd conv halo knn,
 #                        then any other); one summary file with the GPU's name, the date and every
 #                        ratio line the scripts print.
 #   gpu_check.sh profile where the U-Net step's time goes (after `build`): the step of
@@ -289,9 +289,10 @@ phase_test() {
 # ranks sharing the GPU, and its final_loss must agree with the same example's --device cpu run at
 # 1 rank to EX_REL (fp32, TF32 off: the examples' default). Small sizes: a minute in all.
 EX_REL="${EX_REL:-1e-4}"
-example_runs() {  # the example's flags, one line per example: name|flags
+example_runs() {  # one line per example: name|flags|extra flags of the cuda runs only
   cat <<'EXR'
 unet_surrogate|--steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10
+unet_surrogate|--steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10|--cuda-graph
 vit_surrogate|--steps 10 --seed 3 --log-every 5
 fno_surrogate|--steps 10 --seed 3 --log-every 5
 pointcloud_surrogate|--steps 20 --points 3000 --grid 8 --seed 1 --log-every 10
@@ -301,7 +302,8 @@ phase_examples() {
   deps_env || setup_deps || note "no deps prefix: MPI runs use the system's mpiexec, if any"
   cuda_shim 1
   local log="$OUT/examples.log" name flags exe ref loss np rel ok
-  while IFS='|' read -r name flags; do
+  local cflags
+  while IFS='|' read -r name flags cflags; do
     exe="$B/examples/$name"
     [ -x "$exe" ] || { note "no $exe: run 'gpu_check.sh build' first"; fail_note "example $name"; continue; }
     # shellcheck disable=SC2086
@@ -309,12 +311,13 @@ phase_examples() {
     ref=$(grep -o 'final_loss=[^ ]*' "$log" | tail -1 | cut -d= -f2)
     for np in 1 2 4; do
       # shellcheck disable=SC2086
-      step "example $name cuda np$np" "$log" 120 mpiexec "${MPIFLAGS[@]}" -n "$np" "$exe" $flags --device cuda || continue
+      step "example $name $cflags cuda np$np" "$log" 120 mpiexec "${MPIFLAGS[@]}" -n "$np" "$exe" $flags $cflags --device cuda || continue
+      [ -z "$cflags" ] || note "   $(grep '^cuda graph:' "$log" | tail -2 | tr '\n' ' ')"
       loss=$(grep -o 'final_loss=[^ ]*' "$log" | tail -1 | cut -d= -f2)
       rel=$(awk -v a="$loss" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.3g", (m > 0 ? d / m : d) }')
       ok=$(awk -v r="$rel" -v t="$EX_REL" 'BEGIN { print (r <= t) ? "agrees" : "DIFFERS" }')
-      note "   $name np$np cuda final_loss=$loss, cpu np1 $ref: relative $rel ($ok, tolerance $EX_REL)"
-      [ "$ok" = agrees ] || RESULTS+=("example $name cuda np$np: FAIL (final_loss $loss vs cpu $ref, relative $rel)")
+      note "   $name $cflags np$np cuda final_loss=$loss, cpu np1 $ref: relative $rel ($ok, tolerance $EX_REL)"
+      [ "$ok" = agrees ] || RESULTS+=("example $name $cflags cuda np$np: FAIL (final_loss $loss vs cpu $ref, relative $rel)")
     done
   done < <(example_runs)
 }
@@ -451,7 +454,7 @@ phase_bench() {
     echo "host: $NCPU cores, load $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$bs"
   # BENCH_ONLY: the scripts to run, in order (names without run_gpu_ / .sh); default: the open
   # issues' headline measurements first (past DEADLINE the rest are skipped), then any other
-  local order="${BENCH_ONLY:-unet attention norm vit nbhd conv halo knn}" scripts=() n
+  local order="${BENCH_ONLY:-unet unet_small attention norm vit nbhd conv halo knn}" scripts=() n
   for n in $order; do scripts+=("$ROOT/bench/run_gpu_$n.sh"); done
   if [ -z "${BENCH_ONLY:-}" ]; then
     for s in "$ROOT"/bench/run_gpu_*.sh; do
@@ -465,7 +468,7 @@ phase_bench() {
     step "bench $name" "$blog" "$BENCH_BUDGET" env BUILD_DIR="$B" bash "$s"
     # every table row and ratio line the script printed, under its name
     { echo; echo "## $name ($(printf '%s\n' "${RESULTS[@]}" | grep "bench $name:" | tail -1 | sed 's/^[^:]*: //'))"
-      tail -n +"$((before + 1))" "$blog" | grep -E '^\||ratio|^case |^RESULT |SKIP' || echo "(no table: see bench.log)"; } >> "$bs"
+      tail -n +"$((before + 1))" "$blog" | grep -E '^\||ratio|^case |^RESULT |SKIP|cuda graph' || echo "(no table: see bench.log)"; } >> "$bs"
   done
   note ""; note "== bench summary ($bs):"; sed 's/^/   /' "$bs" | tee -a "$SUM" >/dev/null; cat "$bs"
 }

@@ -31,6 +31,7 @@
 #include "shardtensor/autograd/comm_ops.hpp"
 #include "shardtensor/nn/module.hpp"
 #include "shardtensor/nn/parameter.hpp"
+#include "shardtensor/optim/captured_step.hpp"
 #include "shardtensor/optim/loss_scaler.hpp"
 #include "shardtensor/optim/optimizer.hpp"
 #include "shardtensor/nn/layers.hpp"

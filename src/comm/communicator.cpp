@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include "shardtensor/comm/payload_bytes.hpp"
 #include "shardtensor/runtime/device_runtime.hpp"
+#include "shardtensor/runtime/memory.hpp"
 #include "shardtensor/runtime/profiler.hpp"
 #if SHARDTENSOR_HAS_MPI
 #include "shardtensor/comm/mpi_comm.hpp"
@@ -190,13 +191,21 @@ Request SelfComm::isend(const void* buf, index_t count, DType dt, int dest, int 
   SHARD_PROFILE_COMM("isend", ctx, count * dtype_size(dt));
   SHARD_CHECK(dest == 0, "SelfComm::isend", "dest {} out of range", dest);
   const auto bytes = static_cast<std::size_t>(count) * dtype_size(dt);
-  std::vector<char> msg(bytes);
-  if (on_device(ctx) && bytes > 0)  // to pageable host memory: returns when the copy is done
-    exec::cuda_runtime("SelfComm::isend").copy(msg.data(), Device::cpu(), buf, ctx->device(), bytes, ctx->stream(),
-                                               true);
-  else if (bytes > 0)
-    std::memcpy(msg.data(), buf, bytes);
-  mailbox_.emplace_back(tag, std::move(msg));
+  SelfMessage msg{tag, {}, nullptr, bytes, Device::cpu(), Stream{}};
+  if (on_device(ctx) && bytes > 0) {
+    // A device copy ordered on the sender's stream (the receiver copies out on its own stream,
+    // which for a one-rank communicator is the same context's).
+    ContextGuard on(*ctx);
+    msg.device = allocate_bytes(bytes, ctx->device());
+    msg.where = ctx->device();
+    msg.stream = ctx->stream();
+    exec::cuda_runtime("SelfComm::isend").copy(msg.device.get(), ctx->device(), buf, ctx->device(), bytes,
+                                               ctx->stream(), false);
+  } else if (bytes > 0) {
+    msg.host.resize(bytes);
+    std::memcpy(msg.host.data(), buf, bytes);
+  }
+  mailbox_.push_back(std::move(msg));
   return {};
 }
 Request SelfComm::irecv(void* buf, index_t count, DType dt, int source, int tag, ExecContext* ctx) {
@@ -207,14 +216,24 @@ Request SelfComm::irecv(void* buf, index_t count, DType dt, int source, int tag,
     bool dev = false; Device device; Stream stream;
     bool test() override {
       for (auto it = c->mailbox_.begin(); it != c->mailbox_.end(); ++it) {
-        if (it->first == tag) {
-          SHARD_CHECK(it->second.size() == bytes, "SelfComm::irecv", "message of {} bytes, expected {}",
-                      it->second.size(), bytes);
-          if (dev && bytes > 0)  // from pageable host memory: synchronous
-            exec::cuda_runtime("SelfComm::irecv").copy(buf, device, it->second.data(), Device::cpu(), bytes, stream,
-                                                       true);
-          else if (bytes > 0)
-            std::memcpy(buf, it->second.data(), bytes);
+        if (it->tag == tag) {
+          SHARD_CHECK(it->bytes == bytes, "SelfComm::irecv", "message of {} bytes, expected {}", it->bytes, bytes);
+          if (bytes > 0) {
+            if (it->device && dev) {
+              const auto& rt = exec::cuda_runtime("SelfComm::irecv");
+              // The sender's copy is ordered on its stream: another stream waits for it first.
+              if (it->stream != stream) rt.synchronize(it->stream, it->where.index);
+              rt.copy(buf, device, it->device.get(), it->where, bytes, stream, false);
+            } else if (it->device) {  // sent from device memory, received into host memory
+              exec::cuda_runtime("SelfComm::irecv").copy(buf, Device::cpu(), it->device.get(), it->where, bytes,
+                                                         it->stream, true);
+            } else if (dev) {  // from pageable host memory: synchronous
+              exec::cuda_runtime("SelfComm::irecv").copy(buf, device, it->host.data(), Device::cpu(), bytes, stream,
+                                                         true);
+            } else {
+              std::memcpy(buf, it->host.data(), bytes);
+            }
+          }
           c->mailbox_.erase(it);
           return true;
         }

@@ -231,7 +231,17 @@ class SelfComm final : public Communicator {
 
  private:
   struct Pending;  // self send/recv matching
-  std::vector<std::pair<int, std::vector<char>>> mailbox_;  // (tag, bytes) sent to self, not yet received
+  /// A message sent to self, not yet received: host bytes, or (device buffers) a device copy
+  /// queued on the sender's stream, so nothing synchronises (a captured step may send to self).
+  struct SelfMessage {
+    int tag;
+    std::vector<char> host;
+    std::shared_ptr<void> device;
+    std::size_t bytes;
+    Device where = Device::cpu();  // of `device`
+    Stream stream{};               // the sender's stream (its copy into `device` is queued there)
+  };
+  std::vector<SelfMessage> mailbox_;
 };
 
 /// Default communicator: a duplicate of MPI_COMM_WORLD when MPI is enabled (initialising MPI if
