@@ -293,6 +293,8 @@ example_runs() {  # one line per example: name|flags|extra flags of the cuda run
   cat <<'EXR'
 unet_surrogate|--steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10
 unet_surrogate|--steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10|--cuda-graph
+vit_surrogate|--steps 10 --seed 3 --log-every 5|--cuda-graph
+fno_surrogate|--steps 10 --seed 3 --log-every 5|--cuda-graph
 vit_surrogate|--steps 10 --seed 3 --log-every 5
 fno_surrogate|--steps 10 --seed 3 --log-every 5
 pointcloud_surrogate|--steps 20 --points 3000 --grid 8 --seed 1 --log-every 10
