@@ -28,6 +28,16 @@ __global__ void gather_kernel(idx n_src, idx n_index, idx width, const E* __rest
   }
 }
 
+template <class E>
+__global__ void scatter_kernel(idx n_dst, idx n_index, idx width, const E* __restrict__ src,
+                               const idx* __restrict__ index, E* __restrict__ dst) {
+  SHARD_GRID_STRIDE(t, n_index * width) {
+    const idx i = t / width, c = t - i * width;
+    const idx r = index[i];
+    if (r >= 0 && r < n_dst) dst[r * width + c] = src[t];
+  }
+}
+
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 /// f64 through a compare-and-swap loop on the bits: GPGPU-Sim (the simulator lane) has no
 /// atom.add.f64. Uncontended it costs one extra load; swap in atomicAdd(double*) if a profile of
@@ -65,6 +75,17 @@ int rows_gather(int elem_bytes, idx n_src, idx n_index, idx width, const void* s
     using E = decltype(e);
     gather_kernel<E><<<grid_for(n_index * width), kThreads, 0, as_stream(stream)>>>(
         n_src, n_index, width, static_cast<const E*>(src), index, static_cast<E*>(dst));
+    return last_error();
+  });
+}
+
+int rows_scatter(int elem_bytes, idx n_dst, idx n_index, idx width, const void* src, const idx* index, void* dst,
+                 void* stream) {
+  if (n_index <= 0 || width <= 0) return 0;
+  return by_width(elem_bytes, [&](auto e) {
+    using E = decltype(e);
+    scatter_kernel<E><<<grid_for(n_index * width), kThreads, 0, as_stream(stream)>>>(
+        n_dst, n_index, width, static_cast<const E*>(src), index, static_cast<E*>(dst));
     return last_error();
   });
 }

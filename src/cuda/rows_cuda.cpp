@@ -26,6 +26,14 @@ struct CudaRows final : RowsKernels {
                                   ctx.stream().handle),
              op, ctx);
   }
+  void scatter(std::size_t elem_bytes, const RowsGeometry& g, const void* src, const index_t* index, void* dst,
+               ExecContext& ctx) const override {
+    const char* op = "rows_scatter";
+    DeviceScope scope(ctx, op);
+    check_rc(kernels::rows_scatter(static_cast<int>(elem_bytes), g.n_src, g.n_index, g.width, src, index, dst,
+                                   ctx.stream().handle),
+             op, ctx);
+  }
   void scatter_add(DType dt, const RowsGeometry& g, const void* src, const index_t* index, void* dst,
                    ExecContext& ctx) const override {
     const char* op = "rows_scatter_add";

@@ -29,6 +29,7 @@
 #include "shardtensor/dist/ring.hpp"
 #include "shardtensor/exec/box.hpp"
 #include "shardtensor/exec/points.hpp"
+#include "shardtensor/exec/rows.hpp"
 #include "shardtensor/tensor/tensor_block.hpp"
 
 namespace shard {
@@ -255,53 +256,6 @@ double inflated(double b, index_t D) {
   return b * s.scale + s.add;
 }
 
-/// The received candidates can only change the lists of queries near a face this rank shares with
-/// another rank: every received point p lies outside this rank's box (in another rank's half-open
-/// box) across such a face, so |q - p| >= e(q), the distance from q to the nearest shared face.
-/// A candidate enters q's list only if the kernel's d2_T(q, p) <= q's bound (radius: the kernel's
-/// r2; kNN: q's current k-th d2, ties included), which implies |q - p|^2 <= inflated(bound) (see
-/// inflated). So a query with e(q)^2 > inflated(bound) gets nothing from the candidates and is left
-/// out of the search; the others (on uniform data a thin shell of the box) are searched as a
-/// subset and their candidate lists scattered into padded scratch lists (-1 / +inf / count 0) for
-/// the merge, which leaves the skipped rows unchanged. Host blocks only (the caller searches every
-/// query otherwise).
-template <class T>
-void search_boundary_queries(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
-                             const Tensor<T, 2>& cand, const BoxPartition& part, int me, Lists<T>& l,
-                             ExecContext& ctx) {
-  const index_t nq = query.shape()[0], D = query.shape()[1], w = qk.width;
-  const Tensor<T, 2> q = query.contiguous();
-  const double r2 = inflated<T>(static_cast<double>(static_cast<T>(qk.radius * qk.radius)), D);
-  std::vector<index_t> rows;
-  for (index_t i = 0; i < nq; ++i) {
-    const double kth = qk.knn ? static_cast<double>(l.d2.data()[i * w + w - 1]) : 0.0;
-    const double bound = qk.knn ? inflated<T>(kth, D) : r2;
-    double e = std::numeric_limits<double>::infinity();
-    for (index_t d = 0; d < D; ++d) {
-      const double x = static_cast<double>(q.data()[i * D + d]);
-      const int dd = static_cast<int>(d);
-      if (part.lo(me, dd) > part.domain_lo(dd)) e = std::min(e, x - part.lo(me, dd));
-      if (part.hi(me, dd) < part.domain_hi(dd)) e = std::min(e, part.hi(me, dd) - x);
-    }
-    if (!(e * e > bound)) rows.push_back(i);  // NaN-safe: keep the query when in doubt
-  }
-  const index_t ns = static_cast<index_t>(rows.size());
-  auto sub = Tensor<T, 2>::empty({ns, D});
-  for (index_t j = 0; j < ns; ++j)
-    std::copy_n(q.data() + rows[static_cast<std::size_t>(j)] * D, D, sub.data() + j * D);
-  Lists<T> sl = make_lists<T>(ns, w, Device::cpu());
-  search_candidates(qk, method, sub, cand, 0, sl, true, ctx);
-  std::fill_n(l.cidx.data(), nq * w, std::int64_t{-1});
-  std::fill_n(l.cd2.data(), nq * w, std::numeric_limits<T>::infinity());
-  std::fill_n(l.ccnt.data(), nq, std::int64_t{0});
-  for (index_t j = 0; j < ns; ++j) {
-    const index_t i = rows[static_cast<std::size_t>(j)];
-    std::copy_n(sl.idx.data() + j * w, w, l.cidx.data() + i * w);
-    std::copy_n(sl.d2.data() + j * w, w, l.cd2.data() + i * w);
-    if (!qk.knn) l.ccnt.data()[i] = sl.cnt.data()[j];
-  }
-}
-
 /// Every rank's box of `part` as exec::PointBoxes, each with threshold 0 except `skip` (-1).
 exec::PointBoxes partition_boxes(const BoxPartition& part, int skip) {
   exec::PointBoxes b;
@@ -317,12 +271,15 @@ exec::PointBoxes partition_boxes(const BoxPartition& part, int skip) {
   return b;
 }
 
-/// The exchange that sends every point of `pts` ([n, D] on ctx's device) to each box that selects
-/// it (exec::points_near_boxes_*: counts, then the rows grouped by box, ascending, on ctx's
-/// device). Only the per-box counts reach the host. Collective over comm (one alltoall of counts).
-detail::RowExchange box_selection_exchange(const CommPtr& comm, const exec::PointBoxes& boxes, const Block& pts,
-                                           const Block* point_bound, const exec::PointBoundScale& sc,
-                                           ExecContext& ctx) {
+/// The rows of `pts` ([n, D] on ctx's device) that each box of `boxes` selects
+/// (exec::points_near_boxes_*): CSR offsets by box on the host (n_boxes + 1) and the rows, grouped
+/// by box and ascending within a group, on ctx's device. Only the per-box counts reach the host.
+struct BoxRows {
+  std::vector<index_t> offsets;
+  Block rows;
+};
+BoxRows near_box_rows(const exec::PointBoxes& boxes, const Block& pts, const Block* point_bound,
+                      const exec::PointBoundScale& sc, ExecContext& ctx) {
   const index_t nb = boxes.boxes();
   std::vector<index_t> counts(static_cast<std::size_t>(nb), 0);
   const Block host = Block::view(DType::i64, Device::cpu(), counts.data(), &nb, 1);
@@ -334,15 +291,79 @@ detail::RowExchange box_selection_exchange(const CommPtr& comm, const exec::Poin
     exec::box_copy(host, dev, ctx);
     ctx.synchronize();
   }
-  std::vector<index_t> offsets(static_cast<std::size_t>(nb) + 1, 0);
+  BoxRows r;
+  r.offsets.assign(static_cast<std::size_t>(nb) + 1, 0);
   for (index_t b = 0; b < nb; ++b)
-    offsets[static_cast<std::size_t>(b) + 1] = offsets[static_cast<std::size_t>(b)] + counts[static_cast<std::size_t>(b)];
-  const index_t total = offsets.back();
-  Block rows = Block::allocate(DType::i64, ctx.device(), &total, 1);
+    r.offsets[static_cast<std::size_t>(b) + 1] = r.offsets[static_cast<std::size_t>(b)] + counts[static_cast<std::size_t>(b)];
+  const index_t total = r.offsets.back();
+  r.rows = Block::allocate(DType::i64, ctx.device(), &total, 1);
   exec::points_near_boxes_rows(boxes, pts, point_bound, sc,
-                               detail::index_block(std::span<const index_t>(offsets).first(static_cast<std::size_t>(nb)), ctx),
-                               rows, ctx);
-  return detail::RowExchange::with_rows_block(comm, pts.shape[0], std::move(offsets), std::move(rows));
+                               detail::index_block(std::span<const index_t>(r.offsets).first(static_cast<std::size_t>(nb)), ctx),
+                               r.rows, ctx);
+  return r;
+}
+
+/// The exchange that sends every point of `pts` ([n, D] on ctx's device) to each box that selects
+/// it (near_box_rows). Collective over comm (one alltoall of counts).
+detail::RowExchange box_selection_exchange(const CommPtr& comm, const exec::PointBoxes& boxes, const Block& pts,
+                                           const Block* point_bound, const exec::PointBoundScale& sc,
+                                           ExecContext& ctx) {
+  BoxRows r = near_box_rows(boxes, pts, point_bound, sc, ctx);
+  return detail::RowExchange::with_rows_block(comm, pts.shape[0], std::move(r.offsets), std::move(r.rows));
+}
+
+/// The received candidates can only change the lists of queries near another rank's box: every
+/// received point p lies in another rank's (half-open) box, so |q - p| >= the distance from q to
+/// the nearest other box. A candidate enters q's list only if the kernel's d2_T(q, p) <= q's bound
+/// (radius: the kernel's r2; kNN: q's current k-th d2, ties included), which implies
+/// |q - p|^2 <= inflated(bound) (see inflated). So only the queries that some other rank's box
+/// selects with that bound (exec::points_near_boxes_*, the test the kNN query shipping uses; for a
+/// query inside this rank's box the distance to the nearest other box is its distance to the
+/// nearest shared face) are searched, as a subset gathered by row (rows_gather), and their
+/// candidate lists are scattered (rows_scatter) into padded scratch lists (-1 / +inf / count 0)
+/// for the merge, which leaves the other rows unchanged. On uniform data the subset is a thin
+/// shell of the box. On any device: only the per-box counts reach the host. A query near several
+/// boxes is listed once per box; on the host the list is made unique, on a device it is searched
+/// once per listing (the same result each time, written to the same row: rows_scatter allows it).
+template <class T>
+void search_boundary_queries(const QueryKind& qk, exec::NeighborMethod method, const Tensor<T, 2>& query,
+                             const Tensor<T, 2>& cand, const BoxPartition& part, int me, Lists<T>& l,
+                             ExecContext& ctx) {
+  const index_t nq = query.shape()[0], D = query.shape()[1], w = qk.width;
+  const Device dev = ctx.device();
+  const Tensor<T, 2> q = query.contiguous();
+  exec::PointBoxes boxes = partition_boxes(part, me);
+  const Block d2 = as_block(l.d2);
+  const Block* bound = nullptr;
+  exec::PointBoundScale sc{};
+  if (qk.knn) {
+    bound = &d2;  // q's current k-th d2 (the last column), inflated
+    sc = inflation<T>(D);
+  } else {
+    const double r2 = inflated<T>(static_cast<double>(static_cast<T>(qk.radius * qk.radius)), D);
+    for (int r = 0; r < part.mesh().size(); ++r)
+      if (r != me) boxes.threshold[static_cast<std::size_t>(r)] = r2;
+  }
+  BoxRows sel = near_box_rows(boxes, as_block(q), bound, sc, ctx);
+  index_t ns = sel.offsets.back();
+  if (dev.is_cpu() && ns > 0) {  // one listing per query (and ascending, as before)
+    auto* r = static_cast<index_t*>(sel.rows.data);
+    std::sort(r, r + ns);
+    ns = static_cast<index_t>(std::unique(r, r + ns) - r);
+    const index_t l0[1] = {0}, len[1] = {ns};
+    sel.rows = sel.rows.slice(l0, len);
+  }
+  l.cidx.fill(std::int64_t{-1});
+  l.cd2.fill(std::numeric_limits<T>::infinity());
+  l.ccnt.fill(std::int64_t{0});
+  if (ns == 0) return;
+  auto sub = Tensor<T, 2>::empty({ns, D}, dev);
+  exec::rows_gather({nq, ns, D}, as_block(q), sel.rows, as_block(sub), ctx);
+  Lists<T> sl = make_lists<T>(ns, w, dev);
+  search_candidates(qk, method, sub, cand, 0, sl, true, ctx);
+  exec::rows_scatter({nq, ns, w}, as_block(sl.idx), sel.rows, as_block(l.cidx), ctx);
+  exec::rows_scatter({nq, ns, w}, as_block(sl.d2), sel.rows, as_block(l.cd2), ctx);
+  if (!qk.knn) exec::rows_scatter({nq, ns, 1}, as_block(sl.cnt), sel.rows, as_block(l.ccnt), ctx);
 }
 
 /// kNN rows of the spatial halo: which of this rank's support points (`own`, [ns, D]) each other
@@ -480,11 +501,7 @@ std::int64_t halo_query(const QueryKind& qk, exec::NeighborMethod method, const 
       SHARD_CHECK(gidx.data()[i - 1] < gidx.data()[i], "neighbour query (spatial_halo)",
                   "internal: received global indices not ascending at row {}", i);
 
-  if (query.device().is_cpu()) {
-    search_boundary_queries(qk, method, query, cand, part, me, l, ctx);
-  } else {
-    search_candidates(qk, method, query, cand, 0, l, false, ctx);
-  }
+  search_boundary_queries(qk, method, query, cand, part, me, l, ctx);
   exec::points_remap(as_block(gidx), as_block(l.cidx), ctx);
   merge_candidates(qk, l, ctx);
   return ex.n_send_remote() * D + query_elements;

@@ -67,4 +67,17 @@ void rows_scatter_add(const RowsGeometry& g, const Block& src, const Block& inde
   t.scatter_add(dt, gg, src.data, static_cast<const index_t*>(index.data), dst.data, ctx);
 }
 
+void rows_scatter(const RowsGeometry& g, const Block& src, const Block& index, const Block& dst, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "rows", "scatter", &ctx);
+  const char* op = "rows_scatter";
+  check_geometry(op, g);
+  check_rows_matrix(op, "src", src, dst.dtype, g.n_index, g.width, ctx);
+  check_rows_matrix(op, "dst", dst, dst.dtype, g.n_src, g.width, ctx);
+  check_rows_matrix(op, "index", index, DType::i64, g.n_index, 1, ctx);
+  const auto& t = rows_table(op, ctx);
+  if (g.n_index == 0 || g.width == 0) return;
+  shard::detail::bump_version(dst.owner);
+  t.scatter(dst.element_bytes(), g, src.data, static_cast<const index_t*>(index.data), dst.data, ctx);
+}
+
 }  // namespace shard::exec

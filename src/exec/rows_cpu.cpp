@@ -1,5 +1,6 @@
 // CPU table of the row kernel family (see include/shardtensor/exec/rows.hpp): gather is one
-// memcpy per row (zeros for index -1), scatter-add adds rows in index order (deterministic).
+// memcpy per row (zeros for index -1), scatter one memcpy per named row, scatter-add adds rows in
+// index order (deterministic).
 // Indices are checked (a corrupted index is a bug upstream, reported rather than written through).
 #include <cstdint>
 #include <cstring>
@@ -40,6 +41,17 @@ struct CpuRows final : RowsKernels {
         std::memset(d + static_cast<std::size_t>(i) * row, 0, row);
       else
         std::memcpy(d + static_cast<std::size_t>(i) * row, s + static_cast<std::size_t>(r) * row, row);
+    }
+  }
+  void scatter(std::size_t eb, const RowsGeometry& g, const void* src, const index_t* index, void* dst,
+               ExecContext&) const override {
+    const std::size_t row = eb * static_cast<std::size_t>(g.width);
+    const auto* s = static_cast<const unsigned char*>(src);
+    auto* d = static_cast<unsigned char*>(dst);
+    for (index_t i = 0; i < g.n_index; ++i) {
+      const index_t r = index[i];
+      check_index("rows_scatter", r, g.n_src);
+      if (r >= 0) std::memcpy(d + static_cast<std::size_t>(r) * row, s + static_cast<std::size_t>(i) * row, row);
     }
   }
   void scatter_add(DType dt, const RowsGeometry& g, const void* src, const index_t* index, void* dst,

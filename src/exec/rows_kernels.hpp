@@ -18,6 +18,9 @@ struct RowsKernels : KernelTable {
   /// twice the width).
   virtual void scatter_add(DType dt, const RowsGeometry& g, const void* src, const index_t* index, void* dst,
                            ExecContext& ctx) const = 0;
+  /// dst[index[i]] = src[i] for index[i] >= 0; elements of `elem_bytes` bytes.
+  virtual void scatter(std::size_t elem_bytes, const RowsGeometry& g, const void* src, const index_t* index, void* dst,
+                       ExecContext& ctx) const = 0;
 };
 
 }  // namespace shard::exec

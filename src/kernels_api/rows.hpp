@@ -19,6 +19,12 @@ enum RowsAddType : int { rows_f32 = 0, rows_f64 = 1, rows_i64 = 2 };
 int rows_gather(int elem_bytes, rows_idx n_src, rows_idx n_index, rows_idx width, const void* src,
                 const rows_idx* index, void* dst, void* stream);
 
+/// dst[index[i], :] = src[i, :] for i < n_index with index[i] in [0, n_dst); elements of
+/// elem_bytes bytes. A repeated index must carry the same row data (which write lands is
+/// unspecified). src [n_index, width], dst [n_dst, width].
+int rows_scatter(int elem_bytes, rows_idx n_dst, rows_idx n_index, rows_idx width, const void* src,
+                 const rows_idx* index, void* dst, void* stream);
+
 /// dst[index[i], :] += src[i, :] for i < n_index with index[i] in [0, n_dst), with atomics (the
 /// order of the additions into one row is unspecified). src [n_index, width], dst [n_dst, width].
 int rows_scatter_add(RowsAddType type, rows_idx n_dst, rows_idx n_index, rows_idx width, const void* src,

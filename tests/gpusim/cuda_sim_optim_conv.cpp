@@ -55,6 +55,42 @@ void optim_case() {
     GPUSIM_CHECK_CLOSE(m, double, "adam m");
     GPUSIM_CHECK_CLOSE(v, double, "adam v");
   }
+  // Live values (a captured step's lr and bias corrections, read from device memory when the
+  // kernel runs): the device side gets garbage fields and the values through `live`, the CPU the
+  // fields.
+  {
+    Pair<T> w({n}, 98u), g({n}, 99u), buf({n}, 100u);
+    exec::SgdParams p;
+    p.lr = 0.03;
+    p.momentum = 0.9;
+    cpu.sgd(dtype_of<T>, n, w.h.data, g.h.data, buf.h.data, p, hctx());
+    Pair<double> live({1}, std::vector<double>{0.03});
+    exec::SgdParams q = p;
+    q.lr = 1e9;
+    q.live = static_cast<const double*>(live.d.data);
+    cu.sgd(dtype_of<T>, n, w.d.data, g.d.data, buf.d.data, q, gctx());
+    GPUSIM_CHECK_CLOSE(w, T, "sgd with live lr");
+  }
+  {
+    Pair<T> w({n}, 101u), g({n}, 102u);
+    Pair<double> m({n}, 103u), v({n}, 104u, 0.0, 1.0);
+    exec::AdamParams p;
+    p.lr = 2e-3;
+    p.weight_decay = 0.01;
+    p.decoupled = true;
+    p.bc1 = 1 - std::pow(p.beta1, 5);
+    p.bc2 = 1 - std::pow(p.beta2, 5);
+    cpu.adam(dtype_of<T>, n, w.h.data, g.h.data, static_cast<double*>(m.h.data), static_cast<double*>(v.h.data), p,
+             hctx());
+    Pair<double> live({3}, std::vector<double>{p.lr, p.bc1, p.bc2});
+    exec::AdamParams q = p;
+    q.lr = q.bc1 = q.bc2 = 1e9;
+    q.live = static_cast<const double*>(live.d.data);
+    cu.adam(dtype_of<T>, n, w.d.data, g.d.data, static_cast<double*>(m.d.data), static_cast<double*>(v.d.data), q,
+            gctx());
+    GPUSIM_CHECK_CLOSE(w, T, "adamw with live values");
+    GPUSIM_CHECK_CLOSE(m, double, "adamw m with live values");
+  }
 }
 
 template <class T>

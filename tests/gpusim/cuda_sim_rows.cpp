@@ -3,7 +3,8 @@
 // (zero rows) and repeated rows; scatter-add of f32, f64 and i64 into a non-zero destination with
 // -1 entries and repeated rows. Float sums are compared exactly: with repeated rows the values are
 // small multiples of 1/8 (every partial sum is exact, so the atomics' order cannot show), and a
-// second case with random values uses distinct rows (one addition per element).
+// second case with random values uses distinct rows (one addition per element); scatter (copy)
+// of 1, 4 and 8-byte elements with distinct rows, and with rows named twice with the same data.
 #include <cstdint>
 #include <numeric>
 
@@ -86,7 +87,51 @@ void scatter_case(index_t n_dst, index_t n_index, index_t width, bool repeats, u
   CHECK(d == h);
 }
 
+/// Scatter (copy) of elem_bytes-byte rows: distinct rows with -1 entries, then a list that names
+/// some rows twice with the same data (the boundary-query use: a query listed once per box).
+void scatter_copy_case(int eb, index_t n_dst, index_t width, bool repeats, unsigned seed) {
+  INFO("scatter elem_bytes " << eb << " n_dst " << n_dst << " width " << width << (repeats ? " repeated" : ""));
+  std::mt19937_64 g(seed);
+  std::vector<double> idx = distinct_index(n_dst, seed + 1);
+  if (repeats) {  // every row named by an even position is named again right after it
+    std::vector<double> rep;
+    for (std::size_t i = 0; i < idx.size(); ++i) {
+      rep.push_back(idx[i]);
+      if (i % 2 == 0) rep.push_back(idx[i]);
+    }
+    idx = rep;
+  }
+  const index_t n_index = static_cast<index_t>(idx.size());
+  std::vector<double> bytes(static_cast<std::size_t>(n_index * width * eb));
+  for (auto& b : bytes) b = static_cast<double>(g() % 256);
+  if (repeats)  // the repeated entries carry the same row data
+    for (std::size_t i = 1; i < idx.size(); ++i)
+      if (idx[i] == idx[i - 1])
+        for (std::size_t c = 0; c < static_cast<std::size_t>(width * eb); ++c)
+          bytes[i * static_cast<std::size_t>(width * eb) + c] = bytes[(i - 1) * static_cast<std::size_t>(width * eb) + c];
+  Pair<std::uint8_t> src({n_index, width * eb}, bytes);
+  Pair<index_t> index({n_index}, idx);
+  Pair<std::uint8_t> dst({n_dst, width * eb}, std::vector<double>{0xCD});  // rows not named stay 0xCD
+  const RowsGeometry geo{n_dst, n_index, width};
+  cpu().scatter(static_cast<std::size_t>(eb), geo, src.h.data, static_cast<const index_t*>(index.h.data), dst.h.data,
+                hctx());
+  cu().scatter(static_cast<std::size_t>(eb), geo, src.d.data, static_cast<const index_t*>(index.d.data), dst.d.data,
+               gctx());
+  const auto d = dst.device(), h = dst.host();
+  INFO(worst(d, h));
+  CHECK(d == h);
+}
+
 }  // namespace
+
+TEST_CASE("gpusim rows: scatter (copy) equals the CPU table", "[gpusim][rows]") {
+  GPUSIM_REQUIRE_GPU();
+  for (const int eb : {4, 8}) {
+    scatter_copy_case(eb, 60, 3, false, 400u + static_cast<unsigned>(eb));
+    scatter_copy_case(eb, 60, 5, true, 410u + static_cast<unsigned>(eb));
+  }
+  scatter_copy_case(1, 33, 1, true, 420u);
+}
 
 TEST_CASE("gpusim rows: gather by element size equals the CPU table", "[gpusim][rows]") {
   GPUSIM_REQUIRE_GPU();

@@ -34,4 +34,9 @@ void rows_gather(const RowsGeometry& g, const Block& src, const Block& index, co
 /// dst [n_src, width] (n_src is dst's row count here).
 void rows_scatter_add(const RowsGeometry& g, const Block& src, const Block& index, const Block& dst, ExecContext& ctx);
 
+/// dst[index[i], :] = src[i, :] for every i < n_index with index[i] >= 0 (a copy; any dtype);
+/// src [n_index, width], dst [n_src, width]. An index that repeats must come with the same row
+/// data each time (which copy lands is unspecified); rows no index names are left as they are.
+void rows_scatter(const RowsGeometry& g, const Block& src, const Block& index, const Block& dst, ExecContext& ctx);
+
 }  // namespace shard::exec
