@@ -407,7 +407,7 @@ class CudaRuntime final : public DeviceRuntime {
                  "synchronised with the host, queried an event or used the default stream", g->device,
                  cudaGetErrorName(g->end_error));
     }
-    check(cudaGraphInstantiate(&g->exec, g->graph, 0), "end_capture", "cudaGraphInstantiate", g->device);
+    check(cudaGraphInstantiateWithFlags(&g->exec, g->graph, 0), "end_capture", "cudaGraphInstantiateWithFlags", g->device);
   }
 
   void launch_graph(void* handle) const override {
