@@ -16,6 +16,8 @@
 # Prints a markdown table row per (precision, grid) as it goes, a "ratio" line per case, then the
 # memory rows "| mem P ranks ..." with peak / (single / P); OUT_TSV (optional) gets the numbers for
 # plots (docs/perf/). Defaults fit gpu_check.sh's per-script BENCH_BUDGET (130 s) on an H100.
+# GRAPH="bf16" (default; "" for none) at GRAPH_GRIDS ("256"): those also run ours with --cuda-graph and print
+# "ratio vit_<prec>_grid<g>_cuda_graph: torch/ours step ..." (issue 30 item 4 on the ViT).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -23,6 +25,8 @@ GRIDS="${GRIDS:-256 1024}" PRECISIONS="${PRECISIONS:-bf16 fp32}" PATCH="${PATCH:
 HEADS="${HEADS:-2}" LAYERS="${LAYERS:-2}" WARMUP="${WARMUP:-2}" STEPS="${STEPS:-5}"
 MEMGRID="${MEMGRID:-1024}" MEMPREC="${MEMPREC:-bf16}" RANKS="${RANKS:-1 2 4}" PY="${PYTHON:-python3}"
 DEVICE="${DEVICE:-cuda}"  # cpu: a smoke run of our side (the torch side then reports nan)
+GRAPH="${GRAPH:-bf16}"    # precisions also run with --cuda-graph (the step captured in a CUDA graph)
+GRAPH_GRIDS="${GRAPH_GRIDS:-256}"  # ... at these grids (the budget: one extra run each)
 OUT_TSV="${OUT_TSV:-${OUT:+$OUT/vit_gpu.tsv}}"  # gpu_check.sh runs with $OUT set: the file comes back
 EX="$BUILD_DIR/examples/vit_surrogate"
 BV="$BUILD_DIR/bench/bench_vit"
@@ -36,9 +40,10 @@ tsv=$(mktemp)
 echo -e "kind\tprecision\tgrid\ttokens\tranks\tours_s\ttorch_s\tours_first_s\ttorch_first_s\tours_peak_mib\ttorch_peak_mib\ttorch_infer_ms\tours_infer_ms" > "$tsv"
 
 # ours: prints "s_per_step first_s peak_steady_mib" from vit_surrogate's steady-state line
-ours() {  # ranks mesh grid precision
+ours() {  # ranks mesh grid precision [extra flags...]
   local np=$1 mesh=$2 grid=$3 prec=$4 line
-  line=$("${MPIRUN[@]}" -n "$np" "$EX" --device "$DEVICE" --attention ring --mesh "$mesh" --grid "$grid" --patch "$PATCH" \
+  shift 4
+  line=$("${MPIRUN[@]}" -n "$np" "$EX" --device "$DEVICE" --attention ring --mesh "$mesh" --grid "$grid" --patch "$PATCH" "$@" \
          --dim "$DIM" --heads "$HEADS" --layers "$LAYERS" --batch 1 --samples 1 --precision "$prec" \
          --steps "$((STEPS + WARMUP))" --warmup "$WARMUP" --log-every "$((STEPS + WARMUP))" 2>&1 |
          tee -a "$tsv.ours.log" | grep '^steady state:' | tail -1) || true
@@ -75,6 +80,12 @@ for prec in $PRECISIONS; do
     ri=$("$PY" -c "import sys; o,t=float(sys.argv[1]),float(sys.argv[2]); print(f'{t/o:.3f}')" "$oi" "${ti:-nan}" 2>/dev/null || echo nan)
     echo "| $prec | $grid | $tokens | $os | ${ts:-nan} | $r | $of | ${tf:-nan} | $om | ${tm:-nan} | $oi | ${ti:-nan} |"
     echo "ratio vit_${prec}_grid${grid} (tokens $tokens, ring attention at 1 rank): torch/ours step $r, inference $ri"
+    if [ "$DEVICE" = cuda ] && [[ " $GRAPH " == *" $prec "* ]] && [[ " $GRAPH_GRIDS " == *" $grid "* ]]; then
+      read -r gs gf gm < <(ours 1 1x1 "$grid" "$prec" --cuda-graph)
+      rg=$("$PY" -c "import sys; o,t=float(sys.argv[1]),float(sys.argv[2]); print(f'{t/o:.3f}')" "${gs:-nan}" "${ts:-nan}" 2>/dev/null || echo nan)
+      echo "ratio vit_${prec}_grid${grid}_cuda_graph (the step captured in a CUDA graph): torch/ours step $rg (ours $gs s, GPU peak $gm MiB; eager $os s)"
+      grep '^cuda graph:' "$tsv.ours.log" | tail -2 | sed 's/^/  /'
+    fi
     echo -e "step\t$prec\t$grid\t$tokens\t1\t$os\t${ts:-nan}\t$of\t${tf:-nan}\t$om\t${tm:-nan}\t${ti:-nan}\t$oi" >> "$tsv"
   done
 done
