@@ -43,13 +43,14 @@ template <class U>
 Block export_buffer(const Tensor<U, 1>& t) {
   return as_block(t.to(Device::cpu()).clone());
 }
-/// Replaces `dst` by the contents of `src` (dtype and length checked), on device `dev`.
+/// Replaces `dst`'s contents by `src` (dtype and length checked), on device `dev`: in place when
+/// `dst` already has that size there (a captured step's graph keeps reading the same address).
 template <class U>
 void import_buffer(Tensor<U, 1>& dst, const Block& src, index_t n, Device dev, const std::string& key) {
   SHARD_CHECK(src.dtype == dtype_of<U> && src.rank == 1 && src.numel() == n, "Optimizer::load_state",
               "buffer '{}' is {} of {} elements, the optimiser expects {} of {}", key, src.dtype, src.numel(),
               dtype_of<U>, n);
-  dst = Tensor<U, 1>::empty({n}, dev);
+  if (dst.numel() != n || dst.device() != dev || !dst.is_contiguous()) dst = Tensor<U, 1>::empty({n}, dev);
   dst.copy_from(tensor_of<U, 1>(src));
 }
 }  // namespace detail
