@@ -27,6 +27,7 @@
 // until then a replay may write any of them.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -633,12 +634,23 @@ class CudaRuntime final : public DeviceRuntime {
                cudaGetErrorString(e), free_b, total_b);
   }
 
-  /// Moves the pending blocks whose event has completed to the ready list (c.mu held).
+  /// Moves the pending blocks whose event has completed to the ready list (c.mu held). Events of
+  /// one stream complete in the order they were recorded, and `pending` keeps that order, so the
+  /// first incomplete event of a stream ends the queries for that stream: one query per stream
+  /// plus one per completed block, not one per parked block per allocation.
   static void poll(Cache& c) {
+    void* blocked[8];  // streams with an incomplete event (more than 8: the rest are queried one by one)
+    int nblocked = 0;
     for (auto it = c.pending.begin(); it != c.pending.end();) {
+      const bool skip = std::find(blocked, blocked + nblocked, it->stream) != blocked + nblocked;
+      if (skip) {
+        ++it;
+        continue;
+      }
       const cudaError_t e = cudaEventQuery(it->ev);
       if (e == cudaErrorNotReady) {
         cudaGetLastError();
+        if (nblocked < 8) blocked[nblocked++] = it->stream;
         ++it;
         continue;
       }
