@@ -1,6 +1,8 @@
 // Elementwise CUDA kernels behind Tensor's device entry points: strided copy, fill, axpby, mul,
-// sum. Launchers take a stream, return cudaError_t, and synchronise the stream before returning
-// (Tensor's entry points are synchronous). Built into shardtensor::cuda; host glue in
+// sum. Launchers take a stream and return cudaError_t. They are stream-ordered like every other
+// kernel of the library (they used to synchronise the stream, which cost a host round trip per
+// concat, gradient accumulation and clone, and broke CUDA graph capture); only sum, whose value
+// goes to the host, waits for its stream. Built into shardtensor::cuda; host glue in
 // src/cuda/tensor_ops_cuda.cpp. The sum is deterministic: per-block fixed-order trees into a
 // partials array, then one fixed-order final pass (no floating-point atomics).
 #include <cuda_runtime.h>
@@ -62,8 +64,8 @@ __global__ void sum_final_kernel(idx parts, const double* part, double* out) {
 }
 
 int finish(void* stream) {
-  if (const int e = last_error()) return e;
-  return static_cast<int>(cudaStreamSynchronize(as_stream(stream)));
+  (void)stream;
+  return last_error();
 }
 }  // namespace
 

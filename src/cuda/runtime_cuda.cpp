@@ -428,7 +428,10 @@ class CudaRuntime final : public DeviceRuntime {
     }
     if (prev != g->device) cudaSetDevice(g->device);
     if (g->capturing) finish_capture(*g);
-    if (g->exec && cudaStreamSynchronize(g->stream) != cudaSuccess) cudaGetLastError();  // replays done
+    // The replays, and any other stream's work on a pool block (a block allocated before a failed
+    // capture and freed in it; one freed after the capture by eager work elsewhere), must be done
+    // before the blocks are ready for every stream: synchronise the device (this runs rarely).
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     cudaGetLastError();

@@ -1,7 +1,8 @@
 // exec::TensorDeviceKernels on CUDA: Tensor's device entry points (strided copy, fill, axpby,
 // mul, sum; complex axpby, mul, sum) call the launchers in kernels/elementwise.cu (through the firewall header
-// src/kernels_api.hpp) on the calling thread's current stream for the device. The launchers
-// synchronise that stream before returning.
+// src/kernels_api.hpp) on the calling thread's current stream for the device, stream-ordered
+// like every op (a host reader synchronises: Tensor::to(cpu) does). Only sum waits for the stream
+// (its value goes to the host).
 #include "exec/tensor_kernels.hpp"
 #include "shardtensor/exec/pointwise.hpp"
 #include "kernels_api.hpp"
@@ -56,8 +57,8 @@ class CudaTensorKernels final : public TensorDeviceKernels {
   void mul(DType dt, index_t n, const void* a, const void* b, void* out, Device dev) const override {
     if (dt == DType::c64 || dt == DType::c128) {  // the complex product (kernels/complex.cu)
       void* s = prepare(dev, "mul");
-      int rc = kernels::cx_map(dt == DType::c128 ? 1 : 0, static_cast<int>(ComplexOp::mul), 1.0, 0.0, n, a, b, out, s);
-      if (rc == 0) rc = static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(s)));
+      const int rc = kernels::cx_map(dt == DType::c128 ? 1 : 0, static_cast<int>(ComplexOp::mul), 1.0, 0.0, n, a, b, out,
+                                     s);
       check(rc, dev, "mul");
       return;
     }

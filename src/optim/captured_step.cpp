@@ -63,7 +63,11 @@ void CapturedStep::release() noexcept {
       if (ev) rt.destroy_event(ev);
     if (s.pinned) rt.deallocate_pinned(s.pinned);
   }
-  scalars_.clear();  // the device buffers go back to the cache on this context's stream
+  scalars_.clear();
+  {
+    ContextGuard on(*ctx_);  // the arena goes back to the cache on this context's stream
+    arena_.reset();
+  }
   ctx_.reset();
   rt.destroy_stream(stream_, dev_.index);
 }
@@ -108,6 +112,11 @@ void CapturedStep::capture() {
   // Whatever the warm-up queued runs before the capture begins (the graph only orders itself
   // after it on the stream; a failed capture must not leave half the warm-up in flight).
   ctx_->synchronize();
+  if (!arena_) {  // outside the capture: never part of the graph's pool
+    ContextGuard on(*ctx_);
+    arena_ = allocate_bytes(kArenaDoubles * sizeof(double), dev_);
+  }
+  arena_used_ = 0;
   void* h = rt.begin_capture(stream_, dev_.index);
   std::string failure;
   {
@@ -131,8 +140,8 @@ void CapturedStep::capture() {
   }
   if (!failure.empty()) {
     rt.destroy_graph(h);  // ends the capture when the step threw mid-way; frees the pool
-    for (auto& s : scalars_) s.device.reset();
     scalars_.clear();
+    arena_used_ = 0;
     give_up(failure);
     return;
   }
@@ -142,11 +151,15 @@ void CapturedStep::capture() {
 const double* CapturedStep::replay_scalars(std::size_t n, std::function<void(double*)> fill) {
   SHARD_CHECK(t_capturing == this, "CapturedStep::replay_scalars", "called outside this step's capture");
   SHARD_CHECK(n > 0 && fill, "CapturedStep::replay_scalars", "need n > 0 values and a fill function");
+  const std::size_t start = (arena_used_ + 7) / 8 * 8;  // 64-byte aligned slots
+  SHARD_CHECK(start + n <= kArenaDoubles, "CapturedStep::replay_scalars",
+              "the step asks for more than {} live values in all ({} used, {} more)", kArenaDoubles, arena_used_, n);
   Scalars s;
   s.n = n;
   s.fill = std::move(fill);
-  s.device = allocate_bytes(n * sizeof(double), dev_);  // from the graph's pool (current context)
-  const double* p = static_cast<const double*>(s.device.get());
+  s.device = static_cast<double*>(arena_.get()) + start;
+  arena_used_ = start + n;
+  const double* p = s.device;
   scalars_.push_back(std::move(s));
   return p;
 }
@@ -164,7 +177,7 @@ void CapturedStep::replay() {
     if (s.recorded[static_cast<std::size_t>(k)]) rt.synchronize_event(s.events[static_cast<std::size_t>(k)]);
     double* slot = s.pinned + static_cast<std::size_t>(k) * s.n;
     s.fill(slot);
-    rt.copy(s.device.get(), dev_, slot, Device::cpu(), s.n * sizeof(double), stream_, false);
+    rt.copy(s.device, dev_, slot, Device::cpu(), s.n * sizeof(double), stream_, false);
     rt.record_event(s.events[static_cast<std::size_t>(k)], stream_, dev_.index);
     s.recorded[static_cast<std::size_t>(k)] = true;
   }

@@ -22,10 +22,15 @@
 ///
 /// The contract of a captured step, as with torch.cuda.graphs:
 /// - The step reads its inputs from tensors that stay alive, at the same addresses, for as long
-///   as this object: copy new data into them between runs (any stream: the capture stream
-///   synchronises with the default stream). Tensors the step assigns to outer variables (the
-///   loss) are the graph's outputs: each replay overwrites them, so copy a value that must be
-///   kept (a logged loss) before the next run().
+///   as this object: copy new data into them between runs on the default stream (the default
+///   context: the capture stream is a blocking stream, ordered with it both ways; work on a
+///   non-blocking stream of your own must be ordered by you). Tensors the step assigns to outer
+///   variables (the loss) are the graph's outputs: each replay overwrites them, so copy a value
+///   that must be kept (a logged loss) before the next run(). While the capture runs (inside the
+///   run() that captures), no other thread may use the default stream of that GPU: CUDA
+///   invalidates the capture of a blocking stream then.
+/// - Memory the graph uses must not move while it lives: parameters (no Module::to), optimiser
+///   state (load_state copies in place), the static tensors.
 /// - Every host decision inside the step must be the same on every call (shapes, which
 ///   parameters have gradients, control flow). Nothing inside may read a device value on the host
 ///   (a loss printed inside the step, the fp16 loss scaler's overflow check) or synchronise: that
@@ -98,15 +103,21 @@ class CapturedStep {
   /// During a capture: `n` doubles on the device, at a fixed address the captured work may
   /// read, filled on the host by `fill` before every replay and copied there ahead of the
   /// graph on its stream (a ring of pinned buffers, so the host never waits for a replay).
-  /// `fill` is not called for the capture itself, which runs nothing.
+  /// `fill` is not called for the capture itself, which runs nothing. At most 256 doubles per
+  /// step in all (an arena allocated before the capture; shard::Error past it). `fill` must stay
+  /// callable as long as this object (the optimisers capture themselves: keep the optimiser
+  /// alive longer than the CapturedStep).
   const double* replay_scalars(std::size_t n, std::function<void(double*)> fill);
 
  private:
   static constexpr int kRing = 4;
+  /// Doubles of the live-values arena: allocated before the capture, outside the graph's pool, so
+  /// no tensor of the graph can share its memory (the host writes it between replays).
+  static constexpr std::size_t kArenaDoubles = 256;
   struct Scalars {
     std::size_t n = 0;
     std::function<void(double*)> fill;
-    std::shared_ptr<void> device;  // n doubles
+    double* device = nullptr;      // n doubles in the arena
     double* pinned = nullptr;      // kRing slots of n doubles (created at the first replay)
     std::array<void*, kRing> events{};
     std::array<bool, kRing> recorded{};
@@ -128,6 +139,8 @@ class CapturedStep {
   std::string eager_reason_;
   long runs_ = 0, replays_ = 0;
   std::vector<Scalars> scalars_;
+  std::shared_ptr<void> arena_;
+  std::size_t arena_used_ = 0;
 };
 
 /// The device address of `n` values for captured work, or null when no capture is in progress

@@ -86,8 +86,16 @@ class Optimizer {
   /// the capture's); null otherwise (values passed as usual). Parameters without gradients are
   /// skipped by step(), so the first with one names the device.
   const double* live_values(std::size_t n, std::function<void(double*)> fill) const {
-    for (const auto& p : params_)
-      if (p->grad()) return replay_scalars(p->device(), n, std::move(fill));
+    for (const auto& p : params_) {
+      if (!p->grad()) continue;
+      const Device dev = p->device();
+      if (!CapturedStep::capturing(dev)) return nullptr;
+      for (const auto& q : params_)  // one device address cannot serve parameters elsewhere
+        SHARD_CHECK(!q->grad() || q->device() == dev, "Optimizer::step",
+                    "a captured step's optimiser has parameters on {} and on {}: capture one device's", dev,
+                    q->device());
+      return replay_scalars(dev, n, std::move(fill));
+    }
     return nullptr;
   }
   void check_kind(const OptimizerState& s, const std::string& kind) const {
