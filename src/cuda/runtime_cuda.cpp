@@ -134,27 +134,8 @@ class CudaRuntime final : public DeviceRuntime {
       std::lock_guard<std::mutex> lk(c.mu);
       if (t_capture == &c) return pool_allocate(c, n, bytes, device, stream);
       if (!t_capture) poll(c);  // no event query while this thread captures
-      // Best fit among the blocks parked by this stream (reusable at once) and the ready ones.
-      auto pend = c.pending.end();
-      for (auto it = c.pending.begin(); it != c.pending.end(); ++it)
-        if (it->stream == stream.handle && fits(it->bytes, n) && (pend == c.pending.end() || it->bytes < pend->bytes))
-          pend = it;
-      auto ready = c.ready.lower_bound(n);
-      if (ready != c.ready.end() && !fits(ready->first, n)) ready = c.ready.end();
-      void* p = nullptr;
       std::size_t got = 0;
-      if (pend != c.pending.end() && (ready == c.ready.end() || pend->bytes <= ready->first)) {
-        p = pend->p;
-        got = pend->bytes;
-        c.spare_events.push_back(pend->ev);  // re-recorded before its next use
-        c.pending.erase(pend);
-      } else if (ready != c.ready.end()) {
-        p = ready->second;
-        got = ready->first;
-        c.ready.erase(ready);
-      }
-      if (p) {
-        c.cached -= got;
+      if (void* p = take_cached(c, n, stream, got)) {
         c.live.emplace(p, got);
         return p;
       }
@@ -540,24 +521,8 @@ class CudaRuntime final : public DeviceRuntime {
       c.live.emplace(p, got);
       return p;
     }
-    auto pend = c.pending.end();
-    for (auto it = c.pending.begin(); it != c.pending.end(); ++it)
-      if (it->stream == stream.handle && fits(it->bytes, n) && (pend == c.pending.end() || it->bytes < pend->bytes))
-        pend = it;
-    auto ready = c.ready.lower_bound(n);
-    if (ready != c.ready.end() && !fits(ready->first, n)) ready = c.ready.end();
-    if (pend != c.pending.end() && (ready == c.ready.end() || pend->bytes <= ready->first)) {
-      p = pend->p;
-      got = pend->bytes;
-      c.spare_events.push_back(pend->ev);
-      c.pending.erase(pend);
-      c.cached -= got;
-    } else if (ready != c.ready.end()) {
-      p = ready->second;
-      got = ready->first;
-      c.ready.erase(ready);
-      c.cached -= got;
-    } else {
+    p = take_cached(c, n, stream, got);
+    if (!p) {
       const cudaError_t e = malloc_maybe_capturing(&p, n, true);
       if (e != cudaSuccess) fail_alloc(e, bytes, device);  // no release-and-retry: it would synchronise
       got = n;
@@ -568,6 +533,33 @@ class CudaRuntime final : public DeviceRuntime {
     c.live.emplace(p, got);
     return p;
   }
+  /// Best fit for n bytes among the blocks parked by `stream` (reusable at once: its later work is
+  /// queued after their last use) and the ready ones; removed from the cache (c.mu held). Null
+  /// when none fits.
+  static void* take_cached(Cache& c, std::size_t n, Stream stream, std::size_t& got) {
+    auto pend = c.pending.end();
+    for (auto it = c.pending.begin(); it != c.pending.end(); ++it)
+      if (it->stream == stream.handle && fits(it->bytes, n) && (pend == c.pending.end() || it->bytes < pend->bytes))
+        pend = it;
+    auto ready = c.ready.lower_bound(n);
+    if (ready != c.ready.end() && !fits(ready->first, n)) ready = c.ready.end();
+    void* p = nullptr;
+    if (pend != c.pending.end() && (ready == c.ready.end() || pend->bytes <= ready->first)) {
+      p = pend->p;
+      got = pend->bytes;
+      c.spare_events.push_back(pend->ev);  // re-recorded before its next use
+      c.pending.erase(pend);
+    } else if (ready != c.ready.end()) {
+      p = ready->second;
+      got = ready->first;
+      c.ready.erase(ready);
+    } else {
+      return nullptr;
+    }
+    c.cached -= got;
+    return p;
+  }
+
   /// Returns `pool`'s blocks to the shared cache (free ones to the ready list, live ones become
   /// ordinary blocks freed later as usual) and deletes it (c.mu held, its graph's work complete).
   static void release_pool(Cache& c, Pool* pool) {
