@@ -259,6 +259,82 @@ __global__ void sums_chunk_kernel(Geom g, idx K, idx chunks, const T* __restrict
     __syncthreads();
   }
 }
+/// Local moments of statistic k (norm_moments): the sum, mean and M2 = sum (x - mean)^2 of its n
+/// elements from the sums s1 = sum (x - c), s2 = sum (x - c)^2 shifted by its first element c, so
+/// one pass over x gives all three without the cancellation of sum x^2 - n mean^2 (c lies in the
+/// data). src/exec/norm_cpu.cpp's moments_from_shifted, operation for operation (_rn: no contraction).
+__device__ inline void moments_from_shifted(idx n, double c, double s1, double s2, double* sum, double* m2,
+                                            double* lmean, idx k) {
+  if (n <= 0) {
+    sum[k] = 0, m2[k] = 0, lmean[k] = 0;
+    return;
+  }
+  const double dn = static_cast<double>(n), q = __ddiv_rn(s1, dn);
+  sum[k] = __dadd_rn(__dmul_rn(dn, c), s1);
+  lmean[k] = __dadd_rn(c, q);
+  const double v = __dsub_rn(s2, __dmul_rn(s1, q));
+  m2[k] = v > 0 ? v : 0.0;
+}
+/// The shift of statistic k: its first element, widened (n > 0).
+template <class T>
+__device__ inline double moment_shift(const Geom& g, const T* x, idx k) {
+  idx c;
+  return wide(x[stat_elem(g, k, 0, &c)]);
+}
+/// norm_moments with one block per statistic.
+template <class T>
+__global__ void moments_kernel(Geom g, const T* __restrict__ x, double* sum, double* m2, double* lmean) {
+  const idx K = stat_count(g), n = stat_len(g);
+  for (idx k = blockIdx.x; k < K; k += gridDim.x) {
+    const double c = n > 0 ? moment_shift(g, x, k) : 0.0;
+    double s1 = 0, s2 = 0;
+    for (idx j = threadIdx.x; j < n; j += blockDim.x) {
+      idx ch;
+      const double d = wide(x[stat_elem(g, k, j, &ch)]) - c;
+      s1 += d;
+      s2 += d * d;
+    }
+    block_reduce2(s1, s2);
+    if (threadIdx.x == 0) moments_from_shifted(n, c, s1, s2, sum, m2, lmean, k);
+    __syncthreads();
+  }
+}
+/// Shifted partial sums (s1, s2) per (statistic, chunk), into part[2 (k chunks + chunk) + {0, 1}].
+template <class T>
+__global__ void moments_chunk_kernel(Geom g, idx K, idx chunks, const T* __restrict__ x, double* __restrict__ part) {
+  const idx n = stat_len(g), per = (n + chunks - 1) / chunks;
+  for (idx k = blockIdx.y; k < K; k += gridDim.y) {
+    const RowSet r = stat_rows(g, k);
+    const idx j0 = blockIdx.x * per, j1 = j0 + per < n ? j0 + per : n;
+    const double c = wide(x[r.base]);  // element j = 0 of statistic k
+    double s1 = 0, s2 = 0;
+    for_chunk(g.S, j0, j1, [&](idx i, idx s) {
+      const double d = wide(x[r.base + i * r.rstride + s]) - c;
+      s1 += d;
+      s2 += d * d;
+    });
+    block_reduce2(s1, s2);
+    if (threadIdx.x == 0) {
+      part[2 * (k * chunks + blockIdx.x)] = s1;
+      part[2 * (k * chunks + blockIdx.x) + 1] = s2;
+    }
+    __syncthreads();
+  }
+}
+/// Adds the chunk partials in chunk order and finishes the moments (one thread per statistic).
+template <class T>
+__global__ void moments_total_kernel(Geom g, idx K, idx chunks, const T* __restrict__ x,
+                                     const double* __restrict__ part, double* sum, double* m2, double* lmean) {
+  const idx n = stat_len(g);
+  SHARD_GRID_STRIDE(k, K) {
+    double s1 = 0, s2 = 0;
+    for (idx ch = 0; ch < chunks; ++ch) {
+      s1 += part[2 * (k * chunks + ch)];
+      s2 += part[2 * (k * chunks + ch) + 1];
+    }
+    moments_from_shifted(n, n > 0 ? wide(x[stat_rows(g, k).base]) : 0.0, s1, s2, sum, m2, lmean, k);
+  }
+}
 /// Partial (sg, sgx) per (statistic, chunk).
 template <class T>
 __global__ void backward_stat_chunk_kernel(Geom g, idx K, idx chunks, const T* __restrict__ x,
@@ -528,6 +604,11 @@ __global__ void finish_kernel(Finish f) {
         if (bad) f.v[k] = nan;
         break;
       case 0: f.v[k] = bad ? nan : __ddiv_rn(f.v[k], cnt); break;
+      case 4: {  // spread: this rank's M2 about the global mean
+        const double d = __dsub_rn(f.aux[k], f.mean[k]);
+        f.v[k] = __dadd_rn(f.v[k], __dmul_rn(static_cast<double>(f.local_count), __dmul_rn(d, d)));
+        break;
+      }
       case 2:
         f.mean[k] = bad ? nan : get(f.rm, f.rm_f64, k);
         f.v[k] = bad ? nan : __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(get(f.rv, f.rv_f64, k), f.eps)));
@@ -561,6 +642,21 @@ int sums_t(Geom g, const void* x, const double* mean, double* out, double* ws, v
     return done();
   }
   sums_kernel<T><<<grid_for_stats(K), kBlock, 0, as_stream(stream)>>>(g, static_cast<const T*>(x), mean, out);
+  return done();
+}
+template <class T>
+int moments_t(Geom g, const void* x, double* sum, double* m2, double* lmean, double* ws, void* stream) {
+  const idx K = stat_count(g);
+  if (K == 0) return 0;
+  const T* xt = static_cast<const T*>(x);
+  const idx chunks = chunks_for(g, K, stat_len(g));
+  if (chunks > 1 && ws) {
+    moments_chunk_kernel<T><<<chunk_grid(chunks, K), kBlock, 0, as_stream(stream)>>>(g, K, chunks, xt, ws);
+    if (const int e = done()) return e;
+    moments_total_kernel<T><<<blocks_for(K), kBlock, 0, as_stream(stream)>>>(g, K, chunks, xt, ws, sum, m2, lmean);
+    return done();
+  }
+  moments_kernel<T><<<grid_for_stats(K), kBlock, 0, as_stream(stream)>>>(g, xt, sum, m2, lmean);
   return done();
 }
 template <class T>
@@ -651,6 +747,9 @@ idx workspace(Geom g) {
 }
 int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream) {
   return by_storage(dtype, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, ws, stream); });
+}
+int moments(int dtype, Geom g, const void* x, double* sum, double* m2, double* lmean, double* ws, void* stream) {
+  return by_storage(dtype, [&](auto t) { return moments_t<decltype(t)>(g, x, sum, m2, lmean, ws, stream); });
 }
 int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream) {

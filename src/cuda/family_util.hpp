@@ -15,6 +15,11 @@
 
 namespace shard::exec::cuda_glue {
 
+/// CUDA graphs begun (DeviceRuntime::begin_capture) and not yet destroyed, in the whole process
+/// (src/cuda/runtime_cuda.cpp). While one lives, caches whose buffers a graph may have captured
+/// (the cuBLAS workspaces) must not free them.
+int live_graphs() noexcept;
+
 /// Makes the context's device current for a scope (restores the previous one).
 class DeviceScope {
  public:

@@ -103,7 +103,10 @@ void check_blas(cublasStatus_t st, const char* op) {
 /// of a thread; without a workspace of each stream's own, cuBLAS would use the handle's default
 /// workspace for all of them, and GEMMs queued on two streams could run at once in one buffer.
 /// Size: NVIDIA's recommendation (32 MiB on Hopper and later, 4 MiB before). The buffers are
-/// kept; past 32 streams the device is synchronised and they are all released.
+/// kept; past 32 streams the device is synchronised and they are all released, unless a CUDA
+/// graph lives (cuda_glue::live_graphs): its GEMM nodes hold their workspace's address for every
+/// replay, so then the cache only grows. A workspace first needed inside a capture is allocated
+/// in relaxed capture mode (not part of the graph; CapturedStep's eager warm-up normally made it).
 void* stream_workspace(int dev, cudaStream_t stream, std::size_t& bytes, const char* op) {
   struct Entry {
     int dev;
@@ -117,7 +120,12 @@ void* stream_workspace(int dev, cudaStream_t stream, std::size_t& bytes, const c
       bytes = e.bytes;
       return e.p;
     }
-  if (cache.size() >= 32) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
+    cudaGetLastError();
+    capturing = cudaStreamCaptureStatusNone;
+  }
+  if (cache.size() >= 32 && cuda_glue::live_graphs() == 0 && capturing == cudaStreamCaptureStatusNone) {
     cudaDeviceSynchronize();
     for (const auto& e : cache) {
       cudaSetDevice(e.dev);
@@ -130,7 +138,10 @@ void* stream_workspace(int dev, cudaStream_t stream, std::size_t& bytes, const c
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) cudaGetLastError();
   bytes = major >= 9 ? (std::size_t{32} << 20) : (std::size_t{4} << 20);
   void* p = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (capturing != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
   const cudaError_t rc = cudaMalloc(&p, bytes);
+  if (capturing != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
   SHARD_CHECK(rc == cudaSuccess, op, "cannot allocate a {}-byte cuBLAS workspace on cuda:{}: {}", bytes, dev,
               cudaGetErrorString(rc));
   cache.push_back({dev, stream, p, bytes});

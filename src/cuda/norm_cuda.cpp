@@ -33,6 +33,12 @@ struct CudaNorm final : NormKernels {
     const auto s = cuda_glue::enter(ctx, op);
     check(k::sums(storage_code(dt), geom(g), x, mean, out, workspace(g, ctx), s), op);
   }
+  void moments(DType dt, const NormGeom& g, const void* x, double* sum, double* m2, double* lmean,
+               ExecContext& ctx) const override {
+    const char* op = "norm_moments (cuda)";
+    const auto s = cuda_glue::enter(ctx, op);
+    check(k::moments(storage_code(dt), geom(g), x, sum, m2, lmean, workspace(g, ctx), s), op);
+  }
   void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,
              const void* b, const void* r, void* y, ExecContext& ctx) const override {
     const char* op = "norm_apply (cuda)";
@@ -92,6 +98,8 @@ struct CudaNorm final : NormKernels {
     f.rv_f64 = a.run_var && a.run_var->dtype == DType::f64;
     f.check = a.check;
     f.P = a.P;
+    f.aux = a.local_mean;
+    f.local_count = a.local_count;
     check(k::finish(f, s), op);
   }
 };

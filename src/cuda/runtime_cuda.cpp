@@ -45,6 +45,16 @@
 #include "shardtensor/runtime/profiler.hpp"
 
 namespace shard::exec {
+
+namespace {
+/// Graphs begun and not yet destroyed, in the whole process (cuda_glue::live_graphs).
+std::atomic<int> g_live_graphs{0};
+}  // namespace
+
+namespace cuda_glue {
+int live_graphs() noexcept { return g_live_graphs.load(std::memory_order_acquire); }
+}  // namespace cuda_glue
+
 namespace {
 
 constexpr int kMaxDevices = 64;
@@ -376,6 +386,7 @@ class CudaRuntime final : public DeviceRuntime {
                  cudaGetErrorName(e));
     }
     t_capture = &c;
+    g_live_graphs.fetch_add(1, std::memory_order_acq_rel);
     return g;
   }
 
@@ -402,6 +413,7 @@ class CudaRuntime final : public DeviceRuntime {
   void destroy_graph(void* handle) const noexcept override {
     auto* g = static_cast<Graph*>(handle);
     if (!g) return;
+    g_live_graphs.fetch_sub(1, std::memory_order_acq_rel);
     int prev = -1;
     if (cudaGetDevice(&prev) != cudaSuccess) {  // runtime torn down: nothing to give back
       cudaGetLastError();

@@ -107,6 +107,23 @@ void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* ou
   tab.sums(x.dtype, in.g, in.x, mean, out, ctx);
 }
 
+void norm_moments(const NormGeom& g, const Block& x, double* sum, double* m2, double* lmean, ExecContext& ctx) {
+  SHARD_PROFILE_SCOPE("op", "norm", "moments", &ctx);
+  if (detail::F32Work::needed(x.dtype)) {  // bf16 / f16 storage: f32 working copies (exec/precision.hpp)
+    detail::F32Work::check_same("norm_moments", {x.dtype});
+    if (!norm_storage_native(x.dtype, KernelPass::forward, ctx)) {
+      detail::F32Work f(ctx);
+      norm_moments(g, f.in(x), sum, m2, lmean, ctx);
+      return f.finish();
+    }
+  }
+  const char* op = "norm_moments";
+  SHARD_CHECK(g.stats() == 0 || (sum && m2 && lmean), op, "needs the sum, M2 and mean buffers");
+  const auto& tab = norm_table(op, KernelPass::forward, g, x, nullptr, nullptr, nullptr, nullptr, ctx);
+  const Input in = input(op, tab, g, x, ctx);
+  if (g.stats() > 0) tab.moments(x.dtype, in.g, in.x, sum, m2, lmean, ctx);
+}
+
 void norm_apply(const NormGeom& g, const Block& x, const Block* w, const Block* b, const Block* r, const double* mean,
                 const double* invstd, const Block& y, ExecContext& ctx) {
   SHARD_PROFILE_SCOPE("op", "norm", "apply", &ctx);
@@ -212,6 +229,8 @@ void norm_finish(const NormFinishArgs& a, ExecContext& ctx) {
               "evaluation mode needs the mean buffer and both running statistics");
   SHARD_CHECK(a.mode != NormFinish::invstd || a.mean || (!a.run_mean && !a.run_var), op,
               "updating the running statistics needs the mean");
+  SHARD_CHECK(a.mode != NormFinish::spread || (a.mean && a.local_mean && a.local_count >= 0), op,
+              "spread mode needs the global and the local mean");
   for (const Block* r : {a.run_mean, a.run_var}) {
     if (!r) continue;
     SHARD_CHECK(r->dtype == DType::f32 || r->dtype == DType::f64, op, "running statistic of dtype {}; f32 or f64 needed",

@@ -175,6 +175,85 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
   }
 }
 
+/// Local sum, mean and M2 of a statistic of n elements from its sums shifted by its first element c
+/// (s1 = sum (x - c), s2 = sum (x - c)^2); kernels/norm.cu's moments_from_shifted, operation for
+/// operation.
+inline void moments_from_shifted(index_t n, double c, double s1, double s2, double& sum, double& m2, double& lmean) {
+  if (n <= 0) {
+    sum = m2 = lmean = 0;
+    return;
+  }
+  const auto dn = static_cast<double>(n);
+  const double q = s1 / dn;
+  sum = dn * c + s1;
+  lmean = c + q;
+  const double v = s2 - s1 * q;
+  m2 = v > 0 ? v : 0.0;
+}
+
+template <class T>
+void moments_impl(const NormGeom& g, const T* x, double* sum, double* m2, double* lmean) {
+  const index_t A = g.A, C = g.C, S = g.S;
+  const XMap m(g);
+  switch (g.kind) {
+    case NormKind::batch:
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t c = 0; c < C; ++c) {
+        double s1 = 0, s2 = 0, sh = 0;
+        bool first = true;
+        for (index_t a = 0; a < A; ++a)
+          for_s(m, a, c, [&](index_t, index_t xo) {
+            const double v = to_double(x[xo]);
+            if (first) sh = v, first = false;
+            const double d = v - sh;
+            s1 += d;
+            s2 += d * d;
+          });
+        moments_from_shifted(A * S, sh, s1, s2, sum[c], m2[c], lmean[c]);
+      }
+      break;
+    case NormKind::group: {
+      const index_t G = g.G, cg = C / G;
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t k = 0; k < A * G; ++k) {
+        const index_t a = k / G, grp = k % G;
+        double s1 = 0, s2 = 0, sh = 0;
+        bool first = true;
+        for (index_t ci = 0; ci < cg; ++ci)
+          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) {
+            const double v = to_double(x[xo]);
+            if (first) sh = v, first = false;
+            const double d = v - sh;
+            s1 += d;
+            s2 += d * d;
+          });
+        moments_from_shifted(cg * S, sh, s1, s2, sum[k], m2[k], lmean[k]);
+      }
+      break;
+    }
+    case NormKind::layer:
+#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
+      for (index_t a = 0; a < A; ++a) {
+        // Statistic (a, s): shift x(a, 0, s); s1 / s2 accumulate in sum / m2, the shift in lmean.
+        double* s1 = sum + a * S;
+        double* s2 = m2 + a * S;
+        double* sh = lmean + a * S;
+        std::fill_n(s1, S, 0.0);
+        std::fill_n(s2, S, 0.0);
+        std::fill_n(sh, S, 0.0);
+        if (C > 0) for_s(m, a, 0, [&](index_t s, index_t xo) { sh[s] = to_double(x[xo]); });
+        for (index_t c = 0; c < C; ++c)
+          for_s(m, a, c, [&](index_t s, index_t xo) {
+            const double d = to_double(x[xo]) - sh[s];
+            s1[s] += d;
+            s2[s] += d * d;
+          });
+        for (index_t s = 0; s < S; ++s) moments_from_shifted(C, sh[s], s1[s], s2[s], s1[s], s2[s], sh[s]);
+      }
+      break;
+  }
+}
+
 // Calls f(row pointer offset, a, c, k0, dk) per [a, c] row: element s of the row has statistic k0 + s * dk.
 template <class Fn>
 void for_rows(const NormGeom& g, Fn f) {
@@ -351,6 +430,11 @@ void finish_impl(const NormFinishArgs& a) {
         if (bad) a.v[k] = nan;
         break;
       case NormFinish::mean: a.v[k] = bad ? nan : a.v[k] / cnt; break;
+      case NormFinish::spread: {
+        const double d = a.local_mean[k] - a.mean[k];
+        a.v[k] = a.v[k] + static_cast<double>(a.local_count) * (d * d);
+        break;
+      }
       case NormFinish::eval:
         a.mean[k] = bad ? nan : get(a.run_mean, k);
         a.v[k] = bad ? nan : 1.0 / std::sqrt(get(a.run_var, k) + a.eps);
@@ -376,6 +460,10 @@ struct CpuNorm final : NormKernels {
   bool native_storage(const StorageQuery& q) const override { return q.dtype == DType::bf16 || q.dtype == DType::f16; }
   void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out, ExecContext&) const override {
     SHARD_NORM_DISPATCH(dt, sums_impl<T>(g, static_cast<const T*>(x), mean, out));
+  }
+  void moments(DType dt, const NormGeom& g, const void* x, double* sum, double* m2, double* lmean,
+               ExecContext&) const override {
+    SHARD_NORM_DISPATCH(dt, moments_impl<T>(g, static_cast<const T*>(x), sum, m2, lmean));
   }
   // The activation code becomes a template argument (with_act) once per call.
   void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd, const void* w,

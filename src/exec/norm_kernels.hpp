@@ -21,6 +21,9 @@ struct NormKernels : KernelTable {
   // forward; backward sums, dx: backward_data). CPU and CUDA: yes.
   virtual void sums(DType dt, const NormGeom& g, const void* x, const double* mean, double* out,
                     ExecContext& ctx) const = 0;
+  /// exec::norm_moments (x contiguous, or strided when takes_strided_input).
+  virtual void moments(DType dt, const NormGeom& g, const void* x, double* sum, double* m2, double* lmean,
+                       ExecContext& ctx) const = 0;
   virtual void apply(DType dt, const NormGeom& g, const void* x, const double* mean, const double* invstd,
                      const void* w, const void* b, const void* r, void* y, ExecContext& ctx) const = 0;
   virtual void backward_sums(DType dt, const NormGeom& g, const void* x, const void* gy, const double* mean,

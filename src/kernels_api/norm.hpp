@@ -31,6 +31,10 @@ idx workspace(Geom g);
 /// out[k] = sum over statistic k of x (mean == nullptr) or (x - mean[k])^2, in double. ws:
 /// workspace(g) doubles (null: one block per statistic).
 int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream);
+/// The local moments of each statistic k in one pass over x: sum[k] = sum x, lmean[k] = sum[k] / n,
+/// m2[k] = sum (x - lmean[k])^2 (n = the statistic's element count; all 0 when n == 0), from sums
+/// shifted by the statistic's first element. ws: workspace(g) doubles (null: one block per statistic).
+int moments(int dtype, Geom g, const void* x, double* sum, double* m2, double* lmean, double* ws, void* stream);
 /// y = act(z + res), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b, g.res may be null).
 int apply(int dtype, Geom g, const void* x, const double* mean, const double* invstd, const void* w, const void* b,
           void* y, void* stream);
@@ -48,8 +52,9 @@ int to_f64(int dtype, idx n, const void* src, double* dst, void* stream);
 /// dst[i] = (T) src[i] (through float for bf16 / f16).
 int from_f64(int dtype, idx n, const double* src, void* dst, void* stream);
 
-/// exec::NormFinishArgs in plain form (mode: 0 mean, 1 invstd, 2 eval, 3 check; rm / rv the
-/// running statistics, f32 unless *_f64; check: the two allreduced check values or null).
+/// exec::NormFinishArgs in plain form (mode: 0 mean, 1 invstd, 2 eval, 3 check, 4 spread; rm / rv
+/// the running statistics, f32 unless *_f64; check: the two allreduced check values or null;
+/// spread: v[k] += local_count (aux[k] - mean[k])^2).
 struct Finish {
   int mode;
   idx K, count;
@@ -61,6 +66,8 @@ struct Finish {
   bool rm_f64, rv_f64;
   const double* check;
   idx P;
+  const double* aux = nullptr;
+  idx local_count = 0;
 };
 /// Finishes the statistics in place (one thread per statistic; the host table's arithmetic with
 /// _rn intrinsics, no contraction); a failed check makes every written value NaN.

@@ -18,6 +18,14 @@ Block part(const Block& buf, index_t lo, index_t n) {
   return buf.slice(l, len);
 }
 index_t ranks(const CommPtr& comm) { return comm ? comm->size() : 1; }
+/// Elements of one statistic in this rank's block.
+index_t stat_len(const NormGeom& g) {
+  switch (g.kind) {
+    case NormKind::batch: return g.A * g.S;
+    case NormKind::group: return g.G > 0 ? (g.C / g.G) * g.S : 0;
+    default: return g.C;
+  }
+}
 
 }  // namespace
 
@@ -28,7 +36,8 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
                   ExecContext& ctx) {
   const index_t K = geo.stats();
   st.K = K;
-  st.buf = Block::allocate(DType::f64, ctx.device(), {2 * (K + 2)});
+  // [2 check | mean K | 2 check | invstd K | local mean K]
+  st.buf = Block::allocate(DType::f64, ctx.device(), {3 * K + 4});
   double* mean = st.mean();
   double* invstd = st.invstd();
   exec::NormFinishArgs a;
@@ -44,12 +53,27 @@ void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Blo
     a.run_var = run_var;
     exec::norm_finish(a, ctx);
   } else {
-    exec::norm_sums(geo, x, nullptr, mean, ctx);
+    // One pass over x gives each statistic's local sum (into mean), M2 (into invstd) and mean
+    // (lmean). The sums are allreduced and finished into the global mean; each rank then moves its
+    // M2 to the global mean (spread: + n_r (m_r - mean)^2, Chan et al.) and those are allreduced:
+    // two collectives, as before, but x is read twice in all (moments, apply) instead of three times.
+    double* lmean = static_cast<double*>(st.buf.data) + 2 * K + 4;
+    exec::norm_moments(geo, x, mean, invstd, lmean, ctx);
     a.mode = exec::NormFinish::mean;
     a.v = mean;
     a.check = allreduce_sum_on_device(comm, part(st.buf, 0, K + 2), K, key, op, ctx);
     exec::norm_finish(a, ctx);
-    exec::norm_sums(geo, x, mean, invstd, ctx);
+    if (a.P > 1) {
+      exec::NormFinishArgs sp;
+      sp.mode = exec::NormFinish::spread;
+      sp.K = K;
+      sp.count = count;
+      sp.v = invstd;
+      sp.mean = mean;
+      sp.local_mean = lmean;
+      sp.local_count = stat_len(geo);
+      exec::norm_finish(sp, ctx);
+    }
     const bool update = geo.kind == NormKind::batch && (run_mean || run_var);
     a.mode = exec::NormFinish::invstd;
     a.v = invstd;

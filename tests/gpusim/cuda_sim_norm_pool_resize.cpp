@@ -1,4 +1,4 @@
-// gpusim lane: the norm family (kernels/norm.cu: batch, group, layer statistics; apply; backward
+// gpusim lane: the norm family (kernels/norm.cu: batch, group, layer statistics and one-pass moments; apply; backward
 // sums and dx; f64 load/store; instance norm is group norm with G = C), pooling (kernels/pool.cu:
 // avg with/without pad counting, max with argmax, backward) and resize (kernels/resize.cu:
 // nearest and linear, forward and backward, a block inside a larger global extent), against the
@@ -61,6 +61,15 @@ void norm_case(exec::NormKind kind, index_t G, index_t A = 3, index_t C = 4, ind
   cpu<NormKernels>().sums(dtype_of<T>, g, x.h.data, f64(mean.h), f64(sums.h), hctx());
   cu<NormKernels>().sums(dtype_of<T>, g, x.d.data, f64(mean.d), f64(sums.d), gctx());
   close_host(sums.host(), sums.device(), 1e-10, "centred sums");
+  {  // the one-pass moments (shifted sums; chunked like the sums on long rows) against the CPU table's
+    Pair<double> msum(ks), mm2(ks), mlm(ks);
+    cpu<NormKernels>().moments(dtype_of<T>, g, x.h.data, f64(msum.h), f64(mm2.h), f64(mlm.h), hctx());
+    cu<NormKernels>().moments(dtype_of<T>, g, x.d.data, f64(msum.d), f64(mm2.d), f64(mlm.d), gctx());
+    close_host(msum.host(), msum.device(), 1e-10, "moments: sum");
+    close_host(mlm.host(), mlm.device(), 1e-10, "moments: local mean");
+    close_host(mm2.host(), mm2.device(), 1e-9, "moments: M2");
+    close_host(mm2.host(), sums.host(), 1e-9, "moments: M2 against the centred sums");
+  }
   for (std::size_t k = 0; k < K; ++k) iv[k] = 1.0 / std::sqrt(sums.host()[k] / cnt + 1e-5);
   Pair<double> invstd(ks, iv);
   cpu<NormKernels>().apply(dtype_of<T>, g, x.h.data, f64(mean.h), f64(invstd.h), w.h.data, b.h.data, rh, y.h.data,
@@ -112,10 +121,12 @@ void finish_case() {
   const index_t K = 300;  // more than one block
   const std::vector<index_t> ks{K};
   for (int check = 0; check < 3; ++check) {  // none, agreeing (3 ranks, h = 5), disagreeing
-    for (NormFinish mode : {NormFinish::mean, NormFinish::invstd, NormFinish::eval, NormFinish::check}) {
+    for (NormFinish mode :
+         {NormFinish::mean, NormFinish::invstd, NormFinish::eval, NormFinish::check, NormFinish::spread}) {
       INFO("mode " << int(mode) << ", check " << check);
       Pair<double> v(ks, 81u, 0.5, 4.0), mean(ks, 82u), chk({2}, check == 1 ? std::vector<double>{15.0, 75.0}
                                                                              : std::vector<double>{15.0, 77.0});
+      Pair<double> lmean(ks, 85u);
       Pair<R> rm(ks, 83u), rv(ks, 84u, 0.1, 2.0);
       Block brm_h = rm.h, brv_h = rv.h, brm_d = rm.d, brv_d = rv.d;
       exec::NormFinishArgs a;
@@ -131,6 +142,8 @@ void finish_case() {
         a.run_mean = dev ? &brm_d : &brm_h;
         a.run_var = dev ? &brv_d : &brv_h;
         a.check = check == 0 ? nullptr : static_cast<const double*>(dev ? chk.d.data : chk.h.data);
+        a.local_mean = static_cast<const double*>(dev ? lmean.d.data : lmean.h.data);
+        a.local_count = 11;
         if (dev) cu<NormKernels>().finish(a, gctx());
         else cpu<NormKernels>().finish(a, hctx());
       };
@@ -142,7 +155,7 @@ void finish_case() {
         INFO(what);
         close_host(h, d, 0, what);
       }
-      if (check == 2) CHECK(std::isnan(v.device()[0]));
+      if (check == 2 && mode != NormFinish::spread) CHECK(std::isnan(v.device()[0]));  // spread: no check
       if (check == 1 && mode != NormFinish::check) CHECK(std::isfinite(v.device()[K - 1]));
     }
   }

@@ -163,7 +163,8 @@ TEMPLATE_TEST_CASE("a norm with a fused activation (and residual) equals the nor
   const std::pair<nn::Activation, F::NormAct> acts[] = {
       {nn::Activation::silu, F::NormAct::silu},       {nn::Activation::gelu, F::NormAct::gelu},
       {nn::Activation::relu, F::NormAct::relu},       {nn::Activation::tanh, F::NormAct::tanh},
-      {nn::Activation::sigmoid, F::NormAct::sigmoid}, {nn::Activation::identity, F::NormAct::none}};
+      {nn::Activation::sigmoid, F::NormAct::sigmoid}, {nn::Activation::identity, F::NormAct::none},
+      {nn::Activation::gelu_tanh, F::NormAct::gelu_tanh}};
   using Fn = std::function<V(const V&, F::NormAct, const OptV&)>;
   const auto w = rnd<T, 1>({4}, 3, true, RandomInit::uniform(0.5, 1.5));
   const auto b = rnd<T, 1>({4}, 4);
@@ -311,6 +312,20 @@ TEST_CASE("which activation modules a norm may fuse (Sequential)", "[nn][norm][f
   CHECK(fusable_activation<double, 4>(nn::GELU<double, 4>(F::GeluApprox::tanh)) == F::NormAct::gelu_tanh);
   CHECK(fusable_activation<double, 4>(nn::ActivationModule<double, 4>(nn::Activation::gelu)) == F::NormAct::gelu);
   CHECK(fusable_activation<double, 4>(nn::Identity<double, 4>()) == F::NormAct::none);
+  // GELU's tanh approximation has its own kind (it reported plain gelu before stop 45).
+  CHECK(nn::GELU<double, 4>(F::GeluApprox::tanh).kind() == nn::Activation::gelu_tanh);
+  CHECK(nn::GELU<double, 4>().kind() == nn::Activation::gelu);
+  CHECK(std::string(nn::activation_name(nn::Activation::gelu_tanh)) == "gelu_tanh");
+  CHECK(fusable_activation<double, 4>(nn::ActivationModule<double, 4>(nn::Activation::gelu_tanh)) ==
+        F::NormAct::gelu_tanh);
+  {
+    autograd::Var<double, 4> x(DistTensor<double, 4>::random({1, 2, 3, 3}, mesh1(), {Replicate()}, 9), false);
+    const auto got = nn::activate(nn::Activation::gelu_tanh, x).value().local();
+    const auto want = F::gelu(x, F::GeluApprox::tanh).value().local();
+    const auto exact = F::gelu(x).value().local();
+    CHECK(max_rel_diff(got, want) == 0.0);
+    CHECK(max_rel_diff(got, exact) > 0.0);
+  }
   CHECK(fusable_activation<double, 4>(MyAct()) == F::NormAct::none);
   CHECK(fusable_activation<double, 4>(nn::GroupNorm<double, 4>(mesh1(), 2, 4)) == F::NormAct::none);
 }

@@ -59,6 +59,14 @@ struct NormGeom {
 
 /// out[k] = sum of x (mean == null) or of (x - mean[k])^2 over the elements of statistic k.
 void norm_sums(const NormGeom& g, const Block& x, const double* mean, double* out, ExecContext& ctx);
+/// The local moments of every statistic k in one pass over x (n = the statistic's local element
+/// count): sum[k] = sum of x, lmean[k] = sum[k] / n, m2[k] = sum of (x - lmean[k])^2 (all 0 when
+/// n == 0). Computed from sums shifted by the statistic's first local element, so the variance
+/// does not cancel the way sum x^2 - n mean^2 does (the shift lies within the data). The forward
+/// of a training-mode norm reads x twice (moments, apply) instead of three times (sums of x, sums
+/// of (x - mean)^2, apply); ranks combine their moments with norm_finish's spread mode (Chan et
+/// al.'s parallel variance).
+void norm_moments(const NormGeom& g, const Block& x, double* sum, double* m2, double* lmean, ExecContext& ctx);
 /// y = act(z + r), z = (x - mean[k]) * invstd[k] * w[c] + b[c] (w, b [C] may be null; act: g.act;
 /// r: an optional residual, a dense [A, C, S] block added before the activation). With r or an
 /// activation, z + r and act are evaluated in the activation type (float for f32 / bf16 / f16,
@@ -89,7 +97,9 @@ enum class NormFinish : std::uint8_t {
   invstd,  ///< var = v[k] / count; the running statistics move towards mean[k] and the unbiased
            ///< var; v[k] = 1 / sqrt(var + eps)
   eval,    ///< mean[k] = run_mean[k]; v[k] = 1 / sqrt(run_var[k] + eps)
-  check    ///< nothing but the check below, over v[0, K)
+  check,   ///< nothing but the check below, over v[0, K)
+  spread   ///< v[k] += local_count (local_mean[k] - mean[k])^2: this rank's M2 about the global mean
+           ///< (v: its local M2 from norm_moments; mean: the global mean), to be allreduced
 };
 /// The arguments of norm_finish.
 struct NormFinishArgs {
@@ -110,6 +120,9 @@ struct NormFinishArgs {
   /// names the argument on every device).
   const double* check = nullptr;
   index_t P = 1;
+  /// Spread mode: this rank's mean of each statistic (norm_moments' lmean) and its element count.
+  const double* local_mean = nullptr;
+  index_t local_count = 0;
 };
 /// Finishes the statistics in place on the context's device (queued, no host read).
 void norm_finish(const NormFinishArgs& a, ExecContext& ctx);

@@ -11,7 +11,8 @@
 namespace shard::nn {
 
 /// Which pointwise nonlinearity a configurable model uses.
-enum class Activation { identity, relu, gelu, silu, tanh, sigmoid };
+/// (gelu is the exact, erf form; gelu_tanh its tanh approximation, GELU(GeluApprox::tanh)'s kind.)
+enum class Activation { identity, relu, gelu, silu, tanh, sigmoid, gelu_tanh };
 
 /// Name of an activation ("silu", ...).
 constexpr const char* activation_name(Activation a) {
@@ -19,6 +20,7 @@ constexpr const char* activation_name(Activation a) {
     case Activation::identity: return "identity";
     case Activation::relu: return "relu";
     case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::silu: return "silu";
     case Activation::tanh: return "tanh";
     default: return "sigmoid";
@@ -32,6 +34,7 @@ autograd::Var<T, R> activate(Activation a, const autograd::Var<T, R>& x) {
     case Activation::identity: return x;
     case Activation::relu: return F::relu(x);
     case Activation::gelu: return F::gelu(x);
+    case Activation::gelu_tanh: return F::gelu(x, F::GeluApprox::tanh);
     case Activation::silu: return F::silu(x);
     case Activation::tanh: return F::tanh(x);
     case Activation::sigmoid: return F::sigmoid(x);
@@ -68,7 +71,9 @@ class ReLU final : public ActivationModule<T, R> {
 template <class T, int R>
 class GELU final : public ActivationModule<T, R> {
  public:
-  explicit GELU(F::GeluApprox approx = F::GeluApprox::none) : ActivationModule<T, R>(Activation::gelu), approx_(approx) {}
+  explicit GELU(F::GeluApprox approx = F::GeluApprox::none)
+      : ActivationModule<T, R>(approx == F::GeluApprox::tanh ? Activation::gelu_tanh : Activation::gelu),
+        approx_(approx) {}
   autograd::Var<T, R> forward(const autograd::Var<T, R>& x) override { return F::gelu(x, approx_); }
   /// Exact or the tanh approximation.
   F::GeluApprox approx() const { return approx_; }

@@ -34,6 +34,7 @@ constexpr F::NormAct norm_act(Activation a) {
   switch (a) {
     case Activation::relu: return F::NormAct::relu;
     case Activation::gelu: return F::NormAct::gelu;
+    case Activation::gelu_tanh: return F::NormAct::gelu_tanh;
     case Activation::silu: return F::NormAct::silu;
     case Activation::tanh: return F::NormAct::tanh;
     case Activation::sigmoid: return F::NormAct::sigmoid;

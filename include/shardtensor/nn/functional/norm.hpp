@@ -9,9 +9,10 @@
 ///  - layer_norm: per position over the channels (dim 1; or any unsharded dim, e.g. -1 for
 ///    tokens), purely local.
 /// The channel (normalised-over for layer_norm) dim must not be sharded. Optional affine weight and
-/// bias [C] must be Replicate. Statistics are two-pass (mean, then mean squared deviation) and
-/// accumulate in double for fp32 and fp64: one allreduce of K doubles per pass (K = number of
-/// statistics). The backward needs the global sums of dxhat and dxhat * xhat (one allreduce of 2K
+/// bias [C] must be Replicate. Statistics accumulate in double for every dtype and read x once:
+/// each rank's local sum, mean and squared deviation M2 (shifted sums, exec::norm_moments); one
+/// allreduce of K doubles gives the global mean, each rank moves its M2 to that mean (+ n_r (m_r -
+/// mean)^2), and a second allreduce of K doubles gives the variance (K = number of statistics). The backward needs the global sums of dxhat and dxhat * xhat (one allreduce of 2K
 /// doubles; BatchNorm adds its 2C weight/bias sums to the same message, so its dW and db come back
 /// Replicate). Other norms return dW and db as local sums, Partial(sum) over the mesh dims that shard
 /// x (reduced by Var's leaf finalisation). Normalisation uses the biased variance; BatchNorm's
@@ -82,7 +83,7 @@ struct NormStats {
 };
 
 /// Training (run_mean, run_var null or the running statistics to update in place with `momentum`):
-/// two-pass global statistics over `count` elements, then y; eval (batch_eval): y from the running
+/// global statistics over `count` elements (one pass over x, two allreduces), then y; eval (batch_eval): y from the running
 /// statistics (both given). Fills `stats`.
 void norm_forward(const NormGeom& geo, const Block& x, const Block* w, const Block* b, const Block* res,
                   const Block* run_mean,
