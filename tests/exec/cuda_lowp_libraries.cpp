@@ -12,6 +12,7 @@
 #include <shardtensor/shardtensor.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -154,6 +155,12 @@ TEMPLATE_TEST_CASE("cuda conv: bf16 / f16 storage through cuDNN with f32 accumul
     exec::conv_forward(g, as_block(x), as_block(w), &bb, as_block(y), ctx);
     exec::conv_forward(g, as_block(xf), as_block(wf), &bbf, as_block(yf), ctx);
     exec::conv_forward(g, as_block(xa), as_block(wa), &bba, as_block(ya), ctx);
+    // cuDNN alone (no bias): its output rounded once to L from an f32 accumulation.
+    auto y0 = Tensor<L, 1>::empty({ny}, dev);
+    auto y0f = Tensor<float, 1>::empty({ny}, dev), y0a = Tensor<float, 1>::empty({ny}, dev);
+    exec::conv_forward(g, as_block(x), as_block(w), nullptr, as_block(y0), ctx);
+    exec::conv_forward(g, as_block(xf), as_block(wf), nullptr, as_block(y0f), ctx);
+    exec::conv_forward(g, as_block(xa), as_block(wa), nullptr, as_block(y0a), ctx);
     auto gx = Tensor<L, 1>::empty({nx}, dev);
     auto gxf = Tensor<float, 1>::empty({nx}, dev), gxa = Tensor<float, 1>::empty({nx}, dev);
     exec::conv_backward_input(g, as_block(gy), as_block(w), nullptr, as_block(gx), ctx);
@@ -167,9 +174,30 @@ TEMPLATE_TEST_CASE("cuda conv: bf16 / f16 storage through cuDNN with f32 accumul
     ctx.synchronize();
     const index_t red_w = g.batch * g.out[0] * g.out[1] * g.out[2];
     const index_t red_x = g.out_channels * g.kernel[0] * g.kernel[1] * g.kernel[2];
-    const double ry = worst_ratio(y, yf, ya, u, red + 1), rx = worst_ratio(gx, gxf, gxa, u, red_x),
-                 rw = worst_ratio(gw, gwf, gwa, u, red_w);
-    INFO("worst error / bound: forward " << ry << ", input gradient " << rx << ", weight gradient " << rw);
+    // With a bias the forward rounds twice, as PyTorch's bf16 conv does (cuDNN's output in L, then
+    // the bias kernel's sum in L): |y - want| <= u |conv| + 2u |want| + 2 (K + 1) 2^-24 mag, where
+    // conv = want - b can be much larger than want when the bias cancels it (the H100 run of
+    // 89c5c67 failed this case with the one-rounding bound: bf16 21.1, f16 2.7).
+    const double ry0 = worst_ratio(y0, y0f, y0a, u, red);
+    double ry = 0;
+    {
+      const auto got = y.to(Device::cpu());
+      const auto want = yf.to(Device::cpu()), conv = y0f.to(Device::cpu()), mag = ya.to(Device::cpu());
+      for (index_t i = 0; i < got.numel(); ++i) {
+        const double wv = want.data()[i];
+        const double e = std::fabs(static_cast<double>(static_cast<float>(got.data()[i])) - wv);
+        const double tol = u * std::fabs(static_cast<double>(conv.data()[i])) + 2 * u * std::fabs(wv) +
+                           2.0 * static_cast<double>(red + 1) * 0x1p-24 * mag.data()[i] + 1e-30;
+        ry = std::max(ry, e / tol);
+      }
+    }
+    const double rx = worst_ratio(gx, gxf, gxa, u, red_x), rw = worst_ratio(gw, gwf, gwa, u, red_w);
+    INFO("worst error / bound: forward without bias " << ry0 << ", forward with bias (two roundings) " << ry
+                                                      << ", input gradient " << rx << ", weight gradient " << rw);
+    std::printf("cuda conv %s case %d: worst error / bound: forward without bias %.3g, with bias %.3g, input "
+                "gradient %.3g, weight gradient %.3g\n",
+                std::is_same_v<L, bf16> ? "bf16" : "f16", case_, ry0, ry, rx, rw);
+    CHECK(ry0 <= 1.0);
     CHECK(ry <= 1.0);
     CHECK(rx <= 1.0);
     CHECK(rw <= 1.0);
