@@ -191,6 +191,53 @@ inline void moments_from_shifted(index_t n, double c, double s1, double s2, doub
   m2 = v > 0 ? v : 0.0;
 }
 
+/// Shifted sums of one statistic (batch / group kinds) over its rows (a, c) of S elements: element
+/// s of a row goes to lane s % kLanes, lanes added in order at the end. Independent lanes let a
+/// dense row vectorise (a single accumulator is bound by the add latency); the lane of an element
+/// depends on s alone, so a strided x (XMap) gives the same bits as its dense copy.
+constexpr index_t kLanes = 8;
+struct ShiftedSums {
+  double s1[kLanes] = {}, s2[kLanes] = {};
+  double shift = 0;
+  bool first = true;
+  template <class T>
+  void row(const XMap& m, const T* x, index_t a, index_t c) {
+    const index_t S = m.g->S;
+    if (S == 0) return;
+    if (first) {  // element (a, c, 0): the statistic's first
+      shift = to_double(x[m.dense ? (a * m.g->C + c) * S : m.base(a, c)]);
+      first = false;
+    }
+    const double sh = shift;
+    if (m.dense) {
+      const T* p = x + (a * m.g->C + c) * S;
+      index_t s = 0;
+      for (; s + kLanes <= S; s += kLanes)
+        for (index_t l = 0; l < kLanes; ++l) {
+          const double d = to_double(p[s + l]) - sh;
+          s1[l] += d;
+          s2[l] += d * d;
+        }
+      for (index_t l = 0; s < S; ++s, ++l) {
+        const double d = to_double(p[s]) - sh;
+        s1[l] += d;
+        s2[l] += d * d;
+      }
+      return;
+    }
+    for_s(m, a, c, [&](index_t s, index_t xo) {
+      const double d = to_double(x[xo]) - sh;
+      s1[s % kLanes] += d;
+      s2[s % kLanes] += d * d;
+    });
+  }
+  void finish(index_t n, double& sum, double& m2, double& lmean) const {
+    double t1 = 0, t2 = 0;
+    for (index_t l = 0; l < kLanes; ++l) t1 += s1[l], t2 += s2[l];
+    moments_from_shifted(n, shift, t1, t2, sum, m2, lmean);
+  }
+};
+
 template <class T>
 void moments_impl(const NormGeom& g, const T* x, double* sum, double* m2, double* lmean) {
   const index_t A = g.A, C = g.C, S = g.S;
@@ -199,17 +246,9 @@ void moments_impl(const NormGeom& g, const T* x, double* sum, double* m2, double
     case NormKind::batch:
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t c = 0; c < C; ++c) {
-        double s1 = 0, s2 = 0, sh = 0;
-        bool first = true;
-        for (index_t a = 0; a < A; ++a)
-          for_s(m, a, c, [&](index_t, index_t xo) {
-            const double v = to_double(x[xo]);
-            if (first) sh = v, first = false;
-            const double d = v - sh;
-            s1 += d;
-            s2 += d * d;
-          });
-        moments_from_shifted(A * S, sh, s1, s2, sum[c], m2[c], lmean[c]);
+        ShiftedSums acc;
+        for (index_t a = 0; a < A; ++a) acc.row(m, x, a, c);
+        acc.finish(A * S, sum[c], m2[c], lmean[c]);
       }
       break;
     case NormKind::group: {
@@ -217,17 +256,9 @@ void moments_impl(const NormGeom& g, const T* x, double* sum, double* m2, double
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t k = 0; k < A * G; ++k) {
         const index_t a = k / G, grp = k % G;
-        double s1 = 0, s2 = 0, sh = 0;
-        bool first = true;
-        for (index_t ci = 0; ci < cg; ++ci)
-          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) {
-            const double v = to_double(x[xo]);
-            if (first) sh = v, first = false;
-            const double d = v - sh;
-            s1 += d;
-            s2 += d * d;
-          });
-        moments_from_shifted(cg * S, sh, s1, s2, sum[k], m2[k], lmean[k]);
+        ShiftedSums acc;
+        for (index_t ci = 0; ci < cg; ++ci) acc.row(m, x, a, grp * cg + ci);
+        acc.finish(cg * S, sum[k], m2[k], lmean[k]);
       }
       break;
     }

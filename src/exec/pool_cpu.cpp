@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -78,16 +79,43 @@ inline Window covering(const PoolGeometry& g, int d, index_t i) {
   return {first, std::min<index_t>(t / s + 1, g.out[d])};
 }
 
+/// The avg-pool divisor of every output as a product of per-dim factors, div = f[0][o0] * f[1][o1]
+/// * f[2][o2] (in that order, exact: small integers): the full kernel volume, the window clipped to
+/// the padded domain (count_include_pad) or to the input. Equal to the forward's divisor bit for bit.
+struct DivisorFactors {
+  std::array<std::vector<double>, 3> f;
+  explicit DivisorFactors(const PoolGeometry& g) {
+    const bool clip = clips_divisor(g);
+    for (int d = 0; d < 3; ++d) {
+      auto& v = f[static_cast<std::size_t>(d)];
+      v.resize(static_cast<std::size_t>(g.out[d]));
+      for (index_t o = 0; o < g.out[d]; ++o) {
+        double c;
+        if (g.count_include_pad) {
+          const index_t a = o * g.stride[d] - g.pad_lo[d];
+          c = static_cast<double>(clip ? std::min<index_t>(a + g.kernel[d], g.pad_end[d]) - a : g.kernel[d]);
+        } else {
+          const Window w = window(g, d, o);
+          c = static_cast<double>(w.hi - w.lo);
+        }
+        v[static_cast<std::size_t>(o)] = c;
+      }
+    }
+  }
+};
+
 template <class T>
 void avg_backward(const PoolGeometry& g, const T* gy, T* gx) {
-  // Gather form: every input cell sums gy / divisor over the windows covering it (race-free).
+  // Gather form: every input cell sums gy / divisor over the windows covering it (race-free). The
+  // covering windows of the innermost dim and the divisors' per-dim factors are tabulated once per
+  // call (they cost integer divisions per element before).
   const index_t pin = pool_vol(g.in), pout = pool_vol(g.out), rows = g.planes * g.in[0] * g.in[1];
-  const double full = static_cast<double>(pool_vol(g.kernel));
-  const bool clip = clips_divisor(g);
-  auto count = [&](int d, index_t o) {
-    const Window w = window(g, d, o);
-    return static_cast<double>(w.hi - w.lo);
-  };
+  const DivisorFactors div(g);
+  std::vector<Window> cov2(static_cast<std::size_t>(g.in[2]));
+  for (index_t i2 = 0; i2 < g.in[2]; ++i2) cov2[static_cast<std::size_t>(i2)] = covering(g, 2, i2);
+  const double* f0 = div.f[0].data();
+  const double* f1 = div.f[1].data();
+  const double* f2 = div.f[2].data();
 #pragma omp parallel for schedule(static) if (g.planes * pin > (1 << 14))
   for (index_t r = 0; r < rows; ++r) {
     const index_t pl = r / (g.in[0] * g.in[1]), i0 = (r / g.in[1]) % g.in[0], i1 = r % g.in[1];
@@ -95,16 +123,13 @@ void avg_backward(const PoolGeometry& g, const T* gy, T* gx) {
     T* xr = gx + pl * pin + (i0 * g.in[1] + i1) * g.in[2];
     const Window c0 = covering(g, 0, i0), c1 = covering(g, 1, i1);
     for (index_t i2 = 0; i2 < g.in[2]; ++i2) {
-      const Window c2 = covering(g, 2, i2);
+      const Window c2 = cov2[static_cast<std::size_t>(i2)];
       double s = 0;
       for (index_t o0 = c0.lo; o0 < c0.hi; ++o0)
         for (index_t o1 = c1.lo; o1 < c1.hi; ++o1) {
           const T* gr = gp + (o0 * g.out[1] + o1) * g.out[2];
-          for (index_t o2 = c2.lo; o2 < c2.hi; ++o2) {
-            const double div = g.count_include_pad ? (clip ? padded_count(g, o0, o1, o2) : full)
-                                                   : count(0, o0) * count(1, o1) * count(2, o2);
-            s += to_double(gr[o2]) / div;
-          }
+          const double f01 = f0[o0] * f1[o1];
+          for (index_t o2 = c2.lo; o2 < c2.hi; ++o2) s += to_double(gr[o2]) / (f01 * f2[o2]);
         }
       xr[i2] = from_double<T>(s);
     }
