@@ -23,7 +23,7 @@ if(NOT rc EQUAL 0)
 endif()
 require("${err}" "\\[rank 0\\] shardtensor profile, rank 0" "1 rank, stderr")
 require("${err}" "\\[rank 0\\] category +name/pass +calls +host us +host us/call +device ms +bytes" "1 rank, columns")
-foreach(row "op +conv/forward +[1-9]" "op +conv/backward_weight +[1-9]" "op +norm/sums" "autograd +backward +3 "
+foreach(row "op +conv/forward +[1-9]" "op +conv/backward_weight +[1-9]" "op +norm/moments" "autograd +backward +3 "
             "optim +adam/step +3 " "alloc +cpu/request +[1-9]")
   require("${err}" "\\[rank 0\\] ${row}" "1 rank")
 endforeach()

@@ -117,6 +117,9 @@ TEMPLATE_TEST_CASE("native_storage: each CPU table's answer is what its front do
     std::vector<double> mean(3, 0.0), out(3, 0.0), host(96, 0.0);
     agree("norm_sums", native(KernelFamily::norm, KernelPass::forward),
           f32_blocks([&] { exec::norm_sums(g, x.block(), nullptr, out.data(), ctx); }));
+    std::vector<double> m2(3, 0.0), lmean(3, 0.0);
+    agree("norm_moments", native(KernelFamily::norm, KernelPass::forward),
+          f32_blocks([&] { exec::norm_moments(g, x.block(), out.data(), m2.data(), lmean.data(), ctx); }));
     agree("load_f64", native(KernelFamily::norm, KernelPass::forward),
           f32_blocks([&] { exec::load_f64(x.block(), host.data(), ctx); }));
   }

@@ -90,7 +90,7 @@ TEST_CASE("profiler: a CPU training step gives the expected rows, counts and nes
   // Each conv layer runs its forward front at least once per step (interior + strips may be
   // several calls, the same number every step), the weight gradient and the bias gradient.
   for (const char* k : {"op:conv/forward", "op:conv/backward_weight", "op:conv/backward_bias", "op:conv/backward_input",
-                        "op:norm/sums", "op:norm/apply", "op:norm/backward_sums", "op:norm/backward_dx"}) {
+                        "op:norm/moments", "op:norm/apply", "op:norm/backward_sums", "op:norm/backward_dx"}) {
     INFO(k);
     CHECK(calls(m, k) > 0);
     CHECK(calls(m, k) % kSteps == 0);
