@@ -70,12 +70,60 @@ inline void rows_for(index_t rows, index_t n, Body body) {
   }
 }
 
+/// The ops whose f32 loops have an AVX2 form (pw::sigmoid_f32_host: SiLU and sigmoid).
+template <int Op>
+constexpr bool sigmoid_family = Op == pw::u_silu || Op == pw::u_sigmoid;
+
+#if defined(__x86_64__) || defined(__i386__)
+// The f32 SiLU / sigmoid loops 8 floats wide at the avx2 and avx512 levels of cpu_isa() (the
+// baseline build vectorises them 4 wide). target("avx2") without "fma": the same IEEE operations
+// in the same order, nothing to contract, so the same bits as the baseline loop and as the norms'
+// fused activation (tests/nn/test_norm.cpp asserts fused == separate bit for bit).
+template <int Op>
+__attribute__((target("avx2"))) void sigmoid_fwd_avx2(index_t n, float a, const float* x, float* y) {
+#pragma omp simd
+  for (index_t i = 0; i < n; ++i) y[i] = pw::unary_fwd<Op, float>(x[i], a);
+}
+template <int Op>
+__attribute__((target("avx2"))) void sigmoid_bwd_avx2(index_t n, float a, const float* x, const float* y,
+                                                      const float* g, float* dx) {
+#pragma omp simd
+  for (index_t i = 0; i < n; ++i) dx[i] = pw::unary_bwd<Op, float>(x[i], y[i], g[i], a);
+}
+/// f(lo, len) over blocks of 2^14 elements, across the OpenMP threads above kParallelMin.
+template <class F>
+void blocks_for(index_t n, F&& f) {
+  constexpr index_t kBlock = index_t{1} << 14;
+  const index_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (index_t b = 0; b < blocks; ++b) f(b * kBlock, std::min(kBlock, n - b * kBlock));
+}
+#endif
+
 template <class T, int Op>
 void unary_loop(index_t n, T a, const T* x, T* y) {
+#if defined(__x86_64__) || defined(__i386__)
+  if constexpr (std::is_same_v<T, float> && sigmoid_family<Op>) {
+    if (cpu_isa() != CpuIsa::scalar) {
+      blocks_for(n, [&](index_t lo, index_t len) { sigmoid_fwd_avx2<Op>(len, a, x + lo, y + lo); });
+      return;
+    }
+  }
+#endif
   simd_for(n, [&](index_t i) { y[i] = pw::unary_fwd<Op, T>(x[i], a); });
 }
 template <class T, int Op>
 void unary_bwd_loop(index_t n, T a, const T* x, const T* y, const T* g, T* dx) {
+#if defined(__x86_64__) || defined(__i386__)
+  if constexpr (std::is_same_v<T, float> && sigmoid_family<Op>) {
+    if (cpu_isa() != CpuIsa::scalar) {
+      blocks_for(n, [&](index_t lo, index_t len) {
+        sigmoid_bwd_avx2<Op>(len, a, x + lo, y + lo, g + lo, dx + lo);
+      });
+      return;
+    }
+  }
+#endif
   simd_for(n, [&](index_t i) { dx[i] = pw::unary_bwd<Op, T>(x[i], y[i], g[i], a); });
 }
 
