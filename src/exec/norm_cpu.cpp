@@ -370,13 +370,25 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
       const index_t k = g.kind == NormKind::batch ? c : a * g.G + c / cg;
       const double mk = mean[k], ik = invstd[k];
       const index_t off = r * S;
-      double r1 = 0, r2 = 0;
-      for_s(m, a, c, [&](index_t s, index_t xo) {
+      // Element s in lane s % kLanes (independent accumulators: a dense row vectorises; a
+      // strided x gives the same bits), lanes added in order.
+      double l1[kLanes] = {}, l2[kLanes] = {};
+      auto add = [&](index_t l, index_t s, index_t xo) {
         const double xhat = (to_double(x[xo]) - mk) * ik;
         const double gv = gz(to_double(gy[off + s]), xhat, c, off + s);
-        r1 += gv;
-        r2 += gv * xhat;
-      });
+        l1[l] += gv;
+        l2[l] += gv * xhat;
+      };
+      if (m.dense) {
+        index_t s = 0;
+        for (; s + kLanes <= S; s += kLanes)
+          for (index_t l = 0; l < kLanes; ++l) add(l, s + l, off + s + l);
+        for (index_t l = 0; s < S; ++s, ++l) add(l, s, off + s);
+      } else {
+        for_s(m, a, c, [&](index_t s, index_t xo) { add(s % kLanes, s, xo); });
+      }
+      double r1 = 0, r2 = 0;
+      for (index_t l = 0; l < kLanes; ++l) r1 += l1[l], r2 += l2[l];
       p1(a, c) = r1;
       p2(a, c) = r2;
     }
