@@ -11,8 +11,9 @@
 // Prints one "RESULT <case> fwd_ms <f> bwd_ms <b> fwd_gbs <x> bwd_gbs <y>" line per case: medians
 // over the timed reps (after 3 warm-up reps), each rep timed between device synchronisations.
 // GB/s counts the bytes the op must move at least: forward reads x and writes y (2 x bytes(x)),
-// backward reads x and gy and writes dx (3 x bytes(x)); the two statistics passes over x are extra
-// traffic on top, so 2-pass forward at full bandwidth shows as ~2/4 of the HBM peak.
+// backward reads x and gy and writes dx (3 x bytes(x)); the statistics pass over x (one since stop
+// 45: exec::norm_moments) is extra traffic on top, so the forward at full bandwidth shows as ~2/3
+// of the HBM peak.
 // The gn_silu_* cases are group_norm with the SiLU fused (F::group_norm(..., NormAct::silu), what
 // the U-Net's ResidualBlock runs after its first conv); the torch twin times silu(group_norm(x)) as
 // two ops. The gn_res_silu_* cases add a residual before the SiLU (the block's second norm:

@@ -12,8 +12,9 @@
 /// bias [C] must be Replicate. Statistics accumulate in double for every dtype and read x once:
 /// each rank's local sum, mean and squared deviation M2 (shifted sums, exec::norm_moments); one
 /// allreduce of K doubles gives the global mean, each rank moves its M2 to that mean (+ n_r (m_r -
-/// mean)^2), and a second allreduce of K doubles gives the variance (K = number of statistics). The backward needs the global sums of dxhat and dxhat * xhat (one allreduce of 2K
-/// doubles; BatchNorm adds its 2C weight/bias sums to the same message, so its dW and db come back
+/// mean)^2), and a second allreduce of K doubles gives the variance (K = number of statistics).
+/// The backward needs the global sums of dxhat and dxhat * xhat (one allreduce of 2K doubles;
+/// BatchNorm adds its 2C weight/bias sums to the same message, so its dW and db come back
 /// Replicate). Other norms return dW and db as local sums, Partial(sum) over the mesh dims that shard
 /// x (reduced by Var's leaf finalisation). Normalisation uses the biased variance; BatchNorm's
 /// running variance uses the unbiased one (as PyTorch). The local work runs in the norm kernel
