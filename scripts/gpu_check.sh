@@ -268,6 +268,8 @@ phase_test() {
       RESULTS+=("cudnn attention: FAIL (built without cudnn-frontend: carry .deps/cudnn-frontend, build again)")
     fi
     grep -E "^shardtensor: cuDNN attention" "$log" | sort -u | head -20 | while read -r l; do note "   $l"; done
+    # issue 30 item 5: cuDNN's bf16 / f16 conv against its f32 result, per pass (tests/exec/cuda_lowp_libraries.cpp)
+    grep -E "^cuda conv (bf16|f16) case" "$log" | sort -u | head -8 | while read -r l; do note "   $l"; done
   fi
   if [ -x "$cm" ]; then
     for np in $NPS; do   # ranks share the one GPU: device communication falls back to MPI
