@@ -77,6 +77,38 @@ inline void for_s(const XMap& m, index_t a, index_t c, F&& f) {
   }
 }
 
+/// Independent accumulators per row: element s of a row goes to lane s % kLanes (lanes added in
+/// order at the end). A dense row then vectorises (one accumulator is bound by the add latency),
+/// and the lane depends on s alone, so a strided x (XMap) gives the bits of its dense copy.
+constexpr index_t kLanes = 8;
+
+/// f(lane, s, offset of x(a, c, s)) for s = 0 .. S-1 in order, lane = s % kLanes; a dense row in
+/// blocks of kLanes with the lane a compile-time-strided index (vectorisable).
+template <class F>
+inline void for_s_lanes(const XMap& m, index_t a, index_t c, F&& f) {
+  if (!m.dense) {
+    for_s(m, a, c, [&](index_t s, index_t xo) { f(s % kLanes, s, xo); });
+    return;
+  }
+  const index_t S = m.g->S, off = (a * m.g->C + c) * S;
+  index_t s = 0;
+  for (; s + kLanes <= S; s += kLanes)
+    for (index_t l = 0; l < kLanes; ++l) f(l, s + l, off + s + l);
+  for (index_t l = 0; s < S; ++s, ++l) f(l, s, off + s);
+}
+
+/// f(a, c) for the rows of statistic k in order (batch: channel k of every sample; group: the
+/// group's channels of sample a); batch and group kinds.
+template <class F>
+inline void for_stat_rows(const NormGeom& g, index_t k, F&& f) {
+  if (g.kind == NormKind::batch) {
+    for (index_t a = 0; a < g.A; ++a) f(a, k);
+    return;
+  }
+  const index_t cg = g.C / g.G, a = k / g.G, grp = k % g.G;
+  for (index_t ci = 0; ci < cg; ++ci) f(a, grp * cg + ci);
+}
+
 namespace pw = kernels::pw;
 static_assert(static_cast<int>(NormAct::relu) == pw::u_relu && static_cast<int>(NormAct::gelu) == pw::u_gelu &&
                   static_cast<int>(NormAct::gelu_tanh) == pw::u_gelu_tanh &&
@@ -144,26 +176,16 @@ void sums_impl(const NormGeom& g, const T* x, const double* mean, double* out) {
   };
   switch (g.kind) {
     case NormKind::batch:
+    case NormKind::group:
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
-      for (index_t c = 0; c < C; ++c) {
+      for (index_t k = 0; k < K; ++k) {
         double acc = 0;
-        for (index_t a = 0; a < A; ++a) for_s(m, a, c, [&](index_t, index_t xo) { acc += term(to_double(x[xo]), c); });
-        out[c] = acc;
-      }
-      break;
-    case NormKind::group: {
-      const index_t G = g.G, cg = C / G;
-#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
-      for (index_t k = 0; k < A * G; ++k) {
-        // (a, group): channels grp*cg .. + cg, each S elements (one contiguous run when dense)
-        const index_t a = k / G, grp = k % G;
-        double acc = 0;
-        for (index_t ci = 0; ci < cg; ++ci)
-          for_s(m, a, grp * cg + ci, [&](index_t, index_t xo) { acc += term(to_double(x[xo]), k); });
+        for_stat_rows(g, k, [&](index_t a, index_t c) {
+          for_s(m, a, c, [&](index_t, index_t xo) { acc += term(to_double(x[xo]), k); });
+        });
         out[k] = acc;
       }
       break;
-    }
     case NormKind::layer:
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
       for (index_t a = 0; a < A; ++a) {
@@ -191,11 +213,7 @@ inline void moments_from_shifted(index_t n, double c, double s1, double s2, doub
   m2 = v > 0 ? v : 0.0;
 }
 
-/// Shifted sums of one statistic (batch / group kinds) over its rows (a, c) of S elements: element
-/// s of a row goes to lane s % kLanes, lanes added in order at the end. Independent lanes let a
-/// dense row vectorise (a single accumulator is bound by the add latency); the lane of an element
-/// depends on s alone, so a strided x (XMap) gives the same bits as its dense copy.
-constexpr index_t kLanes = 8;
+/// Shifted sums of one statistic (batch / group kinds) over its rows (a, c), in kLanes lanes.
 struct ShiftedSums {
   double s1[kLanes] = {}, s2[kLanes] = {};
   double shift = 0;
@@ -209,26 +227,10 @@ struct ShiftedSums {
       first = false;
     }
     const double sh = shift;
-    if (m.dense) {
-      const T* p = x + (a * m.g->C + c) * S;
-      index_t s = 0;
-      for (; s + kLanes <= S; s += kLanes)
-        for (index_t l = 0; l < kLanes; ++l) {
-          const double d = to_double(p[s + l]) - sh;
-          s1[l] += d;
-          s2[l] += d * d;
-        }
-      for (index_t l = 0; s < S; ++s, ++l) {
-        const double d = to_double(p[s]) - sh;
-        s1[l] += d;
-        s2[l] += d * d;
-      }
-      return;
-    }
-    for_s(m, a, c, [&](index_t s, index_t xo) {
+    for_s_lanes(m, a, c, [&](index_t l, index_t, index_t xo) {
       const double d = to_double(x[xo]) - sh;
-      s1[s % kLanes] += d;
-      s2[s % kLanes] += d * d;
+      s1[l] += d;
+      s2[l] += d * d;
     });
   }
   void finish(index_t n, double& sum, double& m2, double& lmean) const {
@@ -244,21 +246,13 @@ void moments_impl(const NormGeom& g, const T* x, double* sum, double* m2, double
   const XMap m(g);
   switch (g.kind) {
     case NormKind::batch:
-#pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
-      for (index_t c = 0; c < C; ++c) {
-        ShiftedSums acc;
-        for (index_t a = 0; a < A; ++a) acc.row(m, x, a, c);
-        acc.finish(A * S, sum[c], m2[c], lmean[c]);
-      }
-      break;
     case NormKind::group: {
-      const index_t G = g.G, cg = C / G;
+      const index_t n = g.kind == NormKind::batch ? A * S : (C / g.G) * S;  // elements per statistic
 #pragma omp parallel for schedule(static) if (A * C * S > (1 << 16))
-      for (index_t k = 0; k < A * G; ++k) {
-        const index_t a = k / G, grp = k % G;
+      for (index_t k = 0; k < g.stats(); ++k) {
         ShiftedSums acc;
-        for (index_t ci = 0; ci < cg; ++ci) acc.row(m, x, a, grp * cg + ci);
-        acc.finish(cg * S, sum[k], m2[k], lmean[k]);
+        for_stat_rows(g, k, [&](index_t a, index_t c) { acc.row(m, x, a, c); });
+        acc.finish(n, sum[k], m2[k], lmean[k]);
       }
       break;
     }
@@ -370,23 +364,13 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
       const index_t k = g.kind == NormKind::batch ? c : a * g.G + c / cg;
       const double mk = mean[k], ik = invstd[k];
       const index_t off = r * S;
-      // Element s in lane s % kLanes (independent accumulators: a dense row vectorises; a
-      // strided x gives the same bits), lanes added in order.
-      double l1[kLanes] = {}, l2[kLanes] = {};
-      auto add = [&](index_t l, index_t s, index_t xo) {
+      double l1[kLanes] = {}, l2[kLanes] = {};  // for_s_lanes' lanes, added in order below
+      for_s_lanes(m, a, c, [&](index_t l, index_t s, index_t xo) {
         const double xhat = (to_double(x[xo]) - mk) * ik;
         const double gv = gz(to_double(gy[off + s]), xhat, c, off + s);
         l1[l] += gv;
         l2[l] += gv * xhat;
-      };
-      if (m.dense) {
-        index_t s = 0;
-        for (; s + kLanes <= S; s += kLanes)
-          for (index_t l = 0; l < kLanes; ++l) add(l, s + l, off + s + l);
-        for (index_t l = 0; s < S; ++s, ++l) add(l, s, off + s);
-      } else {
-        for_s(m, a, c, [&](index_t s, index_t xo) { add(s % kLanes, s, xo); });
-      }
+      });
       double r1 = 0, r2 = 0;
       for (index_t l = 0; l < kLanes; ++l) r1 += l1[l], r2 += l2[l];
       p1(a, c) = r1;
