@@ -4,15 +4,17 @@
 // (bench/torch_attention_gpu.py; bench/run_gpu_attention.sh runs both). Issues 7 (benchmark 5) and 32.
 //
 //   build/bench/bench_attention_gpu [--n 4096[,16384...]] [--heads 8] [--dim 64[,128...]] [--reps 10]
-//                                   [--dtype f32|bf16] [--tag own]
+//                                   [--dtype f32|bf16|f16] [--tf32 0|1] [--tag own]
 //
 // B = 1, operands token-major [1, N, H, D] on cuda:0, forward then backward (dq, dk, dv), for every
 // (n, dim) pair of the lists. Prints per case "RESULT attn_<dtype><tag>_N<n>_D<d> fwd_ms <f> bwd_ms <b>
-// total_ms <t> peak_mib <m> cudnn <0|1> tiled <0|1>" (medians after one warm-up; peak = the
-// allocator's device high-water mark over the timed steps; cudnn / tiled: the warm-up step ran on
-// cuDNN / on our tiled kernels, read from the profiler's kernel/attention_cudnn and
-// kernel/attention_tiled rows; neither: our row kernels). SHARDTENSOR_CUDNN_ATTENTION=0 with --tag own gives the
-// own-kernel row of the same case. Without a CUDA device it prints SKIP and exits 0.
+// total_ms <t> peak_mib <m> cudnn <0|1> tiled <0|1> tc <0|1>" (medians after one warm-up; peak = the
+// allocator's device high-water mark over the timed steps; cudnn / tiled / tc: the warm-up step ran
+// on cuDNN / on our SIMT tiled kernels / on our tensor-core (wmma) kernels, read from the
+// profiler's kernel/attention_cudnn, kernel/attention_tiled and kernel/attention_tc rows; none: our
+// row kernels). --tf32 1 sets ExecSettings::allow_tf32 (f32 on the TF32 tensor-core kernels).
+// SHARDTENSOR_CUDNN_ATTENTION=0 with --tag own gives the own-kernel row of the same case
+// (SHARDTENSOR_ATTENTION_TC=0 as well: the SIMT kernels). Without a CUDA device it prints SKIP and exits 0.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -79,7 +81,7 @@ void run(index_t N, index_t H, index_t D, int reps, const std::string& tag, Exec
   ctx.synchronize();
   reset_peak_memory(DeviceKind::cuda);
   std::vector<double> fwd, bwd, tot;
-  bool cudnn = false, tiled = false;
+  bool cudnn = false, tiled = false, tc = false;
   for (int r = 0; r < reps + 1; ++r) {
     std::optional<Profiler> prof;  // the warm-up step only: which kernel ran
     if (r == 0) prof.emplace();
@@ -94,6 +96,7 @@ void run(index_t N, index_t H, index_t D, int reps, const std::string& tag, Exec
     if (prof) {
       cudnn = saw(*prof, "attention_cudnn");
       tiled = saw(*prof, "attention_tiled");
+      tc = saw(*prof, "attention_tc");
       prof.reset();
     }
     if (r > 0) {
@@ -103,16 +106,18 @@ void run(index_t N, index_t H, index_t D, int reps, const std::string& tag, Exec
     }
   }
   const double peak = static_cast<double>(memory_stats(DeviceKind::cuda).peak_bytes) / (1024.0 * 1024.0);
-  const std::string name = std::string(std::is_same_v<T, float> ? "f32" : "bf16") + tag;
+  const std::string name =
+      std::string(std::is_same_v<T, float> ? "f32" : std::is_same_v<T, bf16> ? "bf16" : "f16") + tag;
   const double flops = 12.0 * static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(D * H);
   std::printf("ours %s N=%ld H=%ld D=%ld (%s): fwd %.3f ms  bwd %.3f ms  total %.3f ms  (%.1f TFLOP/s, 12 N^2 D H)  "
               "device peak %.0f MiB\n",
               name.c_str(), static_cast<long>(N), static_cast<long>(H), static_cast<long>(D),
-              cudnn ? "cuDNN SDPA" : tiled ? "own tiled kernels" : "own row kernels", median(fwd), median(bwd),
+              cudnn ? "cuDNN SDPA" : tc ? "own tensor-core kernels" : tiled ? "own tiled kernels" : "own row kernels",
+              median(fwd), median(bwd),
               median(tot), flops / median(tot) * 1e-9, peak);
-  std::printf("RESULT attn_%s_N%ld_D%ld fwd_ms %.3f bwd_ms %.3f total_ms %.3f peak_mib %.0f cudnn %d tiled %d\n",
+  std::printf("RESULT attn_%s_N%ld_D%ld fwd_ms %.3f bwd_ms %.3f total_ms %.3f peak_mib %.0f cudnn %d tiled %d tc %d\n",
               name.c_str(), static_cast<long>(N), static_cast<long>(D), median(fwd), median(bwd), median(tot), peak,
-              cudnn ? 1 : 0, tiled ? 1 : 0);
+              cudnn ? 1 : 0, tiled ? 1 : 0, tc ? 1 : 0);
 }
 
 }  // namespace
@@ -122,6 +127,7 @@ int main(int argc, char** argv) {
   index_t H = 8;
   int reps = 10;
   std::string dt = "f32", tag;
+  bool tf32 = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--n") Ns = list_of(v);
@@ -130,6 +136,7 @@ int main(int argc, char** argv) {
     else if (a == "--tag") tag = v;
     else if (a == "--reps") reps = std::stoi(v);
     else if (a == "--dtype") dt = v;
+    else if (a == "--tf32") tf32 = v == "1";
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -141,10 +148,13 @@ int main(int argc, char** argv) {
   }
   ExecContext ctx(Device::cuda(0));
   ContextGuard guard(ctx);
+  ctx.settings().allow_tf32 = tf32;
   for (const index_t N : Ns)
     for (const index_t D : Ds) {
       if (dt == "bf16")
         run<bf16>(N, H, D, reps, tag, ctx);
+      else if (dt == "f16")
+        run<f16>(N, H, D, reps, tag, ctx);
       else
         run<float>(N, H, D, reps, tag, ctx);
     }

@@ -5,8 +5,10 @@
 #   bench/run_gpu_attention.sh [BUILD_DIR=build] [REPS=10] [PYTHON=python3] [NS="4096 16384"] [DIMS="64 128"]
 #                              [DTYPES="f32 bf16"] [ROUNDS=2]
 # Per round and dtype: ours (one process over every N x D case), for bf16 also ours with
-# SHARDTENSOR_CUDNN_ATTENTION=0 (the own kernels: case bf16own), for f32 also ours with
-# SHARDTENSOR_ATTENTION_TILED=0 (the row kernels the tiled ones replaced: case f32rows), then torch. Prints per case the
+# SHARDTENSOR_CUDNN_ATTENTION=0 (the own kernels: case bf16own, the tensor-core ones; bf16simt with
+# SHARDTENSOR_ATTENTION_TC=0 too), for f32 also ours with SHARDTENSOR_ATTENTION_TILED=0 (the row
+# kernels the tiled ones replaced: case f32rows) and with allow_tf32 (case f32tf32, against torch's
+# default f32), then torch. Prints per case the
 # best median of each side over the rounds, which kernel ours ran (cuDNN SDPA or own), the speed
 # ratios torch_time / our_time (forward + backward, and forward alone) and both device memory
 # high-water marks, then one "ratio" line per case.
@@ -28,13 +30,18 @@ ncsv=$(echo $ns | tr ' ' ','); dcsv=$(echo $dims | tr ' ' ',')
 for round in $(seq "$rounds"); do
   for dt in $dtypes; do
     "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" | tee -a "$log/ours.txt"
-    if [[ $dt == bf16 ]]; then
+    if [[ $dt == bf16 || $dt == f16 ]]; then
+      # own kernels: the tensor-core (wmma) ones, and the SIMT tiled ones they replace
       SHARDTENSOR_CUDNN_ATTENTION=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag own |
         tee -a "$log/ours.txt"
+      SHARDTENSOR_CUDNN_ATTENTION=0 SHARDTENSOR_ATTENTION_TC=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" \
+        --reps "$reps" --tag simt | tee -a "$log/ours.txt"
     fi
     if [[ $dt == f32 ]]; then  # the row kernels the tiled ones replaced (head dims <= 64): the A/B
       SHARDTENSOR_ATTENTION_TILED=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag rows |
         tee -a "$log/ours.txt"
+      # TF32 tensor-core kernels (allow_tf32), against torch's f32 SDPA as it runs by default
+      "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tf32 1 --tag tf32 | tee -a "$log/ours.txt"
     fi
     "$py" "$here/torch_attention_gpu.py" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" | tee -a "$log/torch.txt"
   done
@@ -58,10 +65,12 @@ lines = []
 for name in ours:
     o = ours[name]
     # the own-kernel and row-kernel rows against the same torch case
-    t = torch.get(name.replace("bf16own", "bf16").replace("f32rows", "f32"))
+    t = torch.get(name.replace("bf16own", "bf16").replace("bf16simt", "bf16").replace("f16own", "f16")
+                  .replace("f16simt", "f16").replace("f32rows", "f32").replace("f32tf32", "f32"))
     if t is None:
         continue
-    kern = "cudnn" if o.get("cudnn", 0) else "tiled" if o.get("tiled", 0) else "rows"
+    kern = ("cudnn" if o.get("cudnn", 0) else "tc" if o.get("tc", 0) else "tiled" if o.get("tiled", 0)
+            else "rows")
     r, rf = t["total_ms"] / o["total_ms"], t["fwd_ms"] / o["fwd_ms"]
     print(f"{name:24s} {kern:6s} {o['total_ms']:9.3f} {t['total_ms']:9.3f} {r:10.2f} {o['fwd_ms']:9.3f} "
           f"{t['fwd_ms']:9.3f} {rf:8.2f} {o['peak_mib']:9.0f} {t['peak_mib']:9.0f}")

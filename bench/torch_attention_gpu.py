@@ -3,7 +3,7 @@
 and 32): B = 1, H heads, N tokens, head dim D, forward + backward, fp32 (TF32 off) or bf16 (torch
 picks its flash / cuDNN kernel).
 
-Run:  python3 bench/torch_attention_gpu.py --n 4096[,16384] [--heads 8] [--dim 64[,128]] [--reps 10] [--dtype f32|bf16]
+Run:  python3 bench/torch_attention_gpu.py --n 4096[,16384] [--heads 8] [--dim 64[,128]] [--reps 10] [--dtype f32|bf16|f16]
 Prints per (n, dim) "RESULT attn_<dtype>_N<n>_D<d> fwd_ms <f> bwd_ms <b> total_ms <t> peak_mib <m>"
 (medians after one warm-up; peak = torch.cuda.max_memory_allocated over the steps of the case).
 Needs torch >= 2.0.
@@ -25,7 +25,7 @@ def main():
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.dtype, torch.float32)
     for n in [int(x) for x in a.n.split(",") if x]:
         for d in [int(x) for x in a.dim.split(",") if x]:
             case(n, a.heads, d, a.reps, a.dtype, dt)

@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "attention_common.cuh"
+#include "attention_tc.cuh"
 #include "common.cuh"
 #include "kernels_api/attention.hpp"
 
@@ -29,54 +31,14 @@ namespace shard::kernels::attention {
 namespace {
 
 using namespace cu;
+using namespace detail;
 constexpr int kRows = 128;  ///< threads (query or key rows) per block
-
-__device__ inline float to_acc(float x) { return x; }
-__device__ inline double to_acc(double x) { return x; }
-__device__ inline float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float to_acc(__half x) { return __half2float(x); }
-template <class T>
-__device__ inline T from_acc(float x);
-template <>
-__device__ inline float from_acc<float>(float x) { return x; }
-template <>
-__device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ inline __half from_acc<__half>(float x) { return __float2half_rn(x); }
-template <class T>
-__device__ inline T from_acc(double x) { return static_cast<T>(x); }
-
-__device__ inline float exp_acc(float x) { return expf(x); }
-__device__ inline double exp_acc(double x) { return exp(x); }
-__device__ inline float log_acc(float x) { return logf(x); }
-__device__ inline double log_acc(double x) { return log(x); }
-template <class A>
-__device__ inline A neg_inf() { return -static_cast<A>(INFINITY); }
 
 /// Keys per shared-memory tile: two tiles of BK x DM accumulation values, 32 KiB.
 template <class A, int DM>
 struct KeyTile {
   static constexpr int value = 16384 / (DM * static_cast<int>(sizeof(A)));
 };
-
-template <class T, class A>
-__device__ inline A bias_at(const Mask& m, idx b, idx h, idx i, idx j) {
-  return m.bias ? to_acc(static_cast<const T*>(m.bias)[b * m.bias_sb + h * m.bias_sh + i * m.bias_sq + j * m.bias_sk])
-                : A(0);
-}
-
-/// Exclusive end of the keys visible to any query in [0, rows_end).
-__device__ inline idx key_end(const Geom& g, const Mask& m, idx rows_end) {
-  if (!m.causal) return g.Nk;
-  const idx e = m.q_pos0 + rows_end - m.k_pos0;
-  return e < 0 ? 0 : (e > g.Nk ? g.Nk : e);
-}
-
-/// Operand x's rows for (batch b, head h).
-template <class T>
-__device__ inline const T* head_rows(In x, idx b, idx h) {
-  return static_cast<const T*>(x.p) + b * x.sb + h * x.sh;
-}
 
 /// Sets the register row to zero.
 template <class A, int DM>
@@ -672,32 +634,6 @@ dim3 own_blocks(idx rows, const Geom& g) {
   return dim3(static_cast<unsigned>((rows + kOwn - 1) / kOwn), static_cast<unsigned>(g.H), static_cast<unsigned>(g.B));
 }
 
-/// Whether `kernel` may use `bytes` of dynamic shared memory (above the 48 KiB default) on the
-/// current device: the attribute is set once per device. A device whose opt-in limit is lower
-/// (sm_86 / sm_89: 99 KiB, against 137 KiB for dK / dV at DM 128) refuses it; the (non-sticky)
-/// error is cleared and the caller runs the row kernels instead. The answer is kept per device
-/// (state[0]: granted, state[1]: refused; devices 0..31).
-template <class K>
-bool smem_granted(K kernel, std::size_t bytes, unsigned (&state)[2]) {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  const unsigned bit = dev < 32 ? 1u << dev : 0u;
-  if (bit && (__atomic_load_n(&state[0], __ATOMIC_ACQUIRE) & bit)) return true;
-  if (bit && (__atomic_load_n(&state[1], __ATOMIC_ACQUIRE) & bit)) return false;
-  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes)) == cudaSuccess;
-  if (!ok) cudaGetLastError();
-  if (bit) __atomic_fetch_or(&state[ok ? 0 : 1], bit, __ATOMIC_RELEASE);
-  return ok;
-}
-
-/// Launchers: kDeclined when the device cannot give the shared memory (nothing enqueued), else
-/// the launch's error code.
-constexpr int kDeclined = -1;
-
 /// Per kernel instantiation: the devices that granted / refused its shared memory.
 template <class T, int DM>
 unsigned g_fwd_state[2] = {0, 0};
@@ -796,10 +732,15 @@ int forward_dm(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* ls
 }
 
 template <class T, class A>
-int forward_t(const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, cudaStream_t s) {
+int forward_t(int dtype, int flags, const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse,
+              cudaStream_t s) {
+  if constexpr (std::is_same<A, float>::value) {
+    if (const int r = tc::forward(dtype, flags, g, q, k, v, m, out, static_cast<float*>(lse), s); r != kDeclined)
+      return r;
+  }
   if constexpr (std::is_same<A, float>::value)
     if (use_tiled<A>(g))
-      if (const int r = tiled::forward<T>(g, q, k, v, m, out, lse, s); r != tiled::kDeclined) return r;
+      if (const int r = tiled::forward<T>(g, q, k, v, m, out, lse, s); r != kDeclined) return r;
   switch (dm_for(g)) {
     case 64: return forward_dm<T, A, 64>(g, q, k, v, m, out, lse, s);
     case 128: return forward_dm<T, A, 128>(g, q, k, v, m, out, lse, s);
@@ -823,8 +764,8 @@ int backward_dm(const Geom& g, In q, In k, In v, In dout, const A* L, const A* d
 }
 
 template <class T, class A>
-int backward_t(const Geom& g, In q, In k, In v, In out, In dout, const void* lse, const Mask& m, Out dq, Out dk,
-               Out dv, void* scratch, cudaStream_t s) {
+int backward_t(int dtype, int flags, const Geom& g, In q, In k, In v, In out, In dout, const void* lse, const Mask& m,
+               Out dq, Out dk, Out dv, void* scratch, cudaStream_t s) {
   if (!dq.p && !dk.p && !dv.p) return 0;
   const int dm = dm_for(g);
   if (dm == 0) return invalid();
@@ -832,9 +773,13 @@ int backward_t(const Geom& g, In q, In k, In v, In out, In dout, const void* lse
   const A* L = static_cast<const A*>(lse);
   delta_kernel<T, A><<<rows_grid(g.B * g.H * g.Nq), kThreads, 0, s>>>(g, out, dout, delta);
   if (const int e = last_error()) return e;
+  if constexpr (std::is_same<A, float>::value) {
+    if (const int r = tc::backward(dtype, flags, g, q, k, v, dout, L, delta, m, dq, dk, dv, s); r != kDeclined)
+      return r;
+  }
   if constexpr (std::is_same<A, float>::value)
     if (use_tiled<A>(g))
-      if (const int r = tiled::backward<T>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s); r != tiled::kDeclined)
+      if (const int r = tiled::backward<T>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s); r != kDeclined)
         return r;
   if (dm == 64) return backward_dm<T, A, 64>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
   if (dm == 128) return backward_dm<T, A, 128>(g, q, k, v, dout, L, delta, m, dq, dk, dv, s);
@@ -850,13 +795,13 @@ int merge_t(const Geom& g, Out out, void* lse, In out_b, const void* lse_b, cuda
 
 }  // namespace
 
-int forward(int dtype, const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, void* stream) {
+int forward(int dtype, const Geom& g, In q, In k, In v, const Mask& m, Out out, void* lse, void* stream, int flags) {
   if (g.B * g.H * g.Nq == 0) return 0;
   const auto s = as_stream(stream);
-  if (dtype == 1) return forward_t<double, double>(g, q, k, v, m, out, lse, s);
-  if (dtype == 2) return forward_t<__nv_bfloat16, float>(g, q, k, v, m, out, lse, s);
-  if (dtype == 3) return forward_t<__half, float>(g, q, k, v, m, out, lse, s);
-  return forward_t<float, float>(g, q, k, v, m, out, lse, s);
+  if (dtype == 1) return forward_t<double, double>(dtype, flags, g, q, k, v, m, out, lse, s);
+  if (dtype == 2) return forward_t<__nv_bfloat16, float>(dtype, flags, g, q, k, v, m, out, lse, s);
+  if (dtype == 3) return forward_t<__half, float>(dtype, flags, g, q, k, v, m, out, lse, s);
+  return forward_t<float, float>(dtype, flags, g, q, k, v, m, out, lse, s);
 }
 
 std::size_t backward_scratch_bytes(int dtype, const Geom& g) {
@@ -864,20 +809,27 @@ std::size_t backward_scratch_bytes(int dtype, const Geom& g) {
 }
 
 int backward(int dtype, const Geom& g, In q, In k, In v, In out, In dout, const void* lse, const Mask& m, Out dq,
-             Out dk, Out dv, void* scratch, void* stream) {
+             Out dk, Out dv, void* scratch, void* stream, int flags) {
   if (g.B * g.H * g.Nq == 0 || g.Nk == 0) return 0;
   const auto s = as_stream(stream);
-  if (dtype == 1) return backward_t<double, double>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
-  if (dtype == 2) return backward_t<__nv_bfloat16, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
-  if (dtype == 3) return backward_t<__half, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
-  return backward_t<float, float>(g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
+  if (dtype == 1)
+    return backward_t<double, double>(dtype, flags, g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
+  if (dtype == 2)
+    return backward_t<__nv_bfloat16, float>(dtype, flags, g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
+  if (dtype == 3)
+    return backward_t<__half, float>(dtype, flags, g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
+  return backward_t<float, float>(dtype, flags, g, q, k, v, out, dout, lse, m, dq, dk, dv, scratch, s);
 }
 
-bool takes_tiled(int dtype, const Geom& g, bool backward, bool dq, bool dkv) {
-  if (dtype == 1 || !use_tiled<float>(g)) return false;
-  if (dtype == 2) return tiled::ready<__nv_bfloat16>(g, backward, dq, dkv);
-  if (dtype == 3) return tiled::ready<__half>(g, backward, dq, dkv);
-  return tiled::ready<float>(g, backward, dq, dkv);
+int kernel_set(int dtype, const Geom& g, bool backward, bool dq, bool dkv, int flags) {
+  if (dtype == 1) return kRowKernels;
+  if (tc::takes(dtype, flags, g, backward, dq, dkv)) return kTensorCores;
+  if (!use_tiled<float>(g)) return kRowKernels;
+  bool tiled_ok = false;
+  if (dtype == 2) tiled_ok = tiled::ready<__nv_bfloat16>(g, backward, dq, dkv);
+  else if (dtype == 3) tiled_ok = tiled::ready<__half>(g, backward, dq, dkv);
+  else tiled_ok = tiled::ready<float>(g, backward, dq, dkv);
+  return tiled_ok ? kTiled : kRowKernels;
 }
 
 int merge(int dtype, const Geom& g, Out out, void* lse, In out_b, const void* lse_b, void* stream) {

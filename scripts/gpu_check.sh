@@ -270,6 +270,12 @@ phase_test() {
     grep -E "^shardtensor: cuDNN attention" "$log" | sort -u | head -20 | while read -r l; do note "   $l"; done
     # issue 30 item 5: cuDNN's bf16 / f16 conv against its f32 result, per pass (tests/exec/cuda_lowp_libraries.cpp)
     grep -E "^cuda conv (bf16|f16) case" "$log" | sort -u | head -8 | while read -r l; do note "   $l"; done
+    # issue 32 item 2: the wmma attention kernels on every case, cuDNN off (f16 / bf16 / TF32)
+    step "cuda tests [tc], cuDNN attention off" "$OUT/tc_tests.log" 300 \
+      env SHARDTENSOR_CUDNN_ATTENTION=0 "$B/tests/shardtensor_cuda_tests" "[tc]" --colour-mode none
+    note "   $(grep -E '^(test cases|All tests passed)' "$OUT/tc_tests.log" | tail -1)"
+    grep -E "attention on the tensor cores:|f16 attention cases on the tensor-core" "$OUT/tc_tests.log" | sort -u | head -4 |
+      while read -r l; do note "   $l"; done
   fi
   if [ -x "$cm" ]; then
     for np in $NPS; do   # ranks share the one GPU: device communication falls back to MPI

@@ -1,7 +1,8 @@
 // The attention kernel family on CUDA (kernels/attention.cu) against the CPU implementation and
 // the f64 row-at-a-time reference (tests/support/attention_reference.hpp): f64 and f32 against the
 // CPU blocked kernels in the same dtype (1e-10 / 1e-5 relative), bf16 against the f64 reference on
-// the bf16-rounded inputs (3e-2 relative, bf16 outputs); token-major strides, sequences longer
+// the bf16-rounded inputs (3e-2 relative, bf16 outputs); the tensor-core kernels (f16, bf16, TF32)
+// against the same reference (5e-3 for f16 and TF32); token-major strides, sequences longer
 // than a kernel tile, Nq != Nk, D != Dv, causal with offsets (fully masked rows and tiles), bias
 // with -inf entries, absent gradients, and the lse merge. Skips without a GPU.
 #include <catch2/catch_test_macros.hpp>
@@ -33,10 +34,11 @@ struct Case {
 double to_d(double x) { return x; }
 double to_d(float x) { return x; }
 double to_d(bf16 x) { return static_cast<double>(static_cast<float>(x)); }
+double to_d(f16 x) { return static_cast<double>(static_cast<float>(x)); }
 template <class T>
 T from_d(double x) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return bf16(static_cast<float>(x));
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+    return T(static_cast<float>(x));
   else
     return static_cast<T>(x);
 }
@@ -94,10 +96,12 @@ Block biasb(Device dev, const void* p, const exec::AttnGeom& g) {
   return Block::view(dtype_of<T>, dev, const_cast<void*>(p), shape, 4);
 }
 
+/// `tf32`: f32 with ExecSettings::allow_tf32 on the GPU (the TF32 tensor-core kernels), checked
+/// like bf16 / f16 against the f64 reference on the same inputs.
 template <class T, class L>
-void check_case(const Case& c, unsigned seed) {
+void check_case(const Case& c, unsigned seed, bool tf32 = false) {
   const auto& g = c.g;
-  CAPTURE(g.B, g.H, g.Nq, g.Nk, g.D, g.Dv, c.causal, c.qp0, c.kp0, c.bias, c.want_dq, c.want_dk, c.want_dv);
+  CAPTURE(g.B, g.H, g.Nq, g.Nk, g.D, g.Dv, c.causal, c.qp0, c.kp0, c.bias, c.want_dq, c.want_dk, c.want_dv, tf32);
   std::mt19937 rng(seed);
   std::normal_distribution<double> nd;
   auto fill = [&](index_t n, bool zero = false) {
@@ -105,12 +109,14 @@ void check_case(const Case& c, unsigned seed) {
     for (auto& e : x) e = from_d<T>(zero ? 0.0 : nd(rng));
     return x;
   };
-  constexpr bool is_bf16 = std::is_same_v<T, bf16>;
+  constexpr bool is_bf16 = std::is_same_v<T, bf16>, is_f16 = std::is_same_v<T, f16>;
+  constexpr bool lowp = is_bf16 || is_f16;
+  const bool ref = lowp || tf32;  // against the f64 reference (else the CPU kernels in T)
   auto q = fill(g.B * g.Nq * g.H * g.D), k = fill(g.B * g.Nk * g.H * g.D), v = fill(g.B * g.Nk * g.H * g.Dv);
   auto dout = fill(g.B * g.Nq * g.H * g.Dv);
-  // bf16: gradients start at zero (their rounding would hide the added part); else random
-  auto dq0 = fill(g.B * g.Nq * g.H * g.D, is_bf16), dk0 = fill(g.B * g.Nk * g.H * g.D, is_bf16),
-       dv0 = fill(g.B * g.Nk * g.H * g.Dv, is_bf16);
+  // bf16 / f16: gradients start at zero (their rounding would hide the added part); else random
+  auto dq0 = fill(g.B * g.Nq * g.H * g.D, lowp), dk0 = fill(g.B * g.Nk * g.H * g.D, lowp),
+       dv0 = fill(g.B * g.Nk * g.H * g.Dv, lowp);
   std::vector<T> bias(c.bias ? static_cast<std::size_t>(g.B * g.H * g.Nq * g.Nk) : 0);
   for (std::size_t i = 0; i < bias.size(); ++i)
     bias[i] = from_d<T>(i % 5 == 2 ? -std::numeric_limits<double>::infinity() : nd(rng));
@@ -123,7 +129,7 @@ void check_case(const Case& c, unsigned seed) {
   m.k_pos0 = c.kp0;
   const index_t bsb = g.H * g.Nq * g.Nk, bsh = g.Nq * g.Nk, bsq = g.Nk;
 
-  // expected: f32/f64 the CPU kernels in T; bf16 the f64 reference on the rounded inputs
+  // expected: f32/f64 the CPU kernels in T; bf16 / f16 / TF32 the f64 reference on the (rounded) inputs
   std::vector<double> e_out, e_lse, e_dq, e_dk, e_dv;
   auto dvec = [](const auto& x) {
     std::vector<double> y(x.size());
@@ -131,7 +137,7 @@ void check_case(const Case& c, unsigned seed) {
     return y;
   };
   const std::size_t nout = static_cast<std::size_t>(g.B * g.Nq * g.H * g.Dv), nl = static_cast<std::size_t>(g.B * g.H * g.Nq);
-  if constexpr (is_bf16) {
+  if (ref) {
     auto qd = dvec(q), kd = dvec(k), vd = dvec(v), dod = dvec(dout), bd = dvec(bias);
     exec::AttnMask md = m;
     if (c.bias) {
@@ -179,6 +185,12 @@ void check_case(const Case& c, unsigned seed) {
   DevBuf<T> Q(q), K(k), V(v), DO(dout), B(bias), DQ(dq0), DK(dk0), DV(dv0), O{std::vector<T>(nout)};
   DevBuf<L> LS{std::vector<L>(nl)};
   auto& gpu = current_context(Device::cuda(0));
+  struct Tf32 {  // allow_tf32 for this case only
+    ExecContext& c;
+    bool was;
+    Tf32(ExecContext& ctx, bool on) : c(ctx), was(ctx.settings().allow_tf32) { c.settings().allow_tf32 = on; }
+    ~Tf32() { c.settings().allow_tf32 = was; }
+  } tf32_scope(gpu, tf32);
   const Device d0 = Device::cuda(0);
   const Block gbias = biasb<T>(d0, B.p, g);
   const Block* gbp = c.bias ? &gbias : nullptr;
@@ -191,9 +203,10 @@ void check_case(const Case& c, unsigned seed) {
                            tb<T>(d0, V.p, g, g.Nk, g.Dv), gbp, tb<T>(d0, O.p, g, g.Nq, g.Dv),
                            tb<T>(d0, DO.p, g, g.Nq, g.Dv), lb<L>(d0, LS.p, static_cast<index_t>(nl)),
                            c.want_dq ? &gdq : nullptr, c.want_dk ? &gdk : nullptr, c.want_dv ? &gdv : nullptr, gpu);
-  const double tol = is_bf16 ? 3e-2 : std::is_same_v<T, float> ? 1e-5 : 1e-10;
+  // bf16 (u = 2^-9), f16 and TF32 (u = 2^-11): operands, P and dS rounded, float accumulation
+  const double tol = is_bf16 ? 3e-2 : (is_f16 || tf32) ? 5e-3 : std::is_same_v<T, float> ? 1e-5 : 1e-10;
   CHECK(rel_diff(dvec(O.host()), e_out) <= tol);
-  CHECK(rel_diff(dvec(LS.host()), e_lse) <= (is_bf16 ? 1e-2 : tol));
+  CHECK(rel_diff(dvec(LS.host()), e_lse) <= (is_bf16 ? 1e-2 : (is_f16 || tf32) ? 2e-3 : tol));
   auto grad = [&](const DevBuf<T>& d, const std::vector<T>& init, const std::vector<double>& want, bool wanted) {
     auto got = dvec(d.host());
     const auto i0 = dvec(init);
@@ -231,6 +244,44 @@ TEST_CASE("CUDA attention kernels: f64 and f32 equal the CPU kernels, bf16 the f
     check_case<float, float>(c, seed++);
     check_case<bf16, float>(c, seed++);
   }
+}
+
+/// Whether the profiler saw kernel row `name` with pass `pass` run.
+bool saw(const Profiler& prof, const char* name, const char* pass) {
+  for (const auto& r : prof.rows())
+    if (r.category == "kernel" && r.name == name && r.pass == pass && r.calls > 0) return true;
+  return false;
+}
+
+TEST_CASE("CUDA attention on the tensor cores: f16, bf16 and TF32 against the f64 reference", "[cuda][exec][attention][tc]") {
+  // kernels/attention_tc.cu (wmma): f16 and bf16 (ExecSettings::native_low_precision, the default)
+  // where cuDNN's fused attention declines or is off (SHARDTENSOR_CUDNN_ATTENTION=0, as
+  // scripts/gpu_check.sh runs this case a second time), f32 under allow_tf32. Each case must have
+  // run on the tensor cores (or cuDNN) unless its padded head dim is 128 and the device cannot give
+  // the shared memory (reported).
+  if (cuda_device_count() == 0) SKIP("no CUDA device visible: GPU tests skipped");
+  unsigned seed = 77;
+  int n = 0, tc = 0, cudnn = 0, declined = 0;
+  for (const auto& c : cases()) {
+    if (c.g.D > 128 || c.g.Dv > 128) continue;
+    const bool dm64 = c.g.D <= 64 && c.g.Dv <= 64;
+    auto run = [&](auto tag, bool tf32, const char* what) {
+      using T = decltype(tag);
+      Profiler prof;
+      check_case<T, float>(c, seed++, tf32);
+      const bool t = saw(prof, "attention_tc", "forward") && (saw(prof, "attention_tc", "backward"));
+      const bool d = saw(prof, "attention_cudnn", "forward") || saw(prof, "attention_cudnn", "backward");
+      INFO(what << " case " << n << " (D " << c.g.D << ", Dv " << c.g.Dv << ")");
+      if (dm64) CHECK((t || d));
+      tc += t, cudnn += d, declined += !t && !d;
+    };
+    run(f16{}, false, "f16");
+    run(bf16{}, false, "bf16");
+    run(float{}, true, "TF32");
+    ++n;
+  }
+  WARN("attention on the tensor cores: " << tc << " runs on our wmma kernels, " << cudnn << " on cuDNN, " << declined
+                                        << " declined (padded head dim 128 without the shared memory)");
 }
 
 TEST_CASE("CUDA attention merge equals the whole, and oversized head dims are errors", "[cuda][exec][attention]") {

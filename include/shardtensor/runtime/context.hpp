@@ -59,8 +59,11 @@ struct ExecSettings {
   /// the CPU's bf16 unit (cpu_bf16(): AMX tiles or AVX-512 BF16; exact products summed in f32),
   /// and channel mixing (linear over the channel dim of a field) as a 1 x 1 conv that reads the
   /// storage dtype in place. Within bf16 / f16 rounding of the f32 result, not bit-identical to it.
+  /// On CUDA, bf16 / f16 attention runs on cuDNN's fused attention or our tensor-core kernels,
+  /// which round the probabilities and dS to the storage type as FlashAttention does.
   /// false: every bf16 / f16 op is f32 on the widened values, rounded once (bit-identical
-  /// emulation; the stride-1 conv still widens tile by tile, which is bit-identical).
+  /// emulation; the stride-1 conv still widens tile by tile, which is bit-identical; CUDA
+  /// attention takes its SIMT kernels in the storage type, within one ulp of the f32 route).
   bool native_low_precision = true;
   /// CPU conv threading policy.
   ConvThreading conv_threading = ConvThreading::tiles;
