@@ -3,7 +3,9 @@
 # (issue 32 item 3: target torch/ours >= 0.8). One command on a GPU machine:
 #   bench/run_gpu_nbhd.sh [BUILD_DIR=build] [NS="128 256"] [WINDOWS="7"] [DTYPES="bf16 f32"] [HEADS=4] [DIM=32]
 #                         [REPS=10] [ROUNDS=1] [PYTHON=python3]
-# Per round and dtype: ours (bench_nbhd_gpu, one process over every n x w case), then torch
+# Per round and dtype: ours (bench_nbhd_gpu, one process over every n x w case; bf16 / f16 on the
+# tensor-core kernels, and again with SHARDTENSOR_NBHD_TC=0: case <dt>rows; f32 also with allow_tf32:
+# case f32tf32), then torch
 # (bench/torch_nbhd_gpu.py, which compiles flex_attention once per shape: compile_s is printed, not
 # timed). Prints per case the best median of each side over the rounds, the ratios torch/ours
 # (forward + backward, forward alone), both device peaks and the block mask's density, then one
@@ -28,6 +30,13 @@ ncsv=$(echo $ns | tr ' ' ','); wcsv=$(echo $ws | tr ' ' ',')
 for round in $(seq "$rounds"); do
   for dt in $dtypes; do
     "$bin" --n "$ncsv" --window "$wcsv" --heads "$heads" --dim "$dim" --dtype "$dt" --reps "$reps" | tee -a "$log/ours.txt"
+    if [[ $dt == f32 ]]; then  # TF32 tensor-core kernels (allow_tf32), against torch's f32 as it runs by default
+      "$bin" --n "$ncsv" --window "$wcsv" --heads "$heads" --dim "$dim" --dtype "$dt" --reps "$reps" --tf32 1 \
+        --tag tf32 | tee -a "$log/ours.txt"
+    else  # the warp-per-row kernels the tensor-core ones replace (A/B)
+      SHARDTENSOR_NBHD_TC=0 "$bin" --n "$ncsv" --window "$wcsv" --heads "$heads" --dim "$dim" --dtype "$dt" \
+        --reps "$reps" --tag rows | tee -a "$log/ours.txt"
+    fi
     "$py" "$here/torch_nbhd_gpu.py" --n "$ncsv" --window "$wcsv" --heads "$heads" --dim "$dim" --dtype "$dt" \
       --reps "$reps" | tee -a "$log/torch.txt" || echo "torch side failed (see above)"
   done
@@ -53,13 +62,14 @@ print(f"{'case':22s} {'ours ms':>9s} {'torch ms':>9s} {'torch/ours':>10s} {'fwd 
       f"{'fwd t/o':>8s} {'ours MiB':>9s} {'torch MiB':>9s} {'density':>8s}")
 out = []
 for name, o in ours.items():
-    t = torch.get(name)
+    t = torch.get(name.replace("bf16rows", "bf16").replace("f16rows", "f16").replace("f32tf32", "f32"))
     if t is None:
         print(f"{name:22s} {o['total_ms']:9.3f}   (no torch row)")
         continue
     r, rf = t["total_ms"] / o["total_ms"], t["fwd_ms"] / o["fwd_ms"]
     print(f"{name:22s} {o['total_ms']:9.3f} {t['total_ms']:9.3f} {r:10.2f} {o['fwd_ms']:9.3f} {t['fwd_ms']:9.3f} "
           f"{rf:8.2f} {o['peak_mib']:9.0f} {t['peak_mib']:9.0f} {t.get('density', float('nan')):8.4f}")
-    out.append(f"ratio {name}: torch flex_attention / ours fwd+bwd {r:.2f}, fwd {rf:.2f}")
+    kern = "tc" if o.get("tc", 0) else "rows"
+    out.append(f"ratio {name} ({kern}): torch flex_attention / ours fwd+bwd {r:.2f}, fwd {rf:.2f}")
 print("\n".join(out))
 PY

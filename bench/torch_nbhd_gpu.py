@@ -3,7 +3,7 @@
 reference for bench_nbhd_gpu (issue 32 item 3; bench/run_gpu_nbhd.sh runs both).
 
 Run:  python3 bench/torch_nbhd_gpu.py --n 64,128 [--window 7[,13]] [--heads 4] [--dim 32] [--reps 10]
-                                      [--dtype f32|bf16]
+                                      [--dtype f32|bf16|f16]
 One field of n x n tokens flattened row-major (N = n^2), H heads of dim D, [1, H, N, D]; query (i, j)
 attends to the keys (i + a, j + b) with a, b in [-(w // 2), w - 1 - w // 2] that lie inside the field:
 the library's window and boundary rule (include/shardtensor/exec/neighborhood.hpp: keys outside
@@ -30,7 +30,7 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--dim", type=int, default=32)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device")
@@ -43,7 +43,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     flex = torch.compile(flex_attention, dynamic=False)
-    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.dtype, torch.float32)
     for n in [int(x) for x in a.n.split(",") if x]:
         for w in [int(x) for x in a.window.split(",") if x]:
             if w <= n:

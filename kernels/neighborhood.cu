@@ -11,6 +11,7 @@
 
 #include "common.cuh"
 #include "kernels_api/neighborhood.hpp"
+#include "neighborhood_tc.cuh"
 
 namespace shard::kernels::nbhd {
 namespace {
@@ -284,9 +285,13 @@ int backward_t(const Geom& g, const Operand& q, const Operand& k, const Operand&
 }  // namespace
 
 int forward(int dtype, const Geom& g, const Operand& q, const Operand& k, const Operand& v, const Operand& out,
-            void* lse, void* stream) {
+            void* lse, void* stream, int flags) {
   const auto s = as_stream(stream);
   if (g.D > kMaxHeadDim || g.Dv > kMaxHeadDim) return invalid();
+  if (g.B * g.nq[0] * g.nq[1] * g.nq[2] * g.H == 0) return 0;
+  if (dtype != f64)
+    if (const int r = tc::forward(dtype, flags, g, q, k, v, out, static_cast<float*>(lse), s); r != tc::kDeclined)
+      return r;
   if (g.B * g.nq[0] * g.nq[1] * g.nq[2] * g.H > kMaxRows || g.B * g.nk[0] * g.nk[1] * g.nk[2] * g.H > kMaxRows)
     return invalid();  // more rows than one grid covers
   switch (dtype) {
@@ -300,9 +305,14 @@ int forward(int dtype, const Geom& g, const Operand& q, const Operand& k, const 
 
 int backward(int dtype, const Geom& g, const Operand& q, const Operand& k, const Operand& v, const Operand& out,
              const Operand& dout, const void* lse, const Operand& dq, const Operand& dk, const Operand& dv,
-             void* delta, void* stream) {
+             void* delta, void* stream, int flags) {
   const auto s = as_stream(stream);
   if (g.D > kMaxHeadDim || g.Dv > kMaxHeadDim) return invalid();
+  if (dtype != f64 && g.B * g.H > 0)
+    if (const int r = tc::backward(dtype, flags, g, q, k, v, out, dout, static_cast<const float*>(lse), dq, dk, dv,
+                                   static_cast<float*>(delta), s);
+        r != tc::kDeclined)
+      return r;
   if (g.B * g.nq[0] * g.nq[1] * g.nq[2] * g.H > kMaxRows || g.B * g.nk[0] * g.nk[1] * g.nk[2] * g.H > kMaxRows)
     return invalid();  // more rows than one grid covers
   switch (dtype) {
@@ -312,6 +322,10 @@ int backward(int dtype, const Geom& g, const Operand& q, const Operand& k, const
     case f16: return backward_t<__half>(g, q, k, v, out, dout, lse, dq, dk, dv, delta, s);
     default: return invalid();
   }
+}
+
+bool takes_tensor_cores(int dtype, const Geom& g, bool backward, int flags) {
+  return dtype != f64 && tc::takes(dtype, flags, g, backward);
 }
 
 }  // namespace shard::kernels::nbhd

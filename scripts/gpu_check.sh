@@ -270,6 +270,9 @@ phase_test() {
     grep -E "^shardtensor: cuDNN attention" "$log" | sort -u | head -20 | while read -r l; do note "   $l"; done
     # issue 30 item 5: cuDNN's bf16 / f16 conv against its f32 result, per pass (tests/exec/cuda_lowp_libraries.cpp)
     grep -E "^cuda conv (bf16|f16) case" "$log" | sort -u | head -8 | while read -r l; do note "   $l"; done
+    # issue 32 items 2-3: which attention cases ran on the wmma kernels (tests' WARN lines)
+    grep -hE "(attention|neighbourhood attention) cases on the tensor-core kernels|attention on the tensor cores:" \
+      "$log" | sort -u | head -6 | while read -r l; do note "   $l"; done
     # issue 32 item 2: the wmma attention kernels on every case, cuDNN off (f16 / bf16 / TF32)
     step "cuda tests [tc], cuDNN attention off" "$OUT/tc_tests.log" 300 \
       env SHARDTENSOR_CUDNN_ATTENTION=0 "$B/tests/shardtensor_cuda_tests" "[tc]" --colour-mode none
