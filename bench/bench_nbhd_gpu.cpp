@@ -117,7 +117,7 @@ void run(index_t n, index_t w, index_t H, index_t D, int reps, const std::string
               "(%.2f TFLOP/s of window products)  device peak %.0f MiB  [%s]\n",
               name.c_str(), static_cast<long>(n), static_cast<long>(N), static_cast<long>(w), static_cast<long>(H),
               static_cast<long>(D), dev.is_cuda() ? "cuda" : "cpu", median(fwd), median(bwd), median(tot),
-              flops / median(tot) * 1e-9, peak, tc ? "tensor-core kernels" : "warp-per-row kernels");
+              flops / median(tot) * 1e-9, peak, !dev.is_cuda() ? "CPU table" : tc ? "tensor-core kernels" : "warp-per-row kernels");
   std::printf("RESULT nbhd_%s_n%ld_w%ld fwd_ms %.3f bwd_ms %.3f total_ms %.3f peak_mib %.0f tc %d\n", name.c_str(),
               static_cast<long>(n), static_cast<long>(w), median(fwd), median(bwd), median(tot), peak, tc ? 1 : 0);
   std::fflush(stdout);

@@ -3,7 +3,7 @@
 # issue 32 item 1: bf16 on cuDNN's fused attention, targets torch/ours >= 0.9 forward + backward and
 # >= 1.0 forward alone). One command on a GPU machine:
 #   bench/run_gpu_attention.sh [BUILD_DIR=build] [REPS=10] [PYTHON=python3] [NS="4096 16384"] [DIMS="64 128"]
-#                              [DTYPES="f32 bf16"] [ROUNDS=2]
+#                              [DTYPES="f32 bf16"] [ROUNDS=1]
 # Per round and dtype: ours (one process over every N x D case), for bf16 also ours with
 # SHARDTENSOR_CUDNN_ATTENTION=0 (the own kernels: case bf16own, the tensor-core ones; bf16simt with
 # SHARDTENSOR_ATTENTION_TC=0 too), for f32 also ours with SHARDTENSOR_ATTENTION_TILED=0 (the row
@@ -20,13 +20,14 @@ py=${PYTHON:-python3}
 ns=${NS:-"4096 16384"}
 dims=${DIMS:-"64 128"}
 dtypes=${DTYPES:-"f32 bf16"}
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-1}
 bin=$build/bench/bench_attention_gpu
 bash "$here/need_bench.sh" "$build" bench_attention_gpu
 log=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 date -u +"%Y-%m-%d %H:%M UTC"
 ncsv=$(echo $ns | tr ' ' ','); dcsv=$(echo $dims | tr ' ' ',')
+n1=${ns%% *}  # the A/B rows (row kernels, SIMT kernels) at the first N only: they are the slow ones
 for round in $(seq "$rounds"); do
   for dt in $dtypes; do
     "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" | tee -a "$log/ours.txt"
@@ -34,11 +35,11 @@ for round in $(seq "$rounds"); do
       # own kernels: the tensor-core (wmma) ones, and the SIMT tiled ones they replace
       SHARDTENSOR_CUDNN_ATTENTION=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag own |
         tee -a "$log/ours.txt"
-      SHARDTENSOR_CUDNN_ATTENTION=0 SHARDTENSOR_ATTENTION_TC=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" \
+      SHARDTENSOR_CUDNN_ATTENTION=0 SHARDTENSOR_ATTENTION_TC=0 "$bin" --n "$n1" --dim "$dcsv" --dtype "$dt" \
         --reps "$reps" --tag simt | tee -a "$log/ours.txt"
     fi
     if [[ $dt == f32 ]]; then  # the row kernels the tiled ones replaced (head dims <= 64): the A/B
-      SHARDTENSOR_ATTENTION_TILED=0 "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag rows |
+      SHARDTENSOR_ATTENTION_TILED=0 "$bin" --n "$n1" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tag rows |
         tee -a "$log/ours.txt"
       # TF32 tensor-core kernels (allow_tf32), against torch's f32 SDPA as it runs by default
       "$bin" --n "$ncsv" --dim "$dcsv" --dtype "$dt" --reps "$reps" --tf32 1 --tag tf32 | tee -a "$log/ours.txt"
