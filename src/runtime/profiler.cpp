@@ -68,6 +68,10 @@ Store& store() {
 }
 
 thread_local int t_exclusive_depth = 0;  // open outermost_only scopes on this thread (comm)
+// The row of the innermost open recording scope on this thread: a scope of the same row opened
+// directly inside it (an op front re-entering itself, e.g. on f32 working copies of a bf16 call)
+// is not recorded again, so calls and times count the op once.
+thread_local int t_open_slot = -1;
 
 std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(
@@ -165,6 +169,7 @@ void Scope::begin(Site& site, const ExecContext* ctx) {
   if (site.outermost_only && t_exclusive_depth > 0) return;
   Store& st = store();
   slot_ = slot_of(site);  // the one step that may throw (an allocation): nothing is held yet
+  if (slot_ == t_open_slot) return;  // re-entry of the same row: the enclosing scope counts it
   if (site.outermost_only) {
     ++t_exclusive_depth;
     state_ |= 4u;
@@ -206,6 +211,9 @@ void Scope::begin(Site& site, const ExecContext* ctx) {
       state_ |= 2u;
     }
   }
+  prev_slot_ = t_open_slot;  // last: nothing below throws, so end() always restores it
+  t_open_slot = slot_;
+  state_ |= 8u;
   if (state_ & 1u) t0_ = now_ns();  // ranges alone read no clock
 }
 
@@ -240,6 +248,7 @@ void Scope::end() noexcept {
     }
   }
   if (state_ & 4u) --t_exclusive_depth;
+  if (state_ & 8u) t_open_slot = prev_slot_;
   state_ = 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <shardtensor/exec/attention.hpp>
 #include <shardtensor/exec/profiler.hpp>
 #include <shardtensor/nn/functional.hpp>
 #include <shardtensor/nn/layers.hpp>
@@ -190,6 +191,45 @@ TEST_CASE("profiler: user scopes, the table's columns, and SHARDTENSOR_PROFILE's
     CHECK(m.at("user:my_region").calls == 3);
     CHECK(m.at("user:my_region/inner").calls == 3);
     CHECK(m.at("user:my_region/inner").host_us <= m.at("user:my_region").host_us);
+    // a row re-entered directly inside itself (an op front calling itself on f32 working copies)
+    // counts once; entered again after an inner scope of another row closed, it still counts once
+    // per outer call; a separate scope of the same row after it closed counts again
+    {
+      Profiler p2;
+      for (int i = 0; i < 2; ++i) {
+        SHARD_PROFILE_SCOPE("user", "reentrant", "", nullptr);
+        { SHARD_PROFILE_SCOPE("user", "other", "", nullptr); }
+        {
+          SHARD_PROFILE_SCOPE("user", "reentrant", "", nullptr);
+          SHARD_PROFILE_SCOPE("user", "reentrant", "", nullptr);
+        }
+      }
+      { SHARD_PROFILE_SCOPE("user", "reentrant", "", nullptr); }
+      const auto m2 = by_key(p2.rows());
+      CHECK(m2.at("user:reentrant").calls == 3);
+      CHECK(m2.at("user:other").calls == 2);
+    }
+    // an op: a bf16 attention on the CPU runs the f32 front on working copies inside its own row
+    {
+      const exec::AttnGeom g{1, 1, 5, 6, 4, 4};
+      auto mk = [](index_t n) {
+        auto t = Tensor<bf16, 1>::empty({n});
+        for (index_t i = 0; i < n; ++i) t.data()[i] = bf16(0.1f * static_cast<float>(i % 7) - 0.3f);
+        return t;
+      };
+      const auto q = mk(20), k = mk(24), v = mk(24);
+      auto out = Tensor<bf16, 1>::empty({20});
+      auto lse = Tensor<float, 1>::empty({5});
+      auto view = [](const auto& t, std::vector<index_t> sh) {
+        const Block b = as_block(t);
+        return Block::view(b.dtype, b.device, b.data, sh.data(), static_cast<int>(sh.size()), nullptr, b.owner);
+      };
+      Profiler p3;
+      exec::attention_forward(g, exec::AttnMask{}, view(q, {1, 1, 5, 4}), view(k, {1, 1, 6, 4}), view(v, {1, 1, 6, 4}),
+                              nullptr, view(out, {1, 1, 5, 4}), view(lse, {1, 1, 5}),
+                              current_context(Device::cpu()));
+      CHECK(by_key(p3.rows()).at("op:attention/forward").calls == 1);
+    }
     const std::string t = format_profile(rows, "title");
     CHECK(t.rfind("title\ncategory", 0) == 0);
     // CPU rows: device ms "-", no bytes "-".

@@ -108,8 +108,9 @@ class Scope {
  private:
   void begin(Site& site, const ExecContext* ctx);
   void end() noexcept;
-  unsigned state_ = 0;  ///< bit 0 row, bit 1 range pushed, bit 2 outermost-only depth held
+  unsigned state_ = 0;  ///< bit 0 row, bit 1 range pushed, bit 2 outermost-only depth held, bit 3 innermost row set
   int slot_ = -1;
+  int prev_slot_ = -1;  ///< the thread's innermost recording row before this scope
   std::uint64_t t0_ = 0;
   std::uint64_t bytes_ = 0;
   const ExecContext* ctx_ = nullptr;
