@@ -300,7 +300,9 @@ phase_test() {
 # ranks sharing the GPU, and its final_loss must agree with the same example's --device cpu run at
 # 1 rank to EX_REL (fp32, TF32 off: the examples' default). Small sizes: a minute in all.
 EX_REL="${EX_REL:-1e-4}"
-example_runs() {  # one line per example: name|flags|extra flags of the cuda runs only
+example_runs() {  # one line per example: name|flags|extra flags of the cuda runs only|tolerance (default EX_REL)
+  # bf16 ViT runs (issue 32): attention on cuDNN / the wmma kernels, which round P and dS to bf16,
+  # against the CPU's bf16 run (f32 working copies): a loose bound, bf16 training noise over 10 steps
   cat <<'EXR'
 unet_surrogate|--steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10
 unet_surrogate|--steps 20 --grid 32 --width 8 --depth 2 --seed 3 --log-every 10|--cuda-graph
@@ -309,14 +311,17 @@ fno_surrogate|--steps 10 --seed 3 --log-every 5|--cuda-graph
 vit_surrogate|--steps 10 --seed 3 --log-every 5
 fno_surrogate|--steps 10 --seed 3 --log-every 5
 pointcloud_surrogate|--steps 20 --points 3000 --grid 8 --seed 1 --log-every 10
+vit_surrogate|--steps 10 --seed 3 --log-every 5 --precision bf16 --dim 32 --heads 4||5e-2
+vit_surrogate|--steps 10 --seed 3 --log-every 5 --precision bf16 --dim 32 --heads 4 --attention neighborhood||5e-2
 EXR
 }
 phase_examples() {
   deps_env || setup_deps || note "no deps prefix: MPI runs use the system's mpiexec, if any"
   cuda_shim 1
   local log="$OUT/examples.log" name flags exe ref loss np rel ok
-  local cflags
-  while IFS='|' read -r name flags cflags; do
+  local cflags tol
+  while IFS='|' read -r name flags cflags tol; do
+    tol=${tol:-$EX_REL}
     exe="$B/examples/$name"
     [ -x "$exe" ] || { note "no $exe: run 'gpu_check.sh build' first"; fail_note "example $name"; continue; }
     # shellcheck disable=SC2086
@@ -328,8 +333,8 @@ phase_examples() {
       [ -z "$cflags" ] || note "   $(grep '^cuda graph:' "$log" | tail -2 | tr '\n' ' ')"
       loss=$(grep -o 'final_loss=[^ ]*' "$log" | tail -1 | cut -d= -f2)
       rel=$(awk -v a="$loss" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.3g", (m > 0 ? d / m : d) }')
-      ok=$(awk -v r="$rel" -v t="$EX_REL" 'BEGIN { print (r <= t) ? "agrees" : "DIFFERS" }')
-      note "   $name $cflags np$np cuda final_loss=$loss, cpu np1 $ref: relative $rel ($ok, tolerance $EX_REL)"
+      ok=$(awk -v r="$rel" -v t="$tol" 'BEGIN { print (r <= t) ? "agrees" : "DIFFERS" }')
+      note "   $name $flags $cflags np$np cuda final_loss=$loss, cpu np1 $ref: relative $rel ($ok, tolerance $tol)"
       [ "$ok" = agrees ] || RESULTS+=("example $name $cflags cuda np$np: FAIL (final_loss $loss vs cpu $ref, relative $rel)")
     done
   done < <(example_runs)
