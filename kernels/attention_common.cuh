@@ -80,5 +80,4 @@ inline bool smem_granted(K kernel, std::size_t bytes, unsigned (&state)[2]) {
   return ok;
 }
 
-
 }  // namespace shard::kernels::attention::detail
