@@ -108,38 +108,16 @@ __device__ void forward_body(const Geom& g, In q, In k, In v, const Mask& m, Out
     __syncwarp();
     float* srow = Ss + r * kLS;
     E* prow = Ps + r * L::LDP;
-    float tmax = -INFINITY;
-#pragma unroll 8
-    for (int c = c0; c < c0 + 32; ++c) {
-      const idx j = j0 + c;
-      const bool vis = c < nk && r < nq && !(m.causal && m.k_pos0 + j > m.q_pos0 + i);
-      const float sv = vis ? srow[c] * scale + bias_at<T, float>(m, b, h, i, j) : -INFINITY;
-      srow[c] = sv;
-      tmax = fmaxf(tmax, sv);
-    }
-    // every lane takes part in the shuffles (full mask); rows with nothing visible yet keep P = 0
-    const float mnew = fmaxf(mx, fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1)));
-    const bool live = mnew != -INFINITY;
-    float ps = 0.f;
-#pragma unroll 8
-    for (int c = c0; c < c0 + 32; ++c) {
-      const float p = live ? expf(srow[c] - mnew) : 0.f;
-      prow[c] = Elem<Tag>::from(p);
-      ps += p;
-    }
-    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-    float cs = 1.f;
-    if (live) {
-      cs = expf(mx - mnew);  // 0 while mx is -inf
-      l = l * cs + ps;
-      mx = mnew;
-    }
-    if ((lane & 1) == 0) Rf[r] = cs;
+    online_softmax<Tag>(
+        srow, prow, c0,
+        [&](int c, float raw) {
+          const idx j = j0 + c;
+          const bool vis = c < nk && r < nq && !(m.causal && m.k_pos0 + j > m.q_pos0 + i);
+          return vis ? raw * scale + bias_at<T, float>(m, b, h, i, j) : -INFINITY;
+        },
+        mx, l, Rf, r, lane);
     __syncwarp();
-#pragma unroll
-    for (int n = 0; n < NF; ++n)
-#pragma unroll
-      for (int t = 0; t < o[n].num_elements; ++t) o[n].x[t] *= Rf[16 * w + static_cast<int>(rid.x[t])];
+    scale_rows<Tag, NF>(o, rid, Rf, w);
     accumulate<Tag, NF>(o, Ps, L::LDP, Vs, L::LDE, round_up(nk, KS), g.Dv, w);
   }
   __syncthreads();  // every warp is done with the keys and values: their memory takes the output
@@ -149,10 +127,7 @@ __device__ void forward_body(const Geom& g, In q, In k, In v, const Mask& m, Out
     if (r < nq) lse[(b * g.H + h) * g.Nq + i] = l == 0.f ? -INFINITY : mx + logf(l);
   }
   __syncwarp();
-#pragma unroll
-  for (int n = 0; n < NF; ++n)
-#pragma unroll
-    for (int t = 0; t < o[n].num_elements; ++t) o[n].x[t] *= Rf[16 * w + static_cast<int>(rid.x[t])];
+  scale_rows<Tag, NF>(o, rid, Rf, w);
   store_rows<Tag, NF>(Os, L::LDO, o, w);
   __syncwarp();
   const int dv = static_cast<int>(g.Dv);

@@ -144,6 +144,19 @@ __device__ inline bool sees(const Geom& g, const Slot& o, const Slot& u) {
          static_cast<unsigned>(u.a[2] - o.a[2]) < static_cast<unsigned>(g.window[2]);
 }
 
+/// Writes (overwrites) the warp's rows [16w, +16) of the float tile O (ld ldo, width cols) into
+/// operand o at the positions of own slots that exist.
+template <class T>
+__device__ inline void write_own_rows(const Operand& o, const Slot* own, idx b, idx h, const float* O, int ldo,
+                                      idx width, int w, int lane) {
+  const int n = static_cast<int>(width);
+  T* G = static_cast<T*>(const_cast<void*>(o.data));
+  for (int e = lane; e < 16 * n; e += 32) {
+    const int rr = 16 * w + e / n, d = e % n;
+    if (own[rr].valid) G[at(o, b, own[rr].e, h) + d] = attention::detail::from_acc<T>(O[rr * ldo + d]);
+  }
+}
+
 /// Shared memory beyond the attention layout: two slot tables of 64 entries.
 constexpr std::size_t kSlots = 2 * 64 * sizeof(Slot);
 
@@ -204,36 +217,15 @@ __device__ void forward_body(const Geom& g, const Patch& P, Operand q, Operand k
     __syncwarp();
     float* srow = Ss + rw * kLS;
     E* prow = Ps + rw * L::LDP;
-    float tmax = -INFINITY;
-#pragma unroll 8
-    for (int c = c0; c < c0 + 32; ++c) {
-      const Slot& ks = Ksl[c];
-      const float sv = me.valid && ks.valid && sees(g, me, ks) ? srow[c] * scale : -INFINITY;
-      srow[c] = sv;
-      tmax = fmaxf(tmax, sv);
-    }
-    const float mnew = fmaxf(mx, fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1)));
-    const bool live = mnew != -INFINITY;
-    float ps = 0.f;
-#pragma unroll 8
-    for (int c = c0; c < c0 + 32; ++c) {
-      const float p = live ? expf(srow[c] - mnew) : 0.f;
-      prow[c] = Elem<Tag>::from(p);
-      ps += p;
-    }
-    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-    float cs = 1.f;
-    if (live) {
-      cs = expf(mx - mnew);
-      l = l * cs + ps;
-      mx = mnew;
-    }
-    if ((lane & 1) == 0) Rf[rw] = cs;
+    online_softmax<Tag>(
+        srow, prow, c0,
+        [&](int c, float raw) {
+          const Slot& ks = Ksl[c];
+          return me.valid && ks.valid && sees(g, me, ks) ? raw * scale : -INFINITY;
+        },
+        mx, l, Rf, rw, lane);
     __syncwarp();
-#pragma unroll
-    for (int n = 0; n < NF; ++n)
-#pragma unroll
-      for (int t = 0; t < o[n].num_elements; ++t) o[n].x[t] *= Rf[16 * w + static_cast<int>(rid.x[t])];
+    scale_rows<Tag, NF>(o, rid, Rf, w);
     const idx nk = P.NU - j0 < kBR ? P.NU - j0 : kBR;
     accumulate<Tag, NF>(o, Ps, L::LDP, Vs, L::LDE, round_up(nk, KS), g.Dv, w);
   }
@@ -244,18 +236,10 @@ __device__ void forward_body(const Geom& g, const Patch& P, Operand q, Operand k
     if (me.valid) lse[qrow(g, b, me.e, h)] = l == 0.f ? -INFINITY : mx + logf(l);
   }
   __syncwarp();
-#pragma unroll
-  for (int n = 0; n < NF; ++n)
-#pragma unroll
-    for (int t = 0; t < o[n].num_elements; ++t) o[n].x[t] *= Rf[16 * w + static_cast<int>(rid.x[t])];
+  scale_rows<Tag, NF>(o, rid, Rf, w);
   store_rows<Tag, NF>(Os, L::LDO, o, w);
   __syncwarp();
-  const int dv = static_cast<int>(g.Dv);
-  T* Op = static_cast<T*>(const_cast<void*>(out.data));
-  for (int e = lane; e < 16 * dv; e += 32) {
-    const int rr = 16 * w + e / dv, d = e % dv;
-    if (Own[rr].valid) Op[at(out, b, Own[rr].e, h) + d] = attention::detail::from_acc<T>(Os[rr * L::LDO + d]);
-  }
+  write_own_rows<T>(out, Own, b, h, Os, L::LDO, g.Dv, w, lane);
 }
 
 // ---- backward: dQ and delta ----------------------------------------------------------------
@@ -346,12 +330,7 @@ __device__ void dq_body(const Geom& g, const Patch& P, Operand q, Operand k, Ope
   float* Os = reinterpret_cast<float*>(base + 2 * L::kE);
   store_rows<Tag, NF>(Os, L::LDO, acc, w);
   __syncwarp();
-  const int dd = static_cast<int>(g.D);
-  T* G = static_cast<T*>(const_cast<void*>(dq.data));
-  for (int e = lane; e < 16 * dd; e += 32) {
-    const int rr = 16 * w + e / dd, d = e % dd;
-    if (Own[rr].valid) G[at(dq, b, Own[rr].e, h) + d] = attention::detail::from_acc<T>(Os[rr * L::LDO + d]);
-  }
+  write_own_rows<T>(dq, Own, b, h, Os, L::LDO, g.D, w, lane);
 }
 
 // ---- backward: dK and dV -------------------------------------------------------------------
@@ -440,24 +419,16 @@ __device__ void dkdv_body(const Geom& g, const Patch& P, Operand q, Operand k, O
   }
   __syncthreads();
   float* Os = reinterpret_cast<float*>(base + 2 * L::kE);
-  auto write = [&](const Operand& o, idx width) {
-    const int n = static_cast<int>(width);
-    T* G = static_cast<T*>(const_cast<void*>(o.data));
-    for (int e = lane; e < 16 * n; e += 32) {
-      const int rr = 16 * w + e / n, d = e % n;
-      if (Own[rr].valid) G[at(o, b, Own[rr].e, h) + d] = attention::detail::from_acc<T>(Os[rr * L::LDO + d]);
-    }
-  };
   if (dk.data) {
     store_rows<Tag, NF>(Os, L::LDO, gk, w);
     __syncwarp();
-    write(dk, g.D);
+    write_own_rows<T>(dk, Own, b, h, Os, L::LDO, g.D, w, lane);
     __syncwarp();
   }
   if (dv.data) {
     store_rows<Tag, NF>(Os, L::LDO, gv, w);
     __syncwarp();
-    write(dv, g.Dv);
+    write_own_rows<T>(dv, Own, b, h, Os, L::LDO, g.Dv, w, lane);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -203,6 +204,51 @@ __device__ inline void store_rows(float* O, int ldo, const FragC<Tag> (&acc)[NF]
 
 /// Adds the warp's rows [16w, +16) of the float tile O (width w_out) to gradient o's rows
 /// r0 + row, for rows < nrows whose `keep(row)` holds.
+/// acc[n].x[t] *= f[16 w + the row of element t]: a per-row factor on a warp's accumulator rows,
+/// the row read from `rid` (an accumulator fragment loaded from a 16 x 16 matrix of its row
+/// numbers: load, mma and store of one fragment type agree on the element layout).
+template <class Tag, int NF>
+__device__ inline void scale_rows(FragC<Tag> (&acc)[NF], const FragC<Tag>& rid, const float* f, int w) {
+#pragma unroll
+  for (int n = 0; n < NF; ++n)
+#pragma unroll
+    for (int t = 0; t < acc[n].num_elements; ++t) acc[n].x[t] *= f[16 * w + static_cast<int>(rid.x[t])];
+}
+
+/// One tile of the online softmax of row r, held by a lane pair (columns [c0, c0 + 32) each):
+/// srow holds the raw scores, score(c, s) the masked, scaled one (-inf: not visible). Writes P to
+/// prow in the fragment type, updates the row's running max mx and sum l, and sets Rf[r] (even
+/// lane) to the factor that rescales the row's output so far. Every lane takes part in the
+/// shuffles (full mask); rows with nothing visible yet keep P = 0 and their statistics.
+template <class Tag, class Score>
+__device__ inline void online_softmax(float* srow, typename Elem<Tag>::E* prow, int c0, Score score, float& mx,
+                                      float& l, float* Rf, int r, int lane) {
+  float tmax = -INFINITY;
+#pragma unroll 8
+  for (int c = c0; c < c0 + 32; ++c) {
+    const float sv = score(c, srow[c]);
+    srow[c] = sv;
+    tmax = fmaxf(tmax, sv);
+  }
+  const float mnew = fmaxf(mx, fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1)));
+  const bool live = mnew != -INFINITY;
+  float ps = 0.f;
+#pragma unroll 8
+  for (int c = c0; c < c0 + 32; ++c) {
+    const float p = live ? expf(srow[c] - mnew) : 0.f;
+    prow[c] = Elem<Tag>::from(p);
+    ps += p;
+  }
+  ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+  float cs = 1.f;
+  if (live) {
+    cs = expf(mx - mnew);  // 0 while mx is -inf
+    l = l * cs + ps;
+    mx = mnew;
+  }
+  if ((lane & 1) == 0) Rf[r] = cs;
+}
+
 /// The current device's compute capability as 10 * major + minor (0 when it cannot be read),
 /// kept per device (0..31).
 inline int device_sm() {
