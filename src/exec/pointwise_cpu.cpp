@@ -70,26 +70,30 @@ inline void rows_for(index_t rows, index_t n, Body body) {
   }
 }
 
-/// The ops whose f32 loops have an AVX2 form (pw::sigmoid_f32_host: SiLU and sigmoid).
+/// The ops whose f32 loops have AVX2 and AVX-512 forms: SiLU and sigmoid (pw::sigmoid_f32_host),
+/// the exact GELU (pw::normal_cdf_f32_host).
 template <int Op>
-constexpr bool sigmoid_family = Op == pw::u_silu || Op == pw::u_sigmoid;
+constexpr bool vec_family = Op == pw::u_silu || Op == pw::u_sigmoid || Op == pw::u_gelu;
 
 #if defined(__x86_64__) || defined(__i386__)
-// The f32 SiLU / sigmoid loops 8 floats wide at the avx2 and avx512 levels of cpu_isa() (the
-// baseline build vectorises them 4 wide). target("avx2") without "fma": the same IEEE operations
-// in the same order, nothing to contract, so the same bits as the baseline loop and as the norms'
-// fused activation (tests/nn/test_norm.cpp asserts fused == separate bit for bit).
-template <int Op>
-__attribute__((target("avx2"))) void sigmoid_fwd_avx2(index_t n, float a, const float* x, float* y) {
-#pragma omp simd
-  for (index_t i = 0; i < n; ++i) y[i] = pw::unary_fwd<Op, float>(x[i], a);
-}
-template <int Op>
-__attribute__((target("avx2"))) void sigmoid_bwd_avx2(index_t n, float a, const float* x, const float* y,
-                                                      const float* g, float* dx) {
-#pragma omp simd
-  for (index_t i = 0; i < n; ++i) dx[i] = pw::unary_bwd<Op, float>(x[i], y[i], g[i], a);
-}
+// The f32 SiLU / sigmoid / GELU loops 8 floats wide at the avx2 level of cpu_isa() and 16 wide at
+// avx512 (the baseline build vectorises them 4 wide). Nothing may be contracted: target("avx2")
+// has no "fma", and the AVX-512 form (whose ISA has its own FMA instructions, which GCC contracts
+// into in C++ by default) says fp-contract=off. The same IEEE operations in the same order give
+// the same bits at every level and as the norms' fused activation (tests/nn/test_norm.cpp
+// asserts fused == separate bit for bit at each level: the ISA lanes run it at scalar and avx2).
+#define SHARD_VEC_LOOPS(suffix, attrs)                                                                       \
+  template <int Op>                                                                                        \
+  attrs void vec_fwd_##suffix(index_t n, float a, const float* x, float* y) {                              \
+    _Pragma("omp simd") for (index_t i = 0; i < n; ++i) y[i] = pw::unary_fwd<Op, float>(x[i], a);         \
+  }                                                                                                        \
+  template <int Op>                                                                                        \
+  attrs void vec_bwd_##suffix(index_t n, float a, const float* x, const float* y, const float* g, float* dx) { \
+    _Pragma("omp simd") for (index_t i = 0; i < n; ++i) dx[i] = pw::unary_bwd<Op, float>(x[i], y[i], g[i], a); \
+  }
+SHARD_VEC_LOOPS(avx2, __attribute__((target("avx2"))))
+SHARD_VEC_LOOPS(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2"), optimize("fp-contract=off"))))
+#undef SHARD_VEC_LOOPS
 /// f(lo, len) over blocks of 2^14 elements, across the OpenMP threads above kParallelMin.
 template <class F>
 void blocks_for(index_t n, F&& f) {
@@ -103,9 +107,12 @@ void blocks_for(index_t n, F&& f) {
 template <class T, int Op>
 void unary_loop(index_t n, T a, const T* x, T* y) {
 #if defined(__x86_64__) || defined(__i386__)
-  if constexpr (std::is_same_v<T, float> && sigmoid_family<Op>) {
-    if (cpu_isa() != CpuIsa::scalar) {
-      blocks_for(n, [&](index_t lo, index_t len) { sigmoid_fwd_avx2<Op>(len, a, x + lo, y + lo); });
+  if constexpr (std::is_same_v<T, float> && vec_family<Op>) {
+    if (const CpuIsa isa = cpu_isa(); isa != CpuIsa::scalar) {
+      blocks_for(n, [&](index_t lo, index_t len) {
+        if (isa == CpuIsa::avx512) vec_fwd_avx512<Op>(len, a, x + lo, y + lo);
+        else vec_fwd_avx2<Op>(len, a, x + lo, y + lo);
+      });
       return;
     }
   }
@@ -115,10 +122,11 @@ void unary_loop(index_t n, T a, const T* x, T* y) {
 template <class T, int Op>
 void unary_bwd_loop(index_t n, T a, const T* x, const T* y, const T* g, T* dx) {
 #if defined(__x86_64__) || defined(__i386__)
-  if constexpr (std::is_same_v<T, float> && sigmoid_family<Op>) {
-    if (cpu_isa() != CpuIsa::scalar) {
+  if constexpr (std::is_same_v<T, float> && vec_family<Op>) {
+    if (const CpuIsa isa = cpu_isa(); isa != CpuIsa::scalar) {
       blocks_for(n, [&](index_t lo, index_t len) {
-        sigmoid_bwd_avx2<Op>(len, a, x + lo, y + lo, g + lo, dx + lo);
+        if (isa == CpuIsa::avx512) vec_bwd_avx512<Op>(len, a, x + lo, y + lo, g + lo, dx + lo);
+        else vec_bwd_avx2<Op>(len, a, x + lo, y + lo, g + lo, dx + lo);
       });
       return;
     }
