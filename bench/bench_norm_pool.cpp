@@ -49,6 +49,16 @@ void BM_norm(benchmark::State& state) {
 }
 BENCHMARK(BM_norm)->ArgsProduct({{0, 1, 2}, {64, 256}})->Unit(benchmark::kMicrosecond);
 
+// layer_norm over the last dim of transformer tokens [4, n, n, d] (the ViT's LayerNorm: one
+// statistic per token, its d channels contiguous), forward + backward.
+void BM_layer_norm_tokens(benchmark::State& state) {
+  const index_t n = state.range(0), d = state.range(1);
+  auto x = act(4, n, n, d, 1);
+  auto w = param(d, 2), b = param(d, 3);
+  fwd_bwd(state, x, [&](const VarF4& v) { return F::layer_norm(v, w, b, 1e-5, -1); });
+}
+BENCHMARK(BM_layer_norm_tokens)->Args({16, 16})->Args({32, 64})->Args({32, 256})->Unit(benchmark::kMicrosecond);
+
 // kind: 0 avg 2x2, 1 max 2x2, 2 avg 3x3 stride 1 pad 1. [2, 16, n, n].
 void BM_pool(benchmark::State& state) {
   const index_t n = state.range(1);

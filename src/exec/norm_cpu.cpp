@@ -240,8 +240,54 @@ struct ShiftedSums {
   }
 };
 
+/// The layer kind over a dense x with S == 1: layer_norm over the last dim (transformer tokens
+/// [..., C]), statistic a being the contiguous row x[a C, a C + C). The general loops below walk
+/// [A, C, S] rows of S elements, so there every element paid a row's set-up (and an integer
+/// division): ~20 ns per element for forward + backward. The *_rows forms walk the statistic
+/// rows directly, with the same operations in the same order for every value, so they give the
+/// general form's bits (the strided x that keeps the general form gives its dense copy's bits).
+bool layer_rows(const NormGeom& g) { return g.kind == NormKind::layer && g.S == 1 && g.xrank == 0; }
+
+/// Statistic rows a at a time: kRowBlock rows' sums advance together (independent add chains;
+/// each row's sums in element order, as in the general form).
+constexpr index_t kRowBlock = 4;
+
+template <class T>
+void moments_rows(const NormGeom& g, const T* x, double* sum, double* m2, double* lmean) {
+  const index_t A = g.A, C = g.C;
+  const index_t blocks = (A + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static) if (A * C > (1 << 16))
+  for (index_t bi = 0; bi < blocks; ++bi) {
+    const index_t a0 = bi * kRowBlock, nr = std::min(kRowBlock, A - a0);
+    double sh[kRowBlock] = {}, s1[kRowBlock] = {}, s2[kRowBlock] = {};
+    if (C > 0 && nr == kRowBlock) {
+      const T* xr = x + a0 * C;
+      for (index_t r = 0; r < kRowBlock; ++r) sh[r] = to_double(xr[r * C]);
+      for (index_t c = 0; c < C; ++c)
+        for (index_t r = 0; r < kRowBlock; ++r) {
+          const double d = to_double(xr[r * C + c]) - sh[r];
+          s1[r] += d;
+          s2[r] += d * d;
+        }
+    } else if (C > 0) {
+      for (index_t r = 0; r < nr; ++r) {
+        const T* xr = x + (a0 + r) * C;
+        sh[r] = to_double(xr[0]);
+        for (index_t c = 0; c < C; ++c) {
+          const double d = to_double(xr[c]) - sh[r];
+          s1[r] += d;
+          s2[r] += d * d;
+        }
+      }
+    }
+    for (index_t r = 0; r < nr; ++r)
+      moments_from_shifted(C, sh[r], s1[r], s2[r], sum[a0 + r], m2[a0 + r], lmean[a0 + r]);
+  }
+}
+
 template <class T>
 void moments_impl(const NormGeom& g, const T* x, double* sum, double* m2, double* lmean) {
+  if (layer_rows(g)) return moments_rows(g, x, sum, m2, lmean);
   const index_t A = g.A, C = g.C, S = g.S;
   const XMap m(g);
   switch (g.kind) {
@@ -295,9 +341,31 @@ void for_rows(const NormGeom& g, Fn f) {
   }
 }
 
+/// apply_impl for layer_rows: statistic a is row a.
+template <class T, int Act>
+void apply_rows(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b,
+                const T* r, T* y) {
+  using A = act_t<T>;
+  const index_t C = g.C;
+#pragma omp parallel for schedule(static) if (g.A * C > (1 << 16))
+  for (index_t a = 0; a < g.A; ++a) {
+    const double mk = mean[a], ik = invstd[a];
+    const index_t off = a * C;
+    for (index_t c = 0; c < C; ++c) {
+      const double wc = w ? to_double(w[c]) : 1.0, bc = b ? to_double(b[c]) : 0.0;
+      const double z = (to_double(x[off + c]) - mk) * ik * wc + bc;
+      A u = static_cast<A>(z);
+      if (r) u = u + static_cast<A>(to_double(r[off + c]));
+      if constexpr (Act < 0) y[off + c] = r ? from_double<T>(static_cast<double>(u)) : from_double<T>(z);
+      else y[off + c] = from_double<T>(static_cast<double>(pw::unary_fwd<Act, A>(u, A(0))));
+    }
+  }
+}
+
 template <class T, int Act>
 void apply_impl(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b,
                 const T* r, T* y) {
+  if (layer_rows(g)) return apply_rows<T, Act>(g, x, mean, invstd, w, b, r, y);
   const XMap m(g);
   using A = act_t<T>;
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
@@ -314,9 +382,63 @@ void apply_impl(const NormGeom& g, const T* x, const double* mean, const double*
   });
 }
 
+/// backward_sums_impl for layer_rows, in two passes that keep the general form's order: sg[a] /
+/// sgx[a] along each row (threads over rows), then dw[c] / db[c] down each column, rows in order
+/// (threads over blocks of columns). gz is evaluated in both passes (the general form keeps every
+/// element's partials in an A x C x 2 double array instead: 4 times x's bytes for f32).
+template <class T, int Act>
+void backward_sums_rows(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd,
+                        const T* w, const T* b, const T* r, double* sg, double* sgx, double* dw, double* db) {
+  const index_t A = g.A, C = g.C;
+  const ActGrad<T, Act> gz{w, b, r};
+  const bool par = A * C > (1 << 16);
+  if (sg) std::fill_n(sg, A, 0.0);
+  if (sgx) std::fill_n(sgx, A, 0.0);
+  if (sg && sgx) {
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t a = 0; a < A; ++a) {
+      const double mk = mean[a], ik = invstd[a];
+      const index_t off = a * C;
+      double t1 = 0, t2 = 0;
+      for (index_t c = 0; c < C; ++c) {
+        const double wc = w ? to_double(w[c]) : 1.0;
+        const double xhat = (to_double(x[off + c]) - mk) * ik;
+        const double d = gz(to_double(gy[off + c]), xhat, c, off + c) * wc;
+        t1 += d;
+        t2 += d * xhat;
+      }
+      sg[a] = t1;
+      sgx[a] = t2;
+    }
+  }
+  if (!dw && !db) return;
+  constexpr index_t kCols = 16;  // one 64-byte line of f32 per row and block
+  const index_t cblocks = (C + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (par)
+  for (index_t cb = 0; cb < cblocks; ++cb) {
+    const index_t c0 = cb * kCols, nc = std::min(kCols, C - c0);
+    double aw[kCols] = {}, ab[kCols] = {};
+    for (index_t a = 0; a < A; ++a) {
+      const double mk = mean[a], ik = invstd[a];
+      const index_t off = a * C + c0;
+      for (index_t j = 0; j < nc; ++j) {
+        const double xhat = (to_double(x[off + j]) - mk) * ik;
+        const double gv = gz(to_double(gy[off + j]), xhat, c0 + j, off + j);
+        aw[j] += gv * xhat;
+        ab[j] += gv;
+      }
+    }
+    for (index_t j = 0; j < nc; ++j) {
+      if (dw) dw[c0 + j] = aw[j];
+      if (db) db[c0 + j] = ab[j];
+    }
+  }
+}
+
 template <class T, int Act>
 void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd,
                         const T* w, const T* b, const T* r, double* sg, double* sgx, double* dw, double* db) {
+  if (layer_rows(g)) return backward_sums_rows<T, Act>(g, x, gy, mean, invstd, w, b, r, sg, sgx, dw, db);
   // One pass over x and gy. Row r = (a, c) of S elements: its partials p1 = sum gz and p2 = sum gz
   // xhat (in element order, one thread per row) give dw[c] = sum_a p2 and db[c] = sum_a p1. In the
   // batch and group kinds a row has one statistic, so sg[k] = sum w[c] p1 and sgx[k] = sum w[c] p2
@@ -402,9 +524,32 @@ void backward_sums_impl(const NormGeom& g, const T* x, const T* gy, const double
   }
 }
 
+/// backward_dx_impl for layer_rows.
+template <class T, int Act>
+void backward_dx_rows(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd, const T* w,
+                      const T* b, const T* r, const double* sg, const double* sgx, double inv_count, T* dx, T* dr) {
+  const index_t C = g.C;
+  const ActGrad<T, Act> gz{w, b, r};
+#pragma omp parallel for schedule(static) if (g.A * C > (1 << 16))
+  for (index_t a = 0; a < g.A; ++a) {
+    const double mk = mean[a], ik = invstd[a];
+    const double sk = sg ? sg[a] : 0.0, sxk = sg ? sgx[a] : 0.0;
+    const index_t off = a * C;
+    for (index_t c = 0; c < C; ++c) {
+      const double wc = w ? to_double(w[c]) : 1.0;
+      const double xhat = (to_double(x[off + c]) - mk) * ik;
+      const double gv = gz(to_double(gy[off + c]), xhat, c, off + c);
+      if (dr) dr[off + c] = from_double<T>(gv);
+      const double d = gv * wc;
+      dx[off + c] = sg ? from_double<T>(ik * (d - sk * inv_count - xhat * sxk * inv_count)) : from_double<T>(d * ik);
+    }
+  }
+}
+
 template <class T, int Act>
 void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* mean, const double* invstd, const T* w,
                       const T* b, const T* r, const double* sg, const double* sgx, double inv_count, T* dx, T* dr) {
+  if (layer_rows(g)) return backward_dx_rows<T, Act>(g, x, gy, mean, invstd, w, b, r, sg, sgx, inv_count, dx, dr);
   const XMap m(g);
   const ActGrad<T, Act> gz{w, b, r};
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {

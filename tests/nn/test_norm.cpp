@@ -168,6 +168,8 @@ TEMPLATE_TEST_CASE("a norm with a fused activation (and residual) equals the nor
   using Fn = std::function<V(const V&, F::NormAct, const OptV&)>;
   const auto w = rnd<T, 1>({4}, 3, true, RandomInit::uniform(0.5, 1.5));
   const auto b = rnd<T, 1>({4}, 4);
+  const auto w3 = rnd<T, 1>({3}, 13, true, RandomInit::uniform(0.5, 1.5));
+  const auto b3 = rnd<T, 1>({3}, 14);
   auto rm = DistTensor<T, 1>::random({4}, mesh1(), {Replicate()}, 5);
   auto rv = DistTensor<T, 1>::random({4}, mesh1(), {Replicate()}, 6, RandomInit::uniform(0.5, 1.5));
   const std::pair<const char*, Fn> norms[] = {
@@ -176,6 +178,8 @@ TEMPLATE_TEST_CASE("a norm with a fused activation (and residual) equals the nor
        [&](const V& x, F::NormAct a, const OptV& r) { return F::group_norm(x, 1, std::nullopt, std::nullopt, 1e-5, a, r); }},
       {"instance", [&](const V& x, F::NormAct a, const OptV& r) { return F::instance_norm(x, w, b, 1e-5, a, r); }},
       {"layer", [&](const V& x, F::NormAct a, const OptV& r) { return F::layer_norm(x, w, b, 1e-5, 1, a, r); }},
+      {"layer over the last dim",  // the CPU table's row walk (one statistic per contiguous row)
+       [&](const V& x, F::NormAct a, const OptV& r) { return F::layer_norm(x, w3, b3, 1e-5, -1, a, r); }},
       {"batch",
        [&](const V& x, F::NormAct a, const OptV& r) {
          return F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, a, r);
@@ -193,6 +197,8 @@ TEMPLATE_TEST_CASE("a norm with a fused activation (and residual) equals the nor
           V r = rnd<T, 4>({2, 4, 5, 3}, 8, true, RandomInit::uniform(-1.5, 1.5));
           w.zero_grad();
           b.zero_grad();
+          w3.zero_grad();
+          b3.zero_grad();
           V y = fused ? norm(x, code, with_res ? OptV(r) : std::nullopt)
                       : nn::activate(act, with_res ? F::add(norm(x, F::NormAct::none, std::nullopt), r)
                                                    : norm(x, F::NormAct::none, std::nullopt));
@@ -201,8 +207,9 @@ TEMPLATE_TEST_CASE("a norm with a fused activation (and residual) equals the nor
             using P = std::decay_t<decltype(p.value().local())>;
             return p.has_grad() ? p.grad().local().contiguous() : P::zeros(p.value().local().shape());
           };
-          return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(), grad_of(w), grad_of(b),
-                            grad_of(r)};
+          const bool last = std::string(name) == "layer over the last dim";
+          return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(), grad_of(last ? w3 : w),
+                            grad_of(last ? b3 : b), grad_of(r)};
         };
         const auto [yf, dxf, dwf, dbf, drf] = run(true);
         const auto [yu, dxu, dwu, dbu, dru] = run(false);

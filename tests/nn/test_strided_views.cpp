@@ -272,33 +272,39 @@ TEMPLATE_TEST_CASE("norms read strided views in place: batch, group, instance an
     Padded<T, 4> xf(xs, 2, 51, step);
     REQUIRE_FALSE(xf.view.is_contiguous());
     using Fn = std::function<Var<T, 4>(const Var<T, 4>&, const Var<T, 1>&, const Var<T, 1>&)>;
-    const std::vector<std::pair<const char*, Fn>> norms{
+    // (name, op, length of its affine parameters)
+    const std::vector<std::tuple<const char*, Fn, index_t>> norms{
         {"batch_norm", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
            return F::batch_norm(x, nullptr, nullptr, w, b, true);
-         }},
+         }, 6},
         {"group_norm", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
            return F::group_norm(x, 3, w, b);
-         }},
+         }, 6},
         {"instance_norm", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
            return F::instance_norm(x, w, b);
-         }},
+         }, 6},
         {"layer_norm over C", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
            return F::layer_norm(x, w, b, 1e-5, 1);
-         }},
+         }, 6},
         {"layer_norm over the last dim (no affine)", [](const Var<T, 4>& x, const Var<T, 1>&, const Var<T, 1>&) {
            return F::layer_norm(x, std::nullopt, std::nullopt, 1e-5, -1);
-         }},
+         }, 6},
+        // the contiguous x takes the CPU table's row walk of statistics (S == 1), the strided one
+        // the general [A, C, S] walk: the same operations in the same order
+        {"layer_norm over the last dim, affine, fused GELU", [](const Var<T, 4>& x, const Var<T, 1>& w, const Var<T, 1>& b) {
+           return F::layer_norm(x, w, b, 1e-5, -1, F::NormAct::gelu);
+         }, 70},
     };
-    for (const auto& [name, fn] : norms) {
+    for (const auto& [name, fn, pc] : norms) {
       INFO(name << ", inner step " << step);
-      auto run = [&, fn = fn](const Tensor<T, 4>& xl) {
+      auto run = [&, fn = fn, pc = pc](const Tensor<T, 4>& xl) {
         Var<T, 4> x(DistTensor<T, 4>::from_local(xl, mesh, {Replicate()}), true);
-        Var<T, 1> w(DistTensor<T, 1>::random({6}, mesh, {Replicate()}, 52), true);
-        Var<T, 1> b(DistTensor<T, 1>::random({6}, mesh, {Replicate()}, 53), true);
+        Var<T, 1> w(DistTensor<T, 1>::random({pc}, mesh, {Replicate()}, 52), true);
+        Var<T, 1> b(DistTensor<T, 1>::random({pc}, mesh, {Replicate()}, 53), true);
         Var<T, 4> g(DistTensor<T, 4>::random(xs, mesh, {Replicate()}, 54), false);
         auto y = fn(x, w, b);
         F::sum(F::mul(y, g)).backward();
-        const auto zero = Tensor<T, 1>::zeros({6});
+        const auto zero = Tensor<T, 1>::zeros({pc});
         return std::tuple{y.value().local().contiguous(), x.grad().local().contiguous(),
                           w.has_grad() ? w.grad().local().contiguous() : zero,
                           b.has_grad() ? b.grad().local().contiguous() : zero};
