@@ -10,7 +10,10 @@
 #if defined(__CUDACC__)
 #define SHARD_HD __host__ __device__ __forceinline__
 #else
-#define SHARD_HD inline
+// forced inline on the host too: the CPU loops over these formulas vectorise only if the whole
+// formula is inlined into the loop body (GCC's size heuristics otherwise keep the larger ones,
+// e.g. the normal CDF, as a per-element call)
+#define SHARD_HD inline __attribute__((always_inline))
 #endif
 
 namespace shard::kernels::pw {
@@ -24,6 +27,11 @@ enum Unary : int {
 enum Binary : int { b_add, b_sub, b_mul, b_div, b_count };
 
 #if !defined(__CUDACC__)
+/// The host helpers below are forced inline: a loop vectorises only if they are inlined into it,
+/// and GCC's size heuristics declined the normal CDF in the baseline (4-wide) loop, which then
+/// called it per element through the PLT (5x slower than glibc's erff).
+#define SHARD_VEC_INLINE inline __attribute__((always_inline))
+
 /// The logistic function in float on the host, branch-free so that a CPU loop over it vectorises
 /// (glibc's expf is a scalar call: SiLU forward and backward were ~20 % of the CPU U-Net step).
 /// e = exp(-|x|) by Cody-Waite reduction -|x| = k ln2 + r (|r| <= ln2 / 2) and Cephes' degree-6
@@ -35,7 +43,7 @@ enum Binary : int { b_add, b_sub, b_mul, b_div, b_count };
 /// -ffinite-math-only): a NaN is carried as a mask and restored at the end. Host compilers only
 /// (the CUDA kernels keep the device's expf), and nothing here may be contracted into an FMA
 /// differently per ISA: the CPU library is built for the baseline ISA.
-inline float sigmoid_f32_host(float x) {
+SHARD_VEC_INLINE float sigmoid_f32_host(float x) {
   const float ax = std::fabs(x);
   std::int32_t ai;
   std::memcpy(&ai, &ax, sizeof ai);
@@ -73,7 +81,7 @@ inline float sigmoid_f32_host(float x) {
 /// carrying what t cannot hold (the low part of an exactly split -x^2 / 2): Cody-Waite reduction
 /// t + lo = k ln2 + r, the reduction's t - k ln2_hi exact, lo added to the small remainder, the
 /// polynomial and the two half scales of sigmoid_f32_host. Results below 2^-149 round to 0.
-inline float exp_sum_f32_host(float t, float lo) {
+SHARD_VEC_INLINE float exp_sum_f32_host(float t, float lo) {
   const float kf = ((t + lo) * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round((t + lo) log2 e)
   const float r = ((t - kf * 0.693359375f) + lo) - kf * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -113,7 +121,7 @@ struct NormalCdfF32 {
   float cdf;     ///< Phi(x)
   float hi, lo;  ///< -x^2 / 2 = hi + lo (|x| clamped at 15); hi exact
 };
-inline NormalCdfF32 normal_cdf_f32_host(float x) {
+SHARD_VEC_INLINE NormalCdfF32 normal_cdf_f32_host(float x) {
   const float ax0 = std::fabs(x);
   std::int32_t ai;
   std::memcpy(&ai, &ax0, sizeof ai);
