@@ -1,5 +1,6 @@
 // GPU GroupNorm benchmark (issue 30, scope 3: "norm at memory bandwidth, each family's GB/s"):
-// forward and backward of group_norm (G groups, affine) on a 1-rank device mesh, through the norm
+// forward and backward of group_norm (G groups, affine) on a 1-rank device mesh, and of
+// layer_norm over the last dim of transformer tokens (the ln_tok_* cases), through the norm
 // schedule (the same calls F::group_norm makes: statistics on the device, chunked sums, row
 // kernels), fp32. bench/torch_norm_gpu.py times torch.nn.functional.group_norm on the same shapes;
 // bench/run_gpu_norm.sh prints the ratio table.
@@ -42,8 +43,10 @@ namespace {
 using shard::bench::median;
 using shard::bench::now_ms;
 
+/// tokens: layer_norm over the last dim of [N, H, W, C] (one statistic per token: the ViT's
+/// LayerNorm, kernels/norm.cu's token kernels); else group_norm of [N, C, H, W] with G groups.
 void run_case(const std::string& name, index_t N, index_t C, index_t H, index_t W, index_t G, exec::NormAct act,
-              bool residual, int reps, ExecContext& ctx) {
+              bool residual, int reps, ExecContext& ctx, bool tokens = false) {
   const Device dev = ctx.device();
   const DeviceMesh mesh(std::make_shared<SelfComm>(), {1});
   const auto x = DistTensor<float, 4>::random({N, C, H, W}, mesh, {Replicate()}, 1).to(dev).local();
@@ -55,22 +58,24 @@ void run_case(const std::string& name, index_t N, index_t C, index_t H, index_t 
   const auto r = DistTensor<float, 4>::random({N, C, H, W}, mesh, {Replicate()}, 5).to(dev).local();
   auto dr = Tensor<float, 4>::empty(x.shape(), dev);
   const Block br = as_block(r), bdr = as_block(dr);
-  exec::NormGeom geo{exec::NormKind::group, N, C, H * W, G};
+  exec::NormGeom geo = tokens ? exec::NormGeom{exec::NormKind::layer, N * H * W, C, 1, 1}
+                              : exec::NormGeom{exec::NormKind::group, N, C, H * W, G};
   geo.act = act;
+  const char* op = tokens ? "layer_norm" : "group_norm";
   const Block bx = as_block(x), bgy = as_block(gy), bw = as_block(w), bb = as_block(b), by = as_block(y),
               bdx = as_block(dx), bdw = as_block(dw), bdb = as_block(db);
-  const index_t count = (C / G) * H * W;
+  const index_t count = tokens ? C : (C / G) * H * W;
   std::vector<double> fwd, bwd;
   for (int r = 0; r < reps + 3; ++r) {
     F::detail::NormStats st;
     ctx.synchronize();
     const double t0 = now_ms();
-    F::detail::norm_forward(geo, bx, &bw, &bb, residual ? &br : nullptr, nullptr, nullptr, 0.1, 1e-5, false, count, nullptr, 0, "group_norm", st,
+    F::detail::norm_forward(geo, bx, &bw, &bb, residual ? &br : nullptr, nullptr, nullptr, 0.1, 1e-5, false, count, nullptr, 0, op, st,
                             by, ctx);
     ctx.synchronize();
     const double t1 = now_ms();
     F::detail::norm_backward(geo, bx, bgy, &bw, &bb, residual ? &br : nullptr, st, count, true, false, nullptr, 0,
-                             "group_norm", &bdx, &bdw, &bdb, residual ? &bdr : nullptr, ctx);
+                             op, &bdx, &bdw, &bdb, residual ? &bdr : nullptr, ctx);
     ctx.synchronize();
     const double t2 = now_ms();
     if (r >= 3) fwd.push_back(t1 - t0), bwd.push_back(t2 - t1);
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
   }
   ExecContext ctx(cpu ? Device::cpu() : Device::cuda(0));
   ContextGuard guard(ctx);
-  fmt::print("bench_norm_gpu: group_norm fp32, affine, on {}, {} timed reps after 3 warm-up reps{}\n", ctx.device(),
+  fmt::print("bench_norm_gpu: group_norm and layer_norm (tokens) fp32, affine, on {}, {} timed reps after 3 warm-up reps{}\n", ctx.device(),
              reps, shrink > 1 ? fmt::format(", extents / {}", shrink) : "");
   // The U-Net of bench/run_gpu_unet.sh: batch 4, width 32 at 1024^2, 64 at 512^2; 8 groups.
   for (const auto& [prefix, act, res] : {std::tuple{"gn", exec::NormAct::none, false},
@@ -115,5 +120,10 @@ int main(int argc, char** argv) {
     run_case(p + "_4x64x512^2_G8", 4, 64, 512 / shrink, 512 / shrink, 8, act, res, reps, ctx);
     run_case(p + "_4x128x256^2_G8", 4, 128, 256 / shrink, 256 / shrink, 8, act, res, reps, ctx);
   }
+  // layer_norm over tokens: the ViT at 1024^2 with patch 4 (256^2 tokens), widths 384 and 768,
+  // and a narrow one (dim 64); tensors [N, H, W, C]
+  run_case("ln_tok_1x256^2x384", 1, 384, 256 / shrink, 256 / shrink, 1, exec::NormAct::none, false, reps, ctx, true);
+  run_case("ln_tok_1x256^2x768", 1, 768, 256 / shrink, 256 / shrink, 1, exec::NormAct::none, false, reps, ctx, true);
+  run_case("ln_tok_4x256^2x64", 4, 64, 256 / shrink, 256 / shrink, 1, exec::NormAct::none, false, reps, ctx, true);
   return 0;
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GroupNorm on the GPU against PyTorch (issue 30, scope 3), fp32. On a GPU machine:
+# GroupNorm and layer_norm over tokens (ln_tok_*) on the GPU against PyTorch (issue 30, scope 3;
+# issue 32 for the ViT's LayerNorm), fp32. On a GPU machine:
 #   bench/run_gpu_norm.sh [BUILD_DIR=build] [REPS=20] [PYTHON=python3]
 # Runs build/bench/bench_norm_gpu and bench/torch_norm_gpu.py, alternating (ours, torch, ours,
 # torch), and prints per case the best median of each side, the achieved GB/s (bytes the op must

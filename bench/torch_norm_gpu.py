@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch twin of bench/bench_norm_gpu.cpp: torch.nn.functional.group_norm (affine, fp32) forward
+(and layer_norm over the last dim of [N, H, W, C] tokens for the ln_tok_* cases)
 and backward on the same shapes, medians over --reps after 3 warm-up reps, each rep timed between
 torch.cuda.synchronize() calls. Prints the same RESULT lines (GB/s: 2 x bytes(x) forward, 3 x
 backward). The gn_silu_* cases time silu(group_norm(x)), two ops (ours fuses them); gn_res_silu_*
@@ -19,6 +20,10 @@ SHAPES = [("4x32x1024^2_G8", 4, 32, 1024, 1024, 8), ("4x64x512^2_G8", 4, 64, 512
           ("4x128x256^2_G8", 4, 128, 256, 256, 8)]
 CASES = [(p + "_" + n, silu, res, *rest) for p, silu, res in (("gn", False, False), ("gn_silu", True, False),
                                                                  ("gn_res_silu", True, True)) for n, *rest in SHAPES]
+# layer_norm over the last dim of tokens [N, H, W, C] (bench_norm_gpu.cpp's ln_tok_* cases): g = 0
+CASES += [("ln_tok_1x256^2x384", False, False, 1, 384, 256, 256, 0),
+          ("ln_tok_1x256^2x768", False, False, 1, 768, 256, 256, 0),
+          ("ln_tok_4x256^2x64", False, False, 4, 64, 256, 256, 0)]
 
 
 def main():
@@ -32,17 +37,21 @@ def main():
     dev = torch.device("cuda:0")
     print(f"torch_norm_gpu: torch {torch.__version__}, group_norm fp32, affine, {a.reps} timed reps after 3 warm-up")
     for name, silu, res, n, c, h, w, g in CASES:
-        x = torch.randn(n, c, h, w, device=dev, requires_grad=True)
-        gy = torch.randn(n, c, h, w, device=dev)
+        shape = (n, h, w, c) if g == 0 else (n, c, h, w)
+        x = torch.randn(*shape, device=dev, requires_grad=True)
+        gy = torch.randn(*shape, device=dev)
         wt = torch.randn(c, device=dev, requires_grad=True)
         bs = torch.randn(c, device=dev, requires_grad=True)
-        rr = torch.randn(n, c, h, w, device=dev, requires_grad=True)
+        rr = torch.randn(*shape, device=dev, requires_grad=True)
         fwd, bwd = [], []
         for r in range(a.reps + 3):
             x.grad = wt.grad = bs.grad = rr.grad = None
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            y = torch.nn.functional.group_norm(x, g, wt, bs, 1e-5)
+            if g == 0:
+                y = torch.nn.functional.layer_norm(x, (c,), wt, bs, 1e-5)
+            else:
+                y = torch.nn.functional.group_norm(x, g, wt, bs, 1e-5)
             if res:
                 y = y + rr
             if silu:

@@ -542,6 +542,135 @@ __global__ void dx_rows_kernel(Geom g, const T* __restrict__ x, const T* __restr
   }
 }
 
+// ---- Layer norm over tokens (layer kind with S == 1: transformer activations [..., C], one
+// statistic per contiguous row of C elements). The generic kernels give such a row a block of
+// kBlock threads (most idle for C < kBlock, and a shared-memory tree per row), read dw / db's
+// columns with a stride of C (each warp load touching 32 rows: uncoalesced), and divide per
+// element in apply / dx. Here one warp owns a row (loads coalesced along it; a fixed-order
+// butterfly reduction, lane 0's total written: deterministic), and dw / db are per-thread columns
+// (a warp reads 32 consecutive channels of a row) over chunks of rows, plus chunk_total_kernel's
+// fixed-order total. Results agree with the CPU table to double rounding (tests/gpusim/
+// cuda_sim_norm_pool_resize.cpp's token cases).
+__host__ __device__ inline bool tok_rows(const Geom& g) { return g.kind == 2 && g.S == 1; }
+constexpr int kLanes32 = 32;
+constexpr int kTokWarps = kBlock / kLanes32;  // rows (warps) per block
+
+__device__ inline double warp_total(double v) {
+  for (int o = kLanes32 / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+/// f(a) for the rows this warp owns (grid-stride over warps; uniform within the warp).
+template <class F>
+__device__ inline void for_tok_rows(idx A, F&& f) {
+  const idx w0 = static_cast<idx>(blockIdx.x) * kTokWarps + threadIdx.x / kLanes32;
+  const idx step = static_cast<idx>(gridDim.x) * kTokWarps;
+  for (idx a = w0; a < A; a += step) f(a);
+}
+
+template <class T>
+__global__ void moments_tok_kernel(Geom g, const T* __restrict__ x, double* sum, double* m2, double* lmean) {
+  const idx C = g.C;
+  const int lane = threadIdx.x % kLanes32;
+  for_tok_rows(g.A, [&](idx a) {
+    const T* xr = x + a * C;
+    const double c0 = C > 0 ? wide(xr[0]) : 0.0;
+    double s1 = 0, s2 = 0;
+    for (idx j = lane; j < C; j += kLanes32) {
+      const double d = wide(xr[j]) - c0;
+      s1 += d;
+      s2 += d * d;
+    }
+    s1 = warp_total(s1);
+    s2 = warp_total(s2);
+    if (lane == 0) moments_from_shifted(C, c0, s1, s2, sum, m2, lmean, a);
+  });
+}
+template <class T>
+__global__ void apply_tok_kernel(Geom g, const T* __restrict__ x, const double* __restrict__ mean,
+                                 const double* __restrict__ invstd, const T* __restrict__ w, const T* __restrict__ b,
+                                 T* __restrict__ y) {
+  const idx C = g.C;
+  const int lane = threadIdx.x % kLanes32;
+  for_tok_rows(g.A, [&](idx a) {
+    const double mk = mean[a], ik = invstd[a];
+    for (idx j = lane; j < C; j += kLanes32) {
+      const idx off = a * C + j;
+      const double wc = w ? wide(w[j]) : 1.0, bc = b ? wide(b[j]) : 0.0;
+      y[off] = narrow<T>(act_value<T>(g, (wide(x[off]) - mk) * ik * wc + bc, off));
+    }
+  });
+}
+/// sg[a] = sum gz w[c], sgx[a] = sum gz w[c] xhat along row a.
+template <class T>
+__global__ void stat_tok_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
+                                const double* __restrict__ mean, const double* __restrict__ invstd,
+                                const T* __restrict__ w, const T* __restrict__ b, double* sg, double* sgx) {
+  const idx C = g.C;
+  const int lane = threadIdx.x % kLanes32;
+  for_tok_rows(g.A, [&](idx a) {
+    const double mk = mean[a], ik = invstd[a];
+    double a1 = 0, a2 = 0;
+    for (idx j = lane; j < C; j += kLanes32) {
+      const idx off = a * C + j;
+      const double wc = w ? wide(w[j]) : 1.0;
+      const double xhat = (wide(x[off]) - mk) * ik;
+      const double d = grad_z(g, wide(gy[off]), xhat, w, b, j, off) * wc;
+      a1 += d;
+      a2 += d * xhat;
+    }
+    a1 = warp_total(a1);
+    a2 = warp_total(a2);
+    if (lane == 0) {
+      sg[a] = a1;
+      sgx[a] = a2;
+    }
+  });
+}
+/// dw / db partials: thread column c = blockIdx.x * blockDim.x + threadIdx.x over the rows of chunk
+/// blockIdx.y, into part[2 * (c * chunks + chunk) + {0: sum gz xhat, 1: sum gz}].
+template <class T>
+__global__ void channel_tok_kernel(Geom g, idx chunks, const T* __restrict__ x, const T* __restrict__ gy,
+                                   const double* __restrict__ mean, const double* __restrict__ invstd,
+                                   const T* __restrict__ w, const T* __restrict__ b, double* __restrict__ part) {
+  const idx C = g.C, per = (g.A + chunks - 1) / chunks;
+  const idx c = static_cast<idx>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (idx ch = blockIdx.y; ch < chunks; ch += gridDim.y) {
+    const idx a0 = ch * per, a1 = a0 + per < g.A ? a0 + per : g.A;
+    double aw = 0, ab = 0;
+    for (idx a = a0; a < a1; ++a) {
+      const idx off = a * C + c;
+      const double xhat = (wide(x[off]) - mean[a]) * invstd[a];
+      const double gv = grad_z(g, wide(gy[off]), xhat, w, b, c, off);
+      aw += gv * xhat;
+      ab += gv;
+    }
+    part[2 * (c * chunks + ch)] = aw;
+    part[2 * (c * chunks + ch) + 1] = ab;
+  }
+}
+template <class T>
+__global__ void dx_tok_kernel(Geom g, const T* __restrict__ x, const T* __restrict__ gy,
+                              const double* __restrict__ mean, const double* __restrict__ invstd,
+                              const T* __restrict__ w, const T* __restrict__ b, const double* __restrict__ sg,
+                              const double* __restrict__ sgx, double inv_count, T* __restrict__ dx) {
+  const idx C = g.C;
+  const int lane = threadIdx.x % kLanes32;
+  for_tok_rows(g.A, [&](idx a) {
+    const double mk = mean[a], ik = invstd[a];
+    const double sk = sg ? sg[a] : 0.0, sxk = sg ? sgx[a] : 0.0;
+    for (idx j = lane; j < C; j += kLanes32) {
+      const idx off = a * C + j;
+      const double wc = w ? wide(w[j]) : 1.0;
+      const double xhat = (wide(x[off]) - mk) * ik;
+      const double gz = grad_z(g, wide(gy[off]), xhat, w, b, j, off);
+      store_dres<T>(g, off, gz);
+      const double d = gz * wc;
+      dx[off] = sg ? narrow<T>(ik * (d - sk * inv_count - xhat * sxk * inv_count)) : narrow<T>(d * ik);
+    }
+  });
+}
+
 /// Rows at least this long take the row kernels; shorter rows the flat ones.
 constexpr idx kRowMin = 128;
 /// Blocks the chunked statistics aim for in all (a few per SM of a large GPU).
@@ -575,6 +704,23 @@ idx row_chunks(const Geom& g) {
 }
 dim3 chunk_grid(idx chunks, idx items) {
   return dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(items < 65535 ? items : 65535));
+}
+/// Blocks of the warp-per-row token kernels for A rows.
+unsigned tok_grid(idx A) {
+  idx b = (A + kTokWarps - 1) / kTokWarps;
+  if (b > 65535) b = 65535;
+  return static_cast<unsigned>(b < 1 ? 1 : b);
+}
+/// Row chunks of the token kernels' dw / db partials: enough blocks to fill the GPU, each chunk at
+/// least 32 rows.
+idx tok_chunks(const Geom& g) {
+  const idx cb = (g.C + kBlock - 1) / kBlock;
+  if (cb <= 0 || g.A <= 0) return 1;
+  idx c = (kTargetBlocks + cb - 1) / cb;
+  const idx most = (g.A + 31) / 32;
+  if (c > most) c = most;
+  if (c > 65535) c = 65535;
+  return c < 1 ? 1 : c;
 }
 
 template <class T>
@@ -649,6 +795,10 @@ int moments_t(Geom g, const void* x, double* sum, double* m2, double* lmean, dou
   const idx K = stat_count(g);
   if (K == 0) return 0;
   const T* xt = static_cast<const T*>(x);
+  if (tok_rows(g)) {
+    moments_tok_kernel<T><<<tok_grid(g.A), kBlock, 0, as_stream(stream)>>>(g, xt, sum, m2, lmean);
+    return done();
+  }
   const idx chunks = chunks_for(g, K, stat_len(g));
   if (chunks > 1 && ws) {
     moments_chunk_kernel<T><<<chunk_grid(chunks, K), kBlock, 0, as_stream(stream)>>>(g, K, chunks, xt, ws);
@@ -664,6 +814,12 @@ int apply_t(Geom g, const void* x, const double* mean, const double* invstd, con
             void* stream) {
   const idx total = g.A * g.C * g.S;
   if (total == 0) return 0;
+  if (tok_rows(g)) {
+    apply_tok_kernel<T><<<tok_grid(g.A), kBlock, 0, as_stream(stream)>>>(
+        g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w), static_cast<const T*>(b),
+        static_cast<T*>(y));
+    return done();
+  }
   if (g.S >= kRowMin) {
     apply_rows_kernel<T><<<row_grid(g), kBlock, 0, as_stream(stream)>>>(
         g, static_cast<const T*>(x), mean, invstd, static_cast<const T*>(w), static_cast<const T*>(b),
@@ -684,6 +840,23 @@ int backward_sums_t(Geom g, const void* x, const void* gy, const double* mean, c
   const auto* wt = static_cast<const T*>(w);
   const auto* bt = static_cast<const T*>(b);
   const idx K = stat_count(g);
+  if (tok_rows(g) && ws) {
+    if ((dw || db) && g.C > 0 && g.A > 0) {
+      const idx chunks = tok_chunks(g);
+      const dim3 grid(static_cast<unsigned>((g.C + kBlock - 1) / kBlock), static_cast<unsigned>(chunks));
+      channel_tok_kernel<T><<<grid, kBlock, 0, s>>>(g, chunks, xt, gt, mean, invstd, wt, bt, ws);
+      if (const int e = done()) return e;
+      chunk_total_kernel<<<blocks_for(g.C), kBlock, 0, s>>>(g.C, chunks, 2, ws, dw, db);
+      if (const int e = done()) return e;
+    } else if (dw || db) {  // no rows: zero sums
+      backward_channel_kernel<T><<<grid_for_stats(g.C > 0 ? g.C : 1), kBlock, 0, s>>>(g, xt, gt, mean, invstd, wt, bt,
+                                                                                     dw, db);
+      if (const int e = done()) return e;
+    }
+    if (sg && sgx && g.A > 0)
+      stat_tok_kernel<T><<<tok_grid(g.A), kBlock, 0, s>>>(g, xt, gt, mean, invstd, wt, bt, sg, sgx);
+    return done();
+  }
   if (row_sums(g) && ws) {  // one pass over x and gy
     const idx chunks = row_chunks(g);
     backward_row_chunk_kernel<T><<<chunk_grid(chunks, g.A * g.C), kBlock, 0, s>>>(g, chunks, xt, gt, mean, invstd, wt,
@@ -724,6 +897,12 @@ int backward_dx_t(Geom g, const void* x, const void* gy, const double* mean, con
                   const void* b, const double* sg, const double* sgx, double inv_count, void* dx, void* stream) {
   const idx total = g.A * g.C * g.S;
   if (total == 0) return 0;
+  if (tok_rows(g)) {
+    dx_tok_kernel<T><<<tok_grid(g.A), kBlock, 0, as_stream(stream)>>>(
+        g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w),
+        static_cast<const T*>(b), sg, sgx, inv_count, static_cast<T*>(dx));
+    return done();
+  }
   if (g.S >= kRowMin) {
     dx_rows_kernel<T><<<row_grid(g), kBlock, 0, as_stream(stream)>>>(
         g, static_cast<const T*>(x), static_cast<const T*>(gy), mean, invstd, static_cast<const T*>(w),
@@ -742,8 +921,9 @@ idx workspace(Geom g) {
   const idx K = stat_count(g);
   const idx a = 2 * K * chunks_for(g, K, stat_len(g)), b = 2 * g.C * chunks_for(g, g.C, g.A * g.S);
   const idx r = row_sums(g) ? 2 * g.A * g.C * row_chunks(g) : 0;
-  const idx m = a > b ? a : b;
-  return m > r ? m : r;
+  const idx t = tok_rows(g) ? 2 * g.C * tok_chunks(g) : 0;
+  const idx m = a > b ? a : b, n = r > t ? r : t;
+  return m > n ? m : n;
 }
 int sums(int dtype, Geom g, const void* x, const double* mean, double* out, double* ws, void* stream) {
   return by_storage(dtype, [&](auto t) { return sums_t<decltype(t)>(g, x, mean, out, ws, stream); });

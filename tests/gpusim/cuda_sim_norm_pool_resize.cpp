@@ -253,6 +253,22 @@ TEST_CASE("gpusim norm: long rows and few statistics (chunked sums, row kernels)
   norm_case<float>(exec::NormKind::group, 5, 3, 5, 130);
 }
 
+TEST_CASE("gpusim norm: layer norm over tokens (S == 1: warp-per-row and column-chunk kernels)", "[gpusim][norm]") {
+  // kernels/norm.cu's token kernels (one warp per row of C channels; dw / db as per-thread columns
+  // over chunks of rows): rows over several blocks and several chunks (A = 100: 4 chunks of 25),
+  // C below, between and above the warp and the block width, a fused activation, a residual.
+  GPUSIM_REQUIRE_GPU();
+  using exec::NormAct;
+  for (index_t C : {index_t{7}, index_t{45}, index_t{300}}) {
+    INFO("C " << C);
+    norm_case<float>(exec::NormKind::layer, 1, 100, C, 1);
+    norm_case<double>(exec::NormKind::layer, 1, 37, C, 1);
+  }
+  norm_case<float>(exec::NormKind::layer, 1, 100, 45, 1, NormAct::gelu);
+  norm_case<double>(exec::NormKind::layer, 1, 40, 64, 1, NormAct::silu, true);
+  norm_case<float>(exec::NormKind::layer, 1, 3, 33, 1, NormAct::none, true);
+}
+
 TEST_CASE("gpusim norm: a fused activation in apply, the backward sums and dx (flat and row kernels)", "[gpusim][norm]") {
   // y = act(xhat w + b) and gz = gy act'(z) recomputed in every backward kernel: the one-block
   // and chunked sums, the per-channel sums, the flat (S < 128) and row (S >= 128) apply / dx.
