@@ -1,9 +1,10 @@
 // Randomized bad-input fuzz (issue 8, scope 8): random meshes (1..5 dims, and up to 40 dims of
 // mostly extent 1), tensor shapes (with zero extents), placements (valid and invalid), explicit
-// uneven sizes (valid, with empty parts, and invalid), redistribute round trips, and conv / pool
-// forward + every gradient. Each case must either
+// uneven sizes (valid, with empty parts, and invalid), redistribute round trips, conv / pool,
+// the norms (every kind, layer over dim 1 and the last dim, affine or not, fused activations,
+// residuals) and 1-/2-D neighbourhood attention, forward + every gradient. Each case must either
 //  - succeed on every rank with the right result (full_tensor equal to the global tensor after
-//    every redistribute; conv / pool outputs and gradients equal to the unsharded computation
+//    every redistribute; the ops' outputs and gradients equal to the unsharded computation
 //    within 1e-10, fp64), or
 //  - throw shard::Error on every rank (the ranks' outcomes are compared with an allreduce);
 // never another exception, a mismatch, or a hang (the case communicators run with the collective
@@ -176,6 +177,44 @@ void redistribute_case(Rng& r, const CommPtr& comm, const std::string& tag, int*
   if (code < 0 || (code == 0 && err > 1e-13)) std::fprintf(stderr, "fuzz FAILED: %s\n", desc.c_str());
 }
 
+/// The sharded run of `body` against its unsharded run: the same outcome class on every rank;
+/// where the sharded run succeeds the unsharded one must too, with the same outputs and gradients
+/// within 1e-10 (fp64). A case refused only when sharded is counted (and the first few printed).
+void oracle_case(const CommPtr& comm, const std::vector<int>& mesh_shape, const std::vector<Placement>& act,
+                 const ShardSizes& sizes, const Body<double>& body, const std::string& desc, int* errors,
+                 int* refused_sharded_only) {
+  fn::Result ref;
+  const Outcome ro = attempt([&] { ref = fn::reference<double>(body); });
+  INFO(desc);
+  CHECK(ro.code != 2);
+  fn::Result got;
+  const Outcome o = attempt([&] {
+    DeviceMesh mesh(comm, mesh_shape);
+    got = fn::run_case<double>(mesh, Layout{"fuzz", mesh_shape, act, sizes}, body);
+  });
+  const int code = agree(*comm, o, desc);
+  if (code == 1) {
+    ++*errors;
+    if (ro.code == 0 && ++*refused_sharded_only <= 5 && comm->rank() == 0)
+      std::printf("fuzz: refused only when sharded (the unsharded run accepts it): %s\n  -> %s\n", desc.c_str(),
+                  o.what.c_str());
+  }
+  if (code == 0) {
+    INFO("unsharded: " << (ro.code ? ro.what : std::string("ok")));
+    CHECK(ro.code == 0);
+    bool empty = false;  // a zero extent (a norm of an empty tensor is valid): empty results alike
+    for (const auto& v : ref.outputs) empty = empty || v.empty();
+    if (ro.code == 0 && empty) {
+      CHECK(got.outputs.size() == ref.outputs.size());
+      for (std::size_t i = 0; i < std::min(got.outputs.size(), ref.outputs.size()); ++i)
+        CHECK(got.outputs[i].size() == ref.outputs[i].size());
+    } else if (ro.code == 0) {
+      fn::require_match(got, ref, 1e-10);
+    }
+  }
+  if (code < 0) std::fprintf(stderr, "fuzz FAILED: %s\n", desc.c_str());
+}
+
 /// conv (+ pool) of a random rank-(S+2) activation under a random layout, against the unsharded
 /// run of the same body (a case the unsharded run refuses must be refused sharded too).
 template <int S>
@@ -239,34 +278,113 @@ void window_case(Rng& r, const CommPtr& comm, const std::string& tag, int* error
     c.output(y);
     c.output(pool_max ? F::max_pool(y, pp) : F::avg_pool(y, pp));
   };
-  fn::Result ref;
-  const Outcome ro = attempt([&] { ref = fn::reference<double>(body); });
-  INFO(desc);
-  CHECK(ro.code != 2);
-  fn::Result got;
-  const Outcome o = attempt([&] {
-    DeviceMesh mesh(comm, mesh_shape);
-    got = fn::run_case<double>(mesh, Layout{"fuzz", mesh_shape, act, sizes}, body);
-  });
-  const int code = agree(*comm, o, desc);
-  if (code == 1) {
-    ++*errors;
-    if (ro.code == 0 && ++*refused_sharded_only <= 5 && comm->rank() == 0)  // the first few, for the log
-      std::printf("fuzz: refused only when sharded (the unsharded run accepts it): %s\n  -> %s\n", desc.c_str(),
-                  o.what.c_str());
+  oracle_case(comm, mesh_shape, act, sizes, body, desc, errors, refused_sharded_only);
+}
+
+/// A random placement of a rank-R activation: mostly Replicate or Shard of any dim (the dims an
+/// op cannot shard included: refused), sometimes Partial.
+std::vector<Placement> random_act_placements(Rng& r, int nd, int R) {
+  std::vector<Placement> act;
+  for (int m = 0; m < nd; ++m) {
+    const int k = r.uni(0, 9);
+    if (k <= 2) act.push_back(Replicate());
+    else if (k <= 8) act.push_back(Shard(r.uni(0, R - 1)));
+    else act.push_back(Partial());
   }
-  if (code == 0) {
-    // the unsharded run refused what the sharded run accepted: a check that depends on sharding
-    INFO("unsharded: " << (ro.code ? ro.what : std::string("ok")));
-    CHECK(ro.code == 0);
-    if (ro.code == 0) fn::require_match(got, ref, 1e-10);
+  return act;
+}
+
+/// batch / group / instance / layer norm (layer over dim 1 or the last dim: the CPU table's row
+/// walk), with or without affine parameters, a fused activation and a residual, of a random
+/// [N, C, H, W] activation under a random layout (a sharded normalised dim is refused).
+void norm_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors, int* refused_sharded_only) {
+  constexpr int R = 4;
+  const int p = comm->size();
+  const auto mesh_shape = random_mesh(r, p);
+  Shape<R> xs{};
+  xs[0] = r.uni(1, 3);
+  xs[1] = r.uni(1, 6);
+  xs[2] = r.chance(0.05) ? 0 : r.uni(1, 7);
+  xs[3] = r.uni(1, 7);
+  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
+  std::vector<index_t> shape(xs.begin(), xs.end());
+  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  const int kind = r.uni(0, 4);  // batch, group, instance, layer (dim 1), layer (dim -1)
+  const index_t groups = r.chance(0.1) ? r.uni(1, 7) : (xs[1] % 2 == 0 ? 2 : 1);  // sometimes not a divisor
+  const index_t pc = kind == 4 ? xs[3] : xs[1];
+  const index_t wlen = r.chance(0.05) ? pc + 1 : pc;  // a wrong parameter length: refused
+  const bool affine = r.chance(0.6), residual = r.chance(0.3);
+  const F::NormAct acts[] = {F::NormAct::none, F::NormAct::gelu, F::NormAct::silu, F::NormAct::relu,
+                             F::NormAct::tanh, F::NormAct::gelu_tanh};
+  const F::NormAct na = acts[r.uni(0, 5)];
+  static const char* kinds[] = {"batch_norm", "group_norm", "instance_norm", "layer_norm(dim 1)", "layer_norm(dim -1)"};
+  const std::string desc = fmt::format("{} {}: x {} on mesh {} ({} ranks) as {} {}; groups {} affine {} (length {}) act "
+                                       "{} residual {}",
+                                       tag, kinds[kind], shape, mesh_shape, p, act, describe_sizes(sizes), groups,
+                                       affine, wlen, static_cast<int>(na), residual);
+  const Body<double> body = [=](Ctx<double>& c) {
+    using V1 = std::optional<autograd::Var<double, 1>>;
+    auto x = c.template act<R>(xs);
+    std::optional<autograd::Var<double, R>> res;
+    if (residual) res = c.template act<R>(xs);
+    V1 w, b;
+    if (affine) {
+      w = c.template param<1>({wlen}, true, RandomInit::uniform(0.5, 1.5));
+      b = c.template param<1>({wlen});
+    }
+    switch (kind) {
+      case 0: c.output(F::batch_norm(x, nullptr, nullptr, w, b, true, 0.1, 1e-5, na, res)); break;
+      case 1: c.output(F::group_norm(x, groups, w, b, 1e-5, na, res)); break;
+      case 2: c.output(F::instance_norm(x, w, b, 1e-5, na, res)); break;
+      case 3: c.output(F::layer_norm(x, w, b, 1e-5, 1, na, res)); break;
+      default: c.output(F::layer_norm(x, w, b, 1e-5, -1, na, res)); break;
+    }
+  };
+  oracle_case(comm, mesh_shape, act, sizes, body, desc, errors, refused_sharded_only);
+}
+
+/// Neighbourhood attention of random [B, S..., H, D] q / k / v (S spatial dims) under a random
+/// layout, random windows (sometimes wider than the domain or its periodic span: refused),
+/// dilations and periodic dims, D != Dv sometimes.
+template <int S>
+void nbhd_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors, int* refused_sharded_only) {
+  constexpr int R = S + 3;
+  const int p = comm->size();
+  const auto mesh_shape = random_mesh(r, p);
+  Shape<R> qs{};
+  qs[0] = r.uni(1, 2);
+  for (int d = 1; d <= S; ++d) qs[d] = r.chance(0.05) ? 0 : r.uni(1, 9);
+  qs[S + 1] = r.uni(1, 2);
+  qs[S + 2] = r.uni(1, 4);
+  Shape<R> vs = qs;
+  if (r.chance(0.3)) vs[S + 2] = r.uni(1, 4);
+  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
+  std::vector<index_t> shape(qs.begin(), qs.end());
+  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  F::NeighborhoodOptions o;
+  for (int d = 0; d < S; ++d) {
+    o.window.push_back(r.chance(0.05) ? 0 : r.uni(1, 5));
+    o.dilation.push_back(r.chance(0.25) ? 2 : 1);
+    o.periodic.push_back(r.chance(0.3));
   }
-  if (code < 0) std::fprintf(stderr, "fuzz FAILED: %s\n", desc.c_str());
+  const std::string desc =
+      fmt::format("{} neighborhood_attention {}-D: q/k {} v {} on mesh {} ({} ranks) as {} {}; window {} dilation {} "
+                  "periodic {}",
+                  tag, S, shape, std::vector<index_t>(vs.begin(), vs.end()), mesh_shape, p, act, describe_sizes(sizes),
+                  o.window, o.dilation, o.periodic);
+  const Body<double> body = [=](Ctx<double>& c) {
+    auto q = c.template act<R>(qs);
+    auto k = c.template act<R>(qs);
+    auto v = c.template act<R>(vs);
+    c.output(F::neighborhood_attention(q, k, v, o));
+  };
+  oracle_case(comm, mesh_shape, act, sizes, body, desc, errors, refused_sharded_only);
 }
 
 }  // namespace
 
-TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool: right results or shard::Error on every "
+TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool, norms, neighbourhood attention: right "
+          "results or shard::Error on every "
           "rank",
           "[fuzz][mpi]") {
   // In CI it runs with the whole MPI suite (ctest mpi_tests_np1..4); alone: "[fuzz]".
@@ -296,7 +414,7 @@ TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool: righ
     if (!go) break;
     Rng r(seed * 1000003u + k);
     const int p = r.uni(1, W);
-    const int kind = r.uni(0, 3);
+    const int kind = r.uni(0, 6);
     const auto& comm = comms[static_cast<std::size_t>(p - 1)];
     const std::string tag = fmt::format("case {}", k);
     if (comm) {
@@ -304,7 +422,10 @@ TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool: righ
         case 0: redistribute_case<2>(r, comm, tag, &errors); break;
         case 1: redistribute_case<3>(r, comm, tag, &errors); break;
         case 2: window_case<1>(r, comm, tag, &errors, &sharded_only); break;
-        default: window_case<2>(r, comm, tag, &errors, &sharded_only); break;
+        case 3: window_case<2>(r, comm, tag, &errors, &sharded_only); break;
+        case 4: norm_case(r, comm, tag, &errors, &sharded_only); break;
+        case 5: nbhd_case<1>(r, comm, tag, &errors, &sharded_only); break;
+        default: nbhd_case<2>(r, comm, tag, &errors, &sharded_only); break;
       }
     }
     ++ran;
