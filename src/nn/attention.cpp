@@ -213,7 +213,12 @@ AttentionPlan plan_attention(const DistSpec& qs, const DistSpec& ks, const DistS
                 qs, ks);
     p.token_dim = qd >= 0 ? qd : kd;
   }
-  if (zigzag) {
+  if (zigzag && causal && p.variant == V::local) {
+    // Every token on every rank (nothing shards them): the zigzag order of a one-rank ring is the
+    // identity (chunks 0 and 1 of 2, in order), so this is plain causal attention. A model written
+    // with zigzag for P ranks then runs unsharded too (a 1-rank run, a CPU reference).
+    p.zigzag = false;
+  } else if (zigzag) {
     SHARD_CHECK(causal, op, "zigzag is a load balancing of causal attention; set causal too");
     SHARD_CHECK(p.variant == V::ring && p.token_dim >= 0 && R == 4, op,
                 "zigzag needs q and k/v sharded along their one token dim ([B, S, H, D]); got q {}, k {}", qs, ks);

@@ -251,6 +251,11 @@ TEMPLATE_TEST_CASE("zigzag causal ring attention equals the unsharded causal att
       full.push_back(t);
     }
     const auto ref = causal_run<T>(DeviceMesh(std::make_shared<SelfComm>(), {1}), {Replicate()}, 1, false, full);
+    {  // unsharded tokens: the one-rank zigzag order is the identity, so zigzag is plain causal (a model
+       // written for a P-rank zigzag ring runs at one rank too; found by tests/dist/mpi_fuzz.cpp)
+      const auto one = causal_run<T>(DeviceMesh(std::make_shared<SelfComm>(), {1}), {Replicate()}, 1, true, full);
+      for (int i = 0; i < 4; ++i) CHECK(max_rel_diff(one[static_cast<std::size_t>(i)], ref[static_cast<std::size_t>(i)]) == 0.0);
+    }
     for_each_comm_size([&](CommPtr comm) {
       const int P = comm->size();
       struct M { std::vector<int> shape; std::vector<Placement> pl; int ring; };

@@ -33,7 +33,8 @@
 /// query block's future are skipped. With `zigzag`, the token dim's global extent is cut into 2P
 /// balanced chunks (P = ring size) and ring rank r must hold chunks r and 2P-1-r, in that order,
 /// as its local block (the layout requirement of zigzag load balancing: every rank then does the
-/// same causal work). `zigzag_sizes` gives the shard sizes and `zigzag_order` the global
+/// same causal work; where no mesh dim shards the tokens, the one-rank zigzag order is the identity
+/// and zigzag is plain causal). `zigzag_sizes` gives the shard sizes and `zigzag_order` the global
 /// permutation (a data loader, or a test, applies it once to the token dim).
 ///
 /// ulysses_attention: redistributes q, k, v from token-sharded to head-sharded (Shard on the H dim
