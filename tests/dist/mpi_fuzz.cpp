@@ -2,8 +2,9 @@
 // mostly extent 1), tensor shapes (with zero extents), placements (valid and invalid), explicit
 // uneven sizes (valid, with empty parts, and invalid), redistribute round trips, conv / pool,
 // the norms (every kind, layer over dim 1 and the last dim, affine or not, fused activations,
-// residuals), 1-/2-D neighbourhood attention and ring / Ulysses attention (causal, zigzag) over 1
-// or 2 token dims, forward + every gradient. Each case must either
+// residuals), 1-/2-D neighbourhood attention, ring / Ulysses attention (causal, zigzag) over 1
+// or 2 token dims and 1-/2-D spectral convolution (the FNO layer: distributed rfftn / irfftn with
+// truncated modes), forward + every gradient. Each case must either
 //  - succeed on every rank with the right result (full_tensor equal to the global tensor after
 //    every redistribute; the ops' outputs and gradients equal to the unsharded computation
 //    within 1e-10, fp64), or
@@ -11,7 +12,7 @@
 // never another exception, a mismatch, or a hang (the case communicators run with the collective
 // watchdog on, so a hang aborts with a message instead of waiting for ctest's timeout).
 //
-// Bounded: stops after SHARDTENSOR_FUZZ_CASES cases (default 1500) or SHARDTENSOR_FUZZ_SECONDS
+// Bounded: stops after SHARDTENSOR_FUZZ_CASES cases (default 3000) or SHARDTENSOR_FUZZ_SECONDS
 // seconds (default 25, decided on rank 0 and broadcast). Seeded: SHARDTENSOR_FUZZ_SEED (default
 // fixed, so CI is reproducible); each case's draws depend only on (seed, case index), and
 // SHARDTENSOR_FUZZ_CASE=k runs only case k. The seed and every failing case are printed.
@@ -420,6 +421,46 @@ void attention_case(Rng& r, const CommPtr& comm, const std::string& tag, int* er
   oracle_case(comm, mesh_shape, act, sizes, body, desc, errors, refused_sharded_only, !zigzag);
 }
 
+/// The FNO layer: spectral_conv (rfftn with the spectrum truncated, the spectral multiply by a
+/// Replicate W, irfftn back to x's layout) of a random [B, Cin, n...] (S spatial dims) under a
+/// random layout (slab and pencil transposes, uneven and empty shards; a sharded channel dim and
+/// too many modes are refused).
+template <int S>
+void spectral_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors, int* refused_sharded_only) {
+  constexpr int R = S + 2;
+  const int p = comm->size();
+  const auto mesh_shape = random_mesh(r, p);
+  Shape<R> xs{};
+  xs[0] = r.uni(1, 2);
+  xs[1] = r.uni(1, 3);
+  for (int d = 2; d < R; ++d) xs[d] = r.uni(2, 9);
+  const index_t cout = r.uni(1, 2);
+  std::vector<index_t> modes;
+  Shape<R + 1> ws{};
+  ws[0] = xs[1];
+  ws[1] = cout;
+  for (int d = 2; d < R; ++d) {
+    const bool last = d == R - 1;
+    const index_t most = last ? xs[d] / 2 + 1 : xs[d] / 2;
+    const index_t m = r.chance(0.05) ? most + 1 : r.uni(1, static_cast<int>(most));  // too many: refused
+    modes.push_back(m);
+    ws[d] = last ? m : 2 * m;
+  }
+  ws[R] = 2;
+  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
+  std::vector<index_t> shape(xs.begin(), xs.end());
+  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  const std::string desc = fmt::format("{} spectral_conv {}-D: x {} on mesh {} ({} ranks) as {} {}; W {} modes {}", tag,
+                                       S, shape, mesh_shape, p, act, describe_sizes(sizes),
+                                       std::vector<index_t>(ws.begin(), ws.end()), modes);
+  const Body<double> body = [=](Ctx<double>& c) {
+    auto x = c.template act<R>(xs);
+    auto w = c.template param<R + 1>(ws);
+    c.output(F::spectral_conv(x, w, modes));
+  };
+  oracle_case(comm, mesh_shape, act, sizes, body, desc, errors, refused_sharded_only);
+}
+
 }  // namespace
 
 TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool, norms, attention: right results or "
@@ -429,7 +470,7 @@ TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool, norm
   auto world = MpiComm::world();
   const int W = world->size();
   const std::uint64_t seed = env_u64("SHARDTENSOR_FUZZ_SEED", 20261122);
-  const std::uint64_t max_cases = env_u64("SHARDTENSOR_FUZZ_CASES", 1500);
+  const std::uint64_t max_cases = env_u64("SHARDTENSOR_FUZZ_CASES", 3000);
   const double budget = static_cast<double>(env_u64("SHARDTENSOR_FUZZ_SECONDS", 25));
   const char* only = std::getenv("SHARDTENSOR_FUZZ_CASE");
   if (world->rank() == 0)
@@ -452,7 +493,7 @@ TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool, norm
     if (!go) break;
     Rng r(seed * 1000003u + k);
     const int p = r.uni(1, W);
-    const int kind = r.uni(0, 8);
+    const int kind = r.uni(0, 10);
     const auto& comm = comms[static_cast<std::size_t>(p - 1)];
     const std::string tag = fmt::format("case {}", k);
     if (comm) {
@@ -465,7 +506,9 @@ TEST_CASE("fuzz: random meshes, placements, sizes, redistribute, conv/pool, norm
         case 5: nbhd_case<1>(r, comm, tag, &errors, &sharded_only); break;
         case 6: nbhd_case<2>(r, comm, tag, &errors, &sharded_only); break;
         case 7: attention_case<1>(r, comm, tag, &errors, &sharded_only); break;
-        default: attention_case<2>(r, comm, tag, &errors, &sharded_only); break;
+        case 8: attention_case<2>(r, comm, tag, &errors, &sharded_only); break;
+        case 9: spectral_case<1>(r, comm, tag, &errors, &sharded_only); break;
+        default: spectral_case<2>(r, comm, tag, &errors, &sharded_only); break;
       }
     }
     ++ran;
