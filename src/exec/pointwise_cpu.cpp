@@ -92,7 +92,21 @@ constexpr bool vec_family = Op == pw::u_silu || Op == pw::u_sigmoid || Op == pw:
     _Pragma("omp simd") for (index_t i = 0; i < n; ++i) dx[i] = pw::unary_bwd<Op, float>(x[i], y[i], g[i], a); \
   }
 SHARD_VEC_LOOPS(avx2, __attribute__((target("avx2"))))
+#if defined(__GNUC__) && !defined(__clang__)
 SHARD_VEC_LOOPS(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2"), optimize("fp-contract=off"))))
+#else
+// Other compilers: no optimize attribute, and clang's `fp contract(off)` pragma does not reach the
+// formulas inlined from pointwise_ops.hpp (checked: its AVX-512 loop still held FMAs), so the
+// avx512 level keeps the 8-wide loops and their bits.
+template <int Op>
+void vec_fwd_avx512(index_t n, float a, const float* x, float* y) {
+  vec_fwd_avx2<Op>(n, a, x, y);
+}
+template <int Op>
+void vec_bwd_avx512(index_t n, float a, const float* x, const float* y, const float* g, float* dx) {
+  vec_bwd_avx2<Op>(n, a, x, y, g, dx);
+}
+#endif
 #undef SHARD_VEC_LOOPS
 /// f(lo, len) over blocks of 2^14 elements, across the OpenMP threads above kParallelMin.
 template <class F>
