@@ -341,11 +341,35 @@ void for_rows(const NormGeom& g, Fn f) {
   }
 }
 
+/// One output of apply: y = act(z + r) from x's value v, its statistic (mk, ik) and channel
+/// (wc, bc); ro: the element's offset in the dense residual / output. With a residual, z is
+/// rounded to the activation type A, then + r in A (the add op's rounding), then act.
+template <class T, int Act>
+inline T apply_value(double v, double mk, double ik, double wc, double bc, const T* r, index_t ro) {
+  using A = act_t<T>;
+  const double z = (v - mk) * ik * wc + bc;
+  A u = static_cast<A>(z);
+  if (r) u = u + static_cast<A>(to_double(r[ro]));
+  if constexpr (Act < 0) return r ? from_double<T>(static_cast<double>(u)) : from_double<T>(z);
+  else return from_double<T>(static_cast<double>(pw::unary_fwd<Act, A>(u, A(0))));
+}
+
+/// One element of backward_dx at offset o (x's value v, gy's gv0, statistic (mk, ik), the sums
+/// sk / sxk of its statistic, channel c with weight wc); writes dx[o] and, when asked, dr[o].
+template <class T, int Act>
+inline void dx_value(const ActGrad<T, Act>& gz, double v, double gv0, double mk, double ik, double wc, index_t c,
+                     index_t o, const double* sk, const double* sxk, double inv_count, T* dx, T* dr) {
+  const double xhat = (v - mk) * ik;
+  const double gv = gz(gv0, xhat, c, o);
+  if (dr) dr[o] = from_double<T>(gv);  // the residual's gradient
+  const double d = gv * wc;
+  dx[o] = sk ? from_double<T>(ik * (d - *sk * inv_count - xhat * *sxk * inv_count)) : from_double<T>(d * ik);
+}
+
 /// apply_impl for layer_rows: statistic a is row a.
 template <class T, int Act>
 void apply_rows(const NormGeom& g, const T* x, const double* mean, const double* invstd, const T* w, const T* b,
                 const T* r, T* y) {
-  using A = act_t<T>;
   const index_t C = g.C;
 #pragma omp parallel for schedule(static) if (g.A * C > (1 << 16))
   for (index_t a = 0; a < g.A; ++a) {
@@ -353,11 +377,7 @@ void apply_rows(const NormGeom& g, const T* x, const double* mean, const double*
     const index_t off = a * C;
     for (index_t c = 0; c < C; ++c) {
       const double wc = w ? to_double(w[c]) : 1.0, bc = b ? to_double(b[c]) : 0.0;
-      const double z = (to_double(x[off + c]) - mk) * ik * wc + bc;
-      A u = static_cast<A>(z);
-      if (r) u = u + static_cast<A>(to_double(r[off + c]));
-      if constexpr (Act < 0) y[off + c] = r ? from_double<T>(static_cast<double>(u)) : from_double<T>(z);
-      else y[off + c] = from_double<T>(static_cast<double>(pw::unary_fwd<Act, A>(u, A(0))));
+      y[off + c] = apply_value<T, Act>(to_double(x[off + c]), mk, ik, wc, bc, r, off + c);
     }
   }
 }
@@ -367,17 +387,11 @@ void apply_impl(const NormGeom& g, const T* x, const double* mean, const double*
                 const T* r, T* y) {
   if (layer_rows(g)) return apply_rows<T, Act>(g, x, mean, invstd, w, b, r, y);
   const XMap m(g);
-  using A = act_t<T>;
   for_rows(g, [&](index_t off, index_t a, index_t c, index_t k0, index_t dk) {
     const double wc = w ? to_double(w[c]) : 1.0, bc = b ? to_double(b[c]) : 0.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      const double z = (to_double(x[xo]) - mean[k]) * invstd[k] * wc + bc;
-      // With a residual: z rounded to A, then + r in A (the add op's rounding), then act.
-      A u = static_cast<A>(z);
-      if (r) u = u + static_cast<A>(to_double(r[off + s]));
-      if constexpr (Act < 0) y[off + s] = r ? from_double<T>(static_cast<double>(u)) : from_double<T>(z);
-      else y[off + s] = from_double<T>(static_cast<double>(pw::unary_fwd<Act, A>(u, A(0))));
+      y[off + s] = apply_value<T, Act>(to_double(x[xo]), mean[k], invstd[k], wc, bc, r, off + s);
     });
   });
 }
@@ -533,15 +547,13 @@ void backward_dx_rows(const NormGeom& g, const T* x, const T* gy, const double* 
 #pragma omp parallel for schedule(static) if (g.A * C > (1 << 16))
   for (index_t a = 0; a < g.A; ++a) {
     const double mk = mean[a], ik = invstd[a];
-    const double sk = sg ? sg[a] : 0.0, sxk = sg ? sgx[a] : 0.0;
+    const double* sk = sg ? sg + a : nullptr;
+    const double* sxk = sg ? sgx + a : nullptr;
     const index_t off = a * C;
     for (index_t c = 0; c < C; ++c) {
       const double wc = w ? to_double(w[c]) : 1.0;
-      const double xhat = (to_double(x[off + c]) - mk) * ik;
-      const double gv = gz(to_double(gy[off + c]), xhat, c, off + c);
-      if (dr) dr[off + c] = from_double<T>(gv);
-      const double d = gv * wc;
-      dx[off + c] = sg ? from_double<T>(ik * (d - sk * inv_count - xhat * sxk * inv_count)) : from_double<T>(d * ik);
+      dx_value<T, Act>(gz, to_double(x[off + c]), to_double(gy[off + c]), mk, ik, wc, c, off + c, sk, sxk, inv_count,
+                       dx, dr);
     }
   }
 }
@@ -556,15 +568,8 @@ void backward_dx_impl(const NormGeom& g, const T* x, const T* gy, const double* 
     const double wc = w ? to_double(w[c]) : 1.0;
     for_s(m, a, c, [&](index_t s, index_t xo) {
       const index_t k = k0 + s * dk;
-      const double xhat = (to_double(x[xo]) - mean[k]) * invstd[k];
-      const double gv = gz(to_double(gy[off + s]), xhat, c, off + s);
-      if (dr) dr[off + s] = from_double<T>(gv);  // the residual's gradient
-      const double d = gv * wc;
-      if (!sg) {
-        dx[off + s] = from_double<T>(d * invstd[k]);
-        return;
-      }
-      dx[off + s] = from_double<T>(invstd[k] * (d - sg[k] * inv_count - xhat * sgx[k] * inv_count));
+      dx_value<T, Act>(gz, to_double(x[xo]), to_double(gy[off + s]), mean[k], invstd[k], wc, c, off + s,
+                       sg ? sg + k : nullptr, sg ? sgx + k : nullptr, inv_count, dx, dr);
     });
   });
 }

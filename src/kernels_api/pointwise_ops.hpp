@@ -32,55 +32,12 @@ enum Binary : int { b_add, b_sub, b_mul, b_div, b_count };
 /// called it per element through the PLT (5x slower than glibc's erff).
 #define SHARD_VEC_INLINE inline __attribute__((always_inline))
 
-/// The logistic function in float on the host, branch-free so that a CPU loop over it vectorises
-/// (glibc's expf is a scalar call: SiLU forward and backward were ~20 % of the CPU U-Net step).
-/// e = exp(-|x|) by Cody-Waite reduction -|x| = k ln2 + r (|r| <= ln2 / 2) and Cephes' degree-6
-/// polynomial for exp(r) (<= 0.98 ulp measured over [-110, 0]), 2^k applied as two exact halves
-/// so that a subnormal e rounds once; then 1 / (1 + e) or e / (1 + e) by the sign of x, the
-/// formula of the scalar form (worst error of the sigmoid: 2.1 ulp, the same as with glibc's
-/// expf). |x| > 104 gives e = 0. Selections are integer masks or selections between two values
-/// other than the operand compared (GCC does not if-convert a float clamp without
-/// -ffinite-math-only): a NaN is carried as a mask and restored at the end. Host compilers only
-/// (the CUDA kernels keep the device's expf), and nothing here may be contracted into an FMA
-/// differently per ISA: the CPU library is built for the baseline ISA.
-SHARD_VEC_INLINE float sigmoid_f32_host(float x) {
-  const float ax = std::fabs(x);
-  std::int32_t ai;
-  std::memcpy(&ai, &ax, sizeof ai);
-  const std::int32_t nan = -static_cast<std::int32_t>(ai > 0x7f800000);  // all ones for a NaN
-  ai = ai > 0x42d00000 ? 0x42d00000 : ai;                                 // min(|x|, 104) (NaN: 104)
-  float a;
-  std::memcpy(&a, &ai, sizeof a);
-  const float t = -a;
-  const float kf = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(t log2 e)
-  const float r = (t - kf * 0.693359375f) - kf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const auto k = static_cast<std::int32_t>(kf);  // in [-150, 0]
-  const std::int32_t k1 = k / 2, k2 = k - k1;
-  const std::int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
-  float s1, s2;
-  std::memcpy(&s1, &b1, sizeof s1);
-  std::memcpy(&s2, &b2, sizeof s2);
-  const float e = y * s1 * s2;
-  const float v = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
-  std::int32_t vb;
-  std::memcpy(&vb, &v, sizeof vb);
-  vb |= nan & 0x7fc00000;
-  float out;
-  std::memcpy(&out, &vb, sizeof out);
-  return out;
-}
-
 /// exp(t + lo) in float on the host, branch-free (vectorises), for t + lo in [-125, 2] with lo
 /// carrying what t cannot hold (the low part of an exactly split -x^2 / 2): Cody-Waite reduction
-/// t + lo = k ln2 + r, the reduction's t - k ln2_hi exact, lo added to the small remainder, the
-/// polynomial and the two half scales of sigmoid_f32_host. Results below 2^-149 round to 0.
+/// t + lo = k ln2 + r, the reduction's t - k ln2_hi exact, lo added to the small remainder,
+/// Cephes' degree-6 polynomial for exp(r), and 2^k applied as two exact halves so that a
+/// subnormal result rounds once. Results below 2^-149 round to 0. The sigmoid calls it with lo = 0
+/// (then bit for bit the reduction without lo), the normal CDF with the split -x^2 / 2.
 SHARD_VEC_INLINE float exp_sum_f32_host(float t, float lo) {
   const float kf = ((t + lo) * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round((t + lo) log2 e)
   const float r = ((t - kf * 0.693359375f) + lo) - kf * -2.12194440e-4f;
@@ -100,6 +57,35 @@ SHARD_VEC_INLINE float exp_sum_f32_host(float t, float lo) {
   return y * s1 * s2;
 }
 
+/// The logistic function in float on the host, branch-free so that a CPU loop over it vectorises
+/// (glibc's expf is a scalar call: SiLU forward and backward were ~20 % of the CPU U-Net step).
+/// e = exp(-|x|) by Cody-Waite reduction -|x| = k ln2 + r (|r| <= ln2 / 2) and Cephes' degree-6
+/// polynomial for exp(r) (<= 0.98 ulp measured over [-110, 0]), 2^k applied as two exact halves
+/// so that a subnormal e rounds once; then 1 / (1 + e) or e / (1 + e) by the sign of x, the
+/// formula of the scalar form (worst error of the sigmoid: 2.1 ulp, the same as with glibc's
+/// expf). |x| > 104 gives e = 0. Selections are integer masks or selections between two values
+/// other than the operand compared (GCC does not if-convert a float clamp without
+/// -ffinite-math-only): a NaN is carried as a mask and restored at the end. Host compilers only
+/// (the CUDA kernels keep the device's expf), and nothing here may be contracted into an FMA
+/// differently per ISA: the CPU library is built for the baseline ISA.
+SHARD_VEC_INLINE float sigmoid_f32_host(float x) {
+  const float ax = std::fabs(x);
+  std::int32_t ai;
+  std::memcpy(&ai, &ax, sizeof ai);
+  const std::int32_t nan = -static_cast<std::int32_t>(ai > 0x7f800000);  // all ones for a NaN
+  ai = ai > 0x42d00000 ? 0x42d00000 : ai;                                 // min(|x|, 104) (NaN: 104)
+  float a;
+  std::memcpy(&a, &ai, sizeof a);
+  const float e = exp_sum_f32_host(-a, 0.0f);  // exp(-|x|), in [2^-150, 1]: 0 below
+  const float v = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+  std::int32_t vb;
+  std::memcpy(&vb, &v, sizeof vb);
+  vb |= nan & 0x7fc00000;
+  float out;
+  std::memcpy(&out, &vb, sizeof out);
+  return out;
+}
+
 /// The standard normal CDF Phi(x) = 0.5 erfc(-x / sqrt 2) of the exact GELU (x Phi(x)) in float on
 /// the host, branch-free so that the CPU GELU loops vectorise (glibc's erff is a scalar call: GELU
 /// was ~19 % of the f32 ViT CPU step), plus the split -x^2 / 2 = hi + lo the backward's density
@@ -111,8 +97,9 @@ SHARD_VEC_INLINE float exp_sum_f32_host(float t, float lo) {
 ///    < 1.2e-7 for every a >= 0). -a^2 = -x^2 / 2 is split exactly (x with its low 12 mantissa
 ///    bits cleared squares exactly), so the tail keeps its relative accuracy: the form
 ///    0.5 x (1 + erf(z)) cancels there (1 + erf(z) is a multiple of 2^-24 near 0).
-/// Measured against double erfc / exp over every 97th float (tests/exec/test_pointwise_accuracy):
-/// Phi within 6 ulp, x Phi(x) within 6 ulp where it is >= 2^-126 (10 ulp below), the backward
+/// Measured against double erfc / exp over every 97th float (and on a grid in
+/// tests/nn/test_pointwise_activation.cpp): Phi within 6.1 ulp, x Phi(x) within 6.7 ulp where Phi
+/// is a normal float (10 ulp where it is subnormal, x < -13.1), the backward
 /// Phi + x phi within 6 ulp of its larger term (it cancels near x = -0.7518). The erf form was
 /// within 2 ulp for |x| < 1 and off by up to 1.7e7 ulp for x < -4. |x| is clamped at 15 (Phi
 /// and exp(-x^2 / 2) are 0 or 1 in float beyond 14.9) through its bits, so a NaN is clamped too

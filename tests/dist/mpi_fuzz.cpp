@@ -316,6 +316,23 @@ std::vector<Placement> random_act_placements(Rng& r, int nd, int R) {
   return act;
 }
 
+/// A random layout of an activation of global shape `gs` on `mesh_shape`: placements
+/// (random_act_placements), the shape as a vector (for the descriptions), explicit sizes or none.
+template <int R>
+struct RandomLayout {
+  std::vector<Placement> act;
+  std::vector<index_t> shape;
+  ShardSizes sizes;
+};
+template <int R>
+RandomLayout<R> random_layout(Rng& r, const std::vector<int>& mesh_shape, const Shape<R>& gs) {
+  RandomLayout<R> l;
+  l.act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
+  l.shape.assign(gs.begin(), gs.end());
+  l.sizes = random_sizes(r, mesh_shape, l.act, l.shape, false);
+  return l;
+}
+
 /// batch / group / instance / layer norm (layer over dim 1 or the last dim: the CPU table's row
 /// walk), with or without affine parameters, a fused activation and a residual, of a random
 /// [N, C, H, W] activation under a random layout (a sharded normalised dim is refused).
@@ -328,9 +345,7 @@ void norm_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors,
   xs[1] = r.uni(1, 6);
   xs[2] = r.chance(0.05) ? 0 : r.uni(1, 7);
   xs[3] = r.uni(1, 7);
-  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
-  std::vector<index_t> shape(xs.begin(), xs.end());
-  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  const auto [act, shape, sizes] = random_layout<R>(r, mesh_shape, xs);
   const int kind = r.uni(0, 4);  // batch, group, instance, layer (dim 1), layer (dim -1)
   const index_t groups = r.chance(0.1) ? r.uni(1, 7) : (xs[1] % 2 == 0 ? 2 : 1);  // sometimes not a divisor
   const index_t pc = kind == 4 ? xs[3] : xs[1];
@@ -380,9 +395,7 @@ void nbhd_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors,
   qs[S + 2] = r.uni(1, 4);
   Shape<R> vs = qs;
   if (r.chance(0.3)) vs[S + 2] = r.uni(1, 4);
-  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
-  std::vector<index_t> shape(qs.begin(), qs.end());
-  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  const auto [act, shape, sizes] = random_layout<R>(r, mesh_shape, qs);
   F::NeighborhoodOptions o;
   for (int d = 0; d < S; ++d) {
     o.window.push_back(r.chance(0.05) ? 0 : r.uni(1, 5));
@@ -418,9 +431,7 @@ void attention_case(Rng& r, const CommPtr& comm, const std::string& tag, int* er
   qs[S + 2] = r.uni(1, 4);
   Shape<R> vs = qs;
   if (r.chance(0.3)) vs[S + 2] = r.uni(1, 4);
-  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
-  std::vector<index_t> shape(qs.begin(), qs.end());
-  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  const auto [act, shape, sizes] = random_layout<R>(r, mesh_shape, qs);
   const bool ulysses = r.chance(0.4), causal = r.chance(0.4), zigzag = causal && !ulysses && r.chance(0.1);
   const std::string desc = fmt::format("{} {}_attention ({} token dims): q/k {} v {} on mesh {} ({} ranks) as {} {}; "
                                        "causal {} zigzag {}",
@@ -463,9 +474,7 @@ void spectral_case(Rng& r, const CommPtr& comm, const std::string& tag, int* err
     ws[d] = last ? m : 2 * m;
   }
   ws[R] = 2;
-  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
-  std::vector<index_t> shape(xs.begin(), xs.end());
-  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  const auto [act, shape, sizes] = random_layout<R>(r, mesh_shape, xs);
   const std::string desc = fmt::format("{} spectral_conv {}-D: x {} on mesh {} ({} ranks) as {} {}; W {} modes {}", tag,
                                        S, shape, mesh_shape, p, act, describe_sizes(sizes),
                                        std::vector<index_t>(ws.begin(), ws.end()), modes);
@@ -491,9 +500,7 @@ void misc_case(Rng& r, const CommPtr& comm, const std::string& tag, int* errors,
   xs[1] = r.uni(1, 4);
   xs[2] = r.chance(0.05) ? 0 : r.uni(1, 7);
   xs[3] = r.uni(1, 7);
-  const auto act = random_act_placements(r, static_cast<int>(mesh_shape.size()), R);
-  std::vector<index_t> shape(xs.begin(), xs.end());
-  const ShardSizes sizes = random_sizes(r, mesh_shape, act, shape, false);
+  const auto [act, shape, sizes] = random_layout<R>(r, mesh_shape, xs);
   const int op = r.uni(0, 6);
   const int mode = r.uni(0, 2), cat_dim = r.uni(0, 3);
   const Shape<2> scale{static_cast<index_t>(r.uni(1, 3)), static_cast<index_t>(r.uni(1, 3))};

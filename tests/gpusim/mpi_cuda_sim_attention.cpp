@@ -21,6 +21,7 @@
 #include <shardtensor/nn/functional/cast.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include "mpi_sim_support.hpp"
 #include "support/mpi_harness.hpp"
 
 namespace st_gpusim_mpi_cuda_sim_attention {
@@ -29,28 +30,12 @@ using namespace shard;
 using namespace shard::test;
 namespace F = shard::nn::functional;
 using autograd::Var;
+using st_gpusim_mpi_support::flat;
+using st_gpusim_mpi_support::rel_diff;
 
 namespace {
 
 enum class Form { ring, ring_causal, ulysses };
-
-template <class T>
-std::vector<double> flat(const DistTensor<T, 4>& t) {
-  const auto h = t.local().contiguous().to(Device::cpu());
-  std::vector<double> v(static_cast<std::size_t>(h.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<float>(h.data()[i]));
-  return v;
-}
-
-double rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double m = 0, s = 1;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::abs(a[i] - b[i]));
-    s = std::max(s, std::abs(b[i]));
-  }
-  return m / s;
-}
 
 /// q, k, v [B, S, H, D] sharded on the token dim (uneven: S = 4P + 3), the attention of `form`,
 /// and the gradients of sum(y * gy): {y, dq, dk, dv} of this rank, flattened.

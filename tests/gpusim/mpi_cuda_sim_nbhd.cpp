@@ -25,6 +25,7 @@
 #include <shardtensor/nn/functional/cast.hpp>
 #include <shardtensor/shardtensor.hpp>
 
+#include "mpi_sim_support.hpp"
 #include "support/mpi_harness.hpp"
 
 namespace st_gpusim_mpi_cuda_sim_nbhd {
@@ -33,26 +34,10 @@ using namespace shard;
 using namespace shard::test;
 namespace F = shard::nn::functional;
 using autograd::Var;
+using st_gpusim_mpi_support::flat;
+using st_gpusim_mpi_support::rel_diff;
 
 namespace {
-
-template <class T, int R>
-std::vector<double> flat(const DistTensor<T, R>& t) {
-  const auto h = t.local().contiguous().to(Device::cpu());
-  std::vector<double> v(static_cast<std::size_t>(h.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<float>(h.data()[i]));
-  return v;
-}
-
-double rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double m = 0, s = 1;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::abs(a[i] - b[i]));
-    s = std::max(s, std::abs(b[i]));
-  }
-  return m / s;
-}
 
 /// One geometry: q / k / v of `shape` ([B, S..., H, D]) laid out by `mesh` / `pl`.
 template <int R>
